@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..ir import NodeId, TensorType
-from .table import examples, op, rank, require
+from .table import OPS, examples, op, rank, require
 
 # name: (contracted dim of a, of b, output dims (from a, from b), numpy, which operand ONNX transposes)
 _MATMULS = {
@@ -40,6 +40,15 @@ for _name, (_sig, _ref, (_ka, _kb), (_ma, _nb), (_ta, _tb)) in _MATMULS.items():
         return g._emit(_name, f.param(g, "a", ashape), f.param(g, "b", bshape))
 
     examples(_d, _ex, {"m": 3, "k": 4, "n": 5}, {"m": 8, "k": 16, "n": 2})
+
+
+# Each product's VJP is a pair of products, so no transpose op is needed:
+#   C = A B     : dA = dC B^T  (matmul_bt), dB = A^T dC (matmul_at)
+#   C = A^T B   : dA = B dC^T  (matmul_bt), dB = A dC   (matmul)
+#   C = A B^T   : dA = dC B    (matmul),    dB = dC^T A (matmul_at)
+OPS["matmul"].vjp(lambda g, node, dy: [g.matmul_bt(dy, node.inputs[1]), g.matmul_at(node.inputs[0], dy)])
+OPS["matmul_at"].vjp(lambda g, node, dy: [g.matmul_bt(node.inputs[1], dy), g.matmul(node.inputs[0], dy)])
+OPS["matmul_bt"].vjp(lambda g, node, dy: [g.matmul(dy, node.inputs[1]), g.matmul_at(dy, node.inputs[0])])
 
 
 class LinalgBuilders:
