@@ -10,7 +10,9 @@ from .ir import GraphCore, NodeId
 from .ops import OPS
 
 
-def evaluate(graph: GraphCore, feeds: Mapping[str, np.ndarray], dtype: type = np.float32, nodes: list[NodeId] | None = None) -> list[np.ndarray]:
+def evaluate(
+    graph: GraphCore, feeds: Mapping[str, np.ndarray], dtype: type = np.float32, nodes: list[NodeId] | None = None
+) -> list[np.ndarray]:
     """Values of ``nodes`` (default: the graph's outputs) given every input and parameter by name.
 
     Float leaves are cast to ``dtype`` (use ``np.float64`` for a high-precision reference).

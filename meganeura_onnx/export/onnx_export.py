@@ -7,6 +7,7 @@ doc_string names the Graph node, so a Netron view leads back to the program.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -132,12 +133,22 @@ def to_model(
     opsets = [helper.make_opsetid("", opset)]
     if ctx.functions:
         opsets.append(helper.make_opsetid(CUSTOM_DOMAIN, 1))
-    model = helper.make_model(onnx_graph, opset_imports=opsets, functions=list(ctx.functions.values()), producer_name="meganeura-onnx", ir_version=IR_VERSION)
+    model = helper.make_model(
+        onnx_graph, opset_imports=opsets, functions=list(ctx.functions.values()), producer_name="meganeura-onnx", ir_version=IR_VERSION
+    )
     model.doc_string = "Exported by meganeura-onnx from a Graph."
+    helper.set_model_props(model, {"meganeura.parameters": json.dumps(spec.parameters), "meganeura.graph_nodes": str(len(graph))})
     return model, spec
 
 
-def export_onnx(graph: GraphCore, path: str | os.PathLike | None = None, *, opset: int | None = None, parameters: Mapping[str, np.ndarray] | None = None, seed: int = 0) -> onnx.ModelProto:
+def export_onnx(
+    graph: GraphCore,
+    path: str | os.PathLike | None = None,
+    *,
+    opset: int | None = None,
+    parameters: Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+) -> onnx.ModelProto:
     """Export ``graph`` as a standalone inference model (parameters as initializers).
 
     ``parameters`` gives weights by name; missing ones take the documented default init
@@ -157,6 +168,8 @@ def export_onnx(graph: GraphCore, path: str | os.PathLike | None = None, *, opse
         path = Path(path)
         large = sum(v.nbytes for v in values.values()) > EXTERNAL_DATA_BYTES
         tmp = path.with_name(path.name + ".tmp")
-        onnx.save_model(model, tmp, save_as_external_data=large, all_tensors_to_one_file=True, location=path.name + ".data", size_threshold=1024)
+        onnx.save_model(
+            model, tmp, save_as_external_data=large, all_tensors_to_one_file=True, location=path.name + ".data", size_threshold=1024
+        )
         os.replace(tmp, path)
     return model

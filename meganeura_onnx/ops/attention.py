@@ -49,9 +49,17 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
             rank(name, t, 2, arg)
         require(q.shape[1] == num_heads * head_dim, name, f"q must be [seq, {num_heads}*{head_dim}], got {list(q.shape)}")
         kv = num_kv_heads * head_dim
-        require(k.shape[1] == kv and v.shape == k.shape, name, f"k and v must both be [kv_seq, {num_kv_heads}*{head_dim}], got k {list(k.shape)} and v {list(v.shape)}")
+        require(
+            k.shape[1] == kv and v.shape == k.shape,
+            name,
+            f"k and v must both be [kv_seq, {num_kv_heads}*{head_dim}], got k {list(k.shape)} and v {list(v.shape)}",
+        )
         if same_seq:
-            require(q.shape[0] == k.shape[0], name, f"self-attention needs q and k with the same sequence length, got q {list(q.shape)} and k {list(k.shape)}")
+            require(
+                q.shape[0] == k.shape[0],
+                name,
+                f"self-attention needs q and k with the same sequence length, got q {list(q.shape)} and k {list(k.shape)}",
+            )
         return q
 
     def _is_causal(attrs) -> bool:
@@ -80,7 +88,13 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
         return g._emit(name, q, k, v, num_heads=h, num_kv_heads=kvh, head_dim=hd)
 
     skv2 = 5 if same_seq else 7
-    examples(d, ex, {"s": 5, "skv": 5, "h": 4, "kvh": 2, "hd": 8}, {"s": 3, "skv": 3 if same_seq else 6, "h": 2, "kvh": 2, "hd": 4}, {"s": 5, "skv": skv2, "h": 3, "kvh": 1, "hd": 16})
+    examples(
+        d,
+        ex,
+        {"s": 5, "skv": 5, "h": 4, "kvh": 2, "hd": 8},
+        {"s": 3, "skv": 3 if same_seq else 6, "h": 2, "kvh": 2, "hd": 4},
+        {"s": 5, "skv": skv2, "h": 3, "kvh": 1, "hd": 16},
+    )
 
 
 _declare("causal_attention", causal=True, same_seq=True)
@@ -109,5 +123,7 @@ class AttentionBuilders:
             raise TypeError(f"multi_head_attn: is_cross must be a bool, got {is_cross!r}")
         if not is_cross:
             q_len, k_len = self.node(q).ty.shape[0], self.node(k).ty.shape[0]
-            require(q_len == k_len, "multi_head_attn", f"is_cross=False needs q and k with the same sequence length, got {q_len} and {k_len}")
+            require(
+                q_len == k_len, "multi_head_attn", f"is_cross=False needs q and k with the same sequence length, got {q_len} and {k_len}"
+            )
         return self._emit("multi_head_attn", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, is_cross=is_cross)

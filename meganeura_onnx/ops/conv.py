@@ -29,12 +29,24 @@ def conv_out_hw(in_h: int, in_w: int, kernel_h: int, kernel_w: int, stride: int,
 
 @conv2d.shape
 def _(x, kernel, *, batch, in_channels, in_h, in_w, out_channels, kernel_h, kernel_w, stride, padding):
-    _ints("conv2d", batch=batch, in_channels=in_channels, in_h=in_h, in_w=in_w, out_channels=out_channels, kernel_h=kernel_h, kernel_w=kernel_w, stride=stride)
+    _ints(
+        "conv2d",
+        batch=batch,
+        in_channels=in_channels,
+        in_h=in_h,
+        in_w=in_w,
+        out_channels=out_channels,
+        kernel_h=kernel_h,
+        kernel_w=kernel_w,
+        stride=stride,
+    )
     require(isinstance(padding, int) and padding >= 0, "conv2d", f"padding must be a non-negative int, got {padding!r}")
     _elements("conv2d", "x", x, batch * in_channels * in_h * in_w, "batch*in_channels*in_h*in_w")
     _elements("conv2d", "kernel", kernel, out_channels * in_channels * kernel_h * kernel_w, "out_channels*in_channels*kernel_h*kernel_w")
     oh, ow = conv_out_hw(in_h, in_w, kernel_h, kernel_w, stride, padding)
-    require(oh > 0 and ow > 0, "conv2d", f"the kernel {kernel_h}x{kernel_w} does not fit the padded input {in_h}x{in_w} (padding {padding})")
+    require(
+        oh > 0 and ow > 0, "conv2d", f"the kernel {kernel_h}x{kernel_w} does not fit the padded input {in_h}x{in_w} (padding {padding})"
+    )
     return TensorType((batch * out_channels * oh * ow,))
 
 
@@ -67,7 +79,12 @@ def _ex_conv(g, f, n, c, h, w, o, k, stride, padding):
     return g.conv2d(x, kern, n, c, h, w, o, k, k, stride, padding)
 
 
-examples(conv2d, _ex_conv, {"n": 2, "c": 3, "h": 5, "w": 4, "o": 2, "k": 3, "stride": 1, "padding": 1}, {"n": 1, "c": 2, "h": 7, "w": 6, "o": 3, "k": 2, "stride": 2, "padding": 0})
+examples(
+    conv2d,
+    _ex_conv,
+    {"n": 2, "c": 3, "h": 5, "w": 4, "o": 2, "k": 3, "stride": 1, "padding": 1},
+    {"n": 1, "c": 2, "h": 7, "w": 6, "o": 3, "k": 2, "stride": 2, "padding": 0},
+)
 
 
 @concat.shape
@@ -78,7 +95,11 @@ def _(a, b, *, batch, channels_a, channels_b, spatial):
     return TensorType((batch * (channels_a + channels_b) * spatial,))
 
 
-concat.numpy(lambda a, b, *, batch, channels_a, channels_b, spatial: np.concatenate([a.reshape(batch, channels_a, spatial), b.reshape(batch, channels_b, spatial)], axis=1).reshape(-1))
+concat.numpy(
+    lambda a, b, *, batch, channels_a, channels_b, spatial: np.concatenate(
+        [a.reshape(batch, channels_a, spatial), b.reshape(batch, channels_b, spatial)], axis=1
+    ).reshape(-1)
+)
 
 
 @concat.onnx
@@ -108,12 +129,22 @@ def _split(d, first: bool):
         x3 = ctx.reshape(x, [a["batch"], a["channels_a"] + a["channels_b"], a["spatial"]])
         return ctx.reshape(ctx.op("Slice", x3, ctx.ints([lo]), ctx.ints([hi]), ctx.ints([1])), [-1])
 
-    examples(d, lambda g, f, n, ca, cb, s: g._emit(name, f.param(g, "x", [n * (ca + cb) * s]), batch=n, channels_a=ca, channels_b=cb, spatial=s), {"n": 2, "ca": 3, "cb": 1, "s": 4}, {"n": 1, "ca": 2, "cb": 5, "s": 3})
+    examples(
+        d,
+        lambda g, f, n, ca, cb, s: g._emit(name, f.param(g, "x", [n * (ca + cb) * s]), batch=n, channels_a=ca, channels_b=cb, spatial=s),
+        {"n": 2, "ca": 3, "cb": 1, "s": 4},
+        {"n": 1, "ca": 2, "cb": 5, "s": 3},
+    )
 
 
 _split(split_a, True)
 _split(split_b, False)
-examples(concat, lambda g, f, n, ca, cb, s: g.concat(f.param(g, "a", [n * ca * s]), f.param(g, "b", [n * cb * s]), n, ca, cb, s), {"n": 2, "ca": 3, "cb": 1, "s": 4}, {"n": 1, "ca": 2, "cb": 5, "s": 3})
+examples(
+    concat,
+    lambda g, f, n, ca, cb, s: g.concat(f.param(g, "a", [n * ca * s]), f.param(g, "b", [n * cb * s]), n, ca, cb, s),
+    {"n": 2, "ca": 3, "cb": 1, "s": 4},
+    {"n": 1, "ca": 2, "cb": 5, "s": 3},
+)
 
 
 @upsample_2x.shape
@@ -123,7 +154,9 @@ def _(x, *, batch, channels, in_h, in_w):
     return TensorType((batch * channels * in_h * in_w * 4,))
 
 
-upsample_2x.numpy(lambda x, *, batch, channels, in_h, in_w: x.reshape(batch, channels, in_h, in_w).repeat(2, axis=2).repeat(2, axis=3).reshape(-1))
+upsample_2x.numpy(
+    lambda x, *, batch, channels, in_h, in_w: x.reshape(batch, channels, in_h, in_w).repeat(2, axis=2).repeat(2, axis=3).reshape(-1)
+)
 
 
 @upsample_2x.onnx
@@ -134,14 +167,45 @@ def _(ctx, node, x):
     return ctx.reshape(ctx.op("Expand", x6, ctx.ints([1, 1, 1, 2, 1, 2])), [-1])
 
 
-examples(upsample_2x, lambda g, f, n, c, h, w: g.upsample_2x(f.param(g, "x", [n * c * h * w]), n, c, h, w), {"n": 2, "c": 3, "h": 2, "w": 3}, {"n": 1, "c": 1, "h": 4, "w": 1})
+examples(
+    upsample_2x,
+    lambda g, f, n, c, h, w: g.upsample_2x(f.param(g, "x", [n * c * h * w]), n, c, h, w),
+    {"n": 2, "c": 3, "h": 2, "w": 3},
+    {"n": 1, "c": 1, "h": 4, "w": 1},
+)
 
 
 class ConvBuilders:
-    def conv2d(self, x: NodeId, kernel: NodeId, batch: int, in_channels: int, in_h: int, in_w: int, out_channels: int, kernel_h: int, kernel_w: int, stride: int, padding: int) -> NodeId:
+    def conv2d(
+        self,
+        x: NodeId,
+        kernel: NodeId,
+        batch: int,
+        in_channels: int,
+        in_h: int,
+        in_w: int,
+        out_channels: int,
+        kernel_h: int,
+        kernel_w: int,
+        stride: int,
+        padding: int,
+    ) -> NodeId:
         """2-D convolution of flat NCHW x with flat kernel ``[C_out*C_in*kH*kW]``; zero padding on
         each edge; -> flat ``[N*C_out*oH*oW]``, ``oH = (in_h + 2*padding - kH) // stride + 1``."""
-        return self._emit("conv2d", x, kernel, batch=batch, in_channels=in_channels, in_h=in_h, in_w=in_w, out_channels=out_channels, kernel_h=kernel_h, kernel_w=kernel_w, stride=stride, padding=padding)
+        return self._emit(
+            "conv2d",
+            x,
+            kernel,
+            batch=batch,
+            in_channels=in_channels,
+            in_h=in_h,
+            in_w=in_w,
+            out_channels=out_channels,
+            kernel_h=kernel_h,
+            kernel_w=kernel_w,
+            stride=stride,
+            padding=padding,
+        )
 
     def concat(self, a: NodeId, b: NodeId, batch: int, channels_a: int, channels_b: int, spatial: int) -> NodeId:
         """Concatenate flat NCHW tensors along channels -> ``[N*(Ca+Cb)*H*W]``."""

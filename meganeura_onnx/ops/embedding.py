@@ -39,7 +39,11 @@ def _(indices: TensorType, src: TensorType, *, num_rows: int) -> TensorType:
     rank("scatter_add", indices, 1, "indices")
     rank("scatter_add", src, 2, "src")
     positive_int("scatter_add", num_rows, "num_rows")
-    require(indices.shape[0] == src.shape[0], "scatter_add", f"indices {list(indices.shape)} and src {list(src.shape)} must have the same number of rows")
+    require(
+        indices.shape[0] == src.shape[0],
+        "scatter_add",
+        f"indices {list(indices.shape)} and src {list(src.shape)} must have the same number of rows",
+    )
     return TensorType((num_rows, src.shape[1]))
 
 
@@ -72,8 +76,18 @@ def _(ctx, node, indices, src):
     return ctx.op("ScatterAdd", ctx.to_int64(indices), src, domain=CUSTOM_DOMAIN, num_rows=node.attrs["num_rows"])
 
 
-examples(embedding, lambda g, f, s, v, d: g.embedding(f.u32(g, "indices", [s], v), f.param(g, "table", [v, d])), {"s": 6, "v": 10, "d": 4}, {"s": 3, "v": 2, "d": 7})
-examples(scatter_add, lambda g, f, n, rows, d: g.scatter_add(f.u32(g, "indices", [n], rows), f.param(g, "src", [n, d]), rows), {"n": 12, "rows": 4, "d": 3}, {"n": 3, "rows": 9, "d": 5})
+examples(
+    embedding,
+    lambda g, f, s, v, d: g.embedding(f.u32(g, "indices", [s], v), f.param(g, "table", [v, d])),
+    {"s": 6, "v": 10, "d": 4},
+    {"s": 3, "v": 2, "d": 7},
+)
+examples(
+    scatter_add,
+    lambda g, f, n, rows, d: g.scatter_add(f.u32(g, "indices", [n], rows), f.param(g, "src", [n, d]), rows),
+    {"n": 12, "rows": 4, "d": 3},
+    {"n": 3, "rows": 9, "d": 5},
+)
 
 
 class EmbeddingBuilders:

@@ -34,7 +34,11 @@ def _(new_kv: TensorType, cache: TensorType, kv_pos: TensorType) -> TensorType:
     rank("cache_write", new_kv, 2, "new_kv")
     rank("cache_write", cache, 2, "cache")
     _kv_pos("cache_write", kv_pos)
-    require(new_kv.shape[1] == cache.shape[1], "cache_write", f"new_kv {list(new_kv.shape)} and cache {list(cache.shape)} must have the same width")
+    require(
+        new_kv.shape[1] == cache.shape[1],
+        "cache_write",
+        f"new_kv {list(new_kv.shape)} and cache {list(cache.shape)} must have the same width",
+    )
     require(new_kv.shape[0] <= cache.shape[0], "cache_write", f"new_kv has {new_kv.shape[0]} rows, more than the cache's {cache.shape[0]}")
     return cache
 
@@ -70,7 +74,11 @@ def _(q: TensorType, k: TensorType, v: TensorType, kv_pos: TensorType, *, num_he
         rank(name, t, 2, arg)
     _kv_pos(name, kv_pos)
     require(q.shape[1] == num_heads * head_dim, name, f"q must be [T, {num_heads}*{head_dim}], got {list(q.shape)}")
-    require(k.shape[1] == num_kv_heads * head_dim and v.shape == k.shape, name, f"k_cache and v_cache must both be [max_seq, {num_kv_heads}*{head_dim}], got {list(k.shape)} and {list(v.shape)}")
+    require(
+        k.shape[1] == num_kv_heads * head_dim and v.shape == k.shape,
+        name,
+        f"k_cache and v_cache must both be [max_seq, {num_kv_heads}*{head_dim}], got {list(k.shape)} and {list(v.shape)}",
+    )
     require(q.shape[0] <= k.shape[0], name, f"q has {q.shape[0]} rows, more than the cache's {k.shape[0]}")
     return q
 
@@ -90,14 +98,26 @@ def cached_attention_function(opset: int):
         kpos = arange(ctx, dim(ctx, k, 0))
         return attend(ctx, q, k, v, hd, rep, (qpos, kpos))
 
-    return function_body("CachedAttention", ["q", "k_cache", "v_cache", "kv_pos"], ["out"], ["num_heads", "num_kv_heads", "head_dim"], body, opset)
+    return function_body(
+        "CachedAttention", ["q", "k_cache", "v_cache", "kv_pos"], ["out"], ["num_heads", "num_kv_heads", "head_dim"], body, opset
+    )
 
 
 @cached_attention.onnx
 def _(ctx, node, q, k, v, kv_pos):
     ctx.use_function(cached_attention_function(ctx.opset))
     a = node.attrs
-    return ctx.op("CachedAttention", q, k, v, ctx.to_int64(kv_pos), domain=CUSTOM_DOMAIN, num_heads=a["num_heads"], num_kv_heads=a["num_kv_heads"], head_dim=a["head_dim"])
+    return ctx.op(
+        "CachedAttention",
+        q,
+        k,
+        v,
+        ctx.to_int64(kv_pos),
+        domain=CUSTOM_DOMAIN,
+        num_heads=a["num_heads"],
+        num_kv_heads=a["num_kv_heads"],
+        head_dim=a["head_dim"],
+    )
 
 
 def _pos(g, f, max_seq, t, kv_pos):
@@ -117,7 +137,13 @@ def _ex_attn(g, f, max_seq, t, h, kvh, hd, kv_pos):
     return g.cached_attention(q, k, v, _pos(g, f, max_seq, t, kv_pos), h, kvh, hd)
 
 
-examples(cache_write, _ex_write, {"max_seq": 8, "dim_": 6, "t": 1, "kv_pos": 3}, {"max_seq": 5, "dim_": 4, "t": 3, "kv_pos": 2}, {"max_seq": 6, "dim_": 4, "t": 1, "kv_pos": 5})
+examples(
+    cache_write,
+    _ex_write,
+    {"max_seq": 8, "dim_": 6, "t": 1, "kv_pos": 3},
+    {"max_seq": 5, "dim_": 4, "t": 3, "kv_pos": 2},
+    {"max_seq": 6, "dim_": 4, "t": 1, "kv_pos": 5},
+)
 examples(
     cached_attention,
     _ex_attn,
@@ -133,6 +159,10 @@ class KvCacheBuilders:
         (T = 1 in Meganeura; T > 1 is the prefill extension). kv_pos is a U32 ``[1]`` node."""
         return self._emit("cache_write", new_kv, cache, kv_pos)
 
-    def cached_attention(self, q: NodeId, k_cache: NodeId, v_cache: NodeId, kv_pos: NodeId, num_heads: int, num_kv_heads: int, head_dim: int) -> NodeId:
+    def cached_attention(
+        self, q: NodeId, k_cache: NodeId, v_cache: NodeId, kv_pos: NodeId, num_heads: int, num_kv_heads: int, head_dim: int
+    ) -> NodeId:
         """Attention of q ``[T, H*hd]`` over cache rows ``[0, kv_pos + t]`` (inclusive) for query row t."""
-        return self._emit("cached_attention", q, k_cache, v_cache, kv_pos, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
+        return self._emit(
+            "cached_attention", q, k_cache, v_cache, kv_pos, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim
+        )

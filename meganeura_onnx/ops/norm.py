@@ -51,19 +51,35 @@ def _(x, w, b, *, eps):
 
 layer_norm.onnx(lambda ctx, node, x, w, b: ctx.op("LayerNormalization", x, w, b, axis=-1, epsilon=float(node.attrs["eps"])))
 
-examples(rms_norm, lambda g, f, m, n, eps: g.rms_norm(f.param(g, "x", [m, n]), f.param(g, "weight", [n]), eps), {"m": 3, "n": 8, "eps": 1e-5}, {"m": 5, "n": 3, "eps": 1e-2})
-examples(layer_norm, lambda g, f, m, n, eps: g.layer_norm(f.param(g, "x", [m, n]), f.param(g, "weight", [n]), f.param(g, "bias", [n]), eps), {"m": 3, "n": 8, "eps": 1e-5}, {"m": 5, "n": 3, "eps": 1e-2})
+examples(
+    rms_norm,
+    lambda g, f, m, n, eps: g.rms_norm(f.param(g, "x", [m, n]), f.param(g, "weight", [n]), eps),
+    {"m": 3, "n": 8, "eps": 1e-5},
+    {"m": 5, "n": 3, "eps": 1e-2},
+)
+examples(
+    layer_norm,
+    lambda g, f, m, n, eps: g.layer_norm(f.param(g, "x", [m, n]), f.param(g, "weight", [n]), f.param(g, "bias", [n]), eps),
+    {"m": 3, "n": 8, "eps": 1e-5},
+    {"m": 5, "n": 3, "eps": 1e-2},
+)
 
 
 @group_norm.shape
-def _(x: TensorType, weight: TensorType, bias: TensorType, *, batch: int, channels: int, spatial: int, num_groups: int, eps: float) -> TensorType:
+def _(
+    x: TensorType, weight: TensorType, bias: TensorType, *, batch: int, channels: int, spatial: int, num_groups: int, eps: float
+) -> TensorType:
     name = "group_norm"
     for arg in ("batch", "channels", "spatial", "num_groups"):
         positive_int(name, locals()[arg], arg)
     _eps(name, eps)
     require(channels % num_groups == 0, name, f"channels ({channels}) must be a multiple of num_groups ({num_groups})")
     want = batch * channels * spatial
-    require(x.num_elements() == want, name, f"x must hold batch*channels*spatial = {batch}*{channels}*{spatial} = {want} elements, got shape {list(x.shape)}")
+    require(
+        x.num_elements() == want,
+        name,
+        f"x must hold batch*channels*spatial = {batch}*{channels}*{spatial} = {want} elements, got shape {list(x.shape)}",
+    )
     for arg, t in (("weight", weight), ("bias", bias)):
         require(t.shape == (channels,), name, f"{arg} must have shape [{channels}], got {list(t.shape)}")
     return x
@@ -108,6 +124,8 @@ class NormBuilders:
         """``(x - mean) / sqrt(var + eps) * weight + bias`` per row (biased variance)."""
         return self._emit("layer_norm", x, weight, bias, eps=eps)
 
-    def group_norm(self, x: NodeId, weight: NodeId, bias: NodeId, batch: int, channels: int, spatial: int, num_groups: int, eps: float) -> NodeId:
+    def group_norm(
+        self, x: NodeId, weight: NodeId, bias: NodeId, batch: int, channels: int, spatial: int, num_groups: int, eps: float
+    ) -> NodeId:
         """Group normalisation of flat NCHW x (``batch*channels*spatial`` elements, spatial = H*W)."""
         return self._emit("group_norm", x, weight, bias, batch=batch, channels=channels, spatial=spatial, num_groups=num_groups, eps=eps)

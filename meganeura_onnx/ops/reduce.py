@@ -43,7 +43,9 @@ def _rowwise(name: str, ref, onnx_type: str):
 
     d.numpy(ref)
     d.onnx(lambda ctx, node, x: ctx.op(onnx_type, x, axis=-1))
-    examples(d, lambda g, f, rows, cols: g._emit(name, f.param(g, "x", [rows, cols], -3, 3)), {"rows": 3, "cols": 7}, {"rows": 5, "cols": 2})
+    examples(
+        d, lambda g, f, rows, cols: g._emit(name, f.param(g, "x", [rows, cols], -3, 3)), {"rows": 3, "cols": 7}, {"rows": 5, "cols": 2}
+    )
     return d
 
 
@@ -100,7 +102,14 @@ def _mse_lower(ctx, node, p, t):
 
 
 _loss("mse_loss", "pred", "target", lambda p, t: np.mean((p - t) ** 2), _mse_lower, target_range=(-2, 2))
-_loss("l1_loss", "pred", "target", lambda p, t: np.mean(np.abs(p - t)), lambda ctx, node, p, t: ctx.op("ReduceMean", ctx.op("Abs", ctx.op("Sub", p, t)), keepdims=0), target_range=(-2, 2))
+_loss(
+    "l1_loss",
+    "pred",
+    "target",
+    lambda p, t: np.mean(np.abs(p - t)),
+    lambda ctx, node, p, t: ctx.op("ReduceMean", ctx.op("Abs", ctx.op("Sub", p, t)), keepdims=0),
+    target_range=(-2, 2),
+)
 
 
 class ReduceBuilders:

@@ -86,7 +86,9 @@ def providers_for(device: str, providers: Sequence | None = None) -> tuple[list,
         return ["CPUExecutionProvider"], "cpu"
     if device == "cuda":
         if "CUDAExecutionProvider" not in ort.get_available_providers():
-            raise RuntimeError(f"device='cuda' needs onnxruntime-gpu with CUDAExecutionProvider; this onnxruntime {ort.__version__} has {ort.get_available_providers()}")
+            raise RuntimeError(
+                f"device='cuda' needs onnxruntime-gpu with CUDAExecutionProvider; this onnxruntime {ort.__version__} has {ort.get_available_providers()}"
+            )
         # Strict fp32 MatMul (as PyTorch by default): TF32 is opt-in through providers=.
         return [("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"], "cuda"
     raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
@@ -162,11 +164,15 @@ class Session:
         arr = np.asarray(data)
         if dtype is DType.U32:
             if arr.size and (not np.issubdtype(arr.dtype, np.integer) or arr.min() < 0 or arr.max() > 0xFFFFFFFF):
-                raise ValueError(f"{what}: {name!r} takes non-negative integers below 2**32, got dtype {arr.dtype} with range [{arr.min()}, {arr.max()}]")
+                raise ValueError(
+                    f"{what}: {name!r} takes non-negative integers below 2**32, got dtype {arr.dtype} with range [{arr.min()}, {arr.max()}]"
+                )
         elif not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
             raise TypeError(f"{what}: {name!r} takes numbers, got dtype {arr.dtype}")
         if arr.size != ty.num_elements():
-            raise ValueError(f"{what}: {name!r} expects {ty.num_elements()} values (shape {list(ty.shape)}), got {arr.size} (shape {list(arr.shape)})")
+            raise ValueError(
+                f"{what}: {name!r} expects {ty.num_elements()} values (shape {list(ty.shape)}), got {arr.size} (shape {list(arr.shape)})"
+            )
         self._values[name].update_inplace(np.ascontiguousarray(arr.reshape(ty.shape), dtype=NUMPY[dtype]))
 
     def _names_of(self, kinds: tuple[str, ...]) -> list[str]:
@@ -254,7 +260,9 @@ class Session:
         return bufs
 
     def plan(self) -> ExecutionPlan:
-        placement = [(n.name, n.domain, n.op_type, sub.ep_name) for sub in self._ort.get_provider_graph_assignment_info() for n in sub.get_nodes()]
+        placement = [
+            (n.name, n.domain, n.op_type, sub.ep_name) for sub in self._ort.get_provider_graph_assignment_info() for n in sub.get_nodes()
+        ]
         nodes = [(n.name, n.domain, n.op_type) for n in self._model.graph.node]
         return ExecutionPlan(self._ort.get_providers(), nodes, self.buffers(), placement, self.custom_op_library_path)
 
