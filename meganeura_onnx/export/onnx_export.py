@@ -7,6 +7,7 @@ doc_string names the Graph node, so a Netron view leads back to the program.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -136,6 +137,7 @@ def to_model(
         onnx_graph, opset_imports=opsets, functions=list(ctx.functions.values()), producer_name="meganeura-onnx", ir_version=IR_VERSION
     )
     model.doc_string = "Exported by meganeura-onnx from a Graph."
+    helper.set_model_props(model, {"meganeura.parameters": json.dumps(spec.parameters), "meganeura.graph_nodes": str(len(graph))})
     return model, spec
 
 
