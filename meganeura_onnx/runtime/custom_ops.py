@@ -61,14 +61,14 @@ def custom_op_library(device: str = "cpu") -> str | None:
     return None
 
 
-def register(session_options, device: str = "cpu") -> bool:
+def register(session_options, device: str = "cpu") -> str | None:
     """Register the library for ``device`` on an ``onnxruntime.SessionOptions``.
 
-    Returns True when a library was found and registered, False when none is built
-    (the model then runs its ONNX function bodies). Registration errors propagate.
+    Returns the registered library's path (truthy), or None when none is built (the model
+    then runs its ONNX function bodies). Registration errors propagate.
     """
     path = custom_op_library(device)
     if path is None:
-        return False
+        return None
     session_options.register_custom_ops_library(os.fspath(path))
-    return True
+    return path

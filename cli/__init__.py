@@ -1,0 +1,1 @@
+"""The ``meganeura`` command (installed as ``meganeura_onnx.cli``)."""

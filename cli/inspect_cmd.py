@@ -1,0 +1,84 @@
+"""``meganeura inspect MODEL.onnx``: inputs, outputs, parameters, op histogram, custom-op status."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import click
+
+
+def describe(path: str) -> dict:
+    """A JSON-able summary of an ONNX model file (what ``inspect`` prints)."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from meganeura_onnx.runtime import custom_op_library
+
+    model = onnx.load(path)
+    props = {p.key: p.value for p in model.metadata_props}
+    inits = {t.name: t for t in model.graph.initializer}
+    names = (
+        json.loads(props["meganeura.parameters"])
+        if "meganeura.parameters" in props
+        else [n for n, t in inits.items() if t.data_type == onnx.TensorProto.FLOAT]
+    )
+    count = sum(int(np.prod(inits[n].dims)) for n in names if n in inits)
+    nbytes = sum(numpy_helper.to_array(inits[n]).nbytes for n in names if n in inits)
+
+    def io(values):
+        return [
+            {
+                "name": v.name,
+                "dtype": onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type).lower(),
+                "shape": [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim],
+            }
+            for v in values
+        ]
+
+    hist = Counter(f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in model.graph.node)
+    custom = sorted({n.op_type for n in model.graph.node if n.domain == "com.meganeura"})
+    kernels = {}
+    if custom:
+        lib = custom_op_library("cpu")
+        opts = ort.SessionOptions()
+        opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        if lib:
+            opts.register_custom_ops_library(lib)
+        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        ran = {n.op_type for sub in sess.get_provider_graph_assignment_info() for n in sub.get_nodes() if n.domain == "com.meganeura"}
+        kernels = {op: ("kernel" if op in ran else "function body (library not built)" if not lib else "function body") for op in custom}
+    return {
+        "file": path,
+        "ir_version": model.ir_version,
+        "opsets": {o.domain or "ai.onnx": o.version for o in model.opset_import},
+        "inputs": io([i for i in model.graph.input if i.name not in inits]),
+        "outputs": io(model.graph.output),
+        "parameters": {"count": count, "tensors": len(names), "bytes": nbytes},
+        "op_histogram": dict(hist.most_common()),
+        "custom_ops": kernels,
+        "functions": [f"{f.domain}.{f.name}" for f in model.functions],
+    }
+
+
+@click.command("inspect")
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def inspect_cmd(model: str, as_json: bool) -> None:
+    """Summarise MODEL: inputs, outputs, parameter count/bytes, op histogram, custom ops (kernel or function body)."""
+    d = describe(model)
+    if as_json:
+        click.echo(json.dumps(d, indent=2))
+        return
+    click.echo(f"{d['file']}: IR {d['ir_version']}, opsets {d['opsets']}")
+    for kind in ("inputs", "outputs"):
+        click.echo(f"{kind}:")
+        for v in d[kind]:
+            click.echo(f"  {v['name']}: {v['dtype']}{v['shape']}")
+    p = d["parameters"]
+    click.echo(f"parameters: {p['count']:,} in {p['tensors']} tensors ({p['bytes'] / 1e6:.2f} MB)")
+    click.echo("ops: " + ", ".join(f"{k} x{v}" for k, v in d["op_histogram"].items()))
+    for op, how in d["custom_ops"].items():
+        click.echo(f"com.meganeura.{op}: runs as {how}")

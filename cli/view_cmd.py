@@ -1,0 +1,26 @@
+"""``meganeura view MODEL.onnx``: open the model in Netron."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--no-browser", is_flag=True, help="Do not open a browser; print the URL and serve until Ctrl-C.")
+@click.option("--port", type=int, default=None, help="Port to serve on (default: Netron's choice).")
+@click.option("--host", default="localhost", show_default=True)
+def view(model: str, no_browser: bool, port: int | None, host: str) -> None:
+    """Serve MODEL in Netron (com.meganeura nodes: right-click, "Show Function Definition")."""
+    import netron
+
+    address = (host, port) if port is not None else None
+    url = netron.start(model, address=address, browse=not no_browser)
+    where = f"http://{url[0]}:{url[1]}" if isinstance(url, tuple) else str(url)
+    click.echo(f"Netron is serving {model} at {where} (Ctrl-C to stop)", nl=True)
+    try:
+        netron.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        netron.stop()

@@ -1,0 +1,24 @@
+"""meganeura-onnx: write a model once with a Meganeura-style Graph, export it to ONNX, train it and
+run it with ONNX Runtime on CPU or CUDA."""
+
+from .export import export_onnx
+from .graph import Graph
+from .ir import DType, Node, NodeId, TensorType
+from .runtime import ExecutionPlan, MemorySummary, Session, build_inference_session, custom_op_library
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DType",
+    "ExecutionPlan",
+    "Graph",
+    "MemorySummary",
+    "Node",
+    "NodeId",
+    "Session",
+    "TensorType",
+    "__version__",
+    "build_inference_session",
+    "custom_op_library",
+    "export_onnx",
+]

@@ -1,0 +1,114 @@
+"""Emitting ONNX nodes: the context every op lowering writes into.
+
+The same class builds the main graph (constants become initializers) and the bodies of the
+``com.meganeura`` model-local functions (constants become ``Constant`` nodes, attributes are read
+through ``ref_attr_name``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+CUSTOM_DOMAIN = "com.meganeura"
+
+
+class LoweringContext:
+    def __init__(self, opset: int, *, in_function: bool = False, prefix: str = "") -> None:
+        self.opset = opset
+        self.in_function = in_function
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.functions: dict[str, onnx.FunctionProto] = {}
+        self._counter = 0
+        self._const_cache: dict[tuple, str] = {}
+        self.prefix = prefix
+        self.doc = ""
+        self.graph: Any = None  # the Graph being lowered (None inside function bodies)
+
+    def input_types(self, node: Any) -> list:
+        """TensorTypes of a Graph node's inputs (lowerings that need static sizes read them here)."""
+        return [self.graph.node(i).ty for i in node.inputs]
+
+    def fresh(self, hint: str) -> str:
+        self._counter += 1
+        return f"{self.prefix}{hint}_{self._counter}"
+
+    def op(self, op_type: str, *inputs: str, domain: str = "", outputs: int = 1, name: str | None = None, **attrs: Any) -> Any:
+        """Append one node; returns its output name (or a list when ``outputs > 1``)."""
+        outs = [self.fresh(op_type.lower()) for _ in range(outputs)]
+        node = helper.make_node(op_type, list(inputs), outs, name=name or self.fresh(op_type), domain=domain or None, **attrs)
+        if self.doc:
+            node.doc_string = self.doc
+        self.nodes.append(node)
+        return outs[0] if outputs == 1 else outs
+
+    def const(self, value: Any, dtype: Any = np.float32, hint: str = "const") -> str:
+        """A constant tensor: an initializer in a graph, a ``Constant`` node in a function body."""
+        arr = np.asarray(value, dtype=dtype)
+        key = (arr.dtype.str, arr.shape, arr.tobytes()) if arr.size <= 64 else None
+        if key is not None and key in self._const_cache:
+            return self._const_cache[key]
+        name = self.fresh(hint)
+        tensor = numpy_helper.from_array(arr, name)
+        if self.in_function:
+            self.nodes.append(helper.make_node("Constant", [], [name], value=tensor, name=self.fresh("Constant")))
+        else:
+            self.initializers.append(tensor)
+        if key is not None:
+            self._const_cache[key] = name
+        return name
+
+    def ints(self, values: list[int] | tuple[int, ...]) -> str:
+        """A 1-D int64 constant (shapes, axes, slice bounds)."""
+        return self.const(list(values), np.int64, "ints")
+
+    def attr_ref(self, attr: str, kind: str) -> str:
+        """Inside a function body: a scalar tensor holding the caller's attribute ``attr``.
+
+        ``kind`` is ``"int"`` (int64 scalar) or ``"float"`` (float32 scalar).
+        """
+        assert self.in_function, "attr_ref is only meaningful inside a function body"
+        out = self.fresh(attr)
+        node = helper.make_node("Constant", [], [out], name=self.fresh("Constant"))
+        atype = onnx.AttributeProto.INT if kind == "int" else onnx.AttributeProto.FLOAT
+        node.attribute.append(onnx.AttributeProto(name=f"value_{kind}", ref_attr_name=attr, type=atype))
+        self.nodes.append(node)
+        return out
+
+    def reshape(self, x: str, shape: list[int] | tuple[int, ...]) -> str:
+        return self.op("Reshape", x, self.ints(shape))
+
+    def cast(self, x: str, to: int) -> str:
+        return self.op("Cast", x, to=to)
+
+    def to_int64(self, x: str) -> str:
+        return self.cast(x, TensorProto.INT64)
+
+    def use_function(self, fn: onnx.FunctionProto) -> None:
+        self.functions[fn.name] = fn
+
+
+def function_body(name: str, inputs: list[str], outputs: list[str], attributes: list[str], build: Any, opset: int) -> onnx.FunctionProto:
+    """Build a ``com.meganeura`` FunctionProto whose body ``build(ctx, *inputs) -> outputs`` writes.
+
+    ``build`` returns the body's output names; they are renamed to ``outputs`` by Identity nodes.
+    """
+    ctx = LoweringContext(opset, in_function=True, prefix=f"{name}_")
+    results = build(ctx, *inputs)
+    if isinstance(results, str):
+        results = [results]
+    for res, out in zip(results, outputs, strict=True):
+        ctx.nodes.append(helper.make_node("Identity", [res], [out], name=ctx.fresh("Identity")))
+    return helper.make_function(
+        CUSTOM_DOMAIN,
+        name,
+        inputs,
+        outputs,
+        ctx.nodes,
+        opset_imports=[helper.make_opsetid("", opset)],
+        attributes=attributes,
+    )

@@ -1,0 +1,79 @@
+"""``Graph``: the IR plus one builder method per op of the table (Meganeura's names and order)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .ir import DType, GraphCore, NodeId, TensorType
+from .ops import OPS
+from .ops.attention import AttentionBuilders
+from .ops.conv import ConvBuilders
+from .ops.elementwise import ElementwiseBuilders
+from .ops.embedding import EmbeddingBuilders
+from .ops.kv_cache import KvCacheBuilders
+from .ops.leaves import LeafBuilders
+from .ops.linalg import LinalgBuilders
+from .ops.norm import NormBuilders
+from .ops.reduce import ReduceBuilders
+from .ops.rope import RopeBuilders
+
+
+class Graph(
+    GraphCore,
+    LeafBuilders,
+    LinalgBuilders,
+    ElementwiseBuilders,
+    ReduceBuilders,
+    NormBuilders,
+    RopeBuilders,
+    AttentionBuilders,
+    EmbeddingBuilders,
+    KvCacheBuilders,
+    ConvBuilders,
+):
+    """A model's forward pass, built imperatively: every builder appends a node and returns its NodeId.
+
+    Shapes and dtypes are checked when a node is added; an invalid call raises ``ValueError`` or
+    ``TypeError`` naming the op, the argument and the shapes, so nothing invalid reaches export.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._leaf_names: dict[str, NodeId] = {}
+
+    def add_node(self, op: str, inputs: tuple[NodeId, ...], ty: TensorType, attrs: dict[str, Any]) -> NodeId:
+        nid = super().add_node(op, inputs, ty, attrs)
+        if "name" in attrs and OPS[op].leaf:
+            self._leaf_names.setdefault(attrs["name"], nid)
+        return nid
+
+    def _emit(self, op_name: str, *inputs: NodeId, **attrs: Any) -> NodeId:
+        """Check the inputs against the op's declaration and shape rule, then append the node."""
+        d = OPS[op_name]
+        types = []
+        for k, nid in enumerate(inputs):
+            arg = d.inputs[k] if k < len(d.inputs) else f"input {k}"
+            if isinstance(nid, bool) or not isinstance(nid, int):
+                raise TypeError(f"{op_name}: {arg} must be a NodeId (int), got {type(nid).__name__} {nid!r}")
+            if not 0 <= nid < len(self._nodes):
+                raise ValueError(f"{op_name}: {arg} refers to node {nid}, but the graph has {len(self._nodes)} nodes")
+            ty = self._nodes[nid].ty
+            want = DType.U32 if arg in d.u32_inputs else DType.F32
+            if ty.dtype is not want:
+                hint = " (use input_u32)" if want is DType.U32 else ""
+                raise TypeError(f"{op_name}: {arg} must be {want.name}{hint}, got {ty.dtype.name} {list(ty.shape)} (node {nid})")
+            types.append(ty)
+        out = d.shape_rule(*types, **attrs)
+        return self.add_node(op_name, tuple(inputs), out, attrs)
+
+    # -- conveniences used by sessions and exporters ----------------------------------------------
+    def leaves(self, op: str) -> list[tuple[str, NodeId]]:
+        """``(name, NodeId)`` of every leaf of kind ``op`` (``input``, ``input_u32``, ``parameter``)."""
+        return [(n.attrs["name"], n.id) for n in self._nodes if n.op == op]
+
+    def parameters(self) -> dict[str, TensorType]:
+        """Parameter name -> type, in creation order."""
+        return {n.attrs["name"]: n.ty for n in self._nodes if n.op == "parameter"}
+
+    def __repr__(self) -> str:
+        return f"Graph({len(self._nodes)} nodes, outputs={self._outputs})"

@@ -1,0 +1,45 @@
+"""Default parameter initialisation (documented, seeded, independent of creation order).
+
+- 1-D parameters used as a normalisation scale (``rms_norm``/``layer_norm``/``group_norm`` weight): ones.
+- Other 1-D parameters (biases): zeros.
+- Everything else: uniform in ``[-a, a]``, ``a = 1/sqrt(fan_in)``, where fan_in is the contracted
+  dimension of the first matmul that uses the parameter, else the last dimension (PyTorch's
+  ``nn.Linear`` bias-free default). Each parameter draws from ``numpy.random.default_rng`` seeded by
+  ``seed`` and the CRC32 of its name, so adding a parameter never changes another's values.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from .ir import GraphCore
+
+_SCALE_OF = {"rms_norm": 1, "layer_norm": 1, "group_norm": 1}
+# op -> (input position of the parameter, axis of its shape that is contracted)
+_FAN_IN = {("matmul", 1): 0, ("matmul", 0): 1, ("matmul_bt", 1): 1, ("matmul_bt", 0): 1, ("matmul_at", 0): 0, ("matmul_at", 1): 0}
+
+
+def default_parameters(graph: GraphCore, seed: int = 0) -> dict[str, np.ndarray]:
+    """Initial values for every parameter of ``graph`` by name (float32)."""
+    uses: dict[int, list[tuple[str, int]]] = {}
+    for n in graph.nodes():
+        for pos, i in enumerate(n.inputs):
+            uses.setdefault(i, []).append((n.op, pos))
+    out: dict[str, np.ndarray] = {}
+    for n in graph.nodes():
+        if n.op != "parameter":
+            continue
+        name, shape = n.attrs["name"], n.ty.shape
+        used = uses.get(n.id, [])
+        if len(shape) == 1 and any(_SCALE_OF.get(op) == pos for op, pos in used):
+            out[name] = np.ones(shape, np.float32)
+        elif len(shape) == 1:
+            out[name] = np.zeros(shape, np.float32)
+        else:
+            fan_in = next((shape[_FAN_IN[u]] for u in used if u in _FAN_IN), shape[-1])
+            rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+            bound = 1.0 / np.sqrt(fan_in)
+            out[name] = rng.uniform(-bound, bound, size=shape).astype(np.float32)
+    return out

@@ -1,0 +1,100 @@
+"""Embedding lookup (ONNX Gather) and its transpose ``scatter_add`` (``com.meganeura.ScatterAdd``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..export.context import CUSTOM_DOMAIN, function_body
+from ..ir import NodeId, TensorType
+from .onnx_util import dim, dims
+from .table import examples, op, positive_int, rank, require
+
+embedding = op("embedding", ("indices", "table"), u32=("indices",))
+scatter_add = op("scatter_add", ("indices", "src"), u32=("indices",))
+
+
+def _check_indices(name: str, idx: np.ndarray, rows: int) -> None:
+    if idx.size and int(idx.max()) >= rows:
+        raise ValueError(f"{name}: index {int(idx.max())} out of range for {rows} rows")
+
+
+@embedding.shape
+def _(indices: TensorType, table: TensorType) -> TensorType:
+    rank("embedding", indices, 1, "indices")
+    rank("embedding", table, 2, "table")
+    return TensorType((indices.shape[0], table.shape[1]))
+
+
+@embedding.numpy
+def _(indices, table):
+    _check_indices("embedding", indices, table.shape[0])
+    return table[indices.astype(np.int64)]
+
+
+embedding.onnx(lambda ctx, node, idx, table: ctx.op("Gather", table, ctx.to_int64(idx), axis=0))
+
+
+@scatter_add.shape
+def _(indices: TensorType, src: TensorType, *, num_rows: int) -> TensorType:
+    rank("scatter_add", indices, 1, "indices")
+    rank("scatter_add", src, 2, "src")
+    positive_int("scatter_add", num_rows, "num_rows")
+    require(
+        indices.shape[0] == src.shape[0],
+        "scatter_add",
+        f"indices {list(indices.shape)} and src {list(src.shape)} must have the same number of rows",
+    )
+    return TensorType((num_rows, src.shape[1]))
+
+
+@scatter_add.numpy
+def _(indices, src, *, num_rows):
+    _check_indices("scatter_add", indices, num_rows)
+    out = np.zeros((num_rows, src.shape[1]), dtype=src.dtype)
+    np.add.at(out, indices.astype(np.int64), src)
+    return out
+
+
+def scatter_add_function(opset: int):
+    def body(ctx, indices, src):
+        rows = ctx.attr_ref("num_rows", "int")
+        zeros = ctx.op("ConstantOfShape", dims(ctx, rows, dim(ctx, src, 1)), value=_zero())
+        return ctx.op("ScatterND", zeros, ctx.op("Unsqueeze", indices, ctx.ints([1])), src, reduction="add")
+
+    return function_body("ScatterAdd", ["indices", "src"], ["out"], ["num_rows"], body, opset)
+
+
+def _zero():
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(np.zeros(1, dtype=np.float32))
+
+
+@scatter_add.onnx
+def _(ctx, node, indices, src):
+    ctx.use_function(scatter_add_function(ctx.opset))
+    return ctx.op("ScatterAdd", ctx.to_int64(indices), src, domain=CUSTOM_DOMAIN, num_rows=node.attrs["num_rows"])
+
+
+examples(
+    embedding,
+    lambda g, f, s, v, d: g.embedding(f.u32(g, "indices", [s], v), f.param(g, "table", [v, d])),
+    {"s": 6, "v": 10, "d": 4},
+    {"s": 3, "v": 2, "d": 7},
+)
+examples(
+    scatter_add,
+    lambda g, f, n, rows, d: g.scatter_add(f.u32(g, "indices", [n], rows), f.param(g, "src", [n, d]), rows),
+    {"n": 12, "rows": 4, "d": 3},
+    {"n": 3, "rows": 9, "d": 5},
+)
+
+
+class EmbeddingBuilders:
+    def embedding(self, indices: NodeId, table: NodeId) -> NodeId:
+        """Rows of table ``[V, D]`` picked by U32 indices ``[S]`` -> ``[S, D]``."""
+        return self._emit("embedding", indices, table)
+
+    def scatter_add(self, indices: NodeId, src: NodeId, num_rows: int) -> NodeId:
+        """``out[indices[i]] += src[i]`` into zeros ``[num_rows, D]``; duplicates accumulate."""
+        return self._emit("scatter_add", indices, src, num_rows=num_rows)

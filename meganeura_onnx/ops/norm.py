@@ -1,0 +1,131 @@
+"""Normalisation: rms_norm and layer_norm per row of ``[M, N]``, group_norm over flat NCHW."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import NodeId, TensorType
+from .table import examples, op, positive_int, rank, require
+
+rms_norm = op("rms_norm", ("x", "weight"))
+layer_norm = op("layer_norm", ("x", "weight", "bias"))
+group_norm = op("group_norm", ("x", "weight", "bias"))
+
+
+def _eps(name: str, eps: float) -> None:
+    require(isinstance(eps, (int, float)) and eps >= 0, name, f"eps must be a non-negative number, got {eps!r}")
+
+
+def _row_params(name: str, x: TensorType, eps: float, **params: TensorType) -> TensorType:
+    rank(name, x, 2, "x")
+    _eps(name, eps)
+    for arg, t in params.items():
+        require(t.shape == (x.shape[1],), name, f"{arg} must have shape [{x.shape[1]}] for x {list(x.shape)}, got {list(t.shape)}")
+    return x
+
+
+rms_norm.shape(lambda x, weight, *, eps: _row_params("rms_norm", x, eps, weight=weight))
+layer_norm.shape(lambda x, weight, bias, *, eps: _row_params("layer_norm", x, eps, weight=weight, bias=bias))
+
+
+@rms_norm.numpy
+def _(x, w, *, eps):
+    return (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + x.dtype.type(eps)) * w).astype(x.dtype)
+
+
+@rms_norm.onnx
+def _(ctx, node, x, w):
+    if ctx.opset >= 23:
+        return ctx.op("RMSNormalization", x, w, axis=-1, epsilon=float(node.attrs["eps"]))
+    ms = ctx.op("ReduceMean", ctx.op("Mul", x, x), ctx.ints([-1]), keepdims=1)
+    inv = ctx.op("Reciprocal", ctx.op("Sqrt", ctx.op("Add", ms, ctx.const(node.attrs["eps"]))))
+    return ctx.op("Mul", ctx.op("Mul", x, inv), w)
+
+
+@layer_norm.numpy
+def _(x, w, b, *, eps):
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    return ((x - mu) / np.sqrt(var + x.dtype.type(eps)) * w + b).astype(x.dtype)
+
+
+layer_norm.onnx(lambda ctx, node, x, w, b: ctx.op("LayerNormalization", x, w, b, axis=-1, epsilon=float(node.attrs["eps"])))
+
+examples(
+    rms_norm,
+    lambda g, f, m, n, eps: g.rms_norm(f.param(g, "x", [m, n]), f.param(g, "weight", [n]), eps),
+    {"m": 3, "n": 8, "eps": 1e-5},
+    {"m": 5, "n": 3, "eps": 1e-2},
+)
+examples(
+    layer_norm,
+    lambda g, f, m, n, eps: g.layer_norm(f.param(g, "x", [m, n]), f.param(g, "weight", [n]), f.param(g, "bias", [n]), eps),
+    {"m": 3, "n": 8, "eps": 1e-5},
+    {"m": 5, "n": 3, "eps": 1e-2},
+)
+
+
+@group_norm.shape
+def _(
+    x: TensorType, weight: TensorType, bias: TensorType, *, batch: int, channels: int, spatial: int, num_groups: int, eps: float
+) -> TensorType:
+    name = "group_norm"
+    for arg in ("batch", "channels", "spatial", "num_groups"):
+        positive_int(name, locals()[arg], arg)
+    _eps(name, eps)
+    require(channels % num_groups == 0, name, f"channels ({channels}) must be a multiple of num_groups ({num_groups})")
+    want = batch * channels * spatial
+    require(
+        x.num_elements() == want,
+        name,
+        f"x must hold batch*channels*spatial = {batch}*{channels}*{spatial} = {want} elements, got shape {list(x.shape)}",
+    )
+    for arg, t in (("weight", weight), ("bias", bias)):
+        require(t.shape == (channels,), name, f"{arg} must have shape [{channels}], got {list(t.shape)}")
+    return x
+
+
+@group_norm.numpy
+def _(x, w, b, *, batch, channels, spatial, num_groups, eps):
+    xg = x.reshape(batch, num_groups, -1)
+    mu = xg.mean(axis=-1, keepdims=True)
+    var = ((xg - mu) ** 2).mean(axis=-1, keepdims=True)
+    y = ((xg - mu) / np.sqrt(var + x.dtype.type(eps))).reshape(batch, channels, spatial)
+    return (y * w[:, None] + b[:, None]).reshape(x.shape).astype(x.dtype)
+
+
+@group_norm.onnx
+def _(ctx, node, x, w, b):
+    a = node.attrs
+    xg = ctx.reshape(x, [a["batch"], a["num_groups"], -1])
+    mu = ctx.op("ReduceMean", xg, ctx.ints([-1]), keepdims=1)
+    d = ctx.op("Sub", xg, mu)
+    var = ctx.op("ReduceMean", ctx.op("Mul", d, d), ctx.ints([-1]), keepdims=1)
+    y = ctx.op("Div", d, ctx.op("Sqrt", ctx.op("Add", var, ctx.const(a["eps"]))))
+    y = ctx.reshape(y, [a["batch"], a["channels"], a["spatial"]])
+    y = ctx.op("Add", ctx.op("Mul", y, ctx.reshape(w, [-1, 1])), ctx.reshape(b, [-1, 1]))
+    return ctx.reshape(y, list(node.ty.shape))
+
+
+def _ex_gn(g, f, n, c, s, groups):
+    x = f.param(g, "x", [n * c * s])
+    return g.group_norm(x, f.param(g, "weight", [c]), f.param(g, "bias", [c]), n, c, s, groups, 1e-5)
+
+
+examples(group_norm, _ex_gn, {"n": 2, "c": 4, "s": 6, "groups": 2}, {"n": 1, "c": 6, "s": 4, "groups": 3})
+
+
+class NormBuilders:
+    def rms_norm(self, x: NodeId, weight: NodeId, eps: float) -> NodeId:
+        """``x / sqrt(mean(x^2) + eps) * weight`` per row; x ``[M, N]``, weight ``[N]``."""
+        return self._emit("rms_norm", x, weight, eps=eps)
+
+    def layer_norm(self, x: NodeId, weight: NodeId, bias: NodeId, eps: float) -> NodeId:
+        """``(x - mean) / sqrt(var + eps) * weight + bias`` per row (biased variance)."""
+        return self._emit("layer_norm", x, weight, bias, eps=eps)
+
+    def group_norm(
+        self, x: NodeId, weight: NodeId, bias: NodeId, batch: int, channels: int, spatial: int, num_groups: int, eps: float
+    ) -> NodeId:
+        """Group normalisation of flat NCHW x (``batch*channels*spatial`` elements, spatial = H*W)."""
+        return self._emit("group_norm", x, weight, bias, batch=batch, channels=channels, spatial=spatial, num_groups=num_groups, eps=eps)

@@ -1,0 +1,116 @@
+"""Rotary position embeddings (HF/LLaMA rotate-half), exported as ``com.meganeura.Rope``.
+
+One op serves ``rope``, ``rope_with_offset`` and ``rope_dynamic_offset``: row r of x has position
+``r + offset + offset_dyn[0]`` (``offset`` static, ``offset_dyn`` an optional U32 ``[1]`` node).
+The ONNX node always gets two inputs; for static rope the second is a constant ``[0]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from ..export.context import CUSTOM_DOMAIN, function_body
+from ..ir import NodeId, TensorType
+from .onnx_util import arange, dim, dims, scalar_of
+from .table import examples, op, positive_int, rank, require
+
+rope = op("rope", ("x", "offset"), u32=("offset",))
+
+
+def inv_freq(theta: float, head_dim: int, dtype=np.float32) -> np.ndarray:
+    """``theta ** (-2j / head_dim)`` computed in ``dtype`` exactly as the function body does."""
+    j = np.arange(head_dim // 2).astype(dtype)
+    return np.power(dtype(theta), (j * dtype(-2.0)) / dtype(head_dim))
+
+
+def rope_ref(x: np.ndarray, positions: np.ndarray, theta: float, head_dim: int) -> np.ndarray:
+    seq, width = x.shape
+    half = head_dim // 2
+    ang = positions.astype(x.dtype)[:, None] * inv_freq(theta, head_dim, x.dtype.type)[None, :]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    xh = x.reshape(seq, width // head_dim, head_dim)
+    x1, x2 = xh[..., :half], xh[..., half:]
+    out = np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.reshape(seq, width).astype(x.dtype)
+
+
+@rope.shape
+def _(x: TensorType, offset: TensorType | None = None, *, theta: float, head_dim: int, offset_static: int) -> TensorType:
+    rank("rope", x, 2, "x")
+    positive_int("rope", head_dim, "head_dim")
+    require(head_dim % 2 == 0, "rope", f"head_dim must be even, got {head_dim}")
+    require(x.shape[1] % head_dim == 0, "rope", f"x width {x.shape[1]} (shape {list(x.shape)}) must be divisible by head_dim {head_dim}")
+    require(isinstance(theta, (int, float)) and theta > 0, "rope", f"theta must be a positive number, got {theta!r}")
+    require(isinstance(offset_static, int) and offset_static >= 0, "rope", f"pos_offset must be a non-negative int, got {offset_static!r}")
+    if offset is not None:
+        require(offset.num_elements() == 1, "rope", f"offset must be a U32 [1] node, got {list(offset.shape)}")
+    return x
+
+
+@rope.numpy
+def _(x, offset=None, *, theta, head_dim, offset_static):
+    start = offset_static + (int(offset.reshape(-1)[0]) if offset is not None else 0)
+    return rope_ref(x, np.arange(start, start + x.shape[0]), theta, head_dim)
+
+
+def rope_function(opset: int):
+    def body(ctx, x, offset_dyn):
+        hd = ctx.attr_ref("head_dim", "int")
+        half = ctx.op("Div", hd, ctx.const(2, np.int64))
+        start = ctx.op("Add", ctx.attr_ref("offset", "int"), scalar_of(ctx, offset_dyn))
+        pos = ctx.cast(arange(ctx, dim(ctx, x, 0), start), TensorProto.FLOAT)  # [S]
+        j = ctx.cast(arange(ctx, half), TensorProto.FLOAT)
+        exponent = ctx.op("Div", ctx.op("Mul", j, ctx.const(-2.0)), ctx.cast(hd, TensorProto.FLOAT))
+        freq = ctx.op("Pow", ctx.attr_ref("theta", "float"), exponent)  # [hd/2]
+        ang = ctx.op("Mul", ctx.op("Unsqueeze", pos, ctx.ints([1])), ctx.op("Unsqueeze", freq, ctx.ints([0])))
+        cos = ctx.op("Unsqueeze", ctx.op("Concat", ctx.op("Cos", ang), ctx.op("Cos", ang), axis=1), ctx.ints([1]))
+        sin = ctx.op("Unsqueeze", ctx.op("Concat", ctx.op("Sin", ang), ctx.op("Sin", ang), axis=1), ctx.ints([1]))
+        xh = ctx.op("Reshape", x, dims(ctx, 0, -1, hd))  # [S, heads, hd]
+        x1 = ctx.op("Slice", xh, dims(ctx, 0), dims(ctx, half), ctx.ints([2]))
+        x2 = ctx.op("Slice", xh, dims(ctx, half), dims(ctx, hd), ctx.ints([2]))
+        rotated = ctx.op("Concat", ctx.op("Neg", x2), x1, axis=2)
+        out = ctx.op("Add", ctx.op("Mul", xh, cos), ctx.op("Mul", rotated, sin))
+        return ctx.op("Reshape", out, ctx.op("Shape", x))
+
+    return function_body("Rope", ["X", "offset_dyn"], ["Y"], ["theta", "head_dim", "offset"], body, opset)
+
+
+@rope.onnx
+def _(ctx, node, x, offset=None):
+    ctx.use_function(rope_function(ctx.opset))
+    dyn = ctx.to_int64(offset) if offset is not None else ctx.ints([0])
+    a = node.attrs
+    return ctx.op("Rope", x, dyn, domain=CUSTOM_DOMAIN, theta=float(a["theta"]), head_dim=a["head_dim"], offset=a["offset_static"])
+
+
+def _ex(g, f, seq, width, hd, static, dynamic):
+    x = f.param(g, "x", [seq, width])
+    if dynamic is None:
+        return g.rope_with_offset(x, 10000.0, static, hd) if static else g.rope(x, 10000.0, hd)
+    off = g.input_u32("offset", [1])
+    f.inputs["offset"] = np.array([dynamic], dtype=np.uint32)
+    return g.rope_dynamic_offset(x, 500.0, off, hd)
+
+
+examples(
+    rope,
+    _ex,
+    {"seq": 5, "width": 16, "hd": 8, "static": 0, "dynamic": None},
+    {"seq": 3, "width": 12, "hd": 4, "static": 7, "dynamic": None},
+    {"seq": 4, "width": 16, "hd": 16, "static": 0, "dynamic": 11},
+)
+
+
+class RopeBuilders:
+    def rope(self, x: NodeId, theta: float, head_dim: int) -> NodeId:
+        """Rotary embeddings on x ``[seq, dim]`` (dim % head_dim == 0, head_dim even); row i at position i."""
+        return self._emit("rope", x, theta=theta, head_dim=head_dim, offset_static=0)
+
+    def rope_with_offset(self, x: NodeId, theta: float, pos_offset: int, head_dim: int) -> NodeId:
+        """Like :meth:`rope` with row i at position ``i + pos_offset`` (a static int)."""
+        return self._emit("rope", x, theta=theta, head_dim=head_dim, offset_static=pos_offset)
+
+    def rope_dynamic_offset(self, x: NodeId, theta: float, offset: NodeId, head_dim: int) -> NodeId:
+        """Like :meth:`rope` with row i at position ``i + offset[0]``, offset a U32 ``[1]`` node."""
+        return self._emit("rope", x, offset, theta=theta, head_dim=head_dim, offset_static=0)

@@ -1,0 +1,55 @@
+"""``build_inference_session``: forward-only sessions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ..export import to_model
+from ..graph import Graph
+from ..init import default_parameters
+from .session import Session
+
+
+def build_inference_session(
+    graph: Graph,
+    device: str = "cpu",
+    *,
+    providers: Sequence | None = None,
+    parameters: Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+    opset: int | None = None,
+    use_custom_ops: bool = True,
+) -> Session:
+    """Compile ``graph`` for inference on ``device`` ("cpu" or "cuda").
+
+    Parameters start from the documented default init (:mod:`meganeura_onnx.init`, seeded by
+    ``seed``) unless given in ``parameters``; ``set_parameter`` overrides them later. Inputs that
+    ``cache_write`` updates are KV caches: they start at zero and persist across ``step()`` calls.
+    The com.meganeura kernel library is registered when built (``use_custom_ops=False`` runs the
+    function bodies instead).
+    """
+    model, spec = to_model(graph, opset=opset, params_as_inputs=True, with_state=True)
+    values = default_parameters(graph, seed)
+    unknown = set(parameters or {}) - set(values)
+    if unknown:
+        raise ValueError(f"build_inference_session: parameters {sorted(unknown)} are not in the graph (it has {sorted(values)})")
+    values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
+    types = {n.attrs["name"]: n.ty for n in graph.nodes() if n.op in ("input", "input_u32")}
+    state = {name: (out, np.zeros(types[name].shape, np.float32)) for name, out in spec.state.items()}
+    outputs = [f"output_{k}" for k in range(len(graph.outputs()))]
+    output_types = {name: graph.node(nid).ty for name, nid in zip(outputs, graph.outputs(), strict=True)}
+    output_types.update({out: types[name] for name, out in spec.state.items()})
+    return Session(
+        model,
+        inputs={k: v for k, v in types.items() if k not in spec.state},
+        persistent=values,
+        state=state,
+        outputs=outputs,
+        output_types=output_types,
+        parameter_names=list(values),
+        device=device,
+        providers=providers,
+        use_custom_ops=use_custom_ops,
+    )

@@ -1,0 +1,276 @@
+"""``Session``: a Graph compiled to an ONNX Runtime session (seed 003's API in Python).
+
+Every buffer the session owns is an ``OrtValue`` on the session's device, bound once with
+IOBinding. State that lives across ``step()`` calls (KV caches written by ``cache_write``, and in
+training the parameters and optimizer state) is a graph input paired with a graph output of the
+same shape: two buffers are swapped after each step, so nothing crosses to the host unless read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ..ir import DType, TensorType
+from . import custom_ops
+
+NUMPY = {DType.F32: np.float32, DType.U32: np.uint32}
+
+
+@dataclass
+class MemorySummary:
+    """Bytes held by the session's buffers (Meganeura's MemorySummary)."""
+
+    total_buffer_bytes: int
+    adam_state_bytes: int
+    num_buffers: int
+    largest_buffer_bytes: int
+
+    def __str__(self) -> str:
+        mb = 1e6
+        return f"{self.num_buffers} buffers, {self.total_buffer_bytes / mb:.1f} MB total ({self.adam_state_bytes / mb:.1f} MB adam state), largest {self.largest_buffer_bytes / mb:.1f} MB"
+
+
+@dataclass
+class Buffer:
+    name: str
+    ty: TensorType
+    kind: str  # "input", "parameter", "state", "output", "optimizer"
+
+    @property
+    def size_bytes(self) -> int:
+        return self.ty.size_bytes()
+
+
+@dataclass
+class ExecutionPlan:
+    """What the session runs: ONNX nodes, buffers, providers and which provider runs which node."""
+
+    providers: list[str]
+    nodes: list[tuple[str, str, str]]  # (name, domain, op_type) of the model as exported
+    buffers: list[Buffer]
+    placement: list[tuple[str, str, str, str]] = field(default_factory=list)
+    """(node name, domain, op_type, provider) of every node ORT runs, after function inlining."""
+    custom_op_library: str | None = None
+
+    def kernels(self) -> dict[str, str]:
+        """How each exported com.meganeura op runs: "kernel" (the library's) or "function" (inlined body)."""
+        exported = sorted({op for _, dom, op in self.nodes if dom == "com.meganeura"})
+        as_kernel = {op for _, dom, op, _ in self.placement if dom == "com.meganeura"}
+        return {op: "kernel" if op in as_kernel else "function" for op in exported}
+
+    def providers_of(self, op_type: str, domain: str = "") -> set[str]:
+        """Providers that run nodes of ``op_type`` (e.g. ``providers_of("Rope", "com.meganeura")``)."""
+        return {ep for _, dom, op, ep in self.placement if op == op_type and dom == domain}
+
+    def __str__(self) -> str:
+        by_ep: dict[str, int] = {}
+        for *_, ep in self.placement:
+            by_ep[ep] = by_ep.get(ep, 0) + 1
+        lines = [f"ExecutionPlan: {len(self.nodes)} ONNX nodes, {len(self.buffers)} buffers, providers {self.providers}"]
+        lines += [f"  {ep}: {n} nodes" for ep, n in sorted(by_ep.items())]
+        lines += [f"  com.meganeura.{op}: {how}" for op, how in self.kernels().items()]
+        return "\n".join(lines)
+
+
+def providers_for(device: str, providers: Sequence | None = None) -> tuple[list, str]:
+    """ORT provider list and OrtValue device type for ``device`` ("cpu" or "cuda")."""
+    if providers is not None:
+        names = [p if isinstance(p, str) else p[0] for p in providers]
+        return list(providers), "cuda" if names and names[0] == "CUDAExecutionProvider" else "cpu"
+    if device == "cpu":
+        return ["CPUExecutionProvider"], "cpu"
+    if device == "cuda":
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise RuntimeError(
+                f"device='cuda' needs onnxruntime-gpu with CUDAExecutionProvider; this onnxruntime {ort.__version__} has {ort.get_available_providers()}"
+            )
+        # Strict fp32 MatMul (as PyTorch by default): TF32 is opt-in through providers=.
+        return [("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"], "cuda"
+    raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+
+
+class Session:
+    """A compiled model with device-resident buffers. Build it with :func:`build_inference_session`
+    (or ``build_session`` for training) rather than directly."""
+
+    def __init__(
+        self,
+        model: onnx.ModelProto,
+        *,
+        inputs: Mapping[str, TensorType],
+        persistent: Mapping[str, np.ndarray],
+        state: Mapping[str, tuple[str, np.ndarray]],
+        outputs: Sequence[str],
+        output_types: Mapping[str, TensorType],
+        parameter_names: Sequence[str] = (),
+        device: str = "cpu",
+        providers: Sequence | None = None,
+        use_custom_ops: bool = True,
+    ) -> None:
+        self._providers, self._device = providers_for(device, providers)
+        opts = ort.SessionOptions()
+        opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        lib = custom_ops.register(opts, self._device) if use_custom_ops else None
+        self._model = model
+        self._ort = ort.InferenceSession(model.SerializeToString(), opts, providers=self._providers)
+        self._binding = self._ort.io_binding()
+        self._types: dict[str, TensorType] = {}
+        self._values: dict[str, ort.OrtValue] = {}
+        self._kinds: dict[str, str] = {}
+        self._inputs = dict(inputs)
+        self._parameter_names = list(parameter_names)
+        self._pairs = {name: out for name, (out, _) in state.items()}
+        self._spare: dict[str, ort.OrtValue] = {}
+        for name, ty in inputs.items():
+            self._alloc(name, ty, "input", np.zeros(ty.shape, NUMPY[ty.dtype]))
+        for name, value in persistent.items():
+            self._alloc(name, TensorType(value.shape), "parameter" if name in self._parameter_names else "constant", value)
+        for name, (_out, value) in state.items():
+            ty = TensorType(value.shape, DType.U32 if value.dtype == np.uint32 else DType.F32)
+            kind = "parameter" if name in self._parameter_names else "state"
+            self._alloc(name, ty, kind, value)
+            self._spare[name] = self._device_value(np.zeros(value.shape, value.dtype))
+        self._output_names = list(outputs)
+        self._outputs: dict[str, ort.OrtValue] = {}
+        for name, ty in output_types.items():
+            if name not in self._pairs.values():
+                self._outputs[name] = self._device_value(np.zeros(ty.shape, NUMPY[ty.dtype]))
+                self._binding.bind_ortvalue_output(name, self._outputs[name])
+        for name, out in self._pairs.items():
+            self._binding.bind_ortvalue_output(out, self._spare[name])
+        self._output_types = dict(output_types)
+        self.custom_op_library_path = lib
+
+    # -- buffers ----------------------------------------------------------------------------------
+    def _device_value(self, arr: np.ndarray) -> ort.OrtValue:
+        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr), self._device, 0)
+
+    def _alloc(self, name: str, ty: TensorType, kind: str, value: np.ndarray) -> None:
+        self._types[name] = ty
+        self._kinds[name] = kind
+        self._values[name] = self._device_value(np.asarray(value, NUMPY[ty.dtype]).reshape(ty.shape))
+        self._binding.bind_ortvalue_input(name, self._values[name])
+
+    def _write(self, name: str, data: object, dtype: DType, what: str) -> None:
+        ty = self._types[name]
+        if ty.dtype is not dtype:
+            other = "set_input_u32" if ty.dtype is DType.U32 else "set_input"
+            raise TypeError(f"{what}: {name!r} is {ty.dtype.name} {list(ty.shape)}; use {other}")
+        arr = np.asarray(data)
+        if dtype is DType.U32:
+            if arr.size and (not np.issubdtype(arr.dtype, np.integer) or arr.min() < 0 or arr.max() > 0xFFFFFFFF):
+                raise ValueError(
+                    f"{what}: {name!r} takes non-negative integers below 2**32, got dtype {arr.dtype} with range [{arr.min()}, {arr.max()}]"
+                )
+        elif not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+            raise TypeError(f"{what}: {name!r} takes numbers, got dtype {arr.dtype}")
+        if arr.size != ty.num_elements():
+            raise ValueError(
+                f"{what}: {name!r} expects {ty.num_elements()} values (shape {list(ty.shape)}), got {arr.size} (shape {list(arr.shape)})"
+            )
+        self._values[name].update_inplace(np.ascontiguousarray(arr.reshape(ty.shape), dtype=NUMPY[dtype]))
+
+    def _names_of(self, kinds: tuple[str, ...]) -> list[str]:
+        return [n for n, k in self._kinds.items() if k in kinds]
+
+    def _check_name(self, name: str, kinds: tuple[str, ...], what: str) -> None:
+        if name not in self._kinds or self._kinds[name] not in kinds:
+            raise KeyError(f"{what}: no {'/'.join(kinds)} named {name!r}; the session has {self._names_of(kinds)}")
+
+    # -- data in ----------------------------------------------------------------------------------
+    def set_input(self, name: str, data: object) -> None:
+        """Upload F32 data into the named input (flat or shaped; the element count must match).
+
+        A KV-cache input (one written by ``cache_write``) can be set too, e.g. to reset it.
+        """
+        self._check_name(name, ("input", "state"), "set_input")
+        self._write(name, data, DType.F32, "set_input")
+
+    def set_input_u32(self, name: str, data: object) -> None:
+        """Upload U32 data (token ids, positions) into the named ``input_u32``."""
+        self._check_name(name, ("input", "state"), "set_input_u32")
+        self._write(name, data, DType.U32, "set_input_u32")
+
+    def set_parameter(self, name: str, data: object) -> None:
+        """Overwrite a parameter (e.g. load pretrained weights)."""
+        self._check_name(name, ("parameter",), "set_parameter")
+        self._write(name, data, DType.F32, "set_parameter")
+
+    # -- running ----------------------------------------------------------------------------------
+    def step(self) -> None:
+        """Run the model once with the current inputs; state buffers are swapped afterwards."""
+        self._ort.run_with_iobinding(self._binding)
+        for name, out in self._pairs.items():
+            self._values[name], self._spare[name] = self._spare[name], self._values[name]
+            self._binding.bind_ortvalue_input(name, self._values[name])
+            self._binding.bind_ortvalue_output(out, self._spare[name])
+
+    def wait(self) -> None:
+        """Block until the last step finished. ``step()`` is synchronous under ORT, so this returns
+        at once; it exists so Meganeura programs port unchanged."""
+
+    # -- data out ---------------------------------------------------------------------------------
+    def num_outputs(self) -> int:
+        return len(self._output_names)
+
+    def read_output_by_index(self, index: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Output ``index`` (0 = primary) as a numpy array, or copied into ``out`` when given."""
+        if not isinstance(index, int) or not 0 <= index < len(self._output_names):
+            raise IndexError(f"read_output_by_index: index {index!r} out of range; the session has {len(self._output_names)} outputs")
+        return self._read(self._outputs[self._output_names[index]], out, f"output {index}")
+
+    def read_loss(self) -> float:
+        """Output 0 as a float when it is a scalar ``[1]`` (a loss), else 0.0 as in Meganeura."""
+        if not self._output_names or self._output_types[self._output_names[0]].num_elements() != 1:
+            return 0.0
+        return float(self.read_output_by_index(0).reshape(-1)[0])
+
+    def read_param(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
+        """Current value of a parameter (copied from the device)."""
+        self._check_name(name, ("parameter",), "read_param")
+        return self._read(self._values[name], out, f"parameter {name!r}")
+
+    get_parameter = read_param
+
+    def read_state(self, name: str) -> np.ndarray:
+        """Current value of a state buffer (a KV cache) by its input name."""
+        self._check_name(name, ("state",), "read_state")
+        return self._values[name].numpy()
+
+    @staticmethod
+    def _read(value: ort.OrtValue, out: np.ndarray | None, what: str) -> np.ndarray:
+        arr = value.numpy()
+        if out is None:
+            return arr
+        if out.size != arr.size:
+            raise ValueError(f"{what} has {arr.size} elements (shape {list(arr.shape)}); out has {out.size}")
+        out.reshape(-1)[:] = arr.reshape(-1)
+        return out
+
+    # -- inspection -------------------------------------------------------------------------------
+    def buffers(self) -> list[Buffer]:
+        bufs = [Buffer(n, self._types[n], self._kinds[n]) for n in self._types]
+        bufs += [Buffer(f"{n} (spare)", self._types[n], self._kinds[n]) for n in self._spare]
+        bufs += [Buffer(n, self._output_types[n], "output") for n in self._outputs]
+        return bufs
+
+    def plan(self) -> ExecutionPlan:
+        placement = [
+            (n.name, n.domain, n.op_type, sub.ep_name) for sub in self._ort.get_provider_graph_assignment_info() for n in sub.get_nodes()
+        ]
+        nodes = [(n.name, n.domain, n.op_type) for n in self._model.graph.node]
+        return ExecutionPlan(self._ort.get_providers(), nodes, self.buffers(), placement, self.custom_op_library_path)
+
+    def memory_summary(self) -> MemorySummary:
+        sizes = [b.size_bytes for b in self.buffers()]
+        adam = sum(b.size_bytes for b in self.buffers() if b.kind == "optimizer")
+        return MemorySummary(sum(sizes), adam, len(sizes), max(sizes, default=0))
+
+    def onnx_model(self) -> onnx.ModelProto:
+        """The ONNX model this session runs."""
+        return self._model
