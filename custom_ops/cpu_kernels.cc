@@ -147,7 +147,7 @@ class CachedAttentionCpu : public Kernel {
       const int64_t t = static_cast<int64_t>(item) / p.KVH, kh = static_cast<int64_t>(item) % p.KVH;
       const int64_t L = p.kv_pos + t + 1;  // attends to cache rows [0, kv_pos + t]
       std::vector<float> sc(static_cast<size_t>(G * L));
-      std::vector<float> acc(static_cast<size_t>(hd));
+      std::vector<float> acc(static_cast<size_t>(G * hd), 0.f), inv_sum(static_cast<size_t>(G));
       for (int64_t j = 0; j < L; ++j) {
         const float* kr = ks + j * kvw + kh * hd;
         for (int64_t g = 0; g < G; ++g) {
@@ -167,16 +167,21 @@ class CachedAttentionCpu : public Kernel {
           srow[j] = std::exp(srow[j] - m);
           sum += srow[j];
         }
-        std::fill(acc.begin(), acc.end(), 0.f);
-        for (int64_t j = 0; j < L; ++j) {
-          const float w = srow[j];
-          const float* vr = vs + j * kvw + kh * hd;
+        inv_sum[g] = 1.0f / sum;
+      }
+      // V rows are read once for the whole head group.
+      for (int64_t j = 0; j < L; ++j) {
+        const float* vr = vs + j * kvw + kh * hd;
+        for (int64_t g = 0; g < G; ++g) {
+          const float w = sc[g * L + j];
+          float* a = acc.data() + g * hd;
 #pragma omp simd
-          for (int64_t d = 0; d < hd; ++d) acc[d] += w * vr[d];
+          for (int64_t d = 0; d < hd; ++d) a[d] += w * vr[d];
         }
+      }
+      for (int64_t g = 0; g < G; ++g) {
         float* o = out + t * qw + (kh * G + g) * hd;
-        const float inv = 1.0f / sum;
-        for (int64_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
+        for (int64_t d = 0; d < hd; ++d) o[d] = acc[g * hd + d] * inv_sum[g];
       }
     });
   }

@@ -59,19 +59,34 @@ def function_proto(op: str):
 
 
 # ----------------------------------------------------------------- models
-_NP2ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64,
-            np.dtype(np.uint32): TensorProto.UINT32, np.dtype(np.int32): TensorProto.INT32} if onnx else {}
+_NP2ONNX = (
+    {
+        np.dtype(np.float32): TensorProto.FLOAT,
+        np.dtype(np.int64): TensorProto.INT64,
+        np.dtype(np.uint32): TensorProto.UINT32,
+        np.dtype(np.int32): TensorProto.INT32,
+    }
+    if onnx
+    else {}
+)
 
 
-def make_model(op: str, inputs: dict[str, np.ndarray], attrs: dict, *, out_shape=None, with_function: bool = True,
-               input_names: list[str] | None = None, unknown_shapes: bool = False) -> bytes:
+def make_model(
+    op: str,
+    inputs: dict[str, np.ndarray],
+    attrs: dict,
+    *,
+    out_shape=None,
+    with_function: bool = True,
+    input_names: list[str] | None = None,
+    unknown_shapes: bool = False,
+) -> bytes:
     """A one-node model ``op(inputs...) -> Y``; ``input_names`` may use '' for an absent optional input.
 
     ``unknown_shapes`` declares inputs without shapes, so invalid shapes reach the kernel.
     """
     names = input_names if input_names is not None else list(inputs)
-    vis = [helper.make_tensor_value_info(n, _NP2ONNX[a.dtype], None if unknown_shapes else list(a.shape))
-           for n, a in inputs.items()]
+    vis = [helper.make_tensor_value_info(n, _NP2ONNX[a.dtype], None if unknown_shapes else list(a.shape)) for n, a in inputs.items()]
     node = helper.make_node(op, names, ["Y"], domain=DOMAIN, name=f"{op}_0", **attrs)
     out = helper.make_tensor_value_info("Y", TensorProto.FLOAT, out_shape)
     graph = helper.make_graph([node], f"test_{op}", vis, [out])
@@ -80,14 +95,12 @@ def make_model(op: str, inputs: dict[str, np.ndarray], attrs: dict, *, out_shape
         fn = function_proto(op)
         if fn is not None:
             functions.append(fn)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(DOMAIN, 1)],
-                              functions=functions)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(DOMAIN, 1)], functions=functions)
     model.ir_version = 10
     return model.SerializeToString()
 
 
-def session(model: bytes, *, library: str | None, providers=("CPUExecutionProvider",), profile_prefix: str | None = None,
-            threads: int = 0):
+def session(model: bytes, *, library: str | None, providers=("CPUExecutionProvider",), profile_prefix: str | None = None, threads: int = 0):
     so = ort.SessionOptions()
     so.log_severity_level = 3
     if threads:
@@ -142,7 +155,7 @@ def rope_ref(x: np.ndarray, theta: float, head_dim: int, pos0: int) -> np.ndarra
 
 def cache_write_ref(new: np.ndarray, cache: np.ndarray, kv_pos: int) -> np.ndarray:
     out = cache.copy()
-    out[kv_pos: kv_pos + new.shape[0]] = new
+    out[kv_pos : kv_pos + new.shape[0]] = new
     return out
 
 
@@ -155,12 +168,12 @@ def cached_attention_ref(q, kc, vc, kv_pos: int, h: int, kvh: int, hd: int) -> n
         n = kv_pos + t + 1
         for head in range(h):
             kh = head // g
-            qv = q[t, head * hd:(head + 1) * hd].astype(np.float64)
-            k = kc[:n, kh * hd:(kh + 1) * hd].astype(np.float64)
-            v = vc[:n, kh * hd:(kh + 1) * hd].astype(np.float64)
+            qv = q[t, head * hd : (head + 1) * hd].astype(np.float64)
+            k = kc[:n, kh * hd : (kh + 1) * hd].astype(np.float64)
+            v = vc[:n, kh * hd : (kh + 1) * hd].astype(np.float64)
             s = k @ qv / np.sqrt(hd)
             p = np.exp(s - s.max())
-            out[t, head * hd:(head + 1) * hd] = (p / p.sum()) @ v
+            out[t, head * hd : (head + 1) * hd] = (p / p.sum()) @ v
     return out.astype(np.float32)
 
 
