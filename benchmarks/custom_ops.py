@@ -214,10 +214,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--iters", type=int, default=0, help="timed runs per variant (default 200 cuda / 30 cpu)")
+    ap.add_argument("--iters", type=int, default=0, help="timed runs per variant (default 100 cuda / 30 cpu)")
     ap.add_argument("--quick", action="store_true", help="fewer shapes (smoke run)")
     a = ap.parse_args()
-    r = Runner(a.device, a.iters or (200 if a.device == "cuda" else 30))
+    r = Runner(a.device, a.iters or (100 if a.device == "cuda" else 30))
     if r.lib is None:
         sys.exit(f"custom-op library for {a.device} not built: make -C custom_ops")
     name = gpu_name() if a.device == "cuda" else platform.processor() or platform.machine()

@@ -32,7 +32,7 @@ else
 fi
 if [ -n "${SAN:-}" ]; then
   # GPU tests only; --target-processes all follows pytest's children; errors -> nonzero exit code.
-  timeout 400 "$SAN" --tool memcheck --error-exitcode 99 --target-processes all \
+  timeout ${MEMCHECK_TIMEOUT:-240} "$SAN" --tool memcheck --error-exitcode 99 --target-processes all \
     $PY -m pytest -q -p no:cacheprovider -x tests/test_kernels_gpu.py -k "not 4096" 2>&1 | tail -n 200 > "$OUT/memcheck.txt"
   rc=${PIPESTATUS[0]}
   echo "compute-sanitizer exit code: $rc" | tee -a "$OUT/memcheck.txt"
