@@ -6,6 +6,7 @@ import click
 
 from .export_cmd import export
 from .inspect_cmd import inspect_cmd
+from .train import train
 from .view_cmd import view
 
 
@@ -18,6 +19,7 @@ def main() -> None:
 main.add_command(export)
 main.add_command(inspect_cmd)
 main.add_command(view)
+main.add_command(train)
 
 if __name__ == "__main__":
     main()

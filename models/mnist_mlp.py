@@ -1,7 +1,9 @@
 """The seed-001 two-layer MLP for MNIST: 784 -> 128 (ReLU) -> 10, cross-entropy loss.
 
 Model-file contract (``meganeura export/train``): ``build(**kwargs) -> Graph`` with the loss (or
-logits) as output 0. Parameter names follow Hugging Face conventions (``fc1.weight`` ...).
+logits) as output 0; ``data()`` for ``meganeura train`` (see ``meganeura train --help``). The
+training graph also outputs the logits as output 1, from which ``meganeura train`` reports the
+test accuracy. Parameter names follow Hugging Face conventions (``fc1.weight`` ...).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ def build(batch: int = 32, hidden: int = 128, inputs: int = 784, classes: int = 
     logits = g.bias_add(g.matmul(h, w2), b2)
     if loss:
         labels = g.input("labels", [batch, classes])
-        g.set_outputs([g.cross_entropy_loss(logits, labels)])
+        g.set_outputs([g.cross_entropy_loss(logits, labels), logits])
     else:
         g.set_outputs([logits])
     return g

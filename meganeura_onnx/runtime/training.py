@@ -281,8 +281,9 @@ class TrainingSession(Session):
         return list(self._prog.params)
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def save_checkpoint(self, path: str | os.PathLike) -> None:
-        """Parameters, Adam moments and the step count to a safetensors file (atomic write)."""
+    def save_checkpoint(self, path: str | os.PathLike, metadata: Mapping[str, str] | None = None) -> None:
+        """Parameters, Adam moments and the step count to a safetensors file (atomic write).
+        ``metadata``: extra string entries for the file's metadata (e.g. the epoch)."""
         params = {n: self.read_param(n) for n in self._prog.params}
         moments = {m: self._values[m].numpy().copy() for m in self._prog.moments}
         kind = self._spec.kind if self._spec else "none"
@@ -293,12 +294,13 @@ class TrainingSession(Session):
                 {m[7:]: v for m, v in moments.items() if m.startswith("adam_m.")},
                 {m[7:]: v for m, v in moments.items() if m.startswith("adam_v.")},
                 self._opt_steps,
-                {"optimizer": kind},
+                {**(metadata or {}), "optimizer": kind},
             ),
         )
 
-    def load_checkpoint(self, path: str | os.PathLike) -> None:
-        """Restore parameters, Adam moments and the step count; the graph must match (names and shapes)."""
+    def load_checkpoint(self, path: str | os.PathLike) -> dict[str, str]:
+        """Restore parameters, Adam moments and the step count; the graph must match (names and
+        shapes). Returns the file's other metadata."""
         ckpt = load_checkpoint(path)
         check_compatible(ckpt, {n: tuple(s) for n, s in self._prog.params.items()}, f"load_checkpoint({str(path)!r})")
         for n, v in ckpt.params.items():
@@ -308,6 +310,7 @@ class TrainingSession(Session):
             self._values[m].update_inplace(np.ascontiguousarray(moments.get(m, np.zeros(self._types[m].shape, np.float32)), np.float32))
         self._carry.update(moments)  # kept for a later recompile to Adam
         self._opt_steps = ckpt.step
+        return ckpt.metadata
 
 
 def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = None, **kwargs) -> TrainingSession:
