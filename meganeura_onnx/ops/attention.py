@@ -57,6 +57,13 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
             name,
             f"k and v must both be [kv_seq, {num_kv_heads}*{head_dim}], got k {list(k.shape)} and v {list(v.shape)}",
         )
+        batch = _.get("batch", 1)
+        positive_int(name, batch, "batch")
+        require(
+            q.shape[0] % batch == 0 and k.shape[0] % batch == 0,
+            name,
+            f"batch={batch} must divide the rows of q {list(q.shape)} and k {list(k.shape)}",
+        )
         if same_seq:
             require(
                 q.shape[0] == k.shape[0],
@@ -70,22 +77,29 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
 
     @d.numpy
     def _(q, k, v, num_heads, num_kv_heads, head_dim, **attrs):
-        pos = np.arange(q.shape[0]) if _is_causal(attrs) else None
-        return attention_ref(q, k, v, num_heads, num_kv_heads, head_dim, pos)
+        b = attrs.get("batch", 1)  # rows = b blocks, each its own sequence
+        qs, ks, vs = np.split(q, b), np.split(k, b), np.split(v, b)
+        pos = np.arange(q.shape[0] // b) if _is_causal(attrs) else None
+        return np.concatenate([attention_ref(*blk, num_heads, num_kv_heads, head_dim, pos) for blk in zip(qs, ks, vs, strict=True)])
 
     @d.onnx
     def _(ctx, node, q, k, v):
         a = node.attrs
+        if a.get("batch", 1) > 1:
+            return _batched_attention(ctx, node, q, k, v, _is_causal(a))
         mask = None
         if _is_causal(a):
             seq = ctx.input_types(node)[0].shape[0]
             mask = (arange(ctx, seq), arange(ctx, seq))
         return attend(ctx, q, k, v, a["head_dim"], a["num_heads"] // a["num_kv_heads"], mask)
 
-    def ex(g, f, s, skv, h, kvh, hd):
-        q = f.param(g, "q", [s, h * hd])
-        k = f.param(g, "k", [skv, kvh * hd])
-        v = f.param(g, "v", [skv, kvh * hd])
+    def ex(g, f, s, skv, h, kvh, hd, batch=1):
+        q = f.param(g, "q", [batch * s, h * hd])
+        k = f.param(g, "k", [batch * skv, kvh * hd])
+        v = f.param(g, "v", [batch * skv, kvh * hd])
+        if batch > 1:  # rows = batch sequences stacked (the `batch` attribute)
+            extra = {"is_cross": s != skv} if name == "multi_head_attn" else {}
+            return g._emit(name, q, k, v, num_heads=h, num_kv_heads=kvh, head_dim=hd, batch=batch, **extra)
         if name == "multi_head_attn":
             return g.multi_head_attn(q, k, v, h, kvh, hd, s != skv)
         return g._emit(name, q, k, v, num_heads=h, num_kv_heads=kvh, head_dim=hd)
@@ -97,6 +111,7 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
         {"s": 5, "skv": 5, "h": 4, "kvh": 2, "hd": 8},
         {"s": 3, "skv": 3 if same_seq else 6, "h": 2, "kvh": 2, "hd": 4},
         {"s": 5, "skv": skv2, "h": 3, "kvh": 1, "hd": 16},
+        {"s": 4, "skv": 4 if same_seq else 3, "h": 4, "kvh": 2, "hd": 4, "batch": 3},
     )
 
     @d.vjp
@@ -113,6 +128,7 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
             num_kv_heads=a["num_kv_heads"],
             head_dim=a["head_dim"],
             causal=_is_causal(a),
+            batch=a.get("batch", 1),
         )
         shapes = [g.node(i).ty.shape for i in (q, k, v)]
         starts = np.cumsum([0] + [int(np.prod(sh)) for sh in shapes])
@@ -132,9 +148,20 @@ take = op("take", ("x",), differentiable=False)
 
 @attention_backward.shape
 def _(
-    q: TensorType, k: TensorType, v: TensorType, dy: TensorType, *, num_heads: int, num_kv_heads: int, head_dim: int, causal: bool
+    q: TensorType,
+    k: TensorType,
+    v: TensorType,
+    dy: TensorType,
+    *,
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    causal: bool,
+    batch: int = 1,
 ) -> TensorType:
     check_heads("attention_backward", num_heads, num_kv_heads, head_dim)
+    positive_int("attention_backward", batch, "batch")
+    require(q.shape[0] % batch == 0 and k.shape[0] % batch == 0, "attention_backward", f"batch={batch} must divide the rows of q and k")
     require(
         q.shape[1] == num_heads * head_dim and dy.shape == q.shape,
         "attention_backward",
@@ -154,7 +181,16 @@ def _(
 
 
 @attention_backward.numpy
-def _(q, k, v, dy, *, num_heads, num_kv_heads, head_dim, causal):
+def _(q, k, v, dy, *, num_heads, num_kv_heads, head_dim, causal, batch=1):
+    parts = [
+        _attention_backward_ref(*blk, num_heads, num_kv_heads, head_dim, causal)
+        for blk in zip(*(np.split(t, batch) for t in (q, k, v, dy)), strict=True)
+    ]
+    return np.concatenate([np.concatenate([p[i] for p in parts]) for i in range(3)]).astype(q.dtype)
+
+
+def _attention_backward_ref(q, k, v, dy, num_heads, num_kv_heads, head_dim, causal):
+    """(dq, dk, dv) of one sequence, each flat row-major."""
     T, S, rep, kvh = q.shape[0], k.shape[0], num_heads // num_kv_heads, num_kv_heads
 
     def heads(x, n):  # [rows, n*hd] -> [n, rows, hd]
@@ -173,52 +209,79 @@ def _(q, k, v, dy, *, num_heads, num_kv_heads, head_dim, causal):
     dq = ds @ kh * scale
     dk = (ds.transpose(0, 2, 1) @ qh * scale).reshape(kvh, rep, S, head_dim).sum(axis=1)
     dv = (p.transpose(0, 2, 1) @ doh).reshape(kvh, rep, S, head_dim).sum(axis=1)
-    return np.concatenate([x.transpose(1, 0, 2).reshape(-1) for x in (dq, dk, dv)]).astype(q.dtype)
+    return [x.transpose(1, 0, 2).reshape(-1) for x in (dq, dk, dv)]
+
+
+class _Heads:
+    """ONNX helpers for [B*rows, n*hd] <-> [B, n, rows, hd] with GQA expansion (B sequences)."""
+
+    def __init__(self, ctx, batch: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
+        self.ctx, self.B, self.H, self.KVH, self.hd = ctx, batch, num_heads, num_kv_heads, head_dim
+        self.rep = num_heads // num_kv_heads
+
+    def split(self, x, n, rows):  # -> [B, n, rows, hd]
+        return self.ctx.op("Transpose", self.ctx.reshape(x, [self.B, rows, n, self.hd]), perm=[0, 2, 1, 3])
+
+    def expand(self, xh, rows):  # GQA: KV head j serves query heads j*rep .. j*rep + rep - 1
+        if self.rep == 1:
+            return xh
+        c, shape = self.ctx, [self.B, self.KVH, self.rep, rows, self.hd]
+        return c.reshape(
+            c.op("Expand", c.reshape(xh, [self.B, self.KVH, 1, rows, self.hd]), c.ints(shape)), [self.B, self.H, rows, self.hd]
+        )
+
+    def group_sum(self, xh, rows):
+        if self.rep == 1:
+            return xh
+        return self.ctx.op("ReduceSum", self.ctx.reshape(xh, [self.B, self.KVH, self.rep, rows, self.hd]), self.ctx.ints([2]), keepdims=0)
+
+    def merge(self, xh, width: int):  # [B, n, rows, hd] -> [B*rows, width]
+        return self.ctx.reshape(self.ctx.op("Transpose", xh, perm=[0, 2, 1, 3]), [-1, width])
+
+    def t(self, x):
+        return self.ctx.op("Transpose", x, perm=[0, 1, 3, 2])
+
+    def probs(self, qh, kh, T: int, S: int, causal: bool):
+        c = self.ctx
+        scores = c.op("Mul", c.op("MatMul", qh, self.t(kh)), c.const(1.0 / np.sqrt(self.hd)))
+        if causal:
+            hidden = c.op("Greater", c.op("Unsqueeze", arange(c, S), c.ints([0])), c.op("Unsqueeze", arange(c, T), c.ints([1])))
+            scores = c.op("Where", hidden, c.const(NEG_INF), scores)
+        return c.op("Softmax", scores, axis=-1)
+
+
+def _batched_attention(ctx, node, q, k, v, causal: bool) -> str:
+    a = node.attrs
+    B = a["batch"]
+    T, S = ctx.input_types(node)[0].shape[0] // B, ctx.input_types(node)[1].shape[0] // B
+    h = _Heads(ctx, B, a["num_heads"], a["num_kv_heads"], a["head_dim"])
+    p = h.probs(h.split(q, h.H, T), h.expand(h.split(k, h.KVH, S), S), T, S, causal)
+    return h.merge(ctx.op("MatMul", p, h.expand(h.split(v, h.KVH, S), S)), h.H * h.hd)
 
 
 @attention_backward.onnx
 def _(ctx, node, q, k, v, dy):
     a = node.attrs
-    H, KVH, hd = a["num_heads"], a["num_kv_heads"], a["head_dim"]
-    rep, T, S = H // KVH, ctx.input_types(node)[0].shape[0], ctx.input_types(node)[1].shape[0]
-
-    def heads(x, n, rows):  # -> [n, rows, hd]
-        return ctx.op("Transpose", ctx.reshape(x, [rows, n, hd]), perm=[1, 0, 2])
-
-    def expand(xh, rows):  # GQA: KV head j serves query heads j*rep .. j*rep + rep - 1
-        if rep == 1:
-            return xh
-        return ctx.reshape(ctx.op("Expand", ctx.reshape(xh, [KVH, 1, rows, hd]), ctx.ints([KVH, rep, rows, hd])), [H, rows, hd])
-
-    def group_sum(xh, rows):
-        return xh if rep == 1 else ctx.op("ReduceSum", ctx.reshape(xh, [KVH, rep, rows, hd]), ctx.ints([1]), keepdims=0)
-
-    def flat(xh):
-        return ctx.reshape(ctx.op("Transpose", xh, perm=[1, 0, 2]), [-1])
-
-    def t(x):
-        return ctx.op("Transpose", x, perm=[0, 2, 1])
-
-    qh, doh = heads(q, H, T), heads(dy, H, T)
-    kh, vh = expand(heads(k, KVH, S), S), expand(heads(v, KVH, S), S)
-    scale = ctx.const(1.0 / np.sqrt(hd))
-    scores = ctx.op("Mul", ctx.op("MatMul", qh, t(kh)), scale)
-    if a["causal"]:
-        hidden = ctx.op("Greater", ctx.op("Unsqueeze", arange(ctx, S), ctx.ints([0])), ctx.op("Unsqueeze", arange(ctx, T), ctx.ints([1])))
-        scores = ctx.op("Where", hidden, ctx.const(NEG_INF), scores)
-    p = ctx.op("Softmax", scores, axis=-1)
-    dp = ctx.op("MatMul", doh, t(vh))
+    B = a.get("batch", 1)
+    T, S = ctx.input_types(node)[0].shape[0] // B, ctx.input_types(node)[1].shape[0] // B
+    h = _Heads(ctx, B, a["num_heads"], a["num_kv_heads"], a["head_dim"])
+    qh, doh = h.split(q, h.H, T), h.split(dy, h.H, T)
+    kh, vh = h.expand(h.split(k, h.KVH, S), S), h.expand(h.split(v, h.KVH, S), S)
+    p = h.probs(qh, kh, T, S, a["causal"])
+    dp = ctx.op("MatMul", doh, h.t(vh))
     ds = ctx.op("Mul", p, ctx.op("Sub", dp, ctx.op("ReduceSum", ctx.op("Mul", dp, p), ctx.ints([-1]), keepdims=1)))
+    scale = ctx.const(1.0 / np.sqrt(h.hd))
     dq = ctx.op("Mul", ctx.op("MatMul", ds, kh), scale)
-    dk = group_sum(ctx.op("Mul", ctx.op("MatMul", t(ds), qh), scale), S)
-    dv = group_sum(ctx.op("MatMul", t(p), doh), S)
-    return ctx.op("Concat", flat(dq), flat(dk), flat(dv), axis=0)
+    dk = h.group_sum(ctx.op("Mul", ctx.op("MatMul", h.t(ds), qh), scale), S)
+    dv = h.group_sum(ctx.op("MatMul", h.t(p), doh), S)
+    flat = [ctx.reshape(h.merge(x, n * h.hd), [-1]) for x, n in ((dq, h.H), (dk, h.KVH), (dv, h.KVH))]
+    return ctx.op("Concat", *flat, axis=0)
 
 
-def _ex_bwd(g, f, s, skv, h, kvh, hd, causal):
-    q, dy = f.param(g, "q", [s, h * hd]), f.param(g, "dy", [s, h * hd])
-    k, v = f.param(g, "k", [skv, kvh * hd]), f.param(g, "v", [skv, kvh * hd])
-    return g._emit("attention_backward", q, k, v, dy, num_heads=h, num_kv_heads=kvh, head_dim=hd, causal=causal)
+def _ex_bwd(g, f, s, skv, h, kvh, hd, causal, batch=1):
+    q, dy = f.param(g, "q", [batch * s, h * hd]), f.param(g, "dy", [batch * s, h * hd])
+    k, v = f.param(g, "k", [batch * skv, kvh * hd]), f.param(g, "v", [batch * skv, kvh * hd])
+    return g._emit("attention_backward", q, k, v, dy, num_heads=h, num_kv_heads=kvh, head_dim=hd, causal=causal, batch=batch)
 
 
 examples(
@@ -226,6 +289,7 @@ examples(
     _ex_bwd,
     {"s": 4, "skv": 4, "h": 4, "kvh": 2, "hd": 4, "causal": True},
     {"s": 3, "skv": 5, "h": 2, "kvh": 1, "hd": 8, "causal": False},
+    {"s": 3, "skv": 3, "h": 2, "kvh": 1, "hd": 4, "causal": True, "batch": 2},
 )
 
 

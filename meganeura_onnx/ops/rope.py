@@ -40,9 +40,23 @@ def rope_ref(x: np.ndarray, positions: np.ndarray, theta: float, head_dim: int, 
 
 @rope.shape
 def _(
-    x: TensorType, offset: TensorType | None = None, *, theta: float, head_dim: int, offset_static: int, inverse: bool = False
+    x: TensorType,
+    offset: TensorType | None = None,
+    *,
+    theta: float,
+    head_dim: int,
+    offset_static: int,
+    inverse: bool = False,
+    period: int | None = None,
 ) -> TensorType:
     rank("rope", x, 2, "x")
+    if period is not None:  # rows = blocks of `period` sequences, positions restart in each
+        positive_int("rope", period, "period")
+        require(
+            x.shape[0] % period == 0 and offset is None,
+            "rope",
+            f"period {period} must divide the rows of x {list(x.shape)} (static offsets only)",
+        )
     positive_int("rope", head_dim, "head_dim")
     require(head_dim % 2 == 0, "rope", f"head_dim must be even, got {head_dim}")
     require(x.shape[1] % head_dim == 0, "rope", f"x width {x.shape[1]} (shape {list(x.shape)}) must be divisible by head_dim {head_dim}")
@@ -54,9 +68,10 @@ def _(
 
 
 @rope.numpy
-def _(x, offset=None, *, theta, head_dim, offset_static, inverse=False):
+def _(x, offset=None, *, theta, head_dim, offset_static, inverse=False, period=None):
     start = offset_static + (int(offset.reshape(-1)[0]) if offset is not None else 0)
-    return rope_ref(x, np.arange(start, start + x.shape[0]), theta, head_dim, inverse)
+    rows = np.arange(x.shape[0]) % (period or x.shape[0])
+    return rope_ref(x, start + rows, theta, head_dim, inverse)
 
 
 def rope_function(opset: int):
@@ -86,12 +101,22 @@ def _(ctx, node, x, offset=None):
     ctx.use_function(rope_function(ctx.opset))
     dyn = ctx.to_int64(offset) if offset is not None else ctx.ints([0])
     a = node.attrs
+    rows, width = ctx.input_types(node)[0].shape
+    period = a.get("period") or rows
+    if period != rows:  # [B*S, D] -> [S, B*D]: row s of every sequence shares position s, one Rope
+        x = ctx.reshape(ctx.op("Transpose", ctx.reshape(x, [rows // period, period, width]), perm=[1, 0, 2]), [period, -1])
+        y = _rope_node(ctx, x, dyn, a, width * rows // period)
+        return ctx.reshape(ctx.op("Transpose", ctx.reshape(y, [period, rows // period, width]), perm=[1, 0, 2]), [rows, width])
+    return _rope_node(ctx, x, dyn, a, width)
+
+
+def _rope_node(ctx, x, dyn, a, width: int) -> str:
     if not a.get("inverse", False):
         return ctx.op("Rope", x, dyn, domain=CUSTOM_DOMAIN, theta=float(a["theta"]), head_dim=a["head_dim"], offset=a["offset_static"])
     # Negated angle through the same Rope op: per (i, i + hd/2) pair, R(-a) = S R(a) S with
     # S = diag(1, -1) (negate the second half of every head), so the custom kernel serves both.
     half = a["head_dim"] // 2
-    signs = ctx.const(np.tile(np.r_[np.ones(half), -np.ones(half)], x_width(ctx, node) // a["head_dim"]).astype(np.float32))
+    signs = ctx.const(np.tile(np.r_[np.ones(half), -np.ones(half)], width // a["head_dim"]).astype(np.float32))
     y = ctx.op(
         "Rope",
         ctx.op("Mul", x, signs),
@@ -104,10 +129,6 @@ def _(ctx, node, x, offset=None):
     return ctx.op("Mul", y, signs)
 
 
-def x_width(ctx, node) -> int:
-    return ctx.input_types(node)[0].shape[1]
-
-
 @rope.vjp
 def _(g, node, dy):
     # A rotation's transpose is the rotation by the negated angle; the offset (U32) has no gradient.
@@ -115,10 +136,10 @@ def _(g, node, dy):
     return [g._emit("rope", dy, *node.inputs[1:], **attrs)] + [None] * (len(node.inputs) - 1)
 
 
-def _ex(g, f, seq, width, hd, static, dynamic, inverse=False):
+def _ex(g, f, seq, width, hd, static, dynamic, inverse=False, period=None):
     x = f.param(g, "x", [seq, width])
-    if inverse:
-        return g._emit("rope", x, theta=10000.0, head_dim=hd, offset_static=static, inverse=True)
+    if inverse or period:
+        return g._emit("rope", x, theta=10000.0, head_dim=hd, offset_static=static, inverse=inverse, period=period)
     if dynamic is None:
         return g.rope_with_offset(x, 10000.0, static, hd) if static else g.rope(x, 10000.0, hd)
     off = g.input_u32("offset", [1])
@@ -133,6 +154,7 @@ examples(
     {"seq": 3, "width": 12, "hd": 4, "static": 7, "dynamic": None},
     {"seq": 4, "width": 16, "hd": 16, "static": 0, "dynamic": 11},
     {"seq": 4, "width": 8, "hd": 4, "static": 2, "dynamic": None, "inverse": True},
+    {"seq": 6, "width": 8, "hd": 4, "static": 1, "dynamic": None, "period": 3},
 )
 
 
