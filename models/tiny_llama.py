@@ -85,7 +85,7 @@ def torch_model(
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
     def rope(x):  # x [B, n, S, hd], HF rotate-half
-        ang = torch.arange(x.shape[2], dtype=torch.float32)[:, None] * inv_freq[None, :]
+        ang = torch.arange(x.shape[2], dtype=torch.float32, device=device)[:, None] * inv_freq[None, :]
         cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
         x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
         return x * cos + torch.cat([-x2, x1], -1) * sin
@@ -93,7 +93,7 @@ def torch_model(
     def loss_fn(ids, labels):
         b, s = ids.shape
         h = w["model.embed_tokens.weight"][ids]  # [B, S, D]
-        mask = torch.triu(torch.ones(s, s, dtype=torch.bool), 1)
+        mask = torch.triu(torch.ones(s, s, dtype=torch.bool, device=device), 1)
         for i in range(layers):
             p = f"model.layers.{i}."
             x = rms(h, w[p + "input_layernorm.weight"])
@@ -109,7 +109,9 @@ def torch_model(
             x = rms(h, w[p + "post_attention_layernorm.weight"])
             m = torch.nn.functional.silu(x @ w[p + "mlp.gate_proj.weight"].T) * (x @ w[p + "mlp.up_proj.weight"].T)
             h = h + m @ w[p + "mlp.down_proj.weight"].T
-        logits = rms(h, w["model.norm.weight"]) @ w["lm_head.weight"].T
-        return -(labels * torch.log_softmax(logits.reshape(b * s, -1), -1)).sum() / (b * s)
+        logits = (rms(h, w["model.norm.weight"]) @ w["lm_head.weight"].T).reshape(b * s, -1)
+        if labels.dim() == 1:
+            return torch.nn.functional.cross_entropy(logits, labels)
+        return -(labels * torch.log_softmax(logits, -1)).sum() / (b * s)
 
     return w, loss_fn

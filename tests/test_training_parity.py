@@ -146,3 +146,33 @@ def test_adamw_with_clipping_matches_pytorch():
         assert s.read_loss() == pytest.approx(loss.item(), rel=1e-4)
     for name, p in w.items():
         np.testing.assert_allclose(s.read_param(name), p.detach().numpy(), rtol=1e-3, atol=1e-5, err_msg=name)
+
+
+def _cuda() -> bool:
+    import onnxruntime as ort
+
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs onnxruntime-gpu with CUDAExecutionProvider")
+@pytest.mark.parametrize("model", ["mlp", "llama_block", "llama_block_batch3"])
+def test_twenty_adam_steps_on_cuda_with_resident_parameters_match_pytorch(model):
+    g, params, batches, w, torch_loss, feed = CASES[model]()
+    s = build_session(g, "cuda", optimizer="adam", parameters=params)
+    s.set_adam(1e-3)
+    opt = torch.optim.Adam(w.values(), lr=1e-3)
+    ours, theirs = [], []
+    for b in batches:
+        feed(s, b)
+        s.step()
+        ours.append(s.read_loss())
+        opt.zero_grad()
+        loss = torch_loss(b)
+        loss.backward()
+        opt.step()
+        theirs.append(loss.item())
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4)
+    assert all(s._values[n].device_name().lower() == "cuda" for n in s.parameter_names())
+    placement = {ep for *_, ep in s.plan().placement}
+    assert "CUDAExecutionProvider" in placement
