@@ -214,6 +214,30 @@ class Session:
         """Block until the last step finished. ``step()`` is synchronous under ORT, so this returns
         at once; it exists so Meganeura programs port unchanged."""
 
+    def share_buffers(self, other: Session, *, parameters: bool = True, state: bool = True) -> list[str]:
+        """Bind ``other``'s device buffers for the parameters and/or state (KV caches) that both
+        sessions have under the same name and type; no data is copied. Returns the names shared.
+
+        Two graphs of one model (e.g. a prefill graph and a one-token decode graph) then use one
+        copy of the weights, and a decode session continues from the caches the prefill session
+        just wrote. Shared parameters stay shared (``set_parameter`` on either updates both). State
+        buffers are swapped after every step, so call this again after switching sessions.
+        """
+        if self._device != other._device:
+            raise ValueError(f"share_buffers: sessions are on different devices ({self._device} and {other._device})")
+        shared: list[str] = []
+        for name, kind in self._kinds.items():
+            if other._kinds.get(name) != kind or other._types[name] != self._types[name]:
+                continue
+            if (kind == "parameter" and parameters) or (kind == "state" and state):
+                self._values[name] = other._values[name]
+                self._binding.bind_ortvalue_input(name, self._values[name])
+                if name in self._pairs:
+                    self._spare[name] = other._spare[name]
+                    self._binding.bind_ortvalue_output(self._pairs[name], self._spare[name])
+                shared.append(name)
+        return shared
+
     # -- data out ---------------------------------------------------------------------------------
     def num_outputs(self) -> int:
         return len(self._output_names)
@@ -240,11 +264,13 @@ class Session:
     def read_state(self, name: str) -> np.ndarray:
         """Current value of a state buffer (a KV cache) by its input name."""
         self._check_name(name, ("state",), "read_state")
-        return self._values[name].numpy()
+        return np.array(self._values[name].numpy(), copy=True)
 
     @staticmethod
     def _read(value: ort.OrtValue, out: np.ndarray | None, what: str) -> np.ndarray:
-        arr = value.numpy()
+        # On CPU OrtValue.numpy() is a view of the device buffer: the next step (or the session's
+        # end) would change what the caller holds, so hand out a copy.
+        arr = np.array(value.numpy(), copy=True)
         if out is None:
             return arr
         if out.size != arr.size:
@@ -253,6 +279,15 @@ class Session:
         return out
 
     # -- inspection -------------------------------------------------------------------------------
+    def parameter_names(self) -> list[str]:
+        """Names of the session's parameters, in graph order."""
+        return [n for n in self._parameter_names if self._kinds.get(n) == "parameter"]
+
+    def parameter_shape(self, name: str) -> tuple[int, ...]:
+        """Shape of a parameter by name."""
+        self._check_name(name, ("parameter",), "parameter_shape")
+        return self._types[name].shape
+
     def buffers(self) -> list[Buffer]:
         bufs = [Buffer(n, self._types[n], self._kinds[n]) for n in self._types]
         bufs += [Buffer(f"{n} (spare)", self._types[n], self._kinds[n]) for n in self._spare]
