@@ -130,7 +130,7 @@ class Session:
             self._alloc(name, ty, "input", np.zeros(ty.shape, NUMPY[ty.dtype]))
         for name, value in persistent.items():
             self._alloc(name, TensorType(value.shape), "parameter" if name in self._parameter_names else "constant", value)
-        for name, (out, value) in state.items():
+        for name, (_out, value) in state.items():
             ty = TensorType(value.shape, DType.U32 if value.dtype == np.uint32 else DType.F32)
             kind = "parameter" if name in self._parameter_names else "state"
             self._alloc(name, ty, kind, value)
