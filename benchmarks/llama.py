@@ -55,6 +55,8 @@ llama = _load_model_file(ROOT / "models" / "llama.py")
 
 def machine(device: str) -> dict:
     info = {"platform": platform.platform(), "python": platform.python_version(), "host": socket.gethostname(), "cpus": os.cpu_count()}
+    if hasattr(os, "getloadavg"):
+        info["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]  # other work on a shared machine skews timings
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -128,7 +130,7 @@ def bench_transformers(cfg, params: dict, prompt: list[int], n_new: int, device:
     torch.backends.cudnn.allow_tf32 = False
     hf_cfg = transformers.LlamaConfig(**{k: v for k, v in cfg.to_dict().items() if k not in ("architectures",)})
     hf_cfg.rope_parameters = {"rope_theta": cfg.rope_theta, "rope_type": "default"}
-    model = transformers.LlamaForCausalLM._from_config(hf_cfg, attn_implementation=attn, torch_dtype=torch.float32)
+    model = transformers.LlamaForCausalLM._from_config(hf_cfg, attn_implementation=attn, dtype=torch.float32)
     state = {k: torch.from_numpy(v) for k, v in params.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
@@ -206,6 +208,8 @@ def main(argv: list[str] | None = None) -> dict:
             result["meganeura_onnx"]["decode_tokens_per_s"] / result["transformers"]["decode_tokens_per_s"], 2
         )
         result["prefill_speedup_vs_transformers"] = round(result["transformers"]["prefill_ms"] / result["meganeura_onnx"]["prefill_ms"], 2)
+    if hasattr(os, "getloadavg"):
+        result["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")

@@ -65,11 +65,12 @@ def _hf_greedy(model, prompt, n):
     return out[0, len(prompt) :].tolist()
 
 
+@pytest.mark.parametrize("kernels", [True, False], ids=["kernels-if-built", "function-bodies"])
 @pytest.mark.parametrize("chunk", [10, 4, 16], ids=["chunk=prompt", "chunks+remainder", "padded-chunk"])
-def test_greedy_generation_through_the_kv_cache_matches_transformers_generate(tiny, chunk):
+def test_greedy_generation_through_the_kv_cache_matches_transformers_generate(tiny, chunk, kernels):
     model, path = tiny
     cfg = llama.LlamaConfig.from_json(path.with_name("config.json"))
-    runner = llama.LlamaRunner(cfg, path, max_seq=64, prefill_chunk=chunk)
+    runner = llama.LlamaRunner(cfg, path, max_seq=64, prefill_chunk=chunk, use_custom_ops=kernels)
     ours = list(generate(runner, PROMPT, 32))
     assert ours == _hf_greedy(model, PROMPT, 32)
 

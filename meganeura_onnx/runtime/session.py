@@ -249,7 +249,12 @@ class Session:
                 self._values[name] = other._values[name]
                 self._binding.bind_ortvalue_input(name, self._values[name])
                 if name in self._pairs:
-                    self._spare[name] = other._spare[name]
+                    if name in self._aliased:  # updated in place: one buffer is input and output
+                        self._spare[name] = self._values[name]
+                    elif other._spare[name] is not other._values[name]:
+                        self._spare[name] = other._spare[name]
+                    elif self._spare[name] is self._values[name]:  # other works in place, this session swaps
+                        self._spare[name] = self._device_value(np.zeros(self._types[name].shape, NUMPY[self._types[name].dtype]))
                     self._binding.bind_ortvalue_output(self._pairs[name], self._spare[name])
                 shared.append(name)
         return shared
