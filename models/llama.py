@@ -8,6 +8,8 @@ Three graphs share every parameter name:
   and values into the per-layer caches and returns the logits of row ``last_row`` only (``[1, vocab]``;
   the row is picked with an ``embedding`` gather so the LM head runs on one row).
 - ``decode``: the same with ``T = 1``.
+- ``train``: the ``logits`` graph with a next-token cross-entropy loss (one-hot ``labels [T, vocab]``)
+  as output 0, for ``build_session`` / ``meganeura train``.
 
 How prefill hands over to decode (:class:`LlamaRunner`): the prefill and decode sessions share the
 parameter buffers and the cache buffers on the device (``Session.share_buffers``), so nothing is
@@ -103,14 +105,17 @@ class LlamaForCausalLM:
 
 
 def build_graph(cfg: LlamaConfig, mode: str = "logits", seq: int = 16, max_seq: int = 256) -> Graph:
-    """The ``logits`` (``seq`` rows), ``prefill`` (chunk of ``seq`` rows) or ``decode`` graph; output 0 is logits."""
+    """The ``logits`` (``seq`` rows), ``train`` (``seq`` rows, output 0 the loss), ``prefill`` (chunk of
+    ``seq`` rows) or ``decode`` graph; output 0 is the logits except in ``train``."""
     g = Graph()
     model = LlamaForCausalLM(g, cfg)
-    if mode == "logits":
-        g.set_outputs([model.forward(g, g.input_u32("input_ids", [seq]))])
+    if mode in ("logits", "train"):
+        logits = model.forward(g, g.input_u32("input_ids", [seq]))
+        # train: next-token cross-entropy with one-hot labels [seq, vocab] (cross_entropy_loss's contract).
+        g.set_outputs([g.cross_entropy_loss(logits, g.input("labels", [seq, cfg.vocab_size]))] if mode == "train" else [logits])
         return g
     if mode not in ("prefill", "decode"):
-        raise ValueError(f"build: mode must be 'logits', 'prefill' or 'decode', got {mode!r}")
+        raise ValueError(f"build: mode must be 'logits', 'train', 'prefill' or 'decode', got {mode!r}")
     rows = 1 if mode == "decode" else seq
     if rows > max_seq:
         raise ValueError(f"build: a {mode} chunk of {rows} rows does not fit a KV cache of {max_seq} positions")
