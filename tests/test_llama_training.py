@@ -48,9 +48,9 @@ def test_tiny_llama_loss_goes_down_and_the_trained_model_exports_to_onnx(tmp_pat
         session.set_input("labels", y)
         session.step()
         losses.append(session.read_loss())
-    first, last = np.mean(losses[:10]), np.mean(losses[-10:])
-    assert first > 4.5  # about ln(256) at the start
-    assert last < 0.5 * first, (first, last)
+    first, last = losses[0], np.mean(losses[-10:])
+    assert first > 4.5  # about ln(256) = 5.5 at the start
+    assert last < 0.4 * first, (first, last, losses[::15])
 
     trained = {name: session.read_param(name) for name in session.parameter_names()}
     path = tmp_path / "tiny_llama.onnx"
