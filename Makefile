@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup lint format kernels clean
+.PHONY: demo test setup lint format kernels asan clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ setup: $(STAMP)
 kernels:
 	@if [ -f custom_ops/Makefile ]; then $(MAKE) -C custom_ops; fi
 
+# The kernel tests under AddressSanitizer (custom_ops/Makefile preloads libasan).
+asan: setup
+	$(MAKE) -C custom_ops asan-test PYTHON=$(abspath $(PY))
+
 demo: setup kernels
 	$(PY) scripts/demo.py
 
@@ -28,7 +32,7 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test: setup kernels lint
+test: setup kernels lint asan
 	$(VENV)/bin/pytest -q
 
 clean:

@@ -40,8 +40,8 @@ SMOL = {"vocab": 49152, "hidden": 576, "heads": 9, "kv_heads": 3, "intermediate"
 
 
 def parity(out: Path) -> dict:
-    import torch
     import test_training_parity as tp
+    import torch
 
     from meganeura_onnx.runtime.training import build_session
 
@@ -85,7 +85,9 @@ def parity(out: Path) -> dict:
             "providers": plan.providers,
             "parameters_resident": all(s._values[n].device_name() == "cuda" for n in s.parameter_names()),
         }
-        print(f"parity {model}: losses rel {rel:.2e}, grads {grad_err:.2e}, placement {by_ep} -> {'PASS' if res[model]['pass'] else 'FAIL'}")
+        print(
+            f"parity {model}: losses rel {rel:.2e}, grads {grad_err:.2e}, placement {by_ep} -> {'PASS' if res[model]['pass'] else 'FAIL'}"
+        )
     return res
 
 
@@ -102,10 +104,17 @@ def ort_profile(out: Path) -> dict:
     opts = ort.SessionOptions()
     opts.enable_profiling = True
     opts.profile_file_prefix = str(out / "ort_profile")
-    sess = ort.InferenceSession(prog.model.SerializeToString(), opts, providers=[("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"])
+    sess = ort.InferenceSession(
+        prog.model.SerializeToString(), opts, providers=[("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]
+    )
     feeds = {"input_ids": batches[0]["ids"], "labels": batches[0]["labels"], **params}
     feeds.update({m: np.zeros(params[m.split(".", 1)[1]].shape, np.float32) for m in prog.moments})
-    feeds.update({h: np.array([v], np.float32) for h, v in {"opt.lr": 1e-3, "opt.beta1": 0.9, "opt.beta2": 0.999, "opt.eps": 1e-8, "opt.step": 1.0}.items()})
+    feeds.update(
+        {
+            h: np.array([v], np.float32)
+            for h, v in {"opt.lr": 1e-3, "opt.beta1": 0.9, "opt.beta2": 0.999, "opt.eps": 1e-8, "opt.step": 1.0}.items()
+        }
+    )
     sess.run(None, feeds)
     events = json.loads(Path(sess.end_profiling()).read_text())
     by_ep: dict[str, int] = {}
@@ -130,8 +139,8 @@ def _time(fn, steps: int, sync) -> list[float]:
 
 
 def smollm(layers: int, steps: int, batch: int = 8, seq: int = 256) -> dict:
-    import torch
     import tiny_llama
+    import torch
 
     from meganeura_onnx.init import default_parameters
     from meganeura_onnx.runtime.training import build_session
@@ -191,7 +200,9 @@ def main() -> None:
     import torch
 
     if "CUDAExecutionProvider" not in ort.get_available_providers() or not torch.cuda.is_available():
-        sys.exit(f"needs onnxruntime-gpu and CUDA torch: ORT providers {ort.get_available_providers()}, torch.cuda {torch.cuda.is_available()}")
+        sys.exit(
+            f"needs onnxruntime-gpu and CUDA torch: ORT providers {ort.get_available_providers()}, torch.cuda {torch.cuda.is_available()}"
+        )
     report = {
         "gpu": torch.cuda.get_device_name(0),
         "onnxruntime": ort.__version__,

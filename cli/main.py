@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
+from .embed import embed
 from .export_cmd import export
+from .generate import generate
 from .inspect_cmd import inspect_cmd
 from .train import train
 from .view_cmd import view
@@ -20,6 +22,8 @@ main.add_command(export)
 main.add_command(inspect_cmd)
 main.add_command(view)
 main.add_command(train)
+main.add_command(generate)
+main.add_command(embed)
 
 if __name__ == "__main__":
     main()

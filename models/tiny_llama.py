@@ -73,13 +73,15 @@ def torch_model(
     layers: int,
     theta: float = 10000.0,
     eps: float = 1e-5,
+    device: str = "cpu",
 ):
-    """``(tensors, loss_fn)``: the same model in PyTorch; ``loss_fn(input_ids [B, S] long, labels [B*S, V])``."""
+    """``(tensors, loss_fn)``: the same model in PyTorch; ``loss_fn(input_ids [B, S] long, labels)``
+    with labels one-hot ``[B*S, V]`` (our contract) or class indices ``[B*S]`` (F.cross_entropy)."""
     import torch
 
     hd = hidden // heads
-    w = {k: torch.nn.Parameter(torch.tensor(v)) for k, v in params.items()}
-    inv_freq = torch.pow(torch.tensor(theta, dtype=torch.float32), torch.arange(hd // 2, dtype=torch.float32) * -2.0 / hd)
+    w = {k: torch.nn.Parameter(torch.tensor(v, device=device)) for k, v in params.items()}
+    inv_freq = torch.pow(torch.tensor(theta, dtype=torch.float32), torch.arange(hd // 2, dtype=torch.float32) * -2.0 / hd).to(device)
 
     def rms(x, weight):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight

@@ -53,7 +53,12 @@ def test_default_init_is_seeded_ones_zeros_and_scaled_uniform():
     assert not np.array_equal(w, build_inference_session(g, seed=1).read_param("w"))
 
 
-def test_kv_cache_persists_across_steps_like_meganeura_decode():
+@pytest.mark.parametrize("kernels", [False, True], ids=["function-bodies", "kernels"])
+def test_kv_cache_persists_across_steps_like_meganeura_decode(kernels):
+    from meganeura_onnx import custom_op_library
+
+    if kernels and not custom_op_library():
+        pytest.skip("custom-op library not built (make kernels)")
     max_seq, heads, kv_heads, hd = 6, 2, 1, 4
     g = Graph()
     q = g.input("q", [1, heads * hd])
@@ -63,7 +68,10 @@ def test_kv_cache_persists_across_steps_like_meganeura_decode():
     kc = g.cache_write(k_new, g.input("k_cache", [max_seq, kv_heads * hd]), pos)
     vc = g.cache_write(v_new, g.input("v_cache", [max_seq, kv_heads * hd]), pos)
     g.set_outputs([g.cached_attention(q, kc, vc, pos, heads, kv_heads, hd)])
-    s = build_inference_session(g, use_custom_ops=False)
+    s = build_inference_session(g, use_custom_ops=kernels)
+    # The in-place CacheWrite kernel updates one buffer; function bodies swap two.
+    assert s.inplace_state == ({"k_cache", "v_cache"} if kernels else set())
+    assert s.plan().kernels() == dict.fromkeys(["CacheWrite", "CachedAttention"], "kernel" if kernels else "function")
     rng = np.random.default_rng(3)
     ks, vs = [], []
     for t in range(4):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from onnx import TensorProto
 
@@ -13,6 +15,19 @@ SHAPES = ({"shape": [3, 5]}, {"shape": [2, 3, 4]})
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * x))  # stable for large |x|
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])  # numpy has no erf; references need not be fast
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return (0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))).astype(x.dtype)
+
+
+def _gelu_onnx(ctx, x: str) -> str:
+    # The exact (erf) GELU that BERT uses; ORT fuses this pattern into its Gelu kernel.
+    inner = ctx.op("Erf", ctx.op("Mul", x, ctx.const(1.0 / math.sqrt(2.0))))
+    return ctx.op("Mul", ctx.op("Mul", x, ctx.const(0.5)), ctx.op("Add", inner, ctx.const(1.0)))
 
 
 # -- binary, identical shapes ---------------------------------------------------------------------
@@ -120,6 +135,8 @@ UNARY = {
     "exp": (np.exp, lambda ctx, x: ctx.op("Exp", x), (-2, 2)),
     "tanh": (np.tanh, lambda ctx, x: ctx.op("Tanh", x), (-2, 2)),
     "sqrt": (np.sqrt, lambda ctx, x: ctx.op("Sqrt", x), (0.1, 3)),
+    "gelu": (_gelu, _gelu_onnx, (-4, 4)),
+    "erf": (lambda x: _erf(x).astype(x.dtype), lambda ctx, x: ctx.op("Erf", x), (-2, 2)),
 }
 
 # name: the gradient wrt x as a function of (g, x, y = the op's output, dy).
@@ -134,6 +151,15 @@ UNARY_VJP = {
     "exp": lambda g, x, y, dy: g.mul(dy, y),
     "tanh": lambda g, x, y, dy: g.mul(dy, g.affine(g.mul(y, y), -1.0, 1.0)),
     "sqrt": lambda g, x, y, dy: g.affine(g.div(dy, y), 0.5, 0.0),
+    # gelu'(x) = Phi(x) + x phi(x): Phi(x) = (1 + erf(x / sqrt 2)) / 2, phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+    "gelu": lambda g, x, y, dy: g.mul(
+        dy,
+        g.add(
+            g.affine(g.erf(g.affine(x, 1 / math.sqrt(2.0), 0.0)), 0.5, 0.5),
+            g.mul(x, g.affine(g.exp(g.affine(g.mul(x, x), -0.5, 0.0)), 1 / math.sqrt(2 * math.pi), 0.0)),
+        ),
+    ),
+    "erf": lambda g, x, y, dy: g.mul(dy, g.affine(g.exp(g.neg(g.mul(x, x))), 2 / math.sqrt(math.pi), 0.0)),
 }
 
 for _name, (_ref, _lower, (_lo, _hi)) in UNARY.items():
@@ -296,6 +322,14 @@ class ElementwiseBuilders:
     def sqrt(self, x: NodeId) -> NodeId:
         """Square root (extra, used by gradients and norms)."""
         return self._emit("sqrt", x)
+
+    def erf(self, x: NodeId) -> NodeId:
+        """The error function (used by GELU's gradient)."""
+        return self._emit("erf", x)
+
+    def gelu(self, x: NodeId) -> NodeId:
+        """Exact GELU ``0.5 * x * (1 + erf(x / sqrt(2)))`` (BERT's ``hidden_act="gelu"``; Meganeura extra)."""
+        return self._emit("gelu", x)
 
     def swiglu(self, gate: NodeId, up: NodeId) -> NodeId:
         """``silu(gate) * up``; identical shapes."""

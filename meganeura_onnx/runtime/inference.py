@@ -52,4 +52,5 @@ def build_inference_session(
         device=device,
         providers=providers,
         use_custom_ops=use_custom_ops,
+        inplace_state=sorted(spec.inplace),
     )

@@ -111,6 +111,7 @@ class Session:
         device: str = "cpu",
         providers: Sequence | None = None,
         use_custom_ops: bool = True,
+        inplace_state: Sequence[str] = (),
     ) -> None:
         self._providers, self._device = providers_for(device, providers)
         opts = ort.SessionOptions()
@@ -125,6 +126,14 @@ class Session:
         self._inputs = dict(inputs)
         self._parameter_names = list(parameter_names)
         self._pairs = {name: out for name, (out, _) in state.items()}
+        # With our in-place CacheWrite kernel running, a KV cache is ONE buffer bound as input and
+        # output (a decode step writes one row, never copies the cache). Otherwise two buffers swap.
+        cache_write_kernel = any(
+            n.domain == "com.meganeura" and n.op_type == "CacheWrite"
+            for sub in self._ort.get_provider_graph_assignment_info()
+            for n in sub.get_nodes()
+        )
+        self._aliased = {n for n in inplace_state if n in self._pairs} if cache_write_kernel else set()
         self._spare: dict[str, ort.OrtValue] = {}
         for name, ty in inputs.items():
             self._alloc(name, ty, "input", np.zeros(ty.shape, NUMPY[ty.dtype]))
@@ -134,7 +143,7 @@ class Session:
             ty = TensorType(value.shape, DType.U32 if value.dtype == np.uint32 else DType.F32)
             kind = "parameter" if name in self._parameter_names else "state"
             self._alloc(name, ty, kind, value)
-            self._spare[name] = self._device_value(np.zeros(value.shape, value.dtype))
+            self._spare[name] = self._values[name] if name in self._aliased else self._device_value(np.zeros(value.shape, value.dtype))
         self._output_names = list(outputs)
         self._outputs: dict[str, ort.OrtValue] = {}
         for name, ty in output_types.items():
@@ -206,13 +215,49 @@ class Session:
         """Run the model once with the current inputs; state buffers are swapped afterwards."""
         self._ort.run_with_iobinding(self._binding)
         for name, out in self._pairs.items():
+            if name in self._aliased:
+                continue
             self._values[name], self._spare[name] = self._spare[name], self._values[name]
             self._binding.bind_ortvalue_input(name, self._values[name])
             self._binding.bind_ortvalue_output(out, self._spare[name])
 
+    @property
+    def inplace_state(self) -> set[str]:
+        """State buffers bound as input AND output (updated in place by the CacheWrite kernel)."""
+        return set(self._aliased)
+
     def wait(self) -> None:
         """Block until the last step finished. ``step()`` is synchronous under ORT, so this returns
         at once; it exists so Meganeura programs port unchanged."""
+
+    def share_buffers(self, other: Session, *, parameters: bool = True, state: bool = True) -> list[str]:
+        """Bind ``other``'s device buffers for the parameters and/or state (KV caches) that both
+        sessions have under the same name and type; no data is copied. Returns the names shared.
+
+        Two graphs of one model (e.g. a prefill graph and a one-token decode graph) then use one
+        copy of the weights, and a decode session continues from the caches the prefill session
+        just wrote. Shared parameters stay shared (``set_parameter`` on either updates both). State
+        buffers are swapped after every step, so call this again after switching sessions.
+        """
+        if self._device != other._device:
+            raise ValueError(f"share_buffers: sessions are on different devices ({self._device} and {other._device})")
+        shared: list[str] = []
+        for name, kind in self._kinds.items():
+            if other._kinds.get(name) != kind or other._types[name] != self._types[name]:
+                continue
+            if (kind == "parameter" and parameters) or (kind == "state" and state):
+                self._values[name] = other._values[name]
+                self._binding.bind_ortvalue_input(name, self._values[name])
+                if name in self._pairs:
+                    if name in self._aliased:  # updated in place: one buffer is input and output
+                        self._spare[name] = self._values[name]
+                    elif other._spare[name] is not other._values[name]:
+                        self._spare[name] = other._spare[name]
+                    elif self._spare[name] is self._values[name]:  # other works in place, this session swaps
+                        self._spare[name] = self._device_value(np.zeros(self._types[name].shape, NUMPY[self._types[name].dtype]))
+                    self._binding.bind_ortvalue_output(self._pairs[name], self._spare[name])
+                shared.append(name)
+        return shared
 
     # -- data out ---------------------------------------------------------------------------------
     def num_outputs(self) -> int:
@@ -240,22 +285,33 @@ class Session:
     def read_state(self, name: str) -> np.ndarray:
         """Current value of a state buffer (a KV cache) by its input name."""
         self._check_name(name, ("state",), "read_state")
-        return self._values[name].numpy().copy()
+        return np.array(self._values[name].numpy(), copy=True)
 
     @staticmethod
     def _read(value: ort.OrtValue, out: np.ndarray | None, what: str) -> np.ndarray:
-        arr = value.numpy()  # on CPU a view of the live buffer: copy, or the next step changes it
+        # On CPU OrtValue.numpy() is a view of the device buffer: the next step (or the session's
+        # end) would change what the caller holds, so hand out a copy.
+        arr = np.array(value.numpy(), copy=True)
         if out is None:
-            return arr.copy()
+            return arr
         if out.size != arr.size:
             raise ValueError(f"{what} has {arr.size} elements (shape {list(arr.shape)}); out has {out.size}")
         out.reshape(-1)[:] = arr.reshape(-1)
         return out
 
     # -- inspection -------------------------------------------------------------------------------
+    def parameter_names(self) -> list[str]:
+        """Names of the session's parameters, in graph order."""
+        return [n for n in self._parameter_names if self._kinds.get(n) == "parameter"]
+
+    def parameter_shape(self, name: str) -> tuple[int, ...]:
+        """Shape of a parameter by name."""
+        self._check_name(name, ("parameter",), "parameter_shape")
+        return self._types[name].shape
+
     def buffers(self) -> list[Buffer]:
         bufs = [Buffer(n, self._types[n], self._kinds[n]) for n in self._types]
-        bufs += [Buffer(f"{n} (spare)", self._types[n], self._kinds[n]) for n in self._spare]
+        bufs += [Buffer(f"{n} (spare)", self._types[n], self._kinds[n]) for n in self._spare if n not in self._aliased]
         bufs += [Buffer(n, self._output_types[n], "output") for n in self._outputs]
         return bufs
 

@@ -1,0 +1,114 @@
+"""``meganeura generate MODEL.py --weights W.safetensors --tokenizer tokenizer.json --prompt "..."``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from .model_file import load_module
+
+
+@click.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--weights", type=click.Path(exists=True, dir_okay=False), help="HF safetensors weights (omit for random weights).")
+@click.option("--config", "config", type=click.Path(exists=True, dir_okay=False), help="HF config.json [default: beside the weights].")
+@click.option("--preset", default=None, help="A built-in config of the model file instead of a config.json (e.g. smollm2-135m, tiny).")
+@click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False), help="tokenizer.json [default: beside the weights].")
+@click.option("--prompt", default=None, help="Text to continue (needs a tokenizer).")
+@click.option("--prompt-ids", default=None, help="Comma-separated token ids instead of --prompt (no tokenizer needed).")
+@click.option("--max-new-tokens", type=click.IntRange(0), default=64, show_default=True)
+@click.option("--temperature", type=click.FloatRange(0), default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--top-k", type=click.IntRange(0), default=0, show_default=True, help="Sample from the k most likely tokens (0 = all).")
+@click.option("--seed", type=int, default=None, help="Seed of the sampler.")
+@click.option("--max-seq", type=click.IntRange(1), default=None, help="KV-cache length [default: prompt + new tokens, rounded up to 64].")
+@click.option("--prefill-chunk", type=click.IntRange(1), default=64, show_default=True, help="Rows per prefill step.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
+def generate(
+    model: str,
+    weights: str | None,
+    config: str | None,
+    preset: str | None,
+    tokenizer: str | None,
+    prompt: str | None,
+    prompt_ids: str | None,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int,
+    seed: int | None,
+    max_seq: int | None,
+    prefill_chunk: int,
+    device: str,
+    as_json: bool,
+) -> None:
+    """Continue a prompt with the causal LM of MODEL.py (e.g. models/llama.py): prefill, then KV-cache
+    decode, streaming tokens as they come; tokens/s goes to stderr. Greedy at temperature 0."""
+    from meganeura_onnx.generation import check_budget
+    from meganeura_onnx.generation import generate as run
+
+    module = load_module(model)
+    if not callable(getattr(module, "load_generator", None)):
+        raise click.BadParameter(f"{model} defines no load_generator() (the generate contract)", param_hint="MODEL")
+    if (prompt is None) == (prompt_ids is None):
+        raise click.UsageError("give exactly one of --prompt and --prompt-ids")
+    if tokenizer is None and weights is not None and (Path(weights).parent / "tokenizer.json").is_file():
+        tokenizer = str(Path(weights).parent / "tokenizer.json")
+    tok = None
+    if tokenizer is not None:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(tokenizer)
+        tok.no_padding()  # a tokenizer.json may pad to a fixed length (BERT's do); the prompt is exactly its tokens
+        tok.no_truncation()  # too long is reported against the KV cache instead of silently cut
+    if prompt is not None:
+        if tok is None:
+            raise click.UsageError("--prompt needs --tokenizer (or a tokenizer.json beside the weights); or pass --prompt-ids")
+        ids = tok.encode(prompt).ids
+    else:
+        try:
+            ids = [int(t) for t in prompt_ids.split(",") if t.strip()]
+        except ValueError as e:
+            raise click.BadParameter(f"expected comma-separated integers: {e}", param_hint="--prompt-ids") from e
+    if max_seq is None:
+        max_seq = max(64, -(-(len(ids) + max_new_tokens) // 64) * 64)
+    try:
+        check_budget(len(ids), max_new_tokens, max_seq)
+        gen = module.load_generator(weights, config=config, preset=preset, max_seq=max_seq, prefill_chunk=prefill_chunk, device=device)
+    except (ValueError, FileNotFoundError) as e:
+        raise click.ClickException(str(e)) from e
+    stop = set(module.stop_ids(gen.cfg)) if hasattr(module, "stop_ids") else set()
+
+    out: list[int] = []
+    printed = ""
+    start = time.perf_counter()
+    first_at = None
+    for token in run(gen, ids, max_new_tokens, temperature=temperature, top_k=top_k, seed=seed, stop_ids=stop):
+        if first_at is None:
+            first_at = time.perf_counter()
+        out.append(token)
+        if not as_json:
+            # Decode the whole continuation and print what is new, so multi-token characters come out whole.
+            text = tok.decode(out) if tok is not None else " ".join(map(str, out)) + " "
+            if text.startswith(printed):
+                sys.stdout.write(text[len(printed) :])
+                sys.stdout.flush()
+                printed = text
+    end = time.perf_counter()
+    decoded = len(out) - 1
+    tokens_per_s = decoded / (end - first_at) if decoded > 0 and first_at is not None and end > first_at else 0.0
+    prefill_s = (first_at - start) if first_at is not None else 0.0
+    text = tok.decode(out) if tok is not None else ""
+    if as_json:
+        click.echo(json.dumps({"prompt_ids": ids, "generated_ids": out, "text": text, "tokens_per_s": round(tokens_per_s, 3)}))
+    else:
+        if text.startswith(printed):
+            sys.stdout.write(text[len(printed) :])
+        sys.stdout.write("\n")
+    click.echo(
+        f"{len(ids)} prompt tokens, prefill {prefill_s * 1e3:.1f} ms; {len(out)} new tokens, decode {tokens_per_s:.1f} tokens/s ({device})",
+        err=True,
+    )

@@ -1,0 +1,194 @@
+"""Hugging Face safetensors weights -> parameters by name.
+
+Names match exactly, because ``meganeura_onnx.nn`` layers use HF names and HF's storage layout
+(a Linear weight stays ``[out, in]`` and is applied with ``matmul_bt``), so nothing is transposed.
+Handled on the way:
+
+- dtypes: F32 as is; F16, BF16 and F64 are converted to float32 (BF16 by widening the bits, as
+  numpy has no bfloat16).
+- tied embeddings: a graph that wants ``lm_head.weight`` gets ``model.embed_tokens.weight`` when the
+  checkpoint has no ``lm_head.weight`` (HF omits it when ``tie_word_embeddings`` is true).
+- buffers that HF writes but that are not parameters (``*.position_ids``, ``*.rotary_emb.inv_freq``)
+  are ignored.
+
+Missing, unexpected and mis-shaped tensors are collected and reported together: one
+:class:`WeightLoadError` in strict mode, one warning otherwise. Only the safetensors format is read
+(never pickle).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..graph import Graph
+from ..runtime.session import Session
+
+TIED = {"lm_head.weight": "model.embed_tokens.weight"}
+"""Parameter -> checkpoint tensor it falls back to when the checkpoint lacks it (tied weights)."""
+
+IGNORED = (r"(^|\.)position_ids$", r"(^|\.)rotary_emb\.inv_freq$", r"(^|\.)masked_bias$", r"(^|\.)attn\.bias$")
+"""Checkpoint tensors that are buffers, not parameters: never reported as unexpected."""
+
+_NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "BF16": np.uint16}
+
+
+class WeightLoadError(ValueError):
+    """The checkpoint does not fit the graph; ``report`` lists every problem at once."""
+
+    def __init__(self, message: str, report: LoadReport) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+@dataclass
+class LoadReport:
+    """What a load matched and what it could not."""
+
+    loaded: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
+    """(name, shape the graph expects, shape in the checkpoint)."""
+    tied: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.unexpected or self.mismatched)
+
+    def describe(self, source: str, limit: int = 8) -> str:
+        def few(items: list[str]) -> str:
+            more = f", ... ({len(items) - limit} more)" if len(items) > limit else ""
+            return ", ".join(items[:limit]) + more
+
+        lines = [f"weights in {source} do not fit the model:"]
+        if self.missing:
+            lines.append(f"  {len(self.missing)} missing (the model has them, the checkpoint does not): {few(self.missing)}")
+        if self.unexpected:
+            lines.append(f"  {len(self.unexpected)} unexpected (in the checkpoint, not in the model): {few(self.unexpected)}")
+        if self.mismatched:
+            shapes = [f"{n} expects {list(want)} got {list(got)}" for n, want, got in self.mismatched]
+            lines.append(f"  {len(self.mismatched)} with the wrong shape: {few(shapes)}")
+        if self.missing and not self.loaded and not self.mismatched:
+            lines.append("  no tensor name matched at all: these weights are probably for another architecture")
+        return "\n".join(lines)
+
+
+def _read_header(path: Path) -> tuple[dict, int]:
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) != 8:
+            raise ValueError(f"{path} is not a safetensors file (shorter than 8 bytes)")
+        n = int.from_bytes(raw, "little")
+        if n > os.path.getsize(path) - 8:
+            raise ValueError(f"{path} is not a safetensors file (header length {n} exceeds the file)")
+        header = json.loads(f.read(n))
+    return header, 8 + n
+
+
+def read_safetensors(path: str | os.PathLike, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """Tensors of a safetensors file as float32 numpy arrays (all of them, or only ``names``).
+
+    F32/F16/F64 go through the ``safetensors`` package; BF16 (which numpy cannot represent) is
+    read from the file's documented layout and widened to float32 bit-exactly.
+    """
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no safetensors file at {path}")
+    header, data_start = _read_header(path)
+    header.pop("__metadata__", None)
+    wanted = set(header) if names is None else set(names) & set(header)
+    out: dict[str, np.ndarray] = {}
+    with safe_open(str(path), framework="numpy") as f:
+        for name in sorted(wanted):
+            info = header[name]
+            dtype = info["dtype"]
+            if dtype not in _NUMPY_DTYPES:
+                continue  # integer buffers (position_ids, ...) are never parameters
+            if dtype == "BF16":
+                begin, end = info["data_offsets"]
+                bits = np.fromfile(path, dtype="<u2", count=(end - begin) // 2, offset=data_start + begin)
+                arr = (bits.astype(np.uint32) << 16).view(np.float32).reshape(info["shape"])
+            else:
+                arr = f.get_tensor(name)
+            out[name] = np.ascontiguousarray(arr, dtype=np.float32)
+    return out
+
+
+def checkpoint_shapes(path: str | os.PathLike) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor in a safetensors file, without reading the data."""
+    header, _ = _read_header(Path(path))
+    header.pop("__metadata__", None)
+    return {k: tuple(v["shape"]) for k, v in header.items()}
+
+
+def match(
+    expected: Mapping[str, tuple[int, ...]],
+    available: Mapping[str, tuple[int, ...]],
+    *,
+    aliases: Mapping[str, str] = TIED,
+    ignore: Iterable[str] = IGNORED,
+) -> tuple[dict[str, str], LoadReport]:
+    """Pair every expected parameter with a checkpoint tensor: ``(param -> tensor name, report)``."""
+    patterns = [re.compile(p) for p in ignore]
+    report = LoadReport()
+    pairs: dict[str, str] = {}
+    for name, shape in expected.items():
+        src = name if name in available else aliases.get(name)
+        if src is None or src not in available:
+            report.missing.append(name)
+        elif tuple(available[src]) != tuple(shape):
+            report.mismatched.append((name, tuple(shape), tuple(available[src])))
+        else:
+            pairs[name] = src
+            (report.tied if src != name else report.loaded).append(name)
+    used = set(pairs.values()) | {n for n, _, _ in report.mismatched}
+    report.unexpected = [n for n in available if n not in used and n not in expected and not any(p.search(n) for p in patterns)]
+    if not report.loaded and report.tied:
+        report.loaded, report.tied = report.tied, []
+    return pairs, report
+
+
+def _resolve(
+    expected: Mapping[str, tuple[int, ...]], path: str | os.PathLike, strict: bool, ignore: Iterable[str]
+) -> tuple[dict[str, np.ndarray], LoadReport]:
+    available = checkpoint_shapes(path)
+    pairs, report = match(expected, available, ignore=tuple(IGNORED) + tuple(ignore))
+    if not report.ok:
+        message = report.describe(str(path))
+        if strict:
+            raise WeightLoadError(message, report)
+        warnings.warn(message + "\n  (strict=False: loading what matches)", stacklevel=3)
+    tensors = read_safetensors(path, set(pairs.values()))
+    return {name: tensors[src] for name, src in pairs.items()}, report
+
+
+def hf_parameters(graph: Graph, path: str | os.PathLike, *, strict: bool = True, ignore: Iterable[str] = ()) -> dict[str, np.ndarray]:
+    """Parameter name -> float32 array for ``graph`` from a HF safetensors file, ready for
+    ``build_inference_session(graph, parameters=...)``. ``ignore``: extra regexes of checkpoint
+    tensors the model deliberately does not use (e.g. BERT's ``pooler``)."""
+    expected = {name: ty.shape for name, ty in graph.parameters().items()}
+    values, _ = _resolve(expected, path, strict, ignore)
+    return values
+
+
+def load_safetensors(session: Session, path: str | os.PathLike, strict: bool = True, *, ignore: Iterable[str] = ()) -> LoadReport:
+    """Upload the weights of a HF safetensors file into ``session``'s parameters, by name.
+
+    Strict: every parameter must be found with its shape and every checkpoint tensor used, else one
+    :class:`WeightLoadError` lists all the problems. ``strict=False`` warns and loads what matches.
+    """
+    expected = {name: session.parameter_shape(name) for name in session.parameter_names()}
+    values, report = _resolve(expected, path, strict, ignore)
+    for name, value in values.items():
+        session.set_parameter(name, value)
+    return report

@@ -1,0 +1,253 @@
+"""LLaMA / SmolLM2 family (``LlamaForCausalLM``), with HF parameter names so checkpoints load by name.
+
+Three graphs share every parameter name:
+
+- ``logits``: ``input_ids [T]`` -> logits ``[T, vocab]``, plain causal attention, no cache (parity
+  checks, training, export).
+- ``prefill``: a chunk of ``T`` prompt tokens at positions ``kv_pos .. kv_pos+T-1``; writes their keys
+  and values into the per-layer caches and returns the logits of row ``last_row`` only (``[1, vocab]``;
+  the row is picked with an ``embedding`` gather so the LM head runs on one row).
+- ``decode``: the same with ``T = 1``.
+- ``train``: the ``logits`` graph with a next-token cross-entropy loss (one-hot ``labels [T, vocab]``)
+  as output 0, for ``build_session`` / ``meganeura train``.
+
+How prefill hands over to decode (:class:`LlamaRunner`): the prefill and decode sessions share the
+parameter buffers and the cache buffers on the device (``Session.share_buffers``), so nothing is
+copied. The prompt runs in chunks of a fixed ``prefill_chunk`` rows, so one compiled prefill session
+serves every prompt length: chunks start at 0, C, 2C, ...; a remainder is covered by a last chunk
+ending exactly at the prompt's end (it recomputes a few rows, writing the same keys/values again);
+a prompt shorter than C is padded. Padded rows write cache rows past the prompt, but decode writes
+position p before it attends to rows [0, p], so those rows are overwritten before anyone reads them.
+
+Model-file contracts: ``build(**kwargs) -> Graph`` (``meganeura export``) and
+``load_generator(...)`` (``meganeura generate``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from meganeura_onnx import Graph, NodeId, Session, build_inference_session
+from meganeura_onnx.init import default_parameters
+from meganeura_onnx.io import hf_parameters, load_safetensors
+from meganeura_onnx.nn import Embedding, KvCache, Linear, LlamaConfig, LlamaDecoderLayer, RmsNorm
+
+PRESETS: dict[str, LlamaConfig] = {
+    # HuggingFaceTB/SmolLM2-135M's config.json (GQA 9 query / 3 KV heads, tied embeddings).
+    "smollm2-135m": LlamaConfig(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        rms_norm_eps=1e-5,
+        rope_theta=100000.0,
+        tie_word_embeddings=True,
+        max_position_embeddings=8192,
+        bos_token_id=0,
+        eos_token_id=0,
+    ),
+    # A few-second model for tests and training demos.
+    "tiny": LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        max_position_embeddings=512,
+    ),
+}
+
+
+def load_config(config: str | Path | LlamaConfig | None = None, preset: str | None = None) -> LlamaConfig:
+    """A config from a HF ``config.json`` path, a preset name, or as given."""
+    if isinstance(config, LlamaConfig):
+        return config
+    if config is not None:
+        return LlamaConfig.from_json(config)
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; presets: {sorted(PRESETS)}")
+    return PRESETS[preset]
+
+
+class LlamaForCausalLM:
+    """``model.embed_tokens``, ``model.layers.N``, ``model.norm`` and ``lm_head`` (tied to the
+    embeddings when ``tie_word_embeddings``) as layer objects on one graph."""
+
+    def __init__(self, g: Graph, cfg: LlamaConfig) -> None:
+        self.cfg = cfg
+        self.embed_tokens = Embedding.new(g, "model.embed_tokens", cfg.vocab_size, cfg.hidden_size)
+        self.layers = [LlamaDecoderLayer.new(g, f"model.layers.{i}", cfg) for i in range(cfg.num_hidden_layers)]
+        self.norm = RmsNorm.new(g, "model.norm", cfg.hidden_size, cfg.rms_norm_eps)
+        if cfg.tie_word_embeddings:
+            self.lm_head = Linear.tied("lm_head", self.embed_tokens)
+        else:
+            self.lm_head = Linear.new(g, "lm_head", cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    def forward(self, g: Graph, input_ids: NodeId, caches: list[KvCache] | None = None, last_row: NodeId | None = None) -> NodeId:
+        h = self.embed_tokens.forward(g, input_ids)
+        for i, layer in enumerate(self.layers):
+            h = layer.forward(g, h, caches[i] if caches else None)
+        if last_row is not None:
+            h = g.embedding(last_row, h)  # gather one row: the LM head then runs on [1, hidden]
+        return self.lm_head.forward(g, self.norm.forward(g, h))
+
+
+def build_graph(cfg: LlamaConfig, mode: str = "logits", seq: int = 16, max_seq: int = 256) -> Graph:
+    """The ``logits`` (``seq`` rows), ``train`` (``seq`` rows, output 0 the loss), ``prefill`` (chunk of
+    ``seq`` rows) or ``decode`` graph; output 0 is the logits except in ``train``."""
+    g = Graph()
+    model = LlamaForCausalLM(g, cfg)
+    if mode in ("logits", "train"):
+        logits = model.forward(g, g.input_u32("input_ids", [seq]))
+        # train: next-token cross-entropy with one-hot labels [seq, vocab] (cross_entropy_loss's contract).
+        g.set_outputs([g.cross_entropy_loss(logits, g.input("labels", [seq, cfg.vocab_size]))] if mode == "train" else [logits])
+        return g
+    if mode not in ("prefill", "decode"):
+        raise ValueError(f"build: mode must be 'logits', 'train', 'prefill' or 'decode', got {mode!r}")
+    rows = 1 if mode == "decode" else seq
+    if rows > max_seq:
+        raise ValueError(f"build: a {mode} chunk of {rows} rows does not fit a KV cache of {max_seq} positions")
+    ids = g.input_u32("input_ids", [rows])
+    kv_pos = g.input_u32("kv_pos", [1])
+    last = g.input_u32("last_row", [1]) if mode == "prefill" else None
+    caches = [KvCache.new(g, f"model.layers.{i}.self_attn", max_seq, cfg.kv_dim, kv_pos) for i in range(cfg.num_hidden_layers)]
+    g.set_outputs([model.forward(g, ids, caches, last)])
+    return g
+
+
+def build(preset: str = "tiny", mode: str = "logits", seq: int = 16, max_seq: int = 256, config: str | None = None) -> Graph:
+    """Model-file entry point for ``meganeura export models/llama.py --set preset=smollm2-135m --set mode=decode``."""
+    return build_graph(load_config(config, preset), mode, seq, max_seq)
+
+
+class LlamaRunner:
+    """Prefill + KV-cache decode on ONNX Runtime; see the module docstring for the design.
+
+    ``weights``: a HF safetensors file, or a name -> array dict; None gives the default random init.
+    """
+
+    def __init__(
+        self,
+        cfg: LlamaConfig,
+        weights: str | Path | dict[str, np.ndarray] | None = None,
+        *,
+        max_seq: int = 256,
+        prefill_chunk: int = 64,
+        device: str = "cpu",
+        strict: bool = True,
+        seed: int = 0,
+        use_custom_ops: bool = True,
+    ) -> None:
+        self.cfg, self.max_seq, self.device = cfg, int(max_seq), device
+        self.chunk = max(1, min(int(prefill_chunk), self.max_seq))
+        decode_graph = build_graph(cfg, "decode", 1, self.max_seq)
+        if weights is None:
+            params = default_parameters(decode_graph, seed)
+        elif isinstance(weights, dict):
+            params = weights
+        else:
+            params = hf_parameters(decode_graph, weights, strict=strict)
+        self.decoder = build_inference_session(decode_graph, device, parameters=params, use_custom_ops=use_custom_ops)
+        prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq)
+        self.prefiller = build_inference_session(prefill_graph, device, parameters=params, use_custom_ops=use_custom_ops)
+        self.prefiller.share_buffers(self.decoder, state=False)  # one copy of the weights on the device
+        self.position = 0
+
+    @property
+    def sessions(self) -> tuple[Session, Session]:
+        return self.prefiller, self.decoder
+
+    def load_weights(self, path: str | Path, strict: bool = True) -> None:
+        """Load HF safetensors into the shared parameters (both sessions see them)."""
+        load_safetensors(self.decoder, path, strict)
+
+    def prefill(self, ids: Sequence[int]) -> np.ndarray:
+        """Run the prompt from position 0; returns the logits ``[vocab]`` after its last token."""
+        n = len(ids)
+        if n == 0:
+            raise ValueError("prefill: the prompt is empty")
+        if n > self.max_seq:
+            raise ValueError(f"prefill: the prompt has {n} tokens, longer than the KV cache ({self.max_seq} positions)")
+        self._check_ids(ids)
+        s, c = self.prefiller, self.chunk
+        s.share_buffers(self.decoder, parameters=False)  # continue from the decoder's current cache buffers
+        starts = list(range(0, n - c + 1, c)) if n >= c else [0]
+        if n >= c and n % c:
+            starts.append(n - c)
+        for start in starts:
+            chunk = list(ids[start : start + c])
+            last = len(chunk) - 1
+            s.set_input_u32("input_ids", chunk + [0] * (c - len(chunk)))
+            s.set_input_u32("kv_pos", [start])
+            s.set_input_u32("last_row", [last])
+            s.step()
+        self.decoder.share_buffers(s, parameters=False)
+        self.position = n
+        return s.read_output_by_index(0).reshape(-1)
+
+    def decode(self, token: int) -> np.ndarray:
+        """Feed one token at the next position; returns the logits ``[vocab]`` after it."""
+        if self.position >= self.max_seq:
+            raise ValueError(f"decode: the KV cache is full ({self.max_seq} positions)")
+        self._check_ids([token])
+        d = self.decoder
+        d.set_input_u32("input_ids", [token])
+        d.set_input_u32("kv_pos", [self.position])
+        d.step()
+        self.position += 1
+        return d.read_output_by_index(0).reshape(-1)
+
+    def _check_ids(self, ids: Sequence[int]) -> None:
+        bad = [t for t in ids if not 0 <= int(t) < self.cfg.vocab_size]
+        if bad:
+            raise ValueError(f"token ids {bad[:5]} are out of range for a vocabulary of {self.cfg.vocab_size}")
+
+
+def logits(cfg: LlamaConfig, params: dict[str, np.ndarray], ids: Sequence[int], device: str = "cpu") -> np.ndarray:
+    """Full-sequence logits ``[T, vocab]`` (no cache) for parity checks."""
+    s = build_inference_session(build_graph(cfg, "logits", len(ids)), device, parameters=params)
+    s.set_input_u32("input_ids", list(ids))
+    s.step()
+    return s.read_output_by_index(0)
+
+
+def config_beside(weights: str | Path) -> Path:
+    return Path(weights).with_name("config.json")
+
+
+def load_generator(
+    weights: str | Path | None,
+    *,
+    config: str | Path | None = None,
+    preset: str | None = None,
+    max_seq: int = 256,
+    prefill_chunk: int = 64,
+    device: str = "cpu",
+) -> LlamaRunner:
+    """Model-file entry point for ``meganeura generate``: config.json beside the weights by default."""
+    if config is None and preset is None and weights is not None:
+        config = config_beside(weights)
+        if not config.is_file():
+            raise FileNotFoundError(f"no config.json beside {weights}; pass --config")
+    cfg = load_config(config, preset)
+    return LlamaRunner(cfg, weights, max_seq=max_seq, prefill_chunk=prefill_chunk, device=device)
+
+
+def stop_ids(cfg: LlamaConfig) -> set[int]:
+    return cfg.eos_ids
+
+
+def save_config(cfg: LlamaConfig, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(cfg.to_dict(), indent=2))
