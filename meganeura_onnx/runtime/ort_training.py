@@ -1,0 +1,369 @@
+"""The "ort-training" Session backend: training through onnxruntime-training's artifacts.
+
+:class:`OrtTrainingSession` generates the artifacts for a loss Graph
+(:func:`meganeura_onnx.training_artifacts.generate_training_artifacts`) and drives them with
+``onnxruntime.training.api`` (``CheckpointState``, ``Module``, ``Optimizer``) behind the Session
+methods of the native engine: ``set_input``, ``set_input_u32``, ``step``, ``read_loss``,
+``set_learning_rate``, ``set_adam``/``set_adamw``, ``read_param``, ``set_parameter``,
+``save_checkpoint``/``load_checkpoint``. Checkpoints use the project's safetensors layout
+(parameters by name, ``adam_m.<name>``, ``adam_v.<name>``, the step in the metadata), so a run moves
+between this backend and the native one.
+
+Differences from the native engine, all due to what ORT's artifacts fix at generation time:
+- The optimizer kind (``"adamw"`` or ``"sgd"``) is chosen when the session is built.
+- AdamW's betas, eps and weight decay are attributes of ``optimizer_model.onnx``; changing them
+  (``set_adam``/``set_adamw``) regenerates that one small model and rebuilds the ``Optimizer`` over
+  the same state, so the moments and step are kept.
+- Inputs are host numpy arrays handed to ``Module.__call__`` each step (ORT's training API has no
+  IOBinding); parameters and optimizer state stay inside ORT's ``CheckpointState``.
+
+Only importable work happens at module level; onnxruntime-training is imported when a session is built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..ir import DType, GraphCore, TensorType
+from ..training_artifacts import AdamWConfig, generate_training_artifacts, import_ort_training, patch_adamw
+from .ort_checkpoint import OrtCheckpoint, read_ort_checkpoint, write_ort_checkpoint
+
+NUMPY = {DType.F32: np.float32, DType.U32: np.uint32}
+STEP_KEY = "step"
+"""safetensors metadata key holding the optimizer step (Meganeura's layout)."""
+
+
+class OrtTrainingSession:
+    """A training session over onnxruntime-training artifacts. Build it with
+    :func:`build_ort_training_session` (or ``build_session(graph, backend="ort-training")``)."""
+
+    def __init__(
+        self,
+        graph: GraphCore,
+        *,
+        optimizer: str = "adamw",
+        device: str = "cpu",
+        parameters: Mapping[str, np.ndarray] | None = None,
+        seed: int = 0,
+        artifacts_dir: str | os.PathLike | None = None,
+    ) -> None:
+        import_ort_training()
+        if device != "cpu":
+            # The pinned wheel is onnxruntime-training-cpu; a CUDA build of 1.19.2 exists (CUDA 11.8/12)
+            # but is not what this environment installs.
+            raise ValueError(f"ort-training backend: device must be 'cpu' (onnxruntime-training-cpu 1.19.2), got {device!r}")
+        self._tmp = None
+        if artifacts_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="meganeura-ortt-")
+            artifacts_dir = self._tmp.name
+        self._graph = graph
+        self.artifacts = generate_training_artifacts(graph, artifacts_dir, optimizer, parameters=parameters, seed=seed)
+        self._device = device
+        self._types: dict[str, TensorType] = {}
+        for n in graph.nodes():
+            if n.op in ("input", "input_u32", "parameter"):
+                self._types[n.attrs["name"]] = n.ty
+        self._inputs = {name: np.zeros(self._types[name].shape, NUMPY[self._types[name].dtype]) for name in self.artifacts.inputs}
+        self._output_types = [graph.node(nid).ty for nid in graph.outputs()]
+        self._outputs: list[np.ndarray] = [np.zeros(t.shape, np.float32) for t in self._output_types]
+        self._lr: float | None = None  # no optimizer update until a learning rate is set (Meganeura's step())
+        self._adamw = self.artifacts.adamw
+        self._load_state(self.artifacts.checkpoint)
+
+    # -- ORT objects --------------------------------------------------------------------------------
+    def _load_state(self, checkpoint: str | os.PathLike) -> None:
+        from onnxruntime.training.api import CheckpointState, Module, Optimizer
+
+        a = self.artifacts
+        self._state = CheckpointState.load_checkpoint(os.fspath(checkpoint))
+        self._module = Module(os.fspath(a.training_model), self._state, os.fspath(a.eval_model), device=self._device)
+        self._module.train()
+        self._optimizer = Optimizer(os.fspath(a.optimizer_model), self._module)
+        if self._lr is not None:
+            self._optimizer.set_learning_rate(self._lr)
+        order = self._module.input_names()
+        if sorted(order) != sorted(self._inputs):
+            raise RuntimeError(f"ort-training: the training model takes inputs {order}, the graph has {list(self._inputs)}")
+        self._input_order = order
+
+    # -- data in -------------------------------------------------------------------------------------
+    def _check(self, name: str, kinds: tuple[str, ...], what: str) -> TensorType:
+        known = {"input": list(self._inputs), "parameter": list(self.artifacts.parameters)}
+        names = [n for k in kinds for n in known[k]]
+        if name not in names:
+            raise KeyError(f"{what}: no {'/'.join(kinds)} named {name!r}; the session has {names}")
+        return self._types[name]
+
+    @staticmethod
+    def _convert(name: str, data: object, ty: TensorType, dtype: DType, what: str) -> np.ndarray:
+        if ty.dtype is not dtype:
+            other = "set_input_u32" if ty.dtype is DType.U32 else "set_input"
+            raise TypeError(f"{what}: {name!r} is {ty.dtype.name} {list(ty.shape)}; use {other}")
+        arr = np.asarray(data)
+        if dtype is DType.U32:
+            if arr.size and (not np.issubdtype(arr.dtype, np.integer) or arr.min() < 0 or arr.max() > 0xFFFFFFFF):
+                raise ValueError(f"{what}: {name!r} takes non-negative integers below 2**32, got dtype {arr.dtype} with range [{arr.min()}, {arr.max()}]")
+        elif not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+            raise TypeError(f"{what}: {name!r} takes numbers, got dtype {arr.dtype}")
+        if arr.size != ty.num_elements():
+            raise ValueError(f"{what}: {name!r} expects {ty.num_elements()} values (shape {list(ty.shape)}), got {arr.size} (shape {list(arr.shape)})")
+        return np.ascontiguousarray(arr.reshape(ty.shape), dtype=NUMPY[dtype])
+
+    def set_input(self, name: str, data: object) -> None:
+        """Set the F32 input ``name`` (flat or shaped; the element count must match)."""
+        ty = self._check(name, ("input",), "set_input")
+        self._inputs[name] = self._convert(name, data, ty, DType.F32, "set_input")
+
+    def set_input_u32(self, name: str, data: object) -> None:
+        """Set the U32 input ``name`` (token ids, positions)."""
+        ty = self._check(name, ("input",), "set_input_u32")
+        self._inputs[name] = self._convert(name, data, ty, DType.U32, "set_input_u32")
+
+    def set_parameter(self, name: str, data: object) -> None:
+        """Overwrite a parameter's value in ORT's state (the optimizer state is left as it is)."""
+        ty = self._check(name, ("parameter",), "set_parameter")
+        self._state.parameters[name] = self._convert(name, data, ty, DType.F32, "set_parameter")
+
+    # -- optimizer -------------------------------------------------------------------------------------
+    def set_learning_rate(self, lr: float) -> None:
+        """Learning rate of the session's optimizer (SGD or AdamW, fixed when the artifacts were built);
+        from now on ``step()`` applies the update."""
+        self._lr = float(lr)
+        self._optimizer.set_learning_rate(self._lr)
+
+    def set_adamw(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, weight_decay: float = 0.0) -> None:
+        """AdamW (PyTorch's formula) with these hyper-parameters for the following steps.
+
+        Moments and step are kept when the hyper-parameters change: only ``optimizer_model.onnx`` is
+        rewritten and the ``Optimizer`` rebuilt over the same ``CheckpointState``.
+        """
+        if self.artifacts.optimizer != "adamw":
+            raise RuntimeError("set_adam/set_adamw: this session's artifacts were generated with optimizer='sgd'; build it with optimizer='adamw'")
+        config = AdamWConfig(float(beta1), float(beta2), float(epsilon), float(weight_decay))
+        if config != self._adamw:
+            import onnx
+            from onnxruntime.training.api import Optimizer
+
+            path = self.artifacts.optimizer_model
+            onnx.save(patch_adamw(onnx.load(os.fspath(path)), config), os.fspath(path))
+            self._adamw = self.artifacts.adamw = config
+            self._optimizer = Optimizer(os.fspath(path), self._module)
+        self.set_learning_rate(lr)
+
+    def set_adam(self, lr: float, beta1: float, beta2: float, epsilon: float) -> None:
+        """Adam (AdamW with no weight decay), Meganeura's ``set_adam(lr, beta1, beta2, epsilon)``."""
+        self.set_adamw(lr, beta1, beta2, epsilon, 0.0)
+
+    # -- running ------------------------------------------------------------------------------------------
+    def step(self) -> None:
+        """Forward + backward, then the optimizer update when a learning rate has been set."""
+        outs = self._module(*(self._inputs[n] for n in self._input_order))
+        outs = outs if isinstance(outs, (list, tuple)) else [outs]
+        self._outputs = [np.asarray(o) for o in outs]
+        if self._lr is not None:
+            self._optimizer.step()
+        self._module.lazy_reset_grad()
+
+    def wait(self) -> None:
+        """``step()`` is synchronous; kept so Meganeura programs port unchanged."""
+
+    # -- data out ------------------------------------------------------------------------------------------
+    def num_outputs(self) -> int:
+        return len(self._output_types)
+
+    def read_output_by_index(self, index: int, out: np.ndarray | None = None) -> np.ndarray:
+        """Output ``index`` of the last step (0 = the loss)."""
+        if not isinstance(index, int) or not 0 <= index < len(self._outputs):
+            raise IndexError(f"read_output_by_index: index {index!r} out of range; the session has {len(self._outputs)} outputs")
+        return _copy_out(np.asarray(self._outputs[index]).reshape(self._output_types[index].shape), out, f"output {index}")
+
+    def read_loss(self) -> float:
+        """The loss of the last step (output 0)."""
+        return float(np.asarray(self._outputs[0]).reshape(-1)[0])
+
+    def read_param(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
+        """Current value of a parameter."""
+        self._check(name, ("parameter",), "read_param")
+        return _copy_out(np.array(self._state.parameters[name].data, copy=True), out, f"parameter {name!r}")
+
+    get_parameter = read_param
+
+    @property
+    def step_count(self) -> int:
+        """Optimizer steps taken (ORT keeps it in the optimizer state)."""
+        return self._ort_checkpoint().step
+
+    # -- checkpoints -----------------------------------------------------------------------------------------
+    def _ort_checkpoint(self) -> OrtCheckpoint:
+        from onnxruntime.training.api import CheckpointState
+
+        with tempfile.TemporaryDirectory(prefix="meganeura-ortt-ck-") as tmp:
+            path = Path(tmp) / "checkpoint"
+            CheckpointState.save_checkpoint(self._state, os.fspath(path), include_optimizer_state=True)
+            return read_ort_checkpoint(path)
+
+    def save_checkpoint(self, path: str | os.PathLike) -> None:
+        """Write parameters, Adam moments and step as safetensors (the native engine's layout).
+
+        Written to a temporary file and renamed, so a crash never destroys the previous checkpoint.
+        """
+        ck = self._ort_checkpoint()
+        tensors = {name: ck.parameters[name] for name in self.artifacts.parameters}
+        for name, (m, v) in ck.moments.items():
+            tensors[f"adam_m.{name}"], tensors[f"adam_v.{name}"] = m, v
+        save_safetensors(path, tensors, {STEP_KEY: str(ck.step)})
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        """Restore parameters and (for AdamW) moments and step from a safetensors checkpoint written by
+        either backend. Names and shapes must match this graph; missing moments start at zero."""
+        tensors, meta = load_safetensors(path)
+        expected = {n: self._types[n].shape for n in self.artifacts.parameters}
+        missing = sorted(set(expected) - set(tensors))
+        if missing:
+            raise ValueError(f"load_checkpoint: {path} lacks parameters {missing}")
+        for name, shape in expected.items():
+            for key in (name, f"adam_m.{name}", f"adam_v.{name}"):
+                if key in tensors and tuple(tensors[key].shape) != tuple(shape):
+                    raise ValueError(f"load_checkpoint: {key!r} in {path} has shape {list(tensors[key].shape)}, the graph has {list(shape)}")
+        unknown = sorted(k for k in tensors if k.split(".", 1)[0] not in ("adam_m", "adam_v") and k not in expected)
+        if unknown:
+            raise ValueError(f"load_checkpoint: {path} has parameters {unknown} that are not in the graph (it has {sorted(expected)})")
+        ck = OrtCheckpoint({n: tensors[n] for n in self.artifacts.parameters}, has_optimizer_group=True)
+        ck.step = int(meta.get(STEP_KEY, "0"))
+        ck.learning_rate = self._lr if self._lr is not None else 0.0
+        if self.artifacts.optimizer == "adamw":
+            for name in self.artifacts.parameters:
+                zero = np.zeros(expected[name], np.float32)
+                ck.moments[name] = (tensors.get(f"adam_m.{name}", zero), tensors.get(f"adam_v.{name}", zero))
+        with tempfile.TemporaryDirectory(prefix="meganeura-ortt-ck-") as tmp:
+            ort_path = Path(tmp) / "checkpoint"
+            write_ort_checkpoint(ort_path, ck)
+            self._load_state(ort_path)
+
+    # -- inspection --------------------------------------------------------------------------------------------
+    def memory_summary(self) -> Any:
+        """Host-side sizes of what ORT's state holds (parameters, gradients, Adam moments, inputs)."""
+        from .session import MemorySummary
+
+        params = [self._types[n].size_bytes() for n in self.artifacts.parameters]
+        adam = 2 * sum(params) if self.artifacts.optimizer == "adamw" else 0
+        inputs = [a.nbytes for a in self._inputs.values()]
+        sizes = params + params + inputs + ([p for p in params for _ in (0, 1)] if adam else [])
+        return MemorySummary(sum(sizes), adam, len(sizes), max(sizes, default=0))
+
+
+def _copy_out(arr: np.ndarray, out: np.ndarray | None, what: str) -> np.ndarray:
+    if out is None:
+        return arr
+    if out.size != arr.size:
+        raise ValueError(f"{what} has {arr.size} elements (shape {list(arr.shape)}); out has {out.size}")
+    out.reshape(-1)[:] = arr.reshape(-1)
+    return out
+
+
+def save_safetensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> None:
+    """safetensors (F32) written to ``<path>.tmp`` and renamed over ``path``."""
+    from safetensors.numpy import save_file
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, os.fspath(tmp), metadata=dict(metadata))
+    os.replace(tmp, path)
+
+
+def load_safetensors(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Tensors (as float32 numpy arrays) and metadata of a safetensors file."""
+    from safetensors import safe_open
+
+    with safe_open(os.fspath(path), framework="numpy") as f:
+        meta = dict(f.metadata() or {})
+        tensors = {k: np.asarray(f.get_tensor(k), np.float32) for k in f.keys()}  # noqa: SIM118 (safe_open is not a dict)
+    return tensors, meta
+
+
+def build_ort_training_session(
+    graph: GraphCore,
+    *,
+    optimizer: str = "adamw",
+    device: str = "cpu",
+    parameters: Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+    artifacts_dir: str | os.PathLike | None = None,
+) -> OrtTrainingSession:
+    """A training session for ``graph`` (output 0 = the scalar loss) over onnxruntime-training.
+
+    Parameters start from ``parameters`` or the default init with ``seed`` (the native engine's
+    default too, so both backends start from the same weights). ``artifacts_dir`` keeps the generated
+    files; by default they go to a temporary folder removed with the session. Raises ``ImportError``
+    saying how to install onnxruntime-training when it is missing.
+    """
+    return OrtTrainingSession(graph, optimizer=optimizer, device=device, parameters=parameters, seed=seed, artifacts_dir=artifacts_dir)
+
+
+def ort_training_step_time(graph: GraphCore, feeds: Mapping[str, np.ndarray], *, steps: int = 50, warmup: int = 5, lr: float = 1e-3) -> float:
+    """Median seconds per AdamW training step (forward + backward + update) of ``graph`` on this backend.
+
+    ``feeds`` maps every input name to its data (U32 inputs as unsigned integer arrays). Runs in the
+    onnxruntime-training environment; from another environment call ``python -m
+    meganeura_onnx.runtime.ort_training bench`` with that environment's interpreter.
+    """
+    sess = build_ort_training_session(graph)
+    for name, value in feeds.items():
+        (sess.set_input_u32 if np.issubdtype(np.asarray(value).dtype, np.unsignedinteger) else sess.set_input)(name, value)
+    sess.set_adam(lr, 0.9, 0.999, 1e-8)
+    for _ in range(warmup):
+        sess.step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        sess.step()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _bench_main(argv: Sequence[str] | None = None) -> None:
+    """``python -m meganeura_onnx.runtime.ort_training bench --batch 32 [--hidden 128] [--steps 50]``:
+    the MNIST MLP's step time on this backend as one JSON line (for benchmarks in other environments)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m meganeura_onnx.runtime.ort_training")
+    p.add_argument("command", choices=["bench"])
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=5)
+    args = p.parse_args(argv)
+    g = mnist_mlp_graph(args.batch, args.hidden)
+    rng = np.random.default_rng(0)
+    feeds = {
+        "x": rng.random((args.batch, 784), dtype=np.float32),
+        "labels": np.eye(10, dtype=np.float32)[rng.integers(0, 10, args.batch)],
+    }
+    seconds = ort_training_step_time(g, feeds, steps=args.steps, warmup=args.warmup)
+    import onnxruntime
+
+    print(json.dumps({"backend": "ort-training", "onnxruntime": onnxruntime.__version__, "batch": args.batch, "hidden": args.hidden, "step_s": seconds}))
+
+
+def mnist_mlp_graph(batch: int, hidden: int = 128) -> GraphCore:
+    """The seed-001 MNIST MLP (the same graph as ``models/mnist_mlp.py``), for the benchmark entry point."""
+    from ..graph import Graph
+
+    g = Graph()
+    x = g.input("x", [batch, 784])
+    h = g.relu(g.bias_add(g.matmul(x, g.parameter("fc1.weight", [784, hidden])), g.parameter("fc1.bias", [hidden])))
+    logits = g.bias_add(g.matmul(h, g.parameter("fc2.weight", [hidden, 10])), g.parameter("fc2.bias", [10]))
+    g.set_outputs([g.cross_entropy_loss(logits, g.input("labels", [batch, 10]))])
+    return g
+
+
+if __name__ == "__main__":
+    _bench_main()
