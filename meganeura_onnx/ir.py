@@ -108,6 +108,7 @@ class GraphCore:
         self._outputs = ids
 
     def outputs(self) -> list[NodeId]:
+        """The output NodeIds set with :meth:`set_outputs`."""
         return list(self._outputs)
 
     def add_node(self, op: str, inputs: tuple[NodeId, ...], ty: TensorType, attrs: dict[str, Any]) -> NodeId:

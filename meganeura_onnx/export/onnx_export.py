@@ -40,6 +40,9 @@ class ExportSpec:
     outputs: list[str] = field(default_factory=list)
     state: dict[str, str] = field(default_factory=dict)
     """state input name -> the output carrying its next value (KV caches written by cache_write)."""
+    inplace: set[str] = field(default_factory=set)
+    """State inputs read by nothing but their cache_write: one buffer may serve as input and output
+    when the in-place CacheWrite kernel runs."""
 
 
 def state_pairs(graph: GraphCore) -> dict[str, NodeId]:
@@ -119,15 +122,36 @@ def to_model(
 
     outputs: list[tuple[str, NodeId]] = [(f"output_{k}", nid) for k, nid in enumerate(graph.outputs())]
     if with_state:
+        consumers: dict[NodeId, int] = {}
+        for n in graph.nodes():
+            for i in n.inputs:
+                consumers[i] = consumers.get(i, 0) + 1
+        leaf_ids = {n.attrs["name"]: n.id for n in graph.nodes() if n.op == "input"}
         for name, nid in state_pairs(graph).items():
             outputs.append((f"{name}.next", nid))
             spec.state[name] = f"{name}.next"
+            if consumers[leaf_ids[name]] == 1 and graph.node(nid).inputs[1] == leaf_ids[name]:
+                spec.inplace.add(name)
     outputs += list((extra_outputs or {}).items())
+    # A graph output takes over the name of the value that computes it (no Identity copy: an
+    # in-place CacheWrite must write straight into the bound state buffer). Values that are graph
+    # inputs/initializers or already claimed by another output go through an Identity.
+    produced = {o for n in ctx.nodes for o in n.output}
+    renamed: dict[str, str] = {}
+    copies = []
     g_outputs = []
     for name, nid in outputs:
-        ctx.nodes.append(helper.make_node("Identity", [names[nid]], [name], name=f"{name}/Identity"))
+        src = names[nid]
+        if src in produced and src not in renamed:
+            renamed[src] = name
+        else:
+            copies.append(helper.make_node("Identity", [renamed.get(src, src)], [name], name=f"{name}/Identity"))
         g_outputs.append(vinfo(name, nid))
         spec.outputs.append(name)
+    for n in ctx.nodes:
+        n.input[:] = [renamed.get(i, i) for i in n.input]
+        n.output[:] = [renamed.get(o, o) for o in n.output]
+    ctx.nodes += copies
 
     onnx_graph = helper.make_graph(ctx.nodes, model_name, g_inputs, g_outputs, ctx.initializers)
     opsets = [helper.make_opsetid("", opset)]

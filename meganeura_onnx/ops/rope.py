@@ -19,9 +19,13 @@ rope = op("rope", ("x", "offset"), u32=("offset",))
 
 
 def inv_freq(theta: float, head_dim: int, dtype=np.float32) -> np.ndarray:
-    """``theta ** (-2j / head_dim)`` computed in ``dtype`` exactly as the function body does."""
-    j = np.arange(head_dim // 2).astype(dtype)
-    return np.power(dtype(theta), (j * dtype(-2.0)) / dtype(head_dim))
+    """``theta ** (-2j / head_dim)``, correctly rounded to ``dtype``.
+
+    Computed in float64 and rounded once: that is what ``powf`` (ORT's Pow, the kernels) returns,
+    while numpy's float32 ``power`` is one ulp off for some frequencies, which shows at large positions.
+    """
+    j = np.arange(head_dim // 2, dtype=np.float64)
+    return np.power(np.float64(theta), -2.0 * j / head_dim).astype(dtype)
 
 
 def rope_ref(x: np.ndarray, positions: np.ndarray, theta: float, head_dim: int) -> np.ndarray:

@@ -39,7 +39,7 @@ def build_inference_session(
     types = {n.attrs["name"]: n.ty for n in graph.nodes() if n.op in ("input", "input_u32")}
     state = {name: (out, np.zeros(types[name].shape, np.float32)) for name, out in spec.state.items()}
     outputs = [f"output_{k}" for k in range(len(graph.outputs()))]
-    output_types = {name: graph.node(nid).ty for name, nid in zip(outputs, graph.outputs())}
+    output_types = {name: graph.node(nid).ty for name, nid in zip(outputs, graph.outputs(), strict=True)}
     output_types.update({out: types[name] for name, out in spec.state.items()})
     return Session(
         model,
@@ -52,4 +52,5 @@ def build_inference_session(
         device=device,
         providers=providers,
         use_custom_ops=use_custom_ops,
+        inplace_state=sorted(spec.inplace),
     )

@@ -111,6 +111,7 @@ class Session:
         device: str = "cpu",
         providers: Sequence | None = None,
         use_custom_ops: bool = True,
+        inplace_state: Sequence[str] = (),
     ) -> None:
         self._providers, self._device = providers_for(device, providers)
         opts = ort.SessionOptions()
@@ -125,16 +126,24 @@ class Session:
         self._inputs = dict(inputs)
         self._parameter_names = list(parameter_names)
         self._pairs = {name: out for name, (out, _) in state.items()}
+        # With our in-place CacheWrite kernel running, a KV cache is ONE buffer bound as input and
+        # output (a decode step writes one row, never copies the cache). Otherwise two buffers swap.
+        cache_write_kernel = any(
+            n.domain == "com.meganeura" and n.op_type == "CacheWrite"
+            for sub in self._ort.get_provider_graph_assignment_info()
+            for n in sub.get_nodes()
+        )
+        self._aliased = {n for n in inplace_state if n in self._pairs} if cache_write_kernel else set()
         self._spare: dict[str, ort.OrtValue] = {}
         for name, ty in inputs.items():
             self._alloc(name, ty, "input", np.zeros(ty.shape, NUMPY[ty.dtype]))
         for name, value in persistent.items():
             self._alloc(name, TensorType(value.shape), "parameter" if name in self._parameter_names else "constant", value)
-        for name, (out, value) in state.items():
+        for name, (_out, value) in state.items():
             ty = TensorType(value.shape, DType.U32 if value.dtype == np.uint32 else DType.F32)
             kind = "parameter" if name in self._parameter_names else "state"
             self._alloc(name, ty, kind, value)
-            self._spare[name] = self._device_value(np.zeros(value.shape, value.dtype))
+            self._spare[name] = self._values[name] if name in self._aliased else self._device_value(np.zeros(value.shape, value.dtype))
         self._output_names = list(outputs)
         self._outputs: dict[str, ort.OrtValue] = {}
         for name, ty in output_types.items():
@@ -206,9 +215,16 @@ class Session:
         """Run the model once with the current inputs; state buffers are swapped afterwards."""
         self._ort.run_with_iobinding(self._binding)
         for name, out in self._pairs.items():
+            if name in self._aliased:
+                continue
             self._values[name], self._spare[name] = self._spare[name], self._values[name]
             self._binding.bind_ortvalue_input(name, self._values[name])
             self._binding.bind_ortvalue_output(out, self._spare[name])
+
+    @property
+    def inplace_state(self) -> set[str]:
+        """State buffers bound as input AND output (updated in place by the CacheWrite kernel)."""
+        return set(self._aliased)
 
     def wait(self) -> None:
         """Block until the last step finished. ``step()`` is synchronous under ORT, so this returns
@@ -255,7 +271,7 @@ class Session:
     # -- inspection -------------------------------------------------------------------------------
     def buffers(self) -> list[Buffer]:
         bufs = [Buffer(n, self._types[n], self._kinds[n]) for n in self._types]
-        bufs += [Buffer(f"{n} (spare)", self._types[n], self._kinds[n]) for n in self._spare]
+        bufs += [Buffer(f"{n} (spare)", self._types[n], self._kinds[n]) for n in self._spare if n not in self._aliased]
         bufs += [Buffer(n, self._output_types[n], "output") for n in self._outputs]
         return bufs
 

@@ -1,0 +1,148 @@
+// CUDAExecutionProvider registrations of the com.meganeura ops. ORT API code only (g++);
+// the kernels are in cuda_kernels.cu behind the plain C launchers of cuda_kernels.h.
+// Positions and indices are declared as CPU-memory inputs: ORT hands them over in host
+// memory, so they are validated on the host before anything touches the GPU.
+#include <vector>
+
+#include "cuda_kernels.h"
+#include "op_common.h"
+
+namespace mn {
+namespace {
+
+constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+
+OrtStatus* Stream(OrtKernelContext* ctx, void** stream) {
+  return g_api->KernelContext_GetGPUComputeStream(ctx, stream);
+}
+
+OrtStatus* Cuda(const char* op, int code) {
+  if (code == 0) return nullptr;
+  return Error(ORT_EP_FAIL, "%s: CUDA error %d (%s)", op, code, mn_cuda_error_string(code));
+}
+
+class RopeCuda : public Kernel {
+ public:
+  explicit RopeCuda(const RopeAttrs& a) : a_(a), inv_freq_(a.head_dim / 2) { RopeInvFreq(a.theta, a.head_dim, inv_freq_.data()); }
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    RopeAttrs a;
+    MN_RETURN_IF(ReadRopeAttrs(info, &a));
+    if (a.head_dim / 2 > MN_ROPE_MAX_HALF)
+      return MN_INVALID("Rope: head_dim %lld exceeds the CUDA kernel's limit %d", (long long)a.head_dim, 2 * MN_ROPE_MAX_HALF);
+    *out = new RopeCuda(a);
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor x, off;
+    MN_RETURN_IF(GetInput(ctx, 0, &x));
+    MN_RETURN_IF(GetInput(ctx, 1, &off));
+    RopeProblem p;
+    MN_RETURN_IF(CheckRope(a_, x, off, &p));
+    float* y = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, x.shape, &y));
+    void* stream = nullptr;
+    MN_RETURN_IF(Stream(ctx, &stream));
+    return Cuda("Rope", mn_cuda_rope_f32(x.f32(), y, p.S, p.D, p.head_dim, p.pos0, inv_freq_.data(), stream));
+  }
+
+ private:
+  RopeAttrs a_;
+  std::vector<float> inv_freq_;
+};
+
+class CacheWriteCuda : public Kernel {
+ public:
+  static OrtStatus* Create(const OrtKernelInfo*, Kernel** out) {
+    *out = new CacheWriteCuda();
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor nw, cache, pos;
+    MN_RETURN_IF(GetInput(ctx, 0, &nw));
+    MN_RETURN_IF(GetInput(ctx, 1, &cache));
+    MN_RETURN_IF(GetInput(ctx, 2, &pos));
+    CacheWriteProblem p;
+    MN_RETURN_IF(CheckCacheWrite(nw, cache, pos, &p));
+    float* out = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, cache.shape, &out));
+    if (out != cache.f32() && p.max_seq * p.dim > 0) CountCacheCopy();
+    void* stream = nullptr;
+    MN_RETURN_IF(Stream(ctx, &stream));
+    return Cuda("CacheWrite", mn_cuda_cache_write_f32(nw.f32(), cache.f32(), out, p.T, p.dim, p.max_seq, p.kv_pos, stream));
+  }
+};
+
+class CachedAttentionCuda : public Kernel {
+ public:
+  explicit CachedAttentionCuda(const AttnAttrs& a) : a_(a) {}
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    AttnAttrs a;
+    MN_RETURN_IF(ReadAttnAttrs(info, &a));
+    *out = new CachedAttentionCuda(a);
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor q, k, v, pos;
+    MN_RETURN_IF(GetInput(ctx, 0, &q));
+    MN_RETURN_IF(GetInput(ctx, 1, &k));
+    MN_RETURN_IF(GetInput(ctx, 2, &v));
+    MN_RETURN_IF(GetInput(ctx, 3, &pos));
+    AttnProblem p;
+    MN_RETURN_IF(CheckCachedAttention(a_, q, k, v, pos, &p));
+    if (p.T > 65535 || p.T * p.H > (int64_t(1) << 31) - 1)
+      return MN_INVALID("CachedAttention: T %lld x num_heads %lld is too large for the CUDA kernel", (long long)p.T, (long long)p.H);
+    float* out = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, q.shape, &out));
+    void* stream = nullptr;
+    MN_RETURN_IF(Stream(ctx, &stream));
+    return Cuda("CachedAttention",
+                mn_cuda_cached_attention_f32(q.f32(), k.f32(), v.f32(), out, p.T, p.H, p.KVH, p.hd, p.kv_pos, stream));
+  }
+
+ private:
+  AttnAttrs a_;
+};
+
+class ScatterAddCuda : public Kernel {
+ public:
+  explicit ScatterAddCuda(int64_t n) : num_rows_(n) {}
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    int64_t n = 0;
+    MN_RETURN_IF(AttrInt(info, "ScatterAdd", "num_rows", &n, nullptr));
+    if (n < 0) return MN_INVALID("ScatterAdd: attribute num_rows must be >= 0, got %lld", (long long)n);
+    *out = new ScatterAddCuda(n);
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor idx, src;
+    MN_RETURN_IF(GetInput(ctx, 0, &idx));
+    MN_RETURN_IF(GetInput(ctx, 1, &src));
+    ScatterAddProblem p;
+    MN_RETURN_IF(CheckScatterAdd(num_rows_, idx, src, &p));  // host indices: every one checked
+    std::vector<int64_t> rows(static_cast<size_t>(p.N));
+    for (int64_t i = 0; i < p.N; ++i) rows[i] = IndexAt(idx, i);
+    float* out = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, {p.num_rows, p.D}, &out));
+    void* stream = nullptr;
+    MN_RETURN_IF(Stream(ctx, &stream));
+    return Cuda("ScatterAdd", mn_cuda_scatter_add_f32(rows.data(), src.f32(), out, p.N, p.D, p.num_rows, stream));
+  }
+
+ private:
+  int64_t num_rows_;
+};
+
+}  // namespace
+
+void AddCudaOps(std::vector<OpDef*>* ops) {
+  const char* ep = "CUDAExecutionProvider";
+  ops->push_back(new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, true}, {false, true}, RopeCuda::Create, 0));
+  ops->push_back(new OpDef("CacheWrite", ep, {F32, F32, ANY}, {F32}, {false, false, false}, {false, false, true},
+                           CacheWriteCuda::Create, 1, /*cache_inplace=*/true));
+  ops->push_back(new OpDef("CachedAttention", ep, {F32, F32, F32, ANY}, {F32}, {false, false, false, false},
+                           {false, false, false, true}, CachedAttentionCuda::Create, 0));
+  ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {true, false}, ScatterAddCuda::Create, -1));
+}
+
+}  // namespace mn

@@ -1,0 +1,48 @@
+#!/bin/bash
+# One-shot GPU verification of the com.meganeura CUDA kernels (run from the repository root on the
+# GPU machine, onnxruntime-gpu already installed). Writes everything under ${OUT:-out/gpu_check}:
+#   pytest_gpu.txt / junit_gpu.xml   GPU + CPU kernel tests (placement, parity, in-place, bad input)
+#   memcheck.txt                     compute-sanitizer --tool memcheck over the GPU tests
+#   bench_cuda.json / bench_cuda.txt benchmarks/custom_ops.py on the GPU
+# The libraries are normally built on the dev machine and carried (custom_ops/build); if they are
+# missing and nvcc + headers are available here, they are built.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu_check}
+mkdir -p "$OUT"
+PY=${PYTHON:-python}
+status=0
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  $PY -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
+} 2>&1 | tee "$OUT/env.txt"
+if [ ! -f custom_ops/build/libmeganeura_ops_cuda.so ]; then
+  make -C custom_ops all 2>&1 | tee "$OUT/build.txt" || status=1
+fi
+ls -la custom_ops/build/*.so 2>&1 | tee -a "$OUT/env.txt"
+
+$PY -m pytest -q -p no:cacheprovider -rs tests/test_kernels_gpu.py tests/test_kernels_cpu.py \
+  --junitxml="$OUT/junit_gpu.xml" 2>&1 | tee "$OUT/pytest_gpu.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  SAN=compute-sanitizer
+else
+  SAN=$(ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n1)
+fi
+if [ -n "${SAN:-}" ]; then
+  # GPU tests only; --target-processes all follows pytest's children; errors -> nonzero exit code.
+  timeout ${MEMCHECK_TIMEOUT:-240} "$SAN" --tool memcheck --error-exitcode 99 --target-processes all \
+    $PY -m pytest -q -p no:cacheprovider -x tests/test_kernels_gpu.py -k "not 4096" 2>&1 | tail -n 200 > "$OUT/memcheck.txt"
+  rc=${PIPESTATUS[0]}
+  echo "compute-sanitizer exit code: $rc" | tee -a "$OUT/memcheck.txt"
+  grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.txt"
+  [ "$rc" -eq 0 ] || status=1
+else
+  echo "compute-sanitizer not found" | tee "$OUT/memcheck.txt"
+fi
+
+$PY benchmarks/custom_ops.py --device cuda --json "$OUT/bench_cuda.json" 2>&1 | tee "$OUT/bench_cuda.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+echo "gpu_check status: $status"
+exit $status

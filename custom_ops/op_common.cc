@@ -1,0 +1,408 @@
+// Validation, OrtCustomOp plumbing and the exported RegisterCustomOps.
+#include "op_common.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <atomic>
+#include <mutex>
+
+namespace mn {
+
+const OrtApi* g_api = nullptr;
+
+static std::atomic<int64_t> g_cache_copies{0};
+void CountCacheCopy() { g_cache_copies.fetch_add(1, std::memory_order_relaxed); }
+
+std::string ShapeStr(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) r += ", ";
+    r += std::to_string(s[i]);
+  }
+  return r + "]";
+}
+
+static const char* TypeName(ONNXTensorElementDataType t) {
+  switch (t) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return "float32";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return "int64";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return "int32";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: return "uint32";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return "float16";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return "float64";
+    default: return "other";
+  }
+}
+
+OrtStatus* GetInput(OrtKernelContext* ctx, size_t index, Tensor* out) {
+  *out = Tensor();
+  size_t count = 0;
+  MN_RETURN_IF(g_api->KernelContext_GetInputCount(ctx, &count));
+  if (index >= count) return nullptr;
+  const OrtValue* v = nullptr;
+  MN_RETURN_IF(g_api->KernelContext_GetInput(ctx, index, &v));
+  if (v == nullptr) return nullptr;
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  MN_RETURN_IF(g_api->GetTensorTypeAndShape(v, &info));
+  size_t rank = 0;
+  OrtStatus* st = g_api->GetTensorElementType(info, &out->type);
+  if (!st) st = g_api->GetDimensionsCount(info, &rank);
+  if (!st) {
+    out->shape.resize(rank);
+    st = g_api->GetDimensions(info, out->shape.data(), rank);
+  }
+  g_api->ReleaseTensorTypeAndShapeInfo(info);
+  MN_RETURN_IF(st);
+  void* data = nullptr;  // the 1.21 C API has no const accessor
+  MN_RETURN_IF(g_api->GetTensorMutableData(const_cast<OrtValue*>(v), &data));
+  out->data = data;
+  out->present = true;
+  return nullptr;
+}
+
+OrtStatus* GetOutput(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape, float** data) {
+  OrtValue* v = nullptr;
+  MN_RETURN_IF(g_api->KernelContext_GetOutput(ctx, index, shape.data(), shape.size(), &v));
+  return g_api->GetTensorMutableData(v, reinterpret_cast<void**>(data));
+}
+
+OrtStatus* CheckTensor(const char* op, const char* arg, const Tensor& t, ONNXTensorElementDataType type,
+                       size_t rank) {
+  if (!t.present) return MN_INVALID("%s: input '%s' is missing", op, arg);
+  if (t.type != type)
+    return MN_INVALID("%s: input '%s' must be %s, got %s", op, arg, TypeName(type), TypeName(t.type));
+  if (t.shape.size() != rank)
+    return MN_INVALID("%s: input '%s' must have rank %zu, got shape %s", op, arg, rank, ShapeStr(t.shape).c_str());
+  for (int64_t d : t.shape)
+    if (d < 0) return MN_INVALID("%s: input '%s' has a negative dimension %s", op, arg, ShapeStr(t.shape).c_str());
+  return nullptr;
+}
+
+OrtStatus* CheckIndexType(const char* op, const char* arg, const Tensor& t) {
+  if (t.type != ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 && t.type != ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32 &&
+      t.type != ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32)
+    return MN_INVALID("%s: input '%s' must be int64, int32 or uint32, got %s", op, arg, TypeName(t.type));
+  return nullptr;
+}
+
+int64_t IndexAt(const Tensor& t, int64_t i) {
+  switch (t.type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return static_cast<const int64_t*>(t.data)[i];
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return static_cast<const int32_t*>(t.data)[i];
+    default: return static_cast<const uint32_t*>(t.data)[i];
+  }
+}
+
+OrtStatus* ReadScalarIndex(const char* op, const char* arg, const Tensor& t, int64_t* value) {
+  if (!t.present) return MN_INVALID("%s: input '%s' is missing", op, arg);
+  MN_RETURN_IF(CheckIndexType(op, arg, t));
+  if (t.shape.size() > 1 || t.numel() != 1)
+    return MN_INVALID("%s: input '%s' must have shape [1], got %s", op, arg, ShapeStr(t.shape).c_str());
+  *value = IndexAt(t, 0);
+  return nullptr;
+}
+
+OrtStatus* AttrInt(const OrtKernelInfo* info, const char* op, const char* name, int64_t* out, const int64_t* dflt) {
+  OrtStatus* st = g_api->KernelInfoGetAttribute_int64(info, name, out);
+  if (st == nullptr) return nullptr;
+  g_api->ReleaseStatus(st);
+  if (dflt) {
+    *out = *dflt;
+    return nullptr;
+  }
+  return MN_INVALID("%s: required int attribute '%s' is missing", op, name);
+}
+
+OrtStatus* AttrFloat(const OrtKernelInfo* info, const char* op, const char* name, float* out, const float* dflt) {
+  OrtStatus* st = g_api->KernelInfoGetAttribute_float(info, name, out);
+  if (st == nullptr) return nullptr;
+  g_api->ReleaseStatus(st);
+  if (dflt) {
+    *out = *dflt;
+    return nullptr;
+  }
+  return MN_INVALID("%s: required float attribute '%s' is missing", op, name);
+}
+
+// ---------------------------------------------------------------- Rope
+OrtStatus* ReadRopeAttrs(const OrtKernelInfo* info, RopeAttrs* a) {
+  const int64_t zero = 0;
+  MN_RETURN_IF(AttrFloat(info, "Rope", "theta", &a->theta, nullptr));
+  MN_RETURN_IF(AttrInt(info, "Rope", "head_dim", &a->head_dim, nullptr));
+  MN_RETURN_IF(AttrInt(info, "Rope", "offset", &a->offset, &zero));
+  if (a->head_dim <= 0 || a->head_dim % 2 != 0 || a->head_dim > 1024)
+    return MN_INVALID("Rope: attribute head_dim must be even and in [2, 1024], got %lld", (long long)a->head_dim);
+  if (!(a->theta > 0.0f) || !std::isfinite(a->theta))
+    return MN_INVALID("Rope: attribute theta must be a positive finite number, got %g", (double)a->theta);
+  if (a->offset < 0) return MN_INVALID("Rope: attribute offset must be >= 0, got %lld", (long long)a->offset);
+  return nullptr;
+}
+
+OrtStatus* CheckRope(const RopeAttrs& a, const Tensor& x, const Tensor& offset_dyn, RopeProblem* p) {
+  MN_RETURN_IF(CheckTensor("Rope", "X", x, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
+  p->S = x.shape[0];
+  p->D = x.shape[1];
+  p->head_dim = a.head_dim;
+  if (p->D % a.head_dim != 0)
+    return MN_INVALID("Rope: X has %lld features, not a multiple of head_dim %lld (shape %s)", (long long)p->D,
+                      (long long)a.head_dim, ShapeStr(x.shape).c_str());
+  int64_t dyn = 0;
+  if (offset_dyn.present) MN_RETURN_IF(ReadScalarIndex("Rope", "offset_dyn", offset_dyn, &dyn));
+  if (dyn < 0) return MN_INVALID("Rope: offset_dyn must be >= 0, got %lld", (long long)dyn);
+  if (dyn > (int64_t(1) << 40)) return MN_INVALID("Rope: offset_dyn %lld is too large", (long long)dyn);
+  p->pos0 = a.offset + dyn;
+  return nullptr;
+}
+
+void RopeInvFreq(float theta, int64_t head_dim, float* inv_freq) {
+  for (int64_t j = 0; j < head_dim / 2; ++j)
+    inv_freq[j] = powf(theta, -2.0f * static_cast<float>(j) / static_cast<float>(head_dim));
+}
+
+// ---------------------------------------------------------------- CacheWrite
+OrtStatus* CheckCacheWrite(const Tensor& nw, const Tensor& cache, const Tensor& kv_pos, CacheWriteProblem* p) {
+  MN_RETURN_IF(CheckTensor("CacheWrite", "new", nw, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
+  MN_RETURN_IF(CheckTensor("CacheWrite", "cache", cache, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
+  MN_RETURN_IF(ReadScalarIndex("CacheWrite", "kv_pos", kv_pos, &p->kv_pos));
+  p->T = nw.shape[0];
+  p->dim = nw.shape[1];
+  p->max_seq = cache.shape[0];
+  if (cache.shape[1] != p->dim)
+    return MN_INVALID("CacheWrite: new has shape %s but cache has shape %s (row widths differ)",
+                      ShapeStr(nw.shape).c_str(), ShapeStr(cache.shape).c_str());
+  if (p->kv_pos < 0 || p->kv_pos + p->T > p->max_seq)
+    return MN_INVALID("CacheWrite: kv_pos %lld + T %lld exceeds the cache length max_seq %lld", (long long)p->kv_pos,
+                      (long long)p->T, (long long)p->max_seq);
+  return nullptr;
+}
+
+// ---------------------------------------------------------------- CachedAttention
+OrtStatus* ReadAttnAttrs(const OrtKernelInfo* info, AttnAttrs* a) {
+  MN_RETURN_IF(AttrInt(info, "CachedAttention", "num_heads", &a->num_heads, nullptr));
+  MN_RETURN_IF(AttrInt(info, "CachedAttention", "num_kv_heads", &a->num_kv_heads, nullptr));
+  MN_RETURN_IF(AttrInt(info, "CachedAttention", "head_dim", &a->head_dim, nullptr));
+  if (a->num_heads <= 0 || a->num_kv_heads <= 0 || a->head_dim <= 0 || a->head_dim > 1024)
+    return MN_INVALID("CachedAttention: num_heads %lld, num_kv_heads %lld must be > 0 and head_dim %lld in [1, 1024]",
+                      (long long)a->num_heads, (long long)a->num_kv_heads, (long long)a->head_dim);
+  if (a->num_heads % a->num_kv_heads != 0)
+    return MN_INVALID("CachedAttention: num_heads %lld is not a multiple of num_kv_heads %lld", (long long)a->num_heads,
+                      (long long)a->num_kv_heads);
+  return nullptr;
+}
+
+OrtStatus* CheckCachedAttention(const AttnAttrs& a, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& kv_pos, AttnProblem* p) {
+  const char* op = "CachedAttention";
+  MN_RETURN_IF(CheckTensor(op, "Q", q, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
+  MN_RETURN_IF(CheckTensor(op, "K_cache", k, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
+  MN_RETURN_IF(CheckTensor(op, "V_cache", v, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
+  MN_RETURN_IF(ReadScalarIndex(op, "kv_pos", kv_pos, &p->kv_pos));
+  p->T = q.shape[0];
+  p->H = a.num_heads;
+  p->KVH = a.num_kv_heads;
+  p->hd = a.head_dim;
+  p->max_seq = k.shape[0];
+  if (q.shape[1] != a.num_heads * a.head_dim)
+    return MN_INVALID("%s: Q has shape %s but num_heads %lld * head_dim %lld = %lld", op, ShapeStr(q.shape).c_str(),
+                      (long long)a.num_heads, (long long)a.head_dim, (long long)(a.num_heads * a.head_dim));
+  if (k.shape[1] != a.num_kv_heads * a.head_dim)
+    return MN_INVALID("%s: K_cache has shape %s but num_kv_heads %lld * head_dim %lld = %lld", op,
+                      ShapeStr(k.shape).c_str(), (long long)a.num_kv_heads, (long long)a.head_dim,
+                      (long long)(a.num_kv_heads * a.head_dim));
+  if (v.shape != k.shape)
+    return MN_INVALID("%s: V_cache shape %s differs from K_cache shape %s", op, ShapeStr(v.shape).c_str(),
+                      ShapeStr(k.shape).c_str());
+  if (p->kv_pos < 0 || p->kv_pos + p->T > p->max_seq)
+    return MN_INVALID("%s: kv_pos %lld + T %lld exceeds the cache length max_seq %lld", op, (long long)p->kv_pos,
+                      (long long)p->T, (long long)p->max_seq);
+  return nullptr;
+}
+
+// ---------------------------------------------------------------- ScatterAdd
+OrtStatus* CheckScatterAdd(int64_t num_rows, const Tensor& idx, const Tensor& src, ScatterAddProblem* p) {
+  const char* op = "ScatterAdd";
+  if (!idx.present) return MN_INVALID("%s: input 'indices' is missing", op);
+  MN_RETURN_IF(CheckIndexType(op, "indices", idx));
+  if (idx.shape.size() != 1)
+    return MN_INVALID("%s: indices must have rank 1, got shape %s", op, ShapeStr(idx.shape).c_str());
+  MN_RETURN_IF(CheckTensor(op, "src", src, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
+  p->N = idx.shape[0];
+  p->D = src.shape[1];
+  p->num_rows = num_rows;
+  if (src.shape[0] != p->N)
+    return MN_INVALID("%s: indices has %lld entries but src has shape %s", op, (long long)p->N,
+                      ShapeStr(src.shape).c_str());
+  for (int64_t i = 0; i < p->N; ++i) {
+    int64_t r = IndexAt(idx, i);
+    if (r < 0 || r >= num_rows)
+      return MN_INVALID("%s: indices[%lld] = %lld is out of range [0, %lld)", op, (long long)i, (long long)r,
+                        (long long)num_rows);
+  }
+  return nullptr;
+}
+
+// ---------------------------------------------------------------- OrtCustomOp glue
+namespace {
+
+const OpDef* Self(const OrtCustomOp* op) { return static_cast<const OpDef*>(op); }
+
+OrtStatus* ORT_API_CALL CreateKernelV2(const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info,
+                                       void** kernel) {
+  try {
+    Kernel* k = nullptr;
+    MN_RETURN_IF(Self(op)->factory(info, &k));
+    *kernel = k;
+    return nullptr;
+  } catch (const std::exception& e) {
+    return Error(ORT_RUNTIME_EXCEPTION, "%s: kernel creation failed: %s", Self(op)->name, e.what());
+  }
+}
+
+OrtStatus* ORT_API_CALL KernelComputeV2(void* kernel, OrtKernelContext* ctx) {
+  try {
+    return static_cast<Kernel*>(kernel)->Compute(ctx);
+  } catch (const std::exception& e) {
+    return Error(ORT_RUNTIME_EXCEPTION, "com.meganeura kernel failed: %s", e.what());
+  } catch (...) {
+    return Error(ORT_RUNTIME_EXCEPTION, "com.meganeura kernel failed with an unknown exception");
+  }
+}
+
+void ORT_API_CALL KernelDestroy(void* kernel) { delete static_cast<Kernel*>(kernel); }
+
+// Static output shapes let ORT's memory planner apply the in-place hint (it needs equal,
+// known sizes) and give Netron/ORT typed outputs. Unknown input shapes are left unknown.
+OrtStatus* ORT_API_CALL InferShape(const OrtCustomOp* op, OrtShapeInferContext* ctx) {
+  const OpDef* self = Self(op);
+  if (self->shape_from >= 0) {
+    OrtTensorTypeAndShapeInfo* info = nullptr;
+    OrtStatus* st = g_api->ShapeInferContext_GetInputTypeShape(ctx, static_cast<size_t>(self->shape_from), &info);
+    if (st) {  // unknown input shape: leave the output unknown
+      g_api->ReleaseStatus(st);
+      return nullptr;
+    }
+    // `info` belongs to the context (ORT releases it): do not release it here.
+    return g_api->ShapeInferContext_SetOutputTypeShape(ctx, 0, info);
+  }
+  // ScatterAdd: [num_rows, src.shape[1]]
+  const OrtOpAttr* attr = nullptr;
+  int64_t num_rows = 0;
+  size_t len = 0;
+  OrtStatus* st = g_api->ShapeInferContext_GetAttribute(ctx, "num_rows", &attr);
+  if (!st) st = g_api->ReadOpAttr(attr, ORT_OP_ATTR_INT, &num_rows, sizeof num_rows, &len);
+  if (st) return st;  // missing attribute: fail at load time with ORT's message
+  OrtTensorTypeAndShapeInfo* src = nullptr;
+  st = g_api->ShapeInferContext_GetInputTypeShape(ctx, 1, &src);
+  if (st) {
+    g_api->ReleaseStatus(st);
+    return nullptr;
+  }
+  size_t rank = 0;
+  int64_t dims[2] = {num_rows, -1};
+  const char* sym[2] = {"", ""};
+  st = g_api->GetDimensionsCount(src, &rank);
+  if (!st && rank == 2) {
+    int64_t d[2];
+    st = g_api->GetDimensions(src, d, 2);
+    if (!st) st = g_api->GetSymbolicDimensions(src, sym, 2);
+    dims[1] = d[1];
+    sym[0] = "";
+  }
+  OrtTensorTypeAndShapeInfo* out = nullptr;
+  if (!st) st = g_api->CreateTensorTypeAndShapeInfo(&out);
+  if (!st) st = g_api->SetTensorElementType(out, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT);
+  if (!st && rank == 2) st = g_api->SetDimensions(out, dims, 2);
+  if (!st && rank == 2) st = g_api->SetSymbolicDimensions(out, sym, 2);
+  if (!st) st = g_api->ShapeInferContext_SetOutputTypeShape(ctx, 0, out);
+  if (out) g_api->ReleaseTensorTypeAndShapeInfo(out);  // ours; `src` belongs to the context
+  return st;
+}
+
+// CacheWrite: output 0 may reuse input 1 (the cache). ORT reuses the buffer only when
+// that is safe (last use, same size); the kernel copies when it gets a distinct buffer.
+size_t ORT_API_CALL CacheMayInplace(int** in, int** out) {
+  *in = new int[1]{1};
+  *out = new int[1]{0};
+  return 1;
+}
+void ORT_API_CALL ReleaseIndexPair(int* in, int* out) {
+  delete[] in;
+  delete[] out;
+}
+size_t ORT_API_CALL NoPairs(int** in, int** out) {
+  *in = nullptr;
+  *out = nullptr;
+  return 0;
+}
+
+}  // namespace
+
+OpDef::OpDef(const char* name_, const char* ep_, std::vector<ONNXTensorElementDataType> in,
+             std::vector<ONNXTensorElementDataType> out, std::vector<bool> optional, std::vector<bool> cpu_inputs,
+             KernelFactory factory_, int shape_from_, bool cache_inplace_)
+    : OrtCustomOp(),
+      name(name_),
+      ep(ep_),
+      in_types(std::move(in)),
+      out_types(std::move(out)),
+      in_optional(std::move(optional)),
+      in_cpu(std::move(cpu_inputs)),
+      factory(factory_),
+      cache_inplace(cache_inplace_),
+      shape_from(shape_from_) {
+  version = ORT_API_VERSION;
+  GetName = [](const OrtCustomOp* op) { return Self(op)->name; };
+  GetExecutionProviderType = [](const OrtCustomOp* op) { return Self(op)->ep; };
+  GetInputType = [](const OrtCustomOp* op, size_t i) { return Self(op)->in_types[i]; };
+  GetInputTypeCount = [](const OrtCustomOp* op) { return Self(op)->in_types.size(); };
+  GetOutputType = [](const OrtCustomOp* op, size_t i) { return Self(op)->out_types[i]; };
+  GetOutputTypeCount = [](const OrtCustomOp* op) { return Self(op)->out_types.size(); };
+  GetInputCharacteristic = [](const OrtCustomOp* op, size_t i) {
+    return Self(op)->in_optional[i] ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+  };
+  GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
+  GetInputMemoryType = [](const OrtCustomOp* op, size_t i) {
+    return Self(op)->in_cpu[i] ? OrtMemTypeCPUInput : OrtMemTypeDefault;
+  };
+  GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
+  GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
+  GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  CreateKernel = nullptr;
+  KernelCompute = nullptr;
+  CreateKernelV2 = mn::CreateKernelV2;
+  KernelComputeV2 = mn::KernelComputeV2;
+  KernelDestroy = mn::KernelDestroy;
+  InferOutputShapeFn = InferShape;
+  GetStartVersion = [](const OrtCustomOp*) { return 1; };
+  GetEndVersion = [](const OrtCustomOp*) { return 1; };
+  GetMayInplace = cache_inplace ? CacheMayInplace : NoPairs;
+  ReleaseMayInplace = ReleaseIndexPair;
+  GetAliasMap = NoPairs;
+  ReleaseAliasMap = ReleaseIndexPair;
+}
+
+}  // namespace mn
+
+extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps(
+    OrtSessionOptions* options, const OrtApiBase* api_base) {
+  static std::once_flag once;
+  static std::vector<mn::OpDef*> ops;
+  const OrtApi* api = api_base->GetApi(ORT_API_VERSION);
+  if (api == nullptr) return nullptr;  // cannot even build a status; ORT older than 1.21
+  std::call_once(once, [&] {
+    mn::g_api = api;
+    mn::AddCpuOps(&ops);
+    mn::AddCudaOps(&ops);
+  });
+  OrtCustomOpDomain* domain = nullptr;  // owned by the process: it must outlive every session
+  MN_RETURN_IF(api->CreateCustomOpDomain("com.meganeura", &domain));
+  for (mn::OpDef* op : ops) MN_RETURN_IF(api->CustomOpDomain_Add(domain, op));
+  return api->AddCustomOpDomain(options, domain);
+}
+
+// Diagnostics: how many CacheWrite calls copied the whole cache (0 when ORT ran it in place).
+extern "C" __attribute__((visibility("default"))) int64_t MeganeuraCacheWriteFullCopies() {
+  return mn::g_cache_copies.load();
+}

@@ -1,0 +1,133 @@
+// Shared plumbing for the com.meganeura custom ops: a thin layer over the
+// ONNX Runtime C API (no C++ wrapper, no exceptions crossing the ABI), input
+// validation shared by the CPU and CUDA kernels, and error-status helpers.
+#pragma once
+
+#include <onnxruntime_c_api.h>
+
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace mn {
+
+extern const OrtApi* g_api;
+
+// An ORT error status; message is printf-formatted and always starts with the op name.
+inline OrtStatus* Error(OrtErrorCode code, const char* fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return g_api->CreateStatus(code, buf);
+}
+#define MN_INVALID(...) ::mn::Error(ORT_INVALID_ARGUMENT, __VA_ARGS__)
+#define MN_RETURN_IF(expr)              \
+  do {                                  \
+    OrtStatus* _st = (expr);            \
+    if (_st != nullptr) return _st;     \
+  } while (0)
+
+std::string ShapeStr(const std::vector<int64_t>& s);
+
+// One input tensor as the kernel sees it.
+struct Tensor {
+  bool present = false;
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  const float* f32() const { return static_cast<const float*>(data); }
+};
+
+// Reads input `index`; an absent optional input leaves present == false.
+OrtStatus* GetInput(OrtKernelContext* ctx, size_t index, Tensor* out);
+// Allocates output `index` with `shape` and returns its data pointer.
+OrtStatus* GetOutput(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape, float** data);
+
+// Checks the element type and rank of an input, naming op/argument/shape on failure.
+OrtStatus* CheckTensor(const char* op, const char* arg, const Tensor& t, ONNXTensorElementDataType type, size_t rank);
+// Reads element `i` of an integer index tensor (int64, int32 or uint32) held in host memory.
+int64_t IndexAt(const Tensor& t, int64_t i);
+OrtStatus* CheckIndexType(const char* op, const char* arg, const Tensor& t);
+// A [1] (or scalar) integer tensor in host memory -> its value.
+OrtStatus* ReadScalarIndex(const char* op, const char* arg, const Tensor& t, int64_t* value);
+
+OrtStatus* AttrInt(const OrtKernelInfo* info, const char* op, const char* name, int64_t* out, const int64_t* dflt);
+OrtStatus* AttrFloat(const OrtKernelInfo* info, const char* op, const char* name, float* out, const float* dflt);
+
+// ---- per-op attributes and validated problem descriptions (shared CPU/CUDA) ----
+
+struct RopeAttrs {
+  float theta;
+  int64_t head_dim, offset;
+};
+OrtStatus* ReadRopeAttrs(const OrtKernelInfo* info, RopeAttrs* a);
+struct RopeProblem {
+  int64_t S, D, head_dim, pos0;  // row r has position pos0 + r
+};
+OrtStatus* CheckRope(const RopeAttrs& a, const Tensor& x, const Tensor& offset_dyn, RopeProblem* p);
+// inv_freq[j] = powf(theta, -2j/hd) in float32, j < hd/2 (host; passed to the device kernels too).
+void RopeInvFreq(float theta, int64_t head_dim, float* inv_freq);
+
+struct CacheWriteProblem {
+  int64_t T, dim, max_seq, kv_pos;
+};
+OrtStatus* CheckCacheWrite(const Tensor& nw, const Tensor& cache, const Tensor& kv_pos, CacheWriteProblem* p);
+
+struct AttnAttrs {
+  int64_t num_heads, num_kv_heads, head_dim;
+};
+OrtStatus* ReadAttnAttrs(const OrtKernelInfo* info, AttnAttrs* a);
+struct AttnProblem {
+  int64_t T, H, KVH, hd, max_seq, kv_pos;
+};
+OrtStatus* CheckCachedAttention(const AttnAttrs& a, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& kv_pos, AttnProblem* p);
+
+struct ScatterAddProblem {
+  int64_t N, D, num_rows;
+};
+// Validates shapes and every index (indices must be in host memory).
+OrtStatus* CheckScatterAdd(int64_t num_rows, const Tensor& idx, const Tensor& src, ScatterAddProblem* p);
+
+// ---- the op descriptor: an OrtCustomOp filled from a table row ----
+
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  virtual OrtStatus* Compute(OrtKernelContext* ctx) = 0;
+};
+using KernelFactory = OrtStatus* (*)(const OrtKernelInfo* info, Kernel** out);
+
+struct OpDef : OrtCustomOp {
+  const char* name;
+  const char* ep;
+  std::vector<ONNXTensorElementDataType> in_types, out_types;
+  std::vector<bool> in_optional;
+  std::vector<bool> in_cpu;  // input lives in host memory even on a GPU provider
+  KernelFactory factory;
+  bool cache_inplace;  // output 0 may reuse input 1 (CacheWrite)
+  // Output 0's type/shape: that of input `shape_from` (>= 0), or ScatterAdd's [num_rows, src.shape[1]] (-1).
+  int shape_from;
+  OpDef(const char* name, const char* ep, std::vector<ONNXTensorElementDataType> in,
+        std::vector<ONNXTensorElementDataType> out, std::vector<bool> optional, std::vector<bool> cpu_inputs,
+        KernelFactory factory, int shape_from, bool cache_inplace = false);
+};
+
+// Number of times a CacheWrite kernel had to copy the whole cache because ORT gave it an
+// output buffer distinct from the cache input (exported for tests as MeganeuraCacheWriteFullCopies).
+void CountCacheCopy();
+
+// Appends the CPU op definitions (and, in the CUDA library, the CUDA ones).
+void AddCpuOps(std::vector<OpDef*>* ops);
+void AddCudaOps(std::vector<OpDef*>* ops);
+
+}  // namespace mn

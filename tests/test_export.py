@@ -1,0 +1,87 @@
+"""ONNX export: file layout, versions, names that lead back to the Graph, opset choice, external data."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from conftest import run_model
+
+from meganeura_onnx import Graph, export_onnx
+from meganeura_onnx.export import onnx_export
+from meganeura_onnx.init import default_parameters
+
+
+def llama_like_block() -> Graph:
+    g = Graph()
+    tok = g.input_u32("tokens", [6])
+    x = g.embedding(tok, g.parameter("embed.weight", [32, 16]))
+    h = g.rms_norm(x, g.parameter("norm.weight", [16]), 1e-5)
+    q = g.rope(g.matmul_bt(h, g.parameter("q.weight", [16, 16])), 10000.0, 8)
+    k = g.rope(g.matmul_bt(h, g.parameter("k.weight", [8, 16])), 10000.0, 8)
+    v = g.matmul_bt(h, g.parameter("v.weight", [8, 16]))
+    a = g.causal_attention(q, k, v, 2, 1, 8)
+    g.set_outputs([g.add(x, a)])
+    return g
+
+
+def test_export_writes_a_checked_portable_model(tmp_path):
+    path = tmp_path / "block.onnx"
+    model = export_onnx(llama_like_block(), path)
+    loaded = onnx.load(path)
+    onnx.checker.check_model(loaded, full_check=True)
+    assert loaded.ir_version == 10
+    assert {o.domain: o.version for o in loaded.opset_import} == {"": 21, "com.meganeura": 1}
+    assert [i.name for i in loaded.graph.input] == ["tokens"]
+    assert {t.name for t in loaded.graph.initializer} >= {"embed.weight", "norm.weight", "q.weight", "k.weight", "v.weight"}
+    assert model.graph.node[0].name.startswith("n")
+
+
+def test_onnx_node_names_and_doc_strings_lead_back_to_graph_nodes():
+    g = llama_like_block()
+    model = export_onnx(g)
+    rope_nodes = [n for n in model.graph.node if n.op_type == "Rope"]
+    assert len(rope_nodes) == 2
+    for n in rope_nodes:
+        nid = int(n.name.split("_")[0][1:])
+        assert g.node(nid).op == "rope"
+        assert f"Graph node {nid}: rope" in n.doc_string
+
+
+def test_exported_parameters_are_the_default_init_unless_given():
+    g = llama_like_block()
+    model = export_onnx(g, parameters={"norm.weight": np.full(16, 2.0, np.float32)})
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    np.testing.assert_array_equal(inits["norm.weight"], np.full(16, 2.0))
+    np.testing.assert_array_equal(inits["q.weight"], default_parameters(g)["q.weight"])
+    with pytest.raises(ValueError, match="not in the graph"):
+        export_onnx(g, parameters={"nope": np.zeros(3)})
+
+
+def test_newer_opset_uses_rms_normalization_and_computes_the_same():
+    g = llama_like_block()
+    feeds = {"tokens": np.array([1, 5, 2, 31, 0, 7], np.uint32)}
+    old = export_onnx(g)
+    new = export_onnx(g, opset=23)
+    onnx.checker.check_model(new, full_check=True)
+    assert "RMSNormalization" in {n.op_type for n in new.graph.node}
+    np.testing.assert_allclose(run_model(new, feeds)[0], run_model(old, feeds)[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="opset"):
+        export_onnx(g, opset=17)
+
+
+def test_large_models_store_weights_as_external_data(tmp_path, monkeypatch):
+    monkeypatch.setattr(onnx_export, "EXTERNAL_DATA_BYTES", 1000)
+    path = tmp_path / "big.onnx"
+    export_onnx(llama_like_block(), path)
+    assert (tmp_path / "big.onnx.data").stat().st_size > 1000
+    onnx.checker.check_model(str(path), full_check=True)
+    feeds = {"tokens": np.arange(6, dtype=np.uint32)}
+    assert run_model(onnx.load(path), feeds)[0].shape == (6, 16)
+
+
+def test_graph_without_outputs_is_rejected():
+    g = Graph()
+    g.relu(g.input("x", [2]))
+    with pytest.raises(ValueError, match="set_outputs"):
+        export_onnx(g)

@@ -1,0 +1,146 @@
+"""CUDA kernels of the com.meganeura ops: placement on CUDAExecutionProvider, parity with the CPU
+kernels and numpy, in-place CacheWrite on device buffers, bad input.
+
+Skips unless onnxruntime-gpu with a working CUDAExecutionProvider and the CUDA library are present.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+import kernel_cases as kc  # noqa: E402
+import test_kernels_cpu as cpu  # noqa: E402  (shares the cases)
+
+CUDA_LIB = kc.custom_op_library("cuda")
+CPU_LIB = kc.kernel_library("cpu")
+HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
+pytestmark = [
+    pytest.mark.skipif(not HAS_CUDA, reason="no CUDAExecutionProvider (onnxruntime-gpu) here"),
+    pytest.mark.skipif(CUDA_LIB is None, reason="CUDA custom-op library not built (make -C custom_ops cuda)"),
+]
+CUDA = (("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider")
+
+EXTRA_ATTN = [  # (T, H, KVH, head_dim, max_seq, kv_pos): many splits, head groups > 8, generic head_dim
+    (1, 32, 8, 128, 4096, 4095),
+    (1, 32, 2, 64, 2000, 1500),
+    (1, 4, 4, 256, 300, 299),
+    (2, 6, 2, 96, 50, 40),
+    (1, 2, 1, 32, 10, 9),
+    (9, 8, 8, 128, 700, 600),
+]
+ALL = cpu.ALL + [("CachedAttention", cpu.attn_case, c, cpu.ATTN_TOL) for c in EXTRA_ATTN]
+IDS = [f"{op}-{'-'.join(str(getattr(v, '__name__', v)) for v in c)}" for op, _, c, _ in ALL]
+
+
+def cuda_session(model, **kw):
+    return kc.session(model, library=CUDA_LIB, providers=CUDA, **kw)
+
+
+@pytest.mark.parametrize("op,make,case,tol", ALL, ids=IDS)
+def test_cuda_kernel_matches_reference_and_cpu_kernel_and_runs_on_cuda(op, make, case, tol, tmp_path):
+    inputs, attrs, names, ref = make(*case)
+    model = kc.make_model(op, inputs, attrs, input_names=names)
+    sess = cuda_session(model, profile_prefix=str(tmp_path / "cuda"))
+    got = sess.run(None, inputs)[0]
+    placed = [(n["op_name"], n["provider"]) for n in kc.profiled_nodes(sess) if n["op_name"] == op]
+    assert placed == [(op, "CUDAExecutionProvider")], placed
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+    if CPU_LIB is not None:
+        on_cpu = kc.session(model, library=CPU_LIB).run(None, inputs)[0]
+        np.testing.assert_allclose(got, on_cpu, rtol=tol, atol=tol)
+
+
+def test_cuda_library_also_serves_cpu_sessions():
+    inputs, attrs, names, ref = cpu.attn_case(2, 4, 2, 64, 16, 5)
+    got = kc.session(kc.make_model("CachedAttention", inputs, attrs), library=CUDA_LIB).run(None, inputs)[0]
+    np.testing.assert_allclose(got, ref, rtol=cpu.ATTN_TOL, atol=cpu.ATTN_TOL)
+
+
+def test_cache_write_in_place_on_device():
+    inputs, attrs, _, ref = cpu.cache_write_case(4096, 1024, 1, 1234)
+    sess = cuda_session(kc.make_model("CacheWrite", inputs, attrs))
+    cache = ort.OrtValue.ortvalue_from_numpy(inputs["cache"].copy(), "cuda", 0)
+    new = ort.OrtValue.ortvalue_from_numpy(inputs["new"], "cuda", 0)
+    b = sess.io_binding()
+    b.bind_ortvalue_input("new", new)
+    b.bind_ortvalue_input("cache", cache)
+    b.bind_cpu_input("kv_pos", inputs["kv_pos"])
+    b.bind_ortvalue_output("Y", cache)
+    before = _copies()
+    sess.run_with_iobinding(b)
+    assert _copies() == before, "CacheWrite copied the whole cache although output == input buffer"
+    np.testing.assert_array_equal(cache.numpy(), ref)
+
+
+def _copies():
+    import ctypes
+
+    lib = ctypes.CDLL(CUDA_LIB)
+    lib.MeganeuraCacheWriteFullCopies.restype = ctypes.c_int64
+    return lib.MeganeuraCacheWriteFullCopies()
+
+
+def test_decode_step_graph_keeps_everything_on_cuda(tmp_path):
+    """CacheWrite -> CachedAttention with a uint32 position cast to int64, as the exporter emits."""
+    from onnx import TensorProto, helper
+
+    H, KVH, hd, max_seq, pos = 8, 2, 64, 128, 77
+    nodes = [
+        helper.make_node("Cast", ["pos_u32"], ["pos"], to=TensorProto.INT64),
+        helper.make_node("Rope", ["q_in", "pos"], ["q"], domain=kc.DOMAIN, name="rope_q", theta=1e4, head_dim=hd, offset=0),
+        helper.make_node("CacheWrite", ["k_new", "k_cache", "pos"], ["k_upd"], domain=kc.DOMAIN, name="write_k"),
+        helper.make_node("CacheWrite", ["v_new", "v_cache", "pos"], ["v_upd"], domain=kc.DOMAIN, name="write_v"),
+        helper.make_node(
+            "CachedAttention",
+            ["q", "k_upd", "v_upd", "pos"],
+            ["Y"],
+            domain=kc.DOMAIN,
+            name="attn",
+            num_heads=H,
+            num_kv_heads=KVH,
+            head_dim=hd,
+        ),
+    ]
+    f = TensorProto.FLOAT
+    vi = [
+        helper.make_tensor_value_info("pos_u32", TensorProto.UINT32, [1]),
+        helper.make_tensor_value_info("q_in", f, [1, H * hd]),
+        helper.make_tensor_value_info("k_new", f, [1, KVH * hd]),
+        helper.make_tensor_value_info("v_new", f, [1, KVH * hd]),
+        helper.make_tensor_value_info("k_cache", f, [max_seq, KVH * hd]),
+        helper.make_tensor_value_info("v_cache", f, [max_seq, KVH * hd]),
+    ]
+    graph = helper.make_graph(nodes, "decode", vi, [helper.make_tensor_value_info("Y", f, [1, H * hd])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(kc.DOMAIN, 1)])
+    model.ir_version = 10
+    feeds = {
+        "pos_u32": np.array([pos], np.uint32),
+        "q_in": cpu.f32(1, H * hd),
+        "k_new": cpu.f32(1, KVH * hd),
+        "v_new": cpu.f32(1, KVH * hd),
+        "k_cache": cpu.f32(max_seq, KVH * hd),
+        "v_cache": cpu.f32(max_seq, KVH * hd),
+    }
+    sess = cuda_session(model.SerializeToString(), profile_prefix=str(tmp_path / "decode"))
+    got = sess.run(None, feeds)[0]
+    placement = {n["name"]: n["provider"] for n in kc.profiled_nodes(sess)}
+    for name in ("rope_q", "write_k", "write_v", "attn"):
+        assert placement.get(name) == "CUDAExecutionProvider", placement
+    q = kc.rope_ref(feeds["q_in"], 1e4, hd, pos)
+    k = kc.cache_write_ref(feeds["k_new"], feeds["k_cache"], pos)
+    v = kc.cache_write_ref(feeds["v_new"], feeds["v_cache"], pos)
+    np.testing.assert_allclose(got, kc.cached_attention_ref(q, k, v, pos, H, KVH, hd), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op,inputs,attrs,match", cpu.BAD, ids=[f"{b[0]}-{i}" for i, b in enumerate(cpu.BAD)])
+def test_invalid_input_raises_ort_error_on_cuda(op, inputs, attrs, match):
+    model = kc.make_model(op, inputs, attrs, unknown_shapes=True, with_function=False)
+    with pytest.raises(Exception) as info:  # noqa: PT011 - checked below
+        cuda_session(model).run(None, inputs)
+    assert type(info.value).__module__.startswith("onnxruntime"), repr(info.value)
+    msg = str(info.value)
+    assert op in msg and all(m in msg for m in match), msg

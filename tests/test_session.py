@@ -1,0 +1,159 @@
+"""The inference Session: inputs, parameters, outputs, KV-cache state, plan and memory summary."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from meganeura_onnx import Graph, build_inference_session
+from meganeura_onnx.reference import evaluate
+
+
+def mlp() -> Graph:
+    g = Graph()
+    x = g.input("x", [4, 6])
+    h = g.relu(g.bias_add(g.matmul(x, g.parameter("w1", [6, 5])), g.parameter("b1", [5])))
+    g.set_outputs([g.matmul(h, g.parameter("w2", [5, 3])), g.sum_all(h)])
+    return g
+
+
+def test_step_computes_the_graph_with_set_inputs_and_parameters():
+    g = mlp()
+    s = build_inference_session(g)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4, 6)).astype(np.float32)
+    params = {"w1": rng.normal(size=(6, 5)), "b1": rng.normal(size=5), "w2": rng.normal(size=(5, 3))}
+    for k, v in params.items():
+        s.set_parameter(k, v.reshape(-1))
+    s.set_input("x", x.reshape(-1))
+    s.step()
+    s.wait()
+    want = evaluate(g, {"x": x, **params}, np.float64)
+    assert s.num_outputs() == 2
+    np.testing.assert_allclose(s.read_output_by_index(0), want[0], rtol=1e-5, atol=1e-5)
+    out = np.empty(1, np.float32)
+    assert s.read_output_by_index(1, out) is out
+    np.testing.assert_allclose(out, want[1], rtol=1e-5)
+    np.testing.assert_allclose(s.read_param("w2"), params["w2"], rtol=1e-7)
+
+
+def test_default_init_is_seeded_ones_zeros_and_scaled_uniform():
+    g = Graph()
+    x = g.input("x", [2, 8])
+    h = g.rms_norm(g.matmul(x, g.parameter("w", [8, 64])), g.parameter("norm.weight", [64]), 1e-5)
+    g.set_outputs([g.bias_add(h, g.parameter("bias", [64]))])
+    a, b = build_inference_session(g), build_inference_session(g)
+    np.testing.assert_array_equal(a.read_param("norm.weight"), np.ones(64))
+    np.testing.assert_array_equal(a.read_param("bias"), np.zeros(64))
+    w = a.read_param("w")
+    assert np.abs(w).max() <= 1 / np.sqrt(8) and w.std() > 0.1
+    np.testing.assert_array_equal(w, b.read_param("w"))
+    assert not np.array_equal(w, build_inference_session(g, seed=1).read_param("w"))
+
+
+@pytest.mark.parametrize("kernels", [False, True], ids=["function-bodies", "kernels"])
+def test_kv_cache_persists_across_steps_like_meganeura_decode(kernels):
+    from meganeura_onnx import custom_op_library
+
+    if kernels and not custom_op_library():
+        pytest.skip("custom-op library not built (make kernels)")
+    max_seq, heads, kv_heads, hd = 6, 2, 1, 4
+    g = Graph()
+    q = g.input("q", [1, heads * hd])
+    k_new = g.input("k_new", [1, kv_heads * hd])
+    v_new = g.input("v_new", [1, kv_heads * hd])
+    pos = g.input_u32("kv_pos", [1])
+    kc = g.cache_write(k_new, g.input("k_cache", [max_seq, kv_heads * hd]), pos)
+    vc = g.cache_write(v_new, g.input("v_cache", [max_seq, kv_heads * hd]), pos)
+    g.set_outputs([g.cached_attention(q, kc, vc, pos, heads, kv_heads, hd)])
+    s = build_inference_session(g, use_custom_ops=kernels)
+    # The in-place CacheWrite kernel updates one buffer; function bodies swap two.
+    assert s.inplace_state == ({"k_cache", "v_cache"} if kernels else set())
+    assert s.plan().kernels() == dict.fromkeys(["CacheWrite", "CachedAttention"], "kernel" if kernels else "function")
+    rng = np.random.default_rng(3)
+    ks, vs = [], []
+    for t in range(4):
+        qt, kt, vt = (rng.normal(size=n).astype(np.float32) for n in (heads * hd, kv_heads * hd, kv_heads * hd))
+        ks.append(kt)
+        vs.append(vt)
+        s.set_input("q", qt)
+        s.set_input("k_new", kt)
+        s.set_input("v_new", vt)
+        s.set_input_u32("kv_pos", [t])
+        s.step()
+        k_all, v_all = np.array(ks, np.float64), np.array(vs, np.float64)
+        scores = (qt.reshape(heads, hd) @ k_all.T) / np.sqrt(hd)  # both query heads read KV head 0
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        want = (p / p.sum(-1, keepdims=True)) @ v_all
+        np.testing.assert_allclose(s.read_output_by_index(0).reshape(heads, hd), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(s.read_state("k_cache")[:4], np.array(ks))
+    np.testing.assert_array_equal(s.read_state("k_cache")[4:], 0)
+
+
+@pytest.mark.parametrize(
+    "call,error,words",
+    [
+        (lambda s: s.set_input("nope", np.zeros(24)), KeyError, ["nope", "'x'"]),
+        (lambda s: s.set_input("x", np.zeros(23)), ValueError, ["'x'", "24", "23"]),
+        (lambda s: s.set_input("x", np.array(["a"] * 24)), TypeError, ["'x'", "numbers"]),
+        (lambda s: s.set_input_u32("x", np.zeros(24, np.uint32)), TypeError, ["'x'", "F32", "set_input"]),
+        (lambda s: s.set_parameter("w1", np.zeros(5)), ValueError, ["'w1'", "30", "5"]),
+        (lambda s: s.set_parameter("x", np.zeros(24)), KeyError, ["parameter", "'x'"]),
+        (lambda s: s.read_param("nope"), KeyError, ["nope", "w1"]),
+        (lambda s: s.read_output_by_index(2), IndexError, ["2", "2 outputs"]),
+        (lambda s: s.read_output_by_index(0, np.empty(5, np.float32)), ValueError, ["12", "5"]),
+    ],
+)
+def test_bad_session_calls_raise_with_expected_and_given(call, error, words):
+    s = build_inference_session(mlp())
+    with pytest.raises(error) as info:
+        call(s)
+    for w in words:
+        assert w in str(info.value), f"{w!r} missing from: {info.value}"
+
+
+def test_u32_inputs_reject_negative_or_fractional_values():
+    g = Graph()
+    g.set_outputs([g.embedding(g.input_u32("ids", [3]), g.parameter("emb", [5, 2]))])
+    s = build_inference_session(g)
+    with pytest.raises(ValueError, match="non-negative integers"):
+        s.set_input_u32("ids", [1, -2, 3])
+    with pytest.raises(ValueError, match="non-negative integers"):
+        s.set_input_u32("ids", [1.5, 2, 3])
+    s.set_input_u32("ids", [4, 0, 4])
+    s.step()
+    table = s.read_param("emb")
+    np.testing.assert_array_equal(s.read_output_by_index(0), table[[4, 0, 4]])
+
+
+def test_memory_summary_counts_buffers_and_prints_like_meganeura():
+    s = build_inference_session(mlp())
+    m = s.memory_summary()
+    sizes = [b.size_bytes for b in s.buffers()]
+    assert (m.num_buffers, m.total_buffer_bytes, m.largest_buffer_bytes, m.adam_state_bytes) == (len(sizes), sum(sizes), max(sizes), 0)
+    assert m.total_buffer_bytes == 4 * (24 + 30 + 5 + 15 + 12 + 1)
+    assert re.fullmatch(r"6 buffers, 0\.0 MB total \(0\.0 MB adam state\), largest 0\.0 MB", str(m))
+
+
+def test_plan_shows_nodes_buffers_and_provider_placement():
+    g = Graph()
+    g.set_outputs([g.rope(g.input("x", [3, 8]), 10000.0, 4)])
+    plan = build_inference_session(g, use_custom_ops=False).plan()
+    assert plan.providers == ["CPUExecutionProvider"]
+    assert ("com.meganeura", "Rope") in {(d, o) for _, d, o in plan.nodes}
+    assert plan.kernels() == {"Rope": "function"}
+    assert {ep for *_, ep in plan.placement} == {"CPUExecutionProvider"}
+    assert "Rope: function" in str(plan)
+
+
+def test_cuda_device_without_onnxruntime_gpu_says_what_is_missing():
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has CUDA")
+    with pytest.raises(RuntimeError, match="onnxruntime-gpu"):
+        build_inference_session(mlp(), device="cuda")
+    with pytest.raises(ValueError, match="'cpu' or 'cuda'"):
+        build_inference_session(mlp(), device="tpu")
