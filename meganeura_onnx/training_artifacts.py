@@ -300,7 +300,9 @@ def _native_log_captured() -> Iterator[None]:
             os.dup2(saved, 2)
             log.seek(0)
             tail = log.read().decode(errors="replace").strip().splitlines()[-20:]
-            raise RuntimeError(f"onnxruntime-training failed to generate the artifacts: {e}\nlast ORT log lines:\n" + "\n".join(tail)) from e
+            raise RuntimeError(
+                f"onnxruntime-training failed to generate the artifacts: {e}\nlast ORT log lines:\n" + "\n".join(tail)
+            ) from e
         finally:
             os.dup2(saved, 2)
             os.close(saved)

@@ -39,6 +39,7 @@ from .ort_checkpoint import OrtCheckpoint, read_ort_checkpoint, write_ort_checkp
 NUMPY = {DType.F32: np.float32, DType.U32: np.uint32}
 STEP_KEY = "step"
 """safetensors metadata key holding the optimizer step (Meganeura's layout)."""
+FORMAT = "meganeura-checkpoint-1"
 
 
 class OrtTrainingSession:
@@ -75,6 +76,7 @@ class OrtTrainingSession:
         self._output_types = [graph.node(nid).ty for nid in graph.outputs()]
         self._outputs: list[np.ndarray] = [np.zeros(t.shape, np.float32) for t in self._output_types]
         self._lr: float | None = None  # no optimizer update until a learning rate is set (Meganeura's step())
+        self._last_grads: dict[str, np.ndarray] = {}
         self._adamw = self.artifacts.adamw
         self._load_state(self.artifacts.checkpoint)
 
@@ -110,11 +112,15 @@ class OrtTrainingSession:
         arr = np.asarray(data)
         if dtype is DType.U32:
             if arr.size and (not np.issubdtype(arr.dtype, np.integer) or arr.min() < 0 or arr.max() > 0xFFFFFFFF):
-                raise ValueError(f"{what}: {name!r} takes non-negative integers below 2**32, got dtype {arr.dtype} with range [{arr.min()}, {arr.max()}]")
+                raise ValueError(
+                    f"{what}: {name!r} takes non-negative integers below 2**32, got dtype {arr.dtype} with range [{arr.min()}, {arr.max()}]"
+                )
         elif not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
             raise TypeError(f"{what}: {name!r} takes numbers, got dtype {arr.dtype}")
         if arr.size != ty.num_elements():
-            raise ValueError(f"{what}: {name!r} expects {ty.num_elements()} values (shape {list(ty.shape)}), got {arr.size} (shape {list(arr.shape)})")
+            raise ValueError(
+                f"{what}: {name!r} expects {ty.num_elements()} values (shape {list(ty.shape)}), got {arr.size} (shape {list(arr.shape)})"
+            )
         return np.ascontiguousarray(arr.reshape(ty.shape), dtype=NUMPY[dtype])
 
     def set_input(self, name: str, data: object) -> None:
@@ -139,14 +145,16 @@ class OrtTrainingSession:
         self._lr = float(lr)
         self._optimizer.set_learning_rate(self._lr)
 
-    def set_adamw(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, weight_decay: float = 0.0) -> None:
-        """AdamW (PyTorch's formula) with these hyper-parameters for the following steps.
+    def set_adamw(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, weight_decay: float = 0.01) -> None:
+        """AdamW (``torch.optim.AdamW``'s formula, as the native engine's ``set_adamw``) with these hyper-parameters for the following steps.
 
         Moments and step are kept when the hyper-parameters change: only ``optimizer_model.onnx`` is
         rewritten and the ``Optimizer`` rebuilt over the same ``CheckpointState``.
         """
         if self.artifacts.optimizer != "adamw":
-            raise RuntimeError("set_adam/set_adamw: this session's artifacts were generated with optimizer='sgd'; build it with optimizer='adamw'")
+            raise RuntimeError(
+                "set_adam/set_adamw: this session's artifacts were generated with optimizer='sgd'; build it with optimizer='adamw'"
+            )
         config = AdamWConfig(float(beta1), float(beta2), float(epsilon), float(weight_decay))
         if config != self._adamw:
             import onnx
@@ -170,6 +178,9 @@ class OrtTrainingSession:
         self._outputs = [np.asarray(o) for o in outs]
         if self._lr is not None:
             self._optimizer.step()
+        else:
+            # ORT accumulates gradients in place; keep a copy before the reset so read_grad sees this step's.
+            self._last_grads = {n: np.array(self._state.parameters[n].grad, copy=True) for n in self.artifacts.parameters}
         self._module.lazy_reset_grad()
 
     def wait(self) -> None:
@@ -196,9 +207,20 @@ class OrtTrainingSession:
 
     get_parameter = read_param
 
+    def read_grad(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
+        """Gradient of the loss wrt ``name`` from the last ``step()``; only without an optimizer (as
+        in the native engine: with one, the gradient is consumed by the update)."""
+        self._check(name, ("parameter",), "read_grad")
+        if self._lr is not None:
+            raise RuntimeError("read_grad: gradients are kept only while no optimizer is set (no set_learning_rate/set_adam yet)")
+        return _copy_out(np.array(self._last_grads[name], copy=True), out, f"gradient of {name!r}")
+
+    def parameter_names(self) -> list[str]:
+        return list(self.artifacts.parameters)
+
     @property
-    def step_count(self) -> int:
-        """Optimizer steps taken (ORT keeps it in the optimizer state)."""
+    def optimizer_step(self) -> int:
+        """Optimizer updates applied so far (Adam's t; ORT keeps it in the optimizer state)."""
         return self._ort_checkpoint().step
 
     # -- checkpoints -----------------------------------------------------------------------------------------
@@ -219,7 +241,7 @@ class OrtTrainingSession:
         tensors = {name: ck.parameters[name] for name in self.artifacts.parameters}
         for name, (m, v) in ck.moments.items():
             tensors[f"adam_m.{name}"], tensors[f"adam_v.{name}"] = m, v
-        save_safetensors(path, tensors, {STEP_KEY: str(ck.step)})
+        save_safetensors(path, tensors, {STEP_KEY: str(ck.step), "format": FORMAT, "optimizer": self.artifacts.optimizer})
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """Restore parameters and (for AdamW) moments and step from a safetensors checkpoint written by
@@ -232,7 +254,9 @@ class OrtTrainingSession:
         for name, shape in expected.items():
             for key in (name, f"adam_m.{name}", f"adam_v.{name}"):
                 if key in tensors and tuple(tensors[key].shape) != tuple(shape):
-                    raise ValueError(f"load_checkpoint: {key!r} in {path} has shape {list(tensors[key].shape)}, the graph has {list(shape)}")
+                    raise ValueError(
+                        f"load_checkpoint: {key!r} in {path} has shape {list(tensors[key].shape)}, the graph has {list(shape)}"
+                    )
         unknown = sorted(k for k in tensors if k.split(".", 1)[0] not in ("adam_m", "adam_v") and k not in expected)
         if unknown:
             raise ValueError(f"load_checkpoint: {path} has parameters {unknown} that are not in the graph (it has {sorted(expected)})")
@@ -308,7 +332,9 @@ def build_ort_training_session(
     return OrtTrainingSession(graph, optimizer=optimizer, device=device, parameters=parameters, seed=seed, artifacts_dir=artifacts_dir)
 
 
-def ort_training_step_time(graph: GraphCore, feeds: Mapping[str, np.ndarray], *, steps: int = 50, warmup: int = 5, lr: float = 1e-3) -> float:
+def ort_training_step_time(
+    graph: GraphCore, feeds: Mapping[str, np.ndarray], *, steps: int = 50, warmup: int = 5, lr: float = 1e-3
+) -> float:
     """Median seconds per AdamW training step (forward + backward + update) of ``graph`` on this backend.
 
     ``feeds`` maps every input name to its data (U32 inputs as unsigned integer arrays). Runs in the
@@ -350,7 +376,17 @@ def _bench_main(argv: Sequence[str] | None = None) -> None:
     seconds = ort_training_step_time(g, feeds, steps=args.steps, warmup=args.warmup)
     import onnxruntime
 
-    print(json.dumps({"backend": "ort-training", "onnxruntime": onnxruntime.__version__, "batch": args.batch, "hidden": args.hidden, "step_s": seconds}))
+    print(
+        json.dumps(
+            {
+                "backend": "ort-training",
+                "onnxruntime": onnxruntime.__version__,
+                "batch": args.batch,
+                "hidden": args.hidden,
+                "step_s": seconds,
+            }
+        )
+    )
 
 
 def mnist_mlp_graph(batch: int, hidden: int = 128) -> GraphCore:
