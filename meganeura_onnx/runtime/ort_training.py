@@ -355,50 +355,58 @@ def ort_training_step_time(
     return float(np.median(times))
 
 
+def random_feeds(graph: GraphCore, seed: int = 0) -> dict[str, np.ndarray]:
+    """Timing data for every input: F32 uniform in [0, 1), U32 zeros (a valid index for any table)."""
+    rng = np.random.default_rng(seed)
+    return {
+        n.attrs["name"]: rng.random(n.ty.shape, dtype=np.float32) if n.op == "input" else np.zeros(n.ty.shape, np.uint32)
+        for n in graph.nodes()
+        if n.op in ("input", "input_u32")
+    }
+
+
+def ort_training_step_time_subprocess(
+    python: str | os.PathLike, model: str | os.PathLike, sets: Mapping[str, Any] | None = None, *, steps: int = 50
+) -> dict:
+    """:func:`ort_training_step_time` of a model file, measured by ``python`` (the onnxruntime-training
+    venv's interpreter) from any environment, e.g. a benchmark running in the main venv. Returns the
+    JSON record that ``python -m meganeura_onnx.runtime.ort_training bench`` prints."""
+    import subprocess
+
+    args = [os.fspath(python), "-m", "meganeura_onnx.runtime.ort_training", "bench", os.fspath(model), "--steps", str(steps)]
+    for key, value in (sets or {}).items():
+        args += ["--set", f"{key}={value!r}"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ort-training benchmark failed ({' '.join(args)}):\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def _bench_main(argv: Sequence[str] | None = None) -> None:
-    """``python -m meganeura_onnx.runtime.ort_training bench --batch 32 [--hidden 128] [--steps 50]``:
-    the MNIST MLP's step time on this backend as one JSON line (for benchmarks in other environments)."""
+    """``python -m meganeura_onnx.runtime.ort_training bench MODEL.py [--set batch=64] [--steps 50]``:
+    the model's AdamW step time on this backend as one JSON line."""
     import argparse
+    import ast
+    import importlib.util
 
     p = argparse.ArgumentParser(prog="python -m meganeura_onnx.runtime.ort_training")
     p.add_argument("command", choices=["bench"])
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("model", help="model file defining build(**kwargs) -> Graph with the loss as output 0")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5)
     args = p.parse_args(argv)
-    g = mnist_mlp_graph(args.batch, args.hidden)
-    rng = np.random.default_rng(0)
-    feeds = {
-        "x": rng.random((args.batch, 784), dtype=np.float32),
-        "labels": np.eye(10, dtype=np.float32)[rng.integers(0, 10, args.batch)],
-    }
-    seconds = ort_training_step_time(g, feeds, steps=args.steps, warmup=args.warmup)
+    sets = {k: ast.literal_eval(v) for k, _, v in (item.partition("=") for item in args.sets)}
+    spec = importlib.util.spec_from_file_location("meganeura_bench_model", args.model)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    graph = module.build(**sets)
+    seconds = ort_training_step_time(graph, random_feeds(graph), steps=args.steps, warmup=args.warmup)
     import onnxruntime
 
-    print(
-        json.dumps(
-            {
-                "backend": "ort-training",
-                "onnxruntime": onnxruntime.__version__,
-                "batch": args.batch,
-                "hidden": args.hidden,
-                "step_s": seconds,
-            }
-        )
-    )
-
-
-def mnist_mlp_graph(batch: int, hidden: int = 128) -> GraphCore:
-    """The seed-001 MNIST MLP (the same graph as ``models/mnist_mlp.py``), for the benchmark entry point."""
-    from ..graph import Graph
-
-    g = Graph()
-    x = g.input("x", [batch, 784])
-    h = g.relu(g.bias_add(g.matmul(x, g.parameter("fc1.weight", [784, hidden])), g.parameter("fc1.bias", [hidden])))
-    logits = g.bias_add(g.matmul(h, g.parameter("fc2.weight", [hidden, 10])), g.parameter("fc2.bias", [10]))
-    g.set_outputs([g.cross_entropy_loss(logits, g.input("labels", [batch, 10]))])
-    return g
+    record = {"backend": "ort-training", "onnxruntime": onnxruntime.__version__, "model": os.path.basename(args.model), "sets": sets}
+    print(json.dumps({**record, "steps": args.steps, "step_s": seconds}))
 
 
 if __name__ == "__main__":

@@ -131,3 +131,14 @@ def test_checkpoint_for_another_graph_is_rejected(tmp_path):
     sess = build_ort_training_session(build_model(str(MNIST_MLP), {}))
     with pytest.raises(ValueError, match=r"'fc1.weight' .* has shape \[784, 16\], the graph has \[784, 128\]"):
         sess.load_checkpoint(tmp_path / "small.safetensors")
+
+
+def test_step_time_is_measured_in_process_and_through_an_interpreter():
+    import sys
+
+    from meganeura_onnx.runtime.ort_training import ort_training_step_time, ort_training_step_time_subprocess, random_feeds
+
+    graph = build_model(str(MNIST_MLP), {"batch": 8})
+    assert 0 < ort_training_step_time(graph, random_feeds(graph), steps=3, warmup=1) < 1.0
+    record = ort_training_step_time_subprocess(sys.executable, MNIST_MLP, {"batch": 8}, steps=3)
+    assert record["backend"] == "ort-training" and record["sets"] == {"batch": 8} and record["step_s"] > 0
