@@ -189,7 +189,7 @@ def forward_model(graph: GraphCore, parameters: Mapping[str, np.ndarray] | None 
         raise TrainingArtifactsError(f"training artifacts: parameters {sorted(unknown)} are not in the graph (it has {sorted(values)})")
     values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
     model, _ = to_model(graph, parameters=values, model_name="meganeura_training")
-    return inline_custom_functions(model)
+    return expose_layer_norm_statistics(inline_custom_functions(model))
 
 
 def inline_custom_functions(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -209,6 +209,19 @@ def inline_custom_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     del inlined.opset_import[:]
     inlined.opset_import.extend(kept)
     return inlined
+
+
+def expose_layer_norm_statistics(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Give every ``LayerNormalization`` node its optional Mean and InvStdDev outputs.
+
+    ORT 1.19's LayerNormalization gradient reads those two outputs of the forward node and fails
+    (index out of range in the gradient builder) when the node declares only ``Y``, as ours does.
+    """
+    for k, node in enumerate(model.graph.node):
+        if node.op_type == "LayerNormalization" and node.domain in ("", "ai.onnx") and len(node.output) < 3:
+            while len(node.output) < 3:
+                node.output.append(f"{node.name or f'layer_norm_{k}'}/stat_{len(node.output)}")
+    return model
 
 
 def patch_adamw(optimizer_model: onnx.ModelProto, config: AdamWConfig) -> onnx.ModelProto:

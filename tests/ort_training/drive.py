@@ -1,6 +1,6 @@
 """Train a model file for a few AdamW steps on one backend and report the losses (a test helper).
 
-The native engine needs onnxruntime >= 1.20 and onnxruntime-training pins 1.19.2, so the two never
+The native engine runs on the main venv's onnxruntime (1.31) and onnxruntime-training pins 1.19.2, so the two never
 share an interpreter. The parity tests run in the onnxruntime-training environment, call
 :func:`run` in-process for the "ort-training" backend and run this file as a script with the main
 environment's interpreter (pytest option ``--native-python``) for the native one. Both sides read
