@@ -16,6 +16,7 @@ from .ops.linalg import LinalgBuilders
 from .ops.norm import NormBuilders
 from .ops.reduce import ReduceBuilders
 from .ops.rope import RopeBuilders
+from .ops.shape import ShapeBuilders
 
 
 class Graph(
@@ -30,6 +31,7 @@ class Graph(
     EmbeddingBuilders,
     KvCacheBuilders,
     ConvBuilders,
+    ShapeBuilders,
 ):
     """A model's forward pass, built imperatively: every builder appends a node and returns its NodeId.
 

@@ -16,11 +16,12 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 # -- binary, identical shapes ---------------------------------------------------------------------
-def _binary(name: str, np_fn, onnx_type: str) -> None:
+def _binary(name: str, np_fn, onnx_type: str, vjp) -> None:
     d = op(name, ("a", "b"))
     d.shape(lambda a, b: same_shape(name, a, b))
     d.numpy(lambda a, b: np_fn(a, b))
     d.onnx(lambda ctx, node, a, b: ctx.op(onnx_type, a, b))
+    d.vjp(vjp)
 
     def ex(g, f: Feeds, shape):
         return g._emit(name, f.param(g, "a", shape), f.param(g, "b", shape, 0.5, 2.0))
@@ -28,9 +29,23 @@ def _binary(name: str, np_fn, onnx_type: str) -> None:
     examples(d, ex, *SHAPES)
 
 
-_binary("add", np.add, "Add")
-_binary("mul", np.multiply, "Mul")
-_binary("div", np.divide, "Div")
+def _div_vjp(g, node, dy):
+    b = node.inputs[1]
+    da = g.div(dy, b)
+    return [da, g.neg(g.mul(da, node.id))]  # d(a/b)/db = -(a/b)/b
+
+
+_binary("add", np.add, "Add", lambda g, node, dy: [dy, dy])
+_binary("sub", np.subtract, "Sub", lambda g, node, dy: [dy, g.neg(dy)])
+_binary("mul", np.multiply, "Mul", lambda g, node, dy: [g.mul(dy, node.inputs[1]), g.mul(dy, node.inputs[0])])
+_binary("div", np.divide, "Div", _div_vjp)
+# Ties send the gradient nowhere (both masks are 0): a subgradient, and ties have measure zero.
+_binary(
+    "minimum",
+    np.minimum,
+    "Min",
+    lambda g, node, dy: [g.mul(dy, g.greater(node.inputs[1], node.inputs[0])), g.mul(dy, g.greater(*node.inputs))],
+)
 
 greater = op("greater", ("a", "b"), differentiable=False)
 greater.shape(lambda a, b: same_shape("greater", a, b))
@@ -51,6 +66,18 @@ def _(ctx, node, gate, up):
 examples(swiglu, lambda g, f, shape: g.swiglu(f.param(g, "gate", shape, -3, 3), f.param(g, "up", shape)), *SHAPES)
 
 
+def _dsilu(g, x: NodeId) -> NodeId:
+    """silu'(x) = s * (1 + x * (1 - s)) with s = sigmoid(x)."""
+    s = g.sigmoid(x)
+    return g.mul(s, g.affine(g.mul(x, g.affine(s, -1.0, 1.0)), 1.0, 1.0))
+
+
+@swiglu.vjp
+def _(g, node, dy):
+    gate, up = node.inputs
+    return [g.mul(g.mul(dy, up), _dsilu(g, gate)), g.mul(dy, g.silu(gate))]
+
+
 # -- row broadcasts -------------------------------------------------------------------------------
 def _row_broadcast(name: str, bias_shape) -> None:
     d = op(name, ("x", "bias"))
@@ -64,6 +91,11 @@ def _row_broadcast(name: str, bias_shape) -> None:
 
     d.numpy(lambda x, b: x + b.reshape(1, -1))
     d.onnx(lambda ctx, node, x, b: ctx.op("Add", x, b))
+
+    @d.vjp
+    def _(g, node, dy):
+        db = g.col_sum(dy)
+        return [dy, db if name == "bias_add" else g.reshape(db, g.node(node.inputs[1]).ty.shape)]
 
     def ex(g, f: Feeds, rows, cols):
         return g._emit(name, f.param(g, "x", [rows, cols]), f.param(g, "bias", list(bias_shape(cols))))
@@ -90,12 +122,86 @@ UNARY = {
     "sqrt": (np.sqrt, lambda ctx, x: ctx.op("Sqrt", x), (0.1, 3)),
 }
 
+# name: the gradient wrt x as a function of (g, x, y = the op's output, dy).
+UNARY_VJP = {
+    "relu": lambda g, x, y, dy: g.mul(dy, g.heaviside(x)),
+    "sigmoid": lambda g, x, y, dy: g.mul(dy, g.mul(y, g.affine(y, -1.0, 1.0))),
+    "neg": lambda g, x, y, dy: g.neg(dy),
+    "abs": lambda g, x, y, dy: g.mul(dy, g.sign(x)),
+    "log": lambda g, x, y, dy: g.div(dy, x),
+    "recip": lambda g, x, y, dy: g.neg(g.mul(dy, g.mul(y, y))),
+    "silu": lambda g, x, y, dy: g.mul(dy, _dsilu(g, x)),
+    "exp": lambda g, x, y, dy: g.mul(dy, y),
+    "tanh": lambda g, x, y, dy: g.mul(dy, g.affine(g.mul(y, y), -1.0, 1.0)),
+    "sqrt": lambda g, x, y, dy: g.affine(g.div(dy, y), 0.5, 0.0),
+}
+
 for _name, (_ref, _lower, (_lo, _hi)) in UNARY.items():
     _d = op(_name, ("x",))
     _d.shape(lambda x: x)
     _d.numpy(_ref)
     _d.onnx(lambda ctx, node, x, _lower=_lower: _lower(ctx, x))
+    _d.vjp(lambda g, node, dy, _rule=UNARY_VJP[_name]: [_rule(g, node.inputs[0], node.id, dy)])
     examples(_d, lambda g, f, shape, _n=_name, _lo=_lo, _hi=_hi: g._emit(_n, f.param(g, "x", shape, _lo, _hi)), *SHAPES)
+
+
+# -- step functions: derivative zero almost everywhere, so gradients stop here (and that is exact) ----
+for _name, _ref, _lower in (
+    ("sign", np.sign, lambda ctx, x: ctx.op("Sign", x)),
+    ("heaviside", lambda x: (x > 0).astype(x.dtype), lambda ctx, x: ctx.cast(ctx.op("Greater", x, ctx.const(0.0)), TensorProto.FLOAT)),
+):
+    _d = op(_name, ("x",), differentiable=False)
+    _d.shape(lambda x: x)
+    _d.numpy(_ref)
+    _d.onnx(lambda ctx, node, x, _lower=_lower: _lower(ctx, x))
+    examples(_d, lambda g, f, shape, _n=_name: g._emit(_n, f.param(g, "x", shape)), *SHAPES)
+
+# -- static affine map and scalar broadcasts (optimizer updates, loss scaling) -------------------------
+affine = op("affine", ("x",))
+
+
+@affine.shape
+def _(x: TensorType, *, scale: float, shift: float) -> TensorType:
+    for arg, v in (("scale", scale), ("shift", shift)):
+        require(isinstance(v, (int, float)) and not isinstance(v, bool), "affine", f"{arg} must be a number, got {v!r}")
+    return x
+
+
+affine.numpy(lambda x, *, scale, shift: x * x.dtype.type(scale) + x.dtype.type(shift))
+
+
+@affine.onnx
+def _(ctx, node, x):
+    a, b = float(node.attrs["scale"]), float(node.attrs["shift"])
+    y = x if a == 1.0 else ctx.op("Mul", x, ctx.const(a))
+    return y if b == 0.0 else ctx.op("Add", y, ctx.const(b))
+
+
+affine.vjp(lambda g, node, dy: [g.affine(dy, node.attrs["scale"], 0.0)])
+examples(
+    affine,
+    lambda g, f, shape, a, b: g.affine(f.param(g, "x", shape), a, b),
+    {"shape": [3, 5], "a": -1.5, "b": 2.0},
+    {"shape": [4], "a": 0.25, "b": 0.0},
+)
+
+
+def _scalar_op(name: str, np_fn, onnx_type: str, vjp) -> None:
+    d = op(name, ("x", "s"))
+
+    @d.shape
+    def _(x: TensorType, s: TensorType) -> TensorType:
+        require(s.shape == (1,), name, f"s must be a [1] scalar node, got {list(s.shape)}")
+        return x
+
+    d.numpy(lambda x, s: np_fn(x, s.reshape(-1)[0]))
+    d.onnx(lambda ctx, node, x, s: ctx.op(onnx_type, x, s))  # ONNX broadcasts the [1] operand
+    d.vjp(vjp)
+    examples(d, lambda g, f, shape: g._emit(name, f.param(g, "x", shape), f.param(g, "s", [1], 0.5, 2.0)), *SHAPES)
+
+
+_scalar_op("mul_scalar", np.multiply, "Mul", lambda g, node, dy: [g.mul_scalar(dy, node.inputs[1]), g.sum_all(g.mul(dy, node.inputs[0]))])
+_scalar_op("add_scalar", np.add, "Add", lambda g, node, dy: [dy, g.sum_all(dy)])
 
 
 class ElementwiseBuilders:
@@ -106,6 +212,34 @@ class ElementwiseBuilders:
     def mul(self, a: NodeId, b: NodeId) -> NodeId:
         """Elementwise ``a * b``; identical shapes."""
         return self._emit("mul", a, b)
+
+    def sub(self, a: NodeId, b: NodeId) -> NodeId:
+        """Elementwise ``a - b``; identical shapes."""
+        return self._emit("sub", a, b)
+
+    def minimum(self, a: NodeId, b: NodeId) -> NodeId:
+        """Elementwise ``min(a, b)``; identical shapes."""
+        return self._emit("minimum", a, b)
+
+    def affine(self, x: NodeId, scale: float, shift: float) -> NodeId:
+        """``x * scale + shift`` with static numbers."""
+        return self._emit("affine", x, scale=scale, shift=shift)
+
+    def mul_scalar(self, x: NodeId, s: NodeId) -> NodeId:
+        """``x * s[0]`` for a ``[1]`` node s (a runtime scalar such as a learning rate)."""
+        return self._emit("mul_scalar", x, s)
+
+    def add_scalar(self, x: NodeId, s: NodeId) -> NodeId:
+        """``x + s[0]`` for a ``[1]`` node s."""
+        return self._emit("add_scalar", x, s)
+
+    def sign(self, x: NodeId) -> NodeId:
+        """-1, 0 or 1 (no gradient: its derivative is zero almost everywhere)."""
+        return self._emit("sign", x)
+
+    def heaviside(self, x: NodeId) -> NodeId:
+        """1.0 where ``x > 0`` else 0.0 (no gradient)."""
+        return self._emit("heaviside", x)
 
     def div(self, a: NodeId, b: NodeId) -> NodeId:
         """Elementwise ``a / b`` (Meganeura: ``mul(a, recip(b))``); identical shapes."""

@@ -76,6 +76,10 @@ def _(ctx, node, indices, src):
     return ctx.op("ScatterAdd", ctx.to_int64(indices), src, domain=CUSTOM_DOMAIN, num_rows=node.attrs["num_rows"])
 
 
+# Embedding and scatter_add are each other's transpose; the U32 indices get no gradient.
+embedding.vjp(lambda g, node, dy: [None, g.scatter_add(node.inputs[0], dy, g.node(node.inputs[1]).ty.shape[0])])
+scatter_add.vjp(lambda g, node, dy: [None, g.embedding(node.inputs[0], dy)])
+
 examples(
     embedding,
     lambda g, f, s, v, d: g.embedding(f.u32(g, "indices", [s], v), f.param(g, "table", [v, d])),

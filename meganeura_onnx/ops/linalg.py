@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..ir import NodeId, TensorType
-from .table import examples, op, rank, require
+from .table import OPS, examples, op, rank, require
 
 # name: (contracted dim of a, of b, output dims (from a, from b), numpy, which operand ONNX transposes)
 _MATMULS = {
@@ -42,7 +42,51 @@ for _name, (_sig, _ref, (_ka, _kb), (_ma, _nb), (_ta, _tb)) in _MATMULS.items():
     examples(_d, _ex, {"m": 3, "k": 4, "n": 5}, {"m": 8, "k": 16, "n": 2})
 
 
+# Each product's VJP is a pair of products, so no transpose op is needed:
+#   C = A B     : dA = dC B^T  (matmul_bt), dB = A^T dC (matmul_at)
+#   C = A^T B   : dA = B dC^T  (matmul_bt), dB = A dC   (matmul)
+#   C = A B^T   : dA = dC B    (matmul),    dB = dC^T A (matmul_at)
+OPS["matmul"].vjp(lambda g, node, dy: [g.matmul_bt(dy, node.inputs[1]), g.matmul_at(node.inputs[0], dy)])
+OPS["matmul_at"].vjp(lambda g, node, dy: [g.matmul_bt(node.inputs[1], dy), g.matmul(node.inputs[0], dy)])
+OPS["matmul_bt"].vjp(lambda g, node, dy: [g.matmul(dy, node.inputs[1]), g.matmul_at(dy, node.inputs[0])])
+
+
+# -- fused product + bias (what the rewrite pass turns matmul/matmul_bt + bias_add into) ------------
+gemm = op("gemm", ("a", "b", "bias"))
+
+
+@gemm.shape
+def _(a: TensorType, b: TensorType, bias: TensorType, *, trans_b: bool) -> TensorType:
+    out = OPS["matmul_bt" if trans_b else "matmul"].shape_rule(a, b)
+    require(bias.shape == (out.shape[1],), "gemm", f"bias must have shape [{out.shape[1]}], got {list(bias.shape)}")
+    return out
+
+
+gemm.numpy(lambda a, b, bias, *, trans_b: (a @ (b.T if trans_b else b)) + bias.reshape(1, -1))
+gemm.onnx(lambda ctx, node, a, b, bias: ctx.op("Gemm", a, b, bias, transB=int(bool(node.attrs["trans_b"]))))
+
+
+@gemm.vjp
+def _(g, node, dy):
+    a, b, _bias = node.inputs
+    inner = OPS["matmul_bt" if node.attrs["trans_b"] else "matmul"].vjp_rule(g, node, dy)
+    return [*inner, g.col_sum(dy)]
+
+
+def _ex_gemm(g, f, m, k, n, trans_b):
+    b = f.param(g, "b", [n, k] if trans_b else [k, n])
+    return g.gemm(f.param(g, "a", [m, k]), b, f.param(g, "bias", [n]), trans_b)
+
+
+examples(gemm, _ex_gemm, {"m": 3, "k": 4, "n": 5, "trans_b": False}, {"m": 6, "k": 2, "n": 3, "trans_b": True})
+
+
 class LinalgBuilders:
+    def gemm(self, a: NodeId, b: NodeId, bias: NodeId, trans_b: bool = False) -> NodeId:
+        """``a @ b + bias`` (``a @ b.T + bias`` with ``trans_b``): one ONNX Gemm. The rewrite pass
+        fuses ``bias_add(matmul(a, b), bias)`` into this."""
+        return self._emit("gemm", a, b, bias, trans_b=bool(trans_b))
+
     def matmul(self, a: NodeId, b: NodeId) -> NodeId:
         """``a [M, K] @ b [K, N] -> [M, N]``."""
         return self._emit("matmul", a, b)

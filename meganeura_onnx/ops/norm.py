@@ -115,6 +115,68 @@ def _ex_gn(g, f, n, c, s, groups):
 examples(group_norm, _ex_gn, {"n": 2, "c": 4, "s": 6, "groups": 2}, {"n": 1, "c": 6, "s": 4, "groups": 3})
 
 
+# -- gradients ------------------------------------------------------------------------------------
+# All three norms share one row-wise core: xhat = (x - mean) * r with r = 1/sqrt(var + eps) (no
+# centring for rms_norm). With gx the gradient wrt xhat, the gradient wrt x is
+#   dx = r * (gx - mean_row(gx) - xhat * mean_row(gx * xhat))     (no mean_row(gx) term for RMS).
+# xhat and r are recomputed from x rather than kept from the forward pass.
+def _normalize_rows(g, x: NodeId, eps: float, center: bool) -> tuple[NodeId, NodeId]:
+    m, n = g.node(x).ty.shape
+    if center:
+        x = g.sub(x, g.broadcast_to(g.affine(g.row_sum(x), 1.0 / n, 0.0), [m, n]))
+    var = g.affine(g.row_sum(g.mul(x, x)), 1.0 / n, float(eps))
+    r = g.broadcast_to(g.recip(g.sqrt(var)), [m, n])
+    return g.mul(x, r), r
+
+
+def _rows_backward(g, xhat: NodeId, r: NodeId, gx: NodeId, center: bool) -> NodeId:
+    m, n = g.node(xhat).ty.shape
+
+    def row_mean(v: NodeId) -> NodeId:
+        return g.broadcast_to(g.affine(g.row_sum(v), 1.0 / n, 0.0), [m, n])
+
+    t = g.sub(gx, g.mul(xhat, row_mean(g.mul(gx, xhat))))
+    if center:
+        t = g.sub(t, row_mean(gx))
+    return g.mul(r, t)
+
+
+@rms_norm.vjp
+def _(g, node, dy):
+    x, w = node.inputs
+    xhat, r = _normalize_rows(g, x, node.attrs["eps"], center=False)
+    gx = g.mul(dy, g.broadcast_to(w, g.node(x).ty.shape))
+    return [_rows_backward(g, xhat, r, gx, center=False), g.col_sum(g.mul(dy, xhat))]
+
+
+@layer_norm.vjp
+def _(g, node, dy):
+    x, w, _b = node.inputs
+    xhat, r = _normalize_rows(g, x, node.attrs["eps"], center=True)
+    gx = g.mul(dy, g.broadcast_to(w, g.node(x).ty.shape))
+    return [_rows_backward(g, xhat, r, gx, center=True), g.col_sum(g.mul(dy, xhat)), g.col_sum(dy)]
+
+
+@group_norm.vjp
+def _(g, node, dy):
+    x, w, _b = node.inputs
+    a = node.attrs
+    batch, c, s, groups = a["batch"], a["channels"], a["spatial"], a["num_groups"]
+    # Rows of [batch*groups, (channels/groups)*spatial] are normalised; rows of [batch*channels,
+    # spatial] see one weight each.
+    xhat_g, r = _normalize_rows(g, g.reshape(x, [batch * groups, c // groups * s]), a["eps"], center=True)
+    xhat = g.reshape(xhat_g, [batch * c, s])
+    dy2 = g.reshape(dy, [batch * c, s])
+    w_rows = g.reshape(g.broadcast_to(g.reshape(w, [1, c]), [batch, c]), [batch * c, 1])
+    gx = g.reshape(g.mul(dy2, g.broadcast_to(w_rows, [batch * c, s])), [batch * groups, c // groups * s])
+    dx = g.reshape(_rows_backward(g, xhat_g, r, gx, center=True), g.node(x).ty.shape)
+
+    def per_channel(v: NodeId) -> NodeId:  # [batch*c, s] -> [c]
+        return g.col_sum(g.reshape(g.row_sum(v), [batch, c]))
+
+    return [dx, per_channel(g.mul(dy2, xhat)), per_channel(dy2)]
+
+
 class NormBuilders:
     def rms_norm(self, x: NodeId, weight: NodeId, eps: float) -> NodeId:
         """``x / sqrt(mean(x^2) + eps) * weight`` per row; x ``[M, N]``, weight ``[N]``."""

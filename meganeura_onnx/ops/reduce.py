@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ir import NodeId, TensorType
-from .table import examples, op, rank, same_shape
+from .table import examples, op, rank, same_shape, times_upstream
 
 SCALAR = TensorType((1,))
 
@@ -29,6 +31,15 @@ mean_all.shape(lambda x: SCALAR)
 mean_all.numpy(lambda x: np.mean(x).reshape(1))
 mean_all.onnx(lambda ctx, node, x: _to_scalar(ctx, ctx.op("ReduceMean", x, keepdims=0)))
 
+sum_all.vjp(lambda g, node, dy: [g.broadcast_to(dy, g.node(node.inputs[0]).ty.shape)])
+
+
+@mean_all.vjp
+def _(g, node, dy):
+    shape = g.node(node.inputs[0]).ty.shape
+    return [g.affine(g.broadcast_to(dy, shape), 1.0 / math.prod(shape), 0.0)]
+
+
 for _d in (sum_all, mean_all):
     examples(_d, lambda g, f, shape, _n=_d.name: g._emit(_n, f.param(g, "x", shape)), {"shape": [4, 3]}, {"shape": [2, 3, 5]})
 
@@ -49,8 +60,25 @@ def _rowwise(name: str, ref, onnx_type: str):
     return d
 
 
-_rowwise("softmax", lambda x: np.exp(_log_softmax(x)), "Softmax")
-_rowwise("log_softmax", _log_softmax, "LogSoftmax")
+softmax = _rowwise("softmax", lambda x: np.exp(_log_softmax(x)), "Softmax")
+log_softmax = _rowwise("log_softmax", _log_softmax, "LogSoftmax")
+
+
+def _rows(g, v: NodeId, like: NodeId) -> NodeId:
+    """A ``[M, 1]`` per-row value repeated across the columns of ``like``."""
+    return g.broadcast_to(v, g.node(like).ty.shape)
+
+
+@softmax.vjp
+def _(g, node, dy):
+    y = node.id  # dx = y * (dy - sum_row(dy * y))
+    return [g.mul(y, g.sub(dy, _rows(g, g.row_sum(g.mul(dy, y)), y)))]
+
+
+@log_softmax.vjp
+def _(g, node, dy):
+    y = node.id  # dx = dy - softmax(x) * sum_row(dy)
+    return [g.sub(dy, g.mul(g.exp(y), _rows(g, g.row_sum(dy), y)))]
 
 
 def _loss(name: str, pred: str, target: str, ref, lower, pred_range=(-2, 2), target_range=(0, 1), rank2: bool = False):
@@ -86,6 +114,16 @@ def _ce_ref(logits, labels):
 ce = _loss("cross_entropy_loss", "logits", "labels", _ce_ref, _ce_lower, rank2=True)
 
 
+@ce.vjp
+def _(g, node, dy):
+    logits, labels = node.inputs
+    inv_b = 1.0 / g.node(logits).ty.shape[0]
+    # Meganeura's form (labels need not sum to 1): (softmax * rowsum(labels) - labels) / B
+    dlogits = g.affine(g.sub(g.mul(g.softmax(logits), _rows(g, g.row_sum(labels), labels)), labels), inv_b, 0.0)
+    dlabels = g.affine(g.log_softmax(logits), -inv_b, 0.0)
+    return [times_upstream(g, dlogits, dy), times_upstream(g, dlabels, dy)]
+
+
 def _bce_lower(ctx, node, p, t):
     one = ctx.const(1.0)
     pos = ctx.op("Mul", t, ctx.op("Log", p))
@@ -93,7 +131,22 @@ def _bce_lower(ctx, node, p, t):
     return ctx.op("Neg", ctx.op("ReduceMean", ctx.op("Add", pos, negative), keepdims=0))
 
 
-_loss("bce_loss", "pred", "labels", lambda p, t: -np.mean(t * np.log(p) + (1 - t) * np.log(1 - p)), _bce_lower, pred_range=(0.05, 0.95))
+bce = _loss(
+    "bce_loss", "pred", "labels", lambda p, t: -np.mean(t * np.log(p) + (1 - t) * np.log(1 - p)), _bce_lower, pred_range=(0.05, 0.95)
+)
+
+
+def _inv_n(g, node) -> float:
+    return 1.0 / g.node(node.inputs[0]).ty.num_elements()
+
+
+@bce.vjp
+def _(g, node, dy):
+    p, t = node.inputs
+    one_minus_p = g.affine(p, -1.0, 1.0)
+    dp = g.affine(g.div(g.sub(p, t), g.mul(p, one_minus_p)), _inv_n(g, node), 0.0)  # (p - t) / (p (1 - p)) / n
+    dt = g.affine(g.sub(g.log(one_minus_p), g.log(p)), _inv_n(g, node), 0.0)
+    return [times_upstream(g, dp, dy), times_upstream(g, dt, dy)]
 
 
 def _mse_lower(ctx, node, p, t):
@@ -101,8 +154,8 @@ def _mse_lower(ctx, node, p, t):
     return ctx.op("ReduceMean", ctx.op("Mul", d, d), keepdims=0)
 
 
-_loss("mse_loss", "pred", "target", lambda p, t: np.mean((p - t) ** 2), _mse_lower, target_range=(-2, 2))
-_loss(
+mse = _loss("mse_loss", "pred", "target", lambda p, t: np.mean((p - t) ** 2), _mse_lower, target_range=(-2, 2))
+l1 = _loss(
     "l1_loss",
     "pred",
     "target",
@@ -110,6 +163,18 @@ _loss(
     lambda ctx, node, p, t: ctx.op("ReduceMean", ctx.op("Abs", ctx.op("Sub", p, t)), keepdims=0),
     target_range=(-2, 2),
 )
+
+
+@mse.vjp
+def _(g, node, dy):
+    dp = times_upstream(g, g.affine(g.sub(*node.inputs), 2.0 * _inv_n(g, node), 0.0), dy)
+    return [dp, g.neg(dp)]
+
+
+@l1.vjp
+def _(g, node, dy):
+    dp = times_upstream(g, g.affine(g.sign(g.sub(*node.inputs)), _inv_n(g, node), 0.0), dy)
+    return [dp, g.neg(dp)]
 
 
 class ReduceBuilders:

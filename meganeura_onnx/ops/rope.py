@@ -28,10 +28,13 @@ def inv_freq(theta: float, head_dim: int, dtype=np.float32) -> np.ndarray:
     return np.power(np.float64(theta), -2.0 * j / head_dim).astype(dtype)
 
 
-def rope_ref(x: np.ndarray, positions: np.ndarray, theta: float, head_dim: int) -> np.ndarray:
+def rope_ref(x: np.ndarray, positions: np.ndarray, theta: float, head_dim: int, inverse: bool = False) -> np.ndarray:
+    """Rotate-half RoPE; ``inverse`` rotates by the negated angle (the transpose, i.e. the VJP)."""
     seq, width = x.shape
     half = head_dim // 2
     ang = positions.astype(x.dtype)[:, None] * inv_freq(theta, head_dim, x.dtype.type)[None, :]
+    if inverse:
+        ang = -ang
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     xh = x.reshape(seq, width // head_dim, head_dim)
     x1, x2 = xh[..., :half], xh[..., half:]
@@ -40,7 +43,9 @@ def rope_ref(x: np.ndarray, positions: np.ndarray, theta: float, head_dim: int) 
 
 
 @rope.shape
-def _(x: TensorType, offset: TensorType | None = None, *, theta: float, head_dim: int, offset_static: int) -> TensorType:
+def _(
+    x: TensorType, offset: TensorType | None = None, *, theta: float, head_dim: int, offset_static: int, inverse: bool = False
+) -> TensorType:
     rank("rope", x, 2, "x")
     positive_int("rope", head_dim, "head_dim")
     require(head_dim % 2 == 0, "rope", f"head_dim must be even, got {head_dim}")
@@ -53,9 +58,9 @@ def _(x: TensorType, offset: TensorType | None = None, *, theta: float, head_dim
 
 
 @rope.numpy
-def _(x, offset=None, *, theta, head_dim, offset_static):
+def _(x, offset=None, *, theta, head_dim, offset_static, inverse=False):
     start = offset_static + (int(offset.reshape(-1)[0]) if offset is not None else 0)
-    return rope_ref(x, np.arange(start, start + x.shape[0]), theta, head_dim)
+    return rope_ref(x, np.arange(start, start + x.shape[0]), theta, head_dim, inverse)
 
 
 def rope_function(opset: int):
@@ -85,11 +90,39 @@ def _(ctx, node, x, offset=None):
     ctx.use_function(rope_function(ctx.opset))
     dyn = ctx.to_int64(offset) if offset is not None else ctx.ints([0])
     a = node.attrs
-    return ctx.op("Rope", x, dyn, domain=CUSTOM_DOMAIN, theta=float(a["theta"]), head_dim=a["head_dim"], offset=a["offset_static"])
+    if not a.get("inverse", False):
+        return ctx.op("Rope", x, dyn, domain=CUSTOM_DOMAIN, theta=float(a["theta"]), head_dim=a["head_dim"], offset=a["offset_static"])
+    # Negated angle through the same Rope op: per (i, i + hd/2) pair, R(-a) = S R(a) S with
+    # S = diag(1, -1) (negate the second half of every head), so the custom kernel serves both.
+    half = a["head_dim"] // 2
+    signs = ctx.const(np.tile(np.r_[np.ones(half), -np.ones(half)], x_width(ctx, node) // a["head_dim"]).astype(np.float32))
+    y = ctx.op(
+        "Rope",
+        ctx.op("Mul", x, signs),
+        dyn,
+        domain=CUSTOM_DOMAIN,
+        theta=float(a["theta"]),
+        head_dim=a["head_dim"],
+        offset=a["offset_static"],
+    )
+    return ctx.op("Mul", y, signs)
 
 
-def _ex(g, f, seq, width, hd, static, dynamic):
+def x_width(ctx, node) -> int:
+    return ctx.input_types(node)[0].shape[1]
+
+
+@rope.vjp
+def _(g, node, dy):
+    # A rotation's transpose is the rotation by the negated angle; the offset (U32) has no gradient.
+    attrs = {**node.attrs, "inverse": not node.attrs.get("inverse", False)}
+    return [g._emit("rope", dy, *node.inputs[1:], **attrs)] + [None] * (len(node.inputs) - 1)
+
+
+def _ex(g, f, seq, width, hd, static, dynamic, inverse=False):
     x = f.param(g, "x", [seq, width])
+    if inverse:
+        return g._emit("rope", x, theta=10000.0, head_dim=hd, offset_static=static, inverse=True)
     if dynamic is None:
         return g.rope_with_offset(x, 10000.0, static, hd) if static else g.rope(x, 10000.0, hd)
     off = g.input_u32("offset", [1])
@@ -103,6 +136,7 @@ examples(
     {"seq": 5, "width": 16, "hd": 8, "static": 0, "dynamic": None},
     {"seq": 3, "width": 12, "hd": 4, "static": 7, "dynamic": None},
     {"seq": 4, "width": 16, "hd": 16, "static": 0, "dynamic": 11},
+    {"seq": 4, "width": 8, "hd": 4, "static": 2, "dynamic": None, "inverse": True},
 )
 
 

@@ -152,3 +152,18 @@ def examples(opdef: OpDef, fn: Callable, *variants: dict) -> None:
 
     for v in variants:
         opdef.examples.append(functools.partial(fn, **v))
+
+
+# -- helpers shared by the VJP rules -----------------------------------------------------------------
+def times_upstream(g: Any, x: int, dy: int) -> int:
+    """``x * dy`` for a scalar upstream gradient ``dy`` ([1], e.g. of a loss).
+
+    The reverse walk seeds the loss with the constant 1.0; multiplying by it would only add nodes,
+    so it is skipped then.
+    """
+    import numpy as np
+
+    n = g.node(dy)
+    if n.op == "constant" and n.ty.shape == (1,) and np.all(n.attrs["value"] == 1.0):
+        return x
+    return g.mul_scalar(x, dy)

@@ -256,13 +256,13 @@ class Session:
     def read_state(self, name: str) -> np.ndarray:
         """Current value of a state buffer (a KV cache) by its input name."""
         self._check_name(name, ("state",), "read_state")
-        return self._values[name].numpy()
+        return self._values[name].numpy().copy()
 
     @staticmethod
     def _read(value: ort.OrtValue, out: np.ndarray | None, what: str) -> np.ndarray:
-        arr = value.numpy()
+        arr = value.numpy()  # on CPU a view of the live buffer: copy, or the next step changes it
         if out is None:
-            return arr
+            return arr.copy()
         if out.size != arr.size:
             raise ValueError(f"{what} has {arr.size} elements (shape {list(arr.shape)}); out has {out.size}")
         out.reshape(-1)[:] = arr.reshape(-1)

@@ -1,0 +1,102 @@
+"""Optimizer update graphs: SGD, Adam and AdamW (+ gradient-norm clipping) appended to a Graph.
+
+Hyper-parameters are ``[1]`` F32 graph inputs named ``opt.<name>`` (``opt.lr``, ``opt.beta1``,
+``opt.beta2``, ``opt.eps``, ``opt.step``, ``opt.weight_decay``, ``opt.max_grad_norm``), so a session
+changes them without rebuilding. Adam moments are inputs ``adam_m.<param>`` / ``adam_v.<param>``.
+The update follows PyTorch's ``torch.optim`` formulas exactly (so parity tests can compare):
+
+- SGD:   p' = p - lr * g
+- Adam:  m' = b1 m + (1 - b1) g;  v' = b2 v + (1 - b2) g^2;
+         p' = p - lr / (1 - b1^t) * m' / (sqrt(v') / sqrt(1 - b2^t) + eps)      (t = opt.step, from 1)
+- AdamW: p is first decayed, p <- p * (1 - lr * weight_decay), then the Adam update.
+- clip (any optimizer): g <- g * min(1, max_grad_norm / (||g||_2 + 1e-6)), the norm taken over all
+  gradients together (``torch.nn.utils.clip_grad_norm_``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..ir import NodeId
+
+KINDS = ("sgd", "adam", "adamw")
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """Which update graph to build: ``kind`` in sgd/adam/adamw, and whether to clip the gradient norm."""
+
+    kind: str
+    clip: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"optimizer must be one of {KINDS}, got {self.kind!r}")
+
+    @property
+    def hyper_parameters(self) -> tuple[str, ...]:
+        names = ("lr",) if self.kind == "sgd" else ("lr", "beta1", "beta2", "eps", "step")
+        if self.kind == "adamw":
+            names += ("weight_decay",)
+        return names + (("max_grad_norm",) if self.clip else ())
+
+    @property
+    def uses_moments(self) -> bool:
+        return self.kind != "sgd"
+
+
+@dataclass
+class UpdateGraph:
+    """What :func:`append_update` added: hyper-parameter inputs, state inputs and the next values."""
+
+    hyper: dict[str, NodeId] = field(default_factory=dict)
+    """``opt.<name>`` -> input node."""
+    state: dict[str, NodeId] = field(default_factory=dict)
+    """``adam_m.<param>`` / ``adam_v.<param>`` -> input node."""
+    next_values: dict[str, NodeId] = field(default_factory=dict)
+    """parameter or state name -> node holding its value after the step."""
+
+
+def _pow(g, base: NodeId, exponent: NodeId) -> NodeId:
+    return g.exp(g.mul(exponent, g.log(base)))  # base in (0, 1): the betas
+
+
+def append_update(g, params: Mapping[str, NodeId], grads: Mapping[str, NodeId], spec: OptimizerSpec) -> UpdateGraph:
+    """Append the update of every parameter in ``grads`` (name -> gradient node) to ``g``."""
+    up = UpdateGraph()
+    for name in spec.hyper_parameters:
+        up.hyper[f"opt.{name}"] = g.input(f"opt.{name}", [1])
+    h = {name: up.hyper[f"opt.{name}"] for name in spec.hyper_parameters}
+    grads = dict(grads)
+    if spec.clip:
+        sq = [g.sum_all(g.mul(gr, gr)) for gr in grads.values()]
+        total = sq[0]
+        for s in sq[1:]:
+            total = g.add(total, s)
+        coef = g.minimum(g.scalar(1.0), g.div(h["max_grad_norm"], g.affine(g.sqrt(total), 1.0, 1e-6)))
+        grads = {n: g.mul_scalar(gr, coef) for n, gr in grads.items()}
+
+    if spec.kind == "sgd":
+        for name, gr in grads.items():
+            up.next_values[name] = g.sub(params[name], g.mul_scalar(gr, h["lr"]))
+        return up
+
+    one_minus_b1, one_minus_b2 = g.affine(h["beta1"], -1.0, 1.0), g.affine(h["beta2"], -1.0, 1.0)
+    bc1 = g.affine(_pow(g, h["beta1"], h["step"]), -1.0, 1.0)
+    bc2 = g.affine(_pow(g, h["beta2"], h["step"]), -1.0, 1.0)
+    step_size = g.div(h["lr"], bc1)
+    inv_sqrt_bc2 = g.recip(g.sqrt(bc2))
+    decay = g.affine(g.mul(h["lr"], h["weight_decay"]), -1.0, 1.0) if spec.kind == "adamw" else None
+    for name, gr in grads.items():
+        shape = g.node(params[name]).ty.shape
+        m = up.state[f"adam_m.{name}"] = g.input(f"adam_m.{name}", shape)
+        v = up.state[f"adam_v.{name}"] = g.input(f"adam_v.{name}", shape)
+        m2 = g.add(g.mul_scalar(m, h["beta1"]), g.mul_scalar(gr, one_minus_b1))
+        v2 = g.add(g.mul_scalar(v, h["beta2"]), g.mul_scalar(g.mul(gr, gr), one_minus_b2))
+        denom = g.add_scalar(g.mul_scalar(g.sqrt(v2), inv_sqrt_bc2), h["eps"])
+        p = params[name] if decay is None else g.mul_scalar(params[name], decay)
+        up.next_values[name] = g.sub(p, g.mul_scalar(g.div(m2, denom), step_size))
+        up.next_values[f"adam_m.{name}"] = m2
+        up.next_values[f"adam_v.{name}"] = v2
+    return up
