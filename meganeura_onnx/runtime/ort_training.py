@@ -37,9 +37,6 @@ from ..training_artifacts import AdamWConfig, generate_training_artifacts, impor
 from .ort_checkpoint import OrtCheckpoint, read_ort_checkpoint, write_ort_checkpoint
 
 NUMPY = {DType.F32: np.float32, DType.U32: np.uint32}
-STEP_KEY = "step"
-"""safetensors metadata key holding the optimizer step (Meganeura's layout)."""
-FORMAT = "meganeura-checkpoint-1"
 
 
 class OrtTrainingSession:
@@ -57,6 +54,7 @@ class OrtTrainingSession:
         artifacts_dir: str | os.PathLike | None = None,
     ) -> None:
         import_ort_training()
+        optimizer = "adamw" if optimizer == "adam" else optimizer  # the native engine's name; set_adam sets weight_decay=0
         if device != "cpu":
             # The pinned wheel is onnxruntime-training-cpu; a CUDA build of 1.19.2 exists (CUDA 11.8/12)
             # but is not what this environment installs.
@@ -237,36 +235,28 @@ class OrtTrainingSession:
 
         Written to a temporary file and renamed, so a crash never destroys the previous checkpoint.
         """
+        from ..io.checkpoint import Checkpoint, save_checkpoint
+
         ck = self._ort_checkpoint()
-        tensors = {name: ck.parameters[name] for name in self.artifacts.parameters}
-        for name, (m, v) in ck.moments.items():
-            tensors[f"adam_m.{name}"], tensors[f"adam_v.{name}"] = m, v
-        save_safetensors(path, tensors, {STEP_KEY: str(ck.step), "format": FORMAT, "optimizer": self.artifacts.optimizer})
+        params = {name: ck.parameters[name] for name in self.artifacts.parameters}
+        adam_m = {name: m for name, (m, _) in ck.moments.items()}
+        adam_v = {name: v for name, (_, v) in ck.moments.items()}
+        save_checkpoint(path, Checkpoint(params, adam_m, adam_v, ck.step, {"optimizer": self.artifacts.optimizer}))
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """Restore parameters and (for AdamW) moments and step from a safetensors checkpoint written by
         either backend. Names and shapes must match this graph; missing moments start at zero."""
-        tensors, meta = load_safetensors(path)
+        from ..io.checkpoint import check_compatible, load_checkpoint
+
+        saved = load_checkpoint(path)
         expected = {n: self._types[n].shape for n in self.artifacts.parameters}
-        missing = sorted(set(expected) - set(tensors))
-        if missing:
-            raise ValueError(f"load_checkpoint: {path} lacks parameters {missing}")
-        for name, shape in expected.items():
-            for key in (name, f"adam_m.{name}", f"adam_v.{name}"):
-                if key in tensors and tuple(tensors[key].shape) != tuple(shape):
-                    raise ValueError(
-                        f"load_checkpoint: {key!r} in {path} has shape {list(tensors[key].shape)}, the graph has {list(shape)}"
-                    )
-        unknown = sorted(k for k in tensors if k.split(".", 1)[0] not in ("adam_m", "adam_v") and k not in expected)
-        if unknown:
-            raise ValueError(f"load_checkpoint: {path} has parameters {unknown} that are not in the graph (it has {sorted(expected)})")
-        ck = OrtCheckpoint({n: tensors[n] for n in self.artifacts.parameters}, has_optimizer_group=True)
-        ck.step = int(meta.get(STEP_KEY, "0"))
+        check_compatible(saved, expected, f"load_checkpoint({str(path)!r})")
+        ck = OrtCheckpoint(dict(saved.params), step=saved.step, has_optimizer_group=True)
         ck.learning_rate = self._lr if self._lr is not None else 0.0
         if self.artifacts.optimizer == "adamw":
-            for name in self.artifacts.parameters:
-                zero = np.zeros(expected[name], np.float32)
-                ck.moments[name] = (tensors.get(f"adam_m.{name}", zero), tensors.get(f"adam_v.{name}", zero))
+            for name, shape in expected.items():
+                zero = np.zeros(shape, np.float32)
+                ck.moments[name] = (saved.adam_m.get(name, zero), saved.adam_v.get(name, zero))
         with tempfile.TemporaryDirectory(prefix="meganeura-ortt-ck-") as tmp:
             ort_path = Path(tmp) / "checkpoint"
             write_ort_checkpoint(ort_path, ck)
@@ -291,26 +281,6 @@ def _copy_out(arr: np.ndarray, out: np.ndarray | None, what: str) -> np.ndarray:
         raise ValueError(f"{what} has {arr.size} elements (shape {list(arr.shape)}); out has {out.size}")
     out.reshape(-1)[:] = arr.reshape(-1)
     return out
-
-
-def save_safetensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> None:
-    """safetensors (F32) written to ``<path>.tmp`` and renamed over ``path``."""
-    from safetensors.numpy import save_file
-
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, os.fspath(tmp), metadata=dict(metadata))
-    os.replace(tmp, path)
-
-
-def load_safetensors(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Tensors (as float32 numpy arrays) and metadata of a safetensors file."""
-    from safetensors import safe_open
-
-    with safe_open(os.fspath(path), framework="numpy") as f:
-        meta = dict(f.metadata() or {})
-        tensors = {k: np.asarray(f.get_tensor(k), np.float32) for k in f.keys()}  # noqa: SIM118 (safe_open is not a dict)
-    return tensors, meta
 
 
 def build_ort_training_session(

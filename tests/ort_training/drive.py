@@ -32,13 +32,9 @@ def build_model(path: str, sets: dict[str, Any]) -> Any:
 
 def make_session(backend: str, graph: Any, params: dict[str, np.ndarray]) -> Any:
     """A training session with AdamW compiled in, on ``backend`` ("native" or "ort-training")."""
-    if backend == "ort-training":
-        from meganeura_onnx.runtime.ort_training import build_ort_training_session
-
-        return build_ort_training_session(graph, optimizer="adamw", parameters=params)
     from meganeura_onnx.runtime.training import build_session
 
-    return build_session(graph, optimizer="adamw", parameters=params)
+    return build_session(graph, optimizer="adamw", parameters=params, backend=backend)
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
