@@ -313,14 +313,24 @@ class TrainingSession(Session):
         return ckpt.metadata
 
 
-def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = None, **kwargs) -> TrainingSession:
+def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = None, backend: str = "native", **kwargs) -> TrainingSession:
     """A training session for ``graph`` (output 0 = the ``[1]`` loss) on ``device`` ("cpu"/"cuda").
 
     ``optimizer`` ("sgd", "adam", "adamw") compiles that update into the model now; set its
     hyper-parameters with ``set_learning_rate`` / ``set_adam`` / ``set_adamw``. Other keywords:
     ``providers``, ``parameters`` (initial values by name; the rest use the default init with
     ``seed``), ``clip``, ``opset``, ``use_custom_ops``, ``rewrite``.
+
+    ``backend="ort-training"`` trains through onnxruntime-training's artifacts instead
+    (:mod:`meganeura_onnx.runtime.ort_training`; CPU, AdamW or SGD fixed at build time, its own venv:
+    ``make ort-training``); it takes ``parameters``, ``seed`` and ``artifacts_dir``.
     """
+    if backend == "ort-training":
+        from .ort_training import build_ort_training_session
+
+        return build_ort_training_session(graph, device=device, optimizer=optimizer or "adamw", **kwargs)  # type: ignore[return-value]
+    if backend != "native":
+        raise ValueError(f"build_session: backend must be 'native' or 'ort-training', got {backend!r}")
     return TrainingSession(graph, device=device, optimizer=optimizer, **kwargs)
 
 
