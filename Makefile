@@ -22,6 +22,7 @@ asan: setup
 	$(MAKE) -C custom_ops asan-test PYTHON=$(abspath $(PY))
 
 demo: setup kernels
+	$(VENV)/bin/meganeura train models/mnist_mlp.py --epochs 10 --optimizer adam --checkpoint out/mnist_mlp.safetensors --export out/mnist_mlp_trained.onnx
 	$(PY) scripts/demo.py
 
 lint: setup
@@ -34,6 +35,33 @@ format: setup
 
 test: setup kernels lint asan
 	$(VENV)/bin/pytest -q
+	$(MAKE) test-ort-training
 
 clean:
-	rm -rf $(VENV) out custom_ops/build .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(ORTT_VENV) out custom_ops/build .pytest_cache .ruff_cache
+
+# --- onnxruntime-training (issue 4) -------------------------------------------------------------
+# onnxruntime-training 1.19.2 is the last release (Sep 2024). It conflicts with the `onnxruntime`
+# package (both provide the `onnxruntime` module), needs numpy<2 and onnx<=1.16 (IR <= 10), and its
+# Python package imports torch. So it gets its own venv; this package goes in with --no-deps so
+# `import onnxruntime` resolves to the training build. torch 2.13.0 (CPU) is the wheel on this disk.
+ORTT_VENV := .venv-ort-training
+ORTT_PY := $(ORTT_VENV)/bin/python
+ORTT_STAMP := $(ORTT_VENV)/.installed
+ORTT_PINS := onnxruntime-training-cpu==1.19.2 onnx==1.16.2 "numpy<2" torch==2.13.0
+
+.PHONY: ort-training test-ort-training
+
+$(ORTT_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(ORTT_VENV)
+	$(ORTT_PY) -m pip install -q --upgrade pip
+	$(ORTT_PY) -m pip install -q $(ORTT_PINS) "click>=8.1" "tqdm>=4.60" "safetensors>=0.4" "pytest>=8"
+	$(ORTT_PY) -m pip install -q --no-deps -e .
+	touch $@
+
+ort-training: $(ORTT_STAMP)
+
+# Runs tests/ort_training in the training venv; the native side of the parity tests runs in the
+# main venv's interpreter, handed over explicitly.
+test-ort-training: setup ort-training
+	$(ORTT_PY) -m pytest -q tests/ort_training --native-python=$(abspath $(PY))

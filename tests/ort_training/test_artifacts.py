@@ -57,12 +57,14 @@ def test_artifacts_are_generated_and_load_with_the_training_api(model, tmp_path)
     for name, value in init.items():
         np.testing.assert_array_equal(state.parameters[name].data, value)
     assert module.input_names() == arts.inputs
-    assert module.output_names() == ["output_0"]  # the graph's own loss; nothing appended
+    # The graph's own outputs (loss first); no second loss appended.
+    assert module.output_names() == [f"output_{k}" for k in range(len(graph.outputs()))]
 
     feeds = feeds_of(np.random.default_rng(1))
     module.train()
-    (loss,) = np.atleast_1d(module(*(feeds[n] for n in arts.inputs)))
-    (want,) = evaluate(graph, {**feeds, **init}, dtype=np.float64)
+    outputs = module(*(feeds[n] for n in arts.inputs))
+    loss = np.ravel(outputs[0] if isinstance(outputs, (list, tuple)) else outputs)[0]
+    want = evaluate(graph, {**feeds, **init}, dtype=np.float64)[0]
     np.testing.assert_allclose(loss, float(np.ravel(want)[0]), rtol=1e-5)
     # every parameter gets a gradient, and an optimizer step moves it
     assert all(np.abs(state.parameters[n].grad).sum() > 0 for n in init)
