@@ -93,9 +93,11 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def bench_ours(cfg, params: dict, prompt: list[int], n_new: int, device: str, chunk: int, repeat: int) -> tuple[dict, list[int]]:
+def bench_ours(
+    cfg, params: dict, prompt: list[int], n_new: int, device: str, chunk: int, repeat: int, cuda_graph: bool = False
+) -> tuple[dict, list[int]]:
     t0 = time.perf_counter()
-    runner = llama.LlamaRunner(cfg, params, max_seq=len(prompt) + n_new, prefill_chunk=chunk, device=device)
+    runner = llama.LlamaRunner(cfg, params, max_seq=len(prompt) + n_new, prefill_chunk=chunk, device=device, cuda_graph=cuda_graph)
     build_s = time.perf_counter() - t0
     list(generate(runner, prompt, 4))  # warm-up: first runs allocate and tune
     prefill, decode, tokens = [], [], []
@@ -117,6 +119,7 @@ def bench_ours(cfg, params: dict, prompt: list[int], n_new: int, device: str, ch
         "decode_tokens_per_s": round((n_new - 1) / d, 2),
         "end_to_end_tokens_per_s": round(n_new / (p + d), 2),
         "prefill_chunk": runner.chunk,
+        "cuda_graph_decode": cuda_graph,
         "custom_ops": plan.kernels(),
         "providers": plan.providers,
     }, tokens
@@ -199,6 +202,16 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"meganeura-onnx on {a.device}: {a.preset}, prompt {a.prompt_len}, {a.new_tokens} new tokens ...", file=sys.stderr, flush=True)
     result["meganeura_onnx"], ours = bench_ours(cfg, params, prompt, a.new_tokens, a.device, a.prefill_chunk or a.prompt_len, a.repeat)
     print(json.dumps(result["meganeura_onnx"]), file=sys.stderr, flush=True)
+    if a.device == "cuda":
+        print("meganeura-onnx, decode replayed as a CUDA graph ...", file=sys.stderr, flush=True)
+        try:
+            result["meganeura_onnx_cuda_graph"], graphed = bench_ours(
+                cfg, params, prompt, a.new_tokens, a.device, a.prefill_chunk or a.prompt_len, a.repeat, cuda_graph=True
+            )
+            result["meganeura_onnx_cuda_graph"]["same_tokens_as_uncaptured"] = graphed == ours
+        except Exception as e:  # recorded, not hidden: the JSON says why there is no CUDA-graph number
+            result["meganeura_onnx_cuda_graph"] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+        print(json.dumps(result["meganeura_onnx_cuda_graph"]), file=sys.stderr, flush=True)
     if not a.skip_transformers:
         print(f"transformers.generate ({a.hf_attn}) ...", file=sys.stderr, flush=True)
         result["transformers"], theirs = bench_transformers(cfg, params, prompt, a.new_tokens, a.device, a.hf_attn, a.repeat)

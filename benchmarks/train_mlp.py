@@ -20,7 +20,6 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -89,62 +88,18 @@ def bench_torch(data, steps, repeats):
     return runs, {"torch": torch.__version__, "threads": torch.get_num_threads()}
 
 
-ORT_TRAINING_SCRIPT = r"""
-import json, sys, time
-import numpy as np, onnx
-from onnxruntime.training import artifacts
-from onnxruntime.training.api import CheckpointState, Module, Optimizer
-model_path, out_dir, steps, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-model = onnx.load(model_path)
-params = [i.name for i in model.graph.initializer if i.name.startswith("fc")]
-artifacts.generate_artifacts(model, requires_grad=params, frozen_params=[], loss=None, optimizer=artifacts.OptimType.AdamW, artifact_directory=out_dir)
-state = CheckpointState.load_checkpoint(f"{out_dir}/checkpoint")
-module = Module(f"{out_dir}/training_model.onnx", state, f"{out_dir}/eval_model.onnx")
-opt = Optimizer(f"{out_dir}/optimizer_model.onnx", module)
-opt.set_learning_rate(1e-3)
-module.train()
-rng = np.random.default_rng(0)
-data = [(rng.normal(size=(32, 784)).astype(np.float32), np.eye(10, dtype=np.float32)[rng.integers(0, 10, 32)]) for _ in range(64)]
-def step(x, y):
-    module(x, y)
-    opt.step()
-    module.lazy_reset_grad()
-for x, y in data[:50]:
-    step(x, y)
-runs = []
-for _ in range(repeats):
-    t0 = time.perf_counter()
-    for i in range(steps):
-        step(*data[i % len(data)])
-    runs.append((time.perf_counter() - t0) / steps * 1e3)
-import onnxruntime
-print(json.dumps({"runs_ms": runs, "version": onnxruntime.__version__, "optimizer": "AdamW (weight_decay 0.01 default; ORT training's Adam kernel)"}))
-"""
-
-
 def bench_ort_training(steps, repeats):
+    """onnxruntime-training 1.19 (artifacts + TrainingSession, AdamW with weight decay 0) in its own venv."""
     py = ROOT / ".venv-ort-training" / "bin" / "python"
     if not py.exists():
-        return None, {"skipped": f"{py.relative_to(ROOT)} does not exist (the onnxruntime-training artifacts venv); not measured"}
-    import mnist_mlp
+        return None, {"skipped": f"{py.relative_to(ROOT)} does not exist (make ort-training); not measured"}
+    from meganeura_onnx.runtime.ort_training import ort_training_step_time_subprocess
 
-    from meganeura_onnx import export_onnx
-
-    with tempfile.TemporaryDirectory() as tmp:
-        # The forward model with the loss as its output; ORT 1.19 takes IR <= 10, opset 21 (our default).
-        export_onnx(mnist_mlp.build(batch=BATCH), Path(tmp) / "mlp.onnx")
-        m = __import__("onnx").load(Path(tmp) / "mlp.onnx")
-        del m.graph.output[1:]  # artifacts want the loss as the single output
-        __import__("onnx").save(m, Path(tmp) / "mlp.onnx")
-        r = subprocess.run(
-            [str(py), "-c", ORT_TRAINING_SCRIPT, str(Path(tmp) / "mlp.onnx"), str(Path(tmp) / "art"), str(steps), str(repeats)],
-            capture_output=True,
-            text=True,
-        )
-        if r.returncode != 0:
-            return None, {"skipped": f"onnxruntime-training run failed: {r.stderr.strip()[-800:]}"}
-        d = json.loads(r.stdout.strip().splitlines()[-1])
-        return d.pop("runs_ms"), d
+    runs, info = [], {}
+    for _ in range(repeats):
+        info = ort_training_step_time_subprocess(py, ROOT / "models" / "mnist_mlp.py", {"batch": BATCH}, steps=steps)
+        runs.append(info.pop("step_s") * 1e3)
+    return runs, info
 
 
 def machine() -> dict:

@@ -149,6 +149,7 @@ class LlamaRunner:
         strict: bool = True,
         seed: int = 0,
         use_custom_ops: bool = True,
+        cuda_graph: bool = False,
     ) -> None:
         self.cfg, self.max_seq, self.device = cfg, int(max_seq), device
         self.chunk = max(1, min(int(prefill_chunk), self.max_seq))
@@ -159,7 +160,11 @@ class LlamaRunner:
             params = weights
         else:
             params = hf_parameters(decode_graph, weights, strict=strict)
-        self.decoder = build_inference_session(decode_graph, device, parameters=params, use_custom_ops=use_custom_ops)
+        # cuda_graph: the one-token decode step is replayed as one CUDA graph (its buffers never move:
+        # weights, in-place KV caches, inputs and logits are bound once).
+        self.decoder = build_inference_session(
+            decode_graph, device, parameters=params, use_custom_ops=use_custom_ops, cuda_graph=cuda_graph
+        )
         prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq)
         self.prefiller = build_inference_session(prefill_graph, device, parameters=params, use_custom_ops=use_custom_ops)
         self.prefiller.share_buffers(self.decoder, state=False)  # one copy of the weights on the device

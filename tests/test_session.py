@@ -157,3 +157,8 @@ def test_cuda_device_without_onnxruntime_gpu_says_what_is_missing():
         build_inference_session(mlp(), device="cuda")
     with pytest.raises(ValueError, match="'cpu' or 'cuda'"):
         build_inference_session(mlp(), device="tpu")
+
+
+def test_cuda_graph_is_refused_off_cuda():
+    with pytest.raises(ValueError, match="cuda_graph=True needs device='cuda'"):
+        build_inference_session(mlp(), device="cpu", cuda_graph=True)

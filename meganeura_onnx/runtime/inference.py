@@ -21,6 +21,7 @@ def build_inference_session(
     seed: int = 0,
     opset: int | None = None,
     use_custom_ops: bool = True,
+    cuda_graph: bool = False,
 ) -> Session:
     """Compile ``graph`` for inference on ``device`` ("cpu" or "cuda").
 
@@ -28,7 +29,9 @@ def build_inference_session(
     ``seed``) unless given in ``parameters``; ``set_parameter`` overrides them later. Inputs that
     ``cache_write`` updates are KV caches: they start at zero and persist across ``step()`` calls.
     The com.meganeura kernel library is registered when built (``use_custom_ops=False`` runs the
-    function bodies instead).
+    function bodies instead). ``cuda_graph=True`` (CUDA only) captures the run as a CUDA graph on
+    the first ``step()`` and replays it after, removing per-kernel launch cost; it needs every buffer
+    to stay put, i.e. KV caches updated in place by the CacheWrite kernel.
     """
     model, spec = to_model(graph, opset=opset, params_as_inputs=True, with_state=True)
     values = default_parameters(graph, seed)
@@ -53,4 +56,5 @@ def build_inference_session(
         providers=providers,
         use_custom_ops=use_custom_ops,
         inplace_state=sorted(spec.inplace),
+        cuda_graph=cuda_graph,
     )

@@ -77,7 +77,7 @@ class ExecutionPlan:
         return "\n".join(lines)
 
 
-def providers_for(device: str, providers: Sequence | None = None) -> tuple[list, str]:
+def providers_for(device: str, providers: Sequence | None = None, cuda_graph: bool = False) -> tuple[list, str]:
     """ORT provider list and OrtValue device type for ``device`` ("cpu" or "cuda")."""
     if providers is not None:
         names = [p if isinstance(p, str) else p[0] for p in providers]
@@ -90,7 +90,10 @@ def providers_for(device: str, providers: Sequence | None = None) -> tuple[list,
                 f"device='cuda' needs onnxruntime-gpu with CUDAExecutionProvider; this onnxruntime {ort.__version__} has {ort.get_available_providers()}"
             )
         # Strict fp32 MatMul (as PyTorch by default): TF32 is opt-in through providers=.
-        return [("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"], "cuda"
+        options = {"use_tf32": "0"}
+        if cuda_graph:
+            options["enable_cuda_graph"] = "1"
+        return [("CUDAExecutionProvider", options), "CPUExecutionProvider"], "cuda"
     raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
 
 
@@ -112,14 +115,16 @@ class Session:
         providers: Sequence | None = None,
         use_custom_ops: bool = True,
         inplace_state: Sequence[str] = (),
+        cuda_graph: bool = False,
     ) -> None:
-        self._providers, self._device = providers_for(device, providers)
+        if cuda_graph and device != "cuda":
+            raise ValueError(f"cuda_graph=True needs device='cuda', got device={device!r}")
+        self._providers, self._device = providers_for(device, providers, cuda_graph)
         opts = ort.SessionOptions()
         opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
         lib = custom_ops.register(opts, self._device) if use_custom_ops else None
         self._model = model
         self._ort = ort.InferenceSession(model.SerializeToString(), opts, providers=self._providers)
-        self._binding = self._ort.io_binding()
         self._types: dict[str, TensorType] = {}
         self._values: dict[str, ort.OrtValue] = {}
         self._kinds: dict[str, str] = {}
@@ -149,10 +154,14 @@ class Session:
         for name, ty in output_types.items():
             if name not in self._pairs.values():
                 self._outputs[name] = self._device_value(np.zeros(ty.shape, NUMPY[ty.dtype]))
-                self._binding.bind_ortvalue_output(name, self._outputs[name])
-        for name, out in self._pairs.items():
-            self._binding.bind_ortvalue_output(out, self._spare[name])
         self._output_types = dict(output_types)
+        self._bind()
+        if cuda_graph and self._swapped:
+            # A captured CUDA graph replays fixed addresses: every state buffer must be updated in
+            # place (the CacheWrite kernel), never swapped.
+            raise ValueError(
+                f"cuda_graph=True needs every state buffer updated in place; {self._swapped} would be swapped (is the CUDA custom-op library built?)"
+            )
         self.custom_op_library_path = lib
 
     # -- buffers ----------------------------------------------------------------------------------
@@ -163,7 +172,22 @@ class Session:
         self._types[name] = ty
         self._kinds[name] = kind
         self._values[name] = self._device_value(np.asarray(value, NUMPY[ty.dtype]).reshape(ty.shape))
-        self._binding.bind_ortvalue_input(name, self._values[name])
+
+    def _bind(self) -> None:
+        """Build two IOBindings once: [0] reads the current state buffers and writes the spares,
+        [1] the other way round. ``step()`` alternates them, so no buffer is re-bound per step."""
+        self._bindings = []
+        for flip in (False, True):
+            binding = self._ort.io_binding()
+            for name, value in self._values.items():
+                binding.bind_ortvalue_input(name, self._spare[name] if flip and name in self._pairs else value)
+            for name, value in self._outputs.items():
+                binding.bind_ortvalue_output(name, value)
+            for name, out in self._pairs.items():
+                binding.bind_ortvalue_output(out, self._values[name] if flip else self._spare[name])
+            self._bindings.append(binding)
+        self._parity = 0
+        self._swapped = [n for n in self._pairs if n not in self._aliased]
 
     def _write(self, name: str, data: object, dtype: DType, what: str) -> None:
         ty = self._types[name]
@@ -213,13 +237,11 @@ class Session:
     # -- running ----------------------------------------------------------------------------------
     def step(self) -> None:
         """Run the model once with the current inputs; state buffers are swapped afterwards."""
-        self._ort.run_with_iobinding(self._binding)
-        for name, out in self._pairs.items():
-            if name in self._aliased:
-                continue
-            self._values[name], self._spare[name] = self._spare[name], self._values[name]
-            self._binding.bind_ortvalue_input(name, self._values[name])
-            self._binding.bind_ortvalue_output(out, self._spare[name])
+        self._ort.run_with_iobinding(self._bindings[self._parity])
+        if self._swapped:
+            for name in self._swapped:
+                self._values[name], self._spare[name] = self._spare[name], self._values[name]
+            self._parity ^= 1
 
     @property
     def inplace_state(self) -> set[str]:
@@ -247,7 +269,6 @@ class Session:
                 continue
             if (kind == "parameter" and parameters) or (kind == "state" and state):
                 self._values[name] = other._values[name]
-                self._binding.bind_ortvalue_input(name, self._values[name])
                 if name in self._pairs:
                     if name in self._aliased:  # updated in place: one buffer is input and output
                         self._spare[name] = self._values[name]
@@ -255,8 +276,8 @@ class Session:
                         self._spare[name] = other._spare[name]
                     elif self._spare[name] is self._values[name]:  # other works in place, this session swaps
                         self._spare[name] = self._device_value(np.zeros(self._types[name].shape, NUMPY[self._types[name].dtype]))
-                    self._binding.bind_ortvalue_output(self._pairs[name], self._spare[name])
                 shared.append(name)
+        self._bind()
         return shared
 
     # -- data out ---------------------------------------------------------------------------------
