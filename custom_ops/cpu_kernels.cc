@@ -235,7 +235,7 @@ class CachedAttentionCpu : public Kernel {
     int64_t nch = 1, chunk = maxL;
     if (T < 64) {
       nch = (64 + T - 1) / T;
-      chunk = std::max<int64_t>(128, (maxL + nch - 1) / nch);
+      chunk = std::max<int64_t>(kAttnTile, (maxL + nch - 1) / nch);
       chunk = (chunk + kAttnTile - 1) / kAttnTile * kAttnTile;
       nch = (maxL + chunk - 1) / chunk;
     }
