@@ -3,8 +3,10 @@
 // inner loops are contiguous and written so that -O3 vectorises them.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "op_common.h"
 
@@ -119,6 +121,91 @@ class CacheWriteCpu : public Kernel {
 };
 
 // ------------------------------------------------------------------ CachedAttention
+// exp(x) for x <= 0 (Cephes expf: range reduction + degree-6 polynomial, ~1 ulp). Plain
+// arithmetic, so the loops that call it vectorise (libm's expf does not without -ffast-math).
+inline float ExpNeg(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+// Dot product with 16 independent partial sums (4 SSE vectors): no single dependent add chain.
+inline float Dot(const float* __restrict__ a, const float* __restrict__ b, int64_t n) {
+  float part[16] = {};
+  int64_t d = 0;
+  for (; d + 16 <= n; d += 16)
+    for (int i = 0; i < 16; ++i) part[i] += a[d + i] * b[d + i];
+  float s = 0.f;
+  for (; d < n; ++d) s += a[d] * b[d];
+  for (int i = 0; i < 8; ++i) part[i] += part[i + 8];
+  for (int i = 0; i < 4; ++i) part[i] += part[i + 4];
+  return s + (part[0] + part[1]) + (part[2] + part[3]);
+}
+
+// Online-softmax attention of the H query rows q[h * hd] of one token over cache rows [r0, r1),
+// all KV heads at once: m[h] (running max), l[h] (sum of exp), acc[h * hd] (unnormalised output).
+// Cache rows hold every KV head side by side (kvw floats), so walking whole rows streams K and V
+// contiguously (the hardware prefetcher follows; per-head walks stride 4 KiB and stall on
+// memory latency). Per tile of rows: the scores of all heads (each K segment read once for its
+// group of G query heads), one rescale per tile, then P V (each V segment read once per group).
+constexpr int64_t kAttnTile = 64;
+void AttendRows(const float* __restrict__ q, const float* __restrict__ kc, const float* __restrict__ vc, int64_t H, int64_t G,
+                int64_t hd, int64_t kvw, int64_t r0, int64_t r1, float scale, float* __restrict__ sc, float* __restrict__ m,
+                float* __restrict__ l, float* __restrict__ acc) {
+  for (int64_t h = 0; h < H; ++h) {
+    m[h] = -std::numeric_limits<float>::infinity();
+    l[h] = 0.f;
+  }
+  std::fill(acc, acc + H * hd, 0.f);
+  for (int64_t r = r0; r < r1; r += kAttnTile) {
+    const int64_t n = std::min(kAttnTile, r1 - r);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* kr = kc + (r + j) * kvw;
+      for (int64_t h = 0; h < H; ++h) sc[h * kAttnTile + j] = Dot(q + h * hd, kr + (h / G) * hd, hd) * scale;
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      float* s = sc + h * kAttnTile;
+      float mt = m[h];
+      for (int64_t j = 0; j < n; ++j) mt = std::max(mt, s[j]);
+      float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < n; ++j) {
+        s[j] = ExpNeg(s[j] - mt);
+        sum += s[j];
+      }
+      if (m[h] != mt) {  // the max moved: rescale what was accumulated so far
+        const float corr = m[h] == -std::numeric_limits<float>::infinity() ? 0.f : std::exp(m[h] - mt);
+        l[h] *= corr;
+        float* a = acc + h * hd;
+        for (int64_t d = 0; d < hd; ++d) a[d] *= corr;
+        m[h] = mt;
+      }
+      l[h] += sum;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const float* __restrict__ vr = vc + (r + j) * kvw;
+      for (int64_t h = 0; h < H; ++h) {
+        const float w = sc[h * kAttnTile + j];
+        const float* __restrict__ vh = vr + (h / G) * hd;
+        float* __restrict__ a = acc + h * hd;
+#pragma omp simd
+        for (int64_t d = 0; d < hd; ++d) a[d] += w * vh[d];
+      }
+    }
+  }
+}
+
 class CachedAttentionCpu : public Kernel {
  public:
   explicit CachedAttentionCpu(const AttnAttrs& a) : a_(a) {}
@@ -138,51 +225,64 @@ class CachedAttentionCpu : public Kernel {
     MN_RETURN_IF(CheckCachedAttention(a_, q, k, v, pos, &p));
     float* out = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, q.shape, &out));
-    const int64_t hd = p.hd, G = p.H / p.KVH, kvw = p.KVH * hd, qw = p.H * hd;
+    const int64_t hd = p.hd, H = p.H, G = p.H / p.KVH, kvw = p.KVH * hd, qw = p.H * hd, T = p.T;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const float *qs = q.f32(), *ks = k.f32(), *vs = v.f32();
-    // One work item = one query row t and one KV head with its G query heads, so each
-    // K/V row is read once for the whole group.
-    return ParallelFor(ctx, static_cast<size_t>(p.T * p.KVH), [&](size_t item) {
-      const int64_t t = static_cast<int64_t>(item) / p.KVH, kh = static_cast<int64_t>(item) % p.KVH;
+    // Work item = (query row t, chunk of cache rows), all heads. Decode (T = 1) splits the cache
+    // into chunks (flash-decoding style) so that every thread gets work; the chunks' partial
+    // softmax states are merged afterwards. Long prefills (T >= 64) use one item per row.
+    const int64_t maxL = p.kv_pos + T;
+    int64_t nch = 1, chunk = maxL;
+    if (T < 64) {
+      nch = (64 + T - 1) / T;
+      chunk = std::max<int64_t>(kAttnTile, (maxL + nch - 1) / nch);
+      chunk = (chunk + kAttnTile - 1) / kAttnTile * kAttnTile;
+      nch = (maxL + chunk - 1) / chunk;
+    }
+    const int64_t pstride = H * (hd + 2);  // state of one item: acc[H * hd], m[H], l[H]
+    std::vector<float> part(nch > 1 ? static_cast<size_t>(T * nch * pstride) : 0);
+    MN_RETURN_IF(ParallelFor(ctx, static_cast<size_t>(T * nch), [&](size_t item) {
+      const int64_t t = static_cast<int64_t>(item) / nch, c = static_cast<int64_t>(item) % nch;
       const int64_t L = p.kv_pos + t + 1;  // attends to cache rows [0, kv_pos + t]
-      std::vector<float> sc(static_cast<size_t>(G * L));
-      std::vector<float> acc(static_cast<size_t>(G * hd), 0.f), inv_sum(static_cast<size_t>(G));
-      for (int64_t j = 0; j < L; ++j) {
-        const float* kr = ks + j * kvw + kh * hd;
-        for (int64_t g = 0; g < G; ++g) {
-          const float* qr = qs + t * qw + (kh * G + g) * hd;
-          float s = 0.f;
-#pragma omp simd reduction(+ : s)
-          for (int64_t d = 0; d < hd; ++d) s += qr[d] * kr[d];
-          sc[g * L + j] = s * scale;
+      const int64_t r0 = c * chunk, r1 = std::min(L, r0 + chunk);
+      std::vector<float> sc(static_cast<size_t>(H * kAttnTile)), own(nch > 1 ? 0 : static_cast<size_t>(pstride));
+      float* acc = nch > 1 ? part.data() + item * pstride : own.data();
+      float *m = acc + H * hd, *l = m + H;
+      if (r0 >= r1) {  // chunk past this row's causal limit (T > 1)
+        std::fill(acc, acc + H * hd, 0.f);
+        std::fill(m, m + H, -std::numeric_limits<float>::infinity());
+        std::fill(l, l + H, 0.f);
+        return;
+      }
+      AttendRows(qs + t * qw, ks, vs, H, G, hd, kvw, r0, r1, scale, sc.data(), m, l, acc);
+      if (nch == 1) {
+        for (int64_t h = 0; h < H; ++h) {
+          float* o = out + t * qw + h * hd;
+          const float inv = 1.0f / l[h];
+          for (int64_t d = 0; d < hd; ++d) o[d] = acc[h * hd + d] * inv;
         }
       }
-      for (int64_t g = 0; g < G; ++g) {
-        float* srow = sc.data() + g * L;
-        float m = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < L; ++j) m = std::max(m, srow[j]);
-        float sum = 0.f;
-        for (int64_t j = 0; j < L; ++j) {
-          srow[j] = std::exp(srow[j] - m);
-          sum += srow[j];
-        }
-        inv_sum[g] = 1.0f / sum;
+    }));
+    if (nch == 1) return nullptr;
+    return ParallelFor(ctx, static_cast<size_t>(T * H), [&](size_t th) {
+      const int64_t t = static_cast<int64_t>(th) / H, h = static_cast<int64_t>(th) % H;
+      const float* base = part.data() + t * nch * pstride;
+      float M = -std::numeric_limits<float>::infinity();
+      for (int64_t c = 0; c < nch; ++c) M = std::max(M, base[c * pstride + H * hd + h]);
+      float* o = out + t * qw + h * hd;
+      std::fill(o, o + hd, 0.f);
+      float lt = 0.f;
+      for (int64_t c = 0; c < nch; ++c) {
+        const float* pc = base + c * pstride;
+        const float mc = pc[H * hd + h];
+        if (mc == -std::numeric_limits<float>::infinity()) continue;
+        const float w = std::exp(mc - M);
+        lt += pc[H * hd + H + h] * w;
+        const float* a = pc + h * hd;
+        for (int64_t d = 0; d < hd; ++d) o[d] += a[d] * w;
       }
-      // V rows are read once for the whole head group.
-      for (int64_t j = 0; j < L; ++j) {
-        const float* vr = vs + j * kvw + kh * hd;
-        for (int64_t g = 0; g < G; ++g) {
-          const float w = sc[g * L + j];
-          float* a = acc.data() + g * hd;
-#pragma omp simd
-          for (int64_t d = 0; d < hd; ++d) a[d] += w * vr[d];
-        }
-      }
-      for (int64_t g = 0; g < G; ++g) {
-        float* o = out + t * qw + (kh * G + g) * hd;
-        for (int64_t d = 0; d < hd; ++d) o[d] = acc[g * hd + d] * inv_sum[g];
-      }
+      const float inv = 1.0f / lt;
+      for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
     });
   }
 

@@ -3,7 +3,8 @@
 # GPU machine, onnxruntime-gpu already installed). Writes everything under ${OUT:-out/gpu_check}:
 #   pytest_gpu.txt / junit_gpu.xml   GPU + CPU kernel tests (placement, parity, in-place, bad input)
 #   memcheck.txt                     compute-sanitizer --tool memcheck over the GPU tests
-#   bench_cuda.json / bench_cuda.txt benchmarks/custom_ops.py on the GPU
+#   attn_check.txt                   build/attn_check (when built): CUDA attention vs host reference, event timing
+#   bench_cuda.json / bench_cuda.txt benchmarks/custom_ops.py on the GPU (extra arguments: BENCH_ARGS)
 # The libraries are normally built on the dev machine and carried (custom_ops/build); if they are
 # missing and nvcc + headers are available here, they are built.
 set -u
@@ -20,6 +21,11 @@ if [ ! -f custom_ops/build/libmeganeura_ops_cuda.so ]; then
   make -C custom_ops all 2>&1 | tee "$OUT/build.txt" || status=1
 fi
 ls -la custom_ops/build/*.so 2>&1 | tee -a "$OUT/env.txt"
+
+if [ -x custom_ops/build/attn_check ]; then
+  timeout 120 custom_ops/build/attn_check 2>&1 | tee "$OUT/attn_check.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
 
 $PY -m pytest -q -p no:cacheprovider -rs tests/test_kernels_gpu.py tests/test_kernels_cpu.py \
   --junitxml="$OUT/junit_gpu.xml" 2>&1 | tee "$OUT/pytest_gpu.txt"
@@ -42,7 +48,7 @@ else
   echo "compute-sanitizer not found" | tee "$OUT/memcheck.txt"
 fi
 
-$PY benchmarks/custom_ops.py --device cuda --json "$OUT/bench_cuda.json" 2>&1 | tee "$OUT/bench_cuda.txt"
+$PY benchmarks/custom_ops.py --device cuda --json "$OUT/bench_cuda.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_cuda.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 echo "gpu_check status: $status"
 exit $status

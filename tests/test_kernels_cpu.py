@@ -52,6 +52,8 @@ ATTN_CASES = [  # (T, H, KVH, head_dim, max_seq, kv_pos)
     (3, 2, 2, 128, 3, 0),
     (1, 32, 8, 128, 600, 599),
     (6, 6, 3, 64, 64, 58),
+    (7, 12, 4, 64, 1100, 1000),  # cache split into chunks, T > 1
+    (1, 16, 2, 32, 3000, 2999),  # chunks, head group of 8
 ]
 SCATTER_CASES = [  # (N, D, num_rows, index dtype)
     (10, 64, 5, np.int64),
