@@ -5,6 +5,7 @@ from .export import export_onnx
 from .graph import Graph
 from .ir import DType, Node, NodeId, TensorType
 from .runtime import ExecutionPlan, MemorySummary, Session, build_inference_session, custom_op_library
+from .runtime.training import TrainingSession, build_session, build_session_cached, build_session_with_report
 
 __version__ = "0.1.0"
 
@@ -17,8 +18,12 @@ __all__ = [
     "NodeId",
     "Session",
     "TensorType",
+    "TrainingSession",
     "__version__",
     "build_inference_session",
+    "build_session",
+    "build_session_cached",
+    "build_session_with_report",
     "custom_op_library",
     "export_onnx",
 ]
