@@ -1,7 +1,9 @@
-"""`make demo`: export the seed-001 MNIST MLP, then classify scikit-learn's digits through a Session.
+"""`make demo`, second half: export the trained seed-001 MNIST MLP and classify scikit-learn's digits.
 
-Trains first when the native training engine is available (``meganeura train``), otherwise runs
-the untrained model so the pipeline itself is shown.
+`make demo` first runs `meganeura train models/mnist_mlp.py --checkpoint out/mnist_mlp.safetensors`;
+this script exports the trained weights to ONNX (`out/mnist_mlp.onnx`), inspects the file, and
+runs the held-out digits through an inference Session. Without the checkpoint it runs the
+untrained (default-init) model, so the pipeline itself is still shown.
 """
 
 from __future__ import annotations
@@ -27,20 +29,20 @@ def main() -> None:
     x_test, y_test = d["x_test"], d["y_test"].argmax(axis=1)
     batch = len(x_test)
     graph = mnist_mlp.build(batch=batch, loss=False)
-    onnx_path = out / "mnist_mlp.onnx"
-    export_onnx(graph, onnx_path)
-    print(f"exported {onnx_path.relative_to(ROOT)} (open it with: meganeura view {onnx_path.relative_to(ROOT)})")
-    subprocess.run([Path(sys.executable).parent / "meganeura", "inspect", str(onnx_path)], check=True)
-
-    session = build_inference_session(graph)
-    checkpoint = out / "mnist_mlp.safetensors"
+    checkpoint = out / "mnist_mlp.safetensors"  # written by `meganeura train` (make demo runs it first)
     trained = checkpoint.exists()
+    weights = {}
     if trained:
         from safetensors.numpy import load_file
 
-        for name, value in load_file(checkpoint).items():
-            if name in dict(graph.leaves("parameter")):
-                session.set_parameter(name, value)
+        names = set(graph.parameters())
+        weights = {k: v for k, v in load_file(checkpoint).items() if k in names}  # adam_m/adam_v are optimizer state
+    onnx_path = out / "mnist_mlp.onnx"
+    export_onnx(graph, onnx_path, parameters=weights)
+    print(f"exported {onnx_path.relative_to(ROOT)} (open it with: meganeura view {onnx_path.relative_to(ROOT)})")
+    subprocess.run([Path(sys.executable).parent / "meganeura", "inspect", str(onnx_path)], check=True)
+
+    session = build_inference_session(graph, parameters=weights)
     session.set_input("x", x_test)
     session.step()
     pred = session.read_output_by_index(0).argmax(axis=1)
