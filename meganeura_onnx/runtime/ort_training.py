@@ -35,8 +35,7 @@ import numpy as np
 from ..ir import DType, GraphCore, TensorType
 from ..training_artifacts import AdamWConfig, generate_training_artifacts, import_ort_training, patch_adamw
 from .ort_checkpoint import OrtCheckpoint, read_ort_checkpoint, write_ort_checkpoint
-
-NUMPY = {DType.F32: np.float32, DType.U32: np.uint32}
+from .session import NUMPY, host_array
 
 
 class OrtTrainingSession:
@@ -102,39 +101,20 @@ class OrtTrainingSession:
             raise KeyError(f"{what}: no {'/'.join(kinds)} named {name!r}; the session has {names}")
         return self._types[name]
 
-    @staticmethod
-    def _convert(name: str, data: object, ty: TensorType, dtype: DType, what: str) -> np.ndarray:
-        if ty.dtype is not dtype:
-            other = "set_input_u32" if ty.dtype is DType.U32 else "set_input"
-            raise TypeError(f"{what}: {name!r} is {ty.dtype.name} {list(ty.shape)}; use {other}")
-        arr = np.asarray(data)
-        if dtype is DType.U32:
-            if arr.size and (not np.issubdtype(arr.dtype, np.integer) or arr.min() < 0 or arr.max() > 0xFFFFFFFF):
-                raise ValueError(
-                    f"{what}: {name!r} takes non-negative integers below 2**32, got dtype {arr.dtype} with range [{arr.min()}, {arr.max()}]"
-                )
-        elif not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-            raise TypeError(f"{what}: {name!r} takes numbers, got dtype {arr.dtype}")
-        if arr.size != ty.num_elements():
-            raise ValueError(
-                f"{what}: {name!r} expects {ty.num_elements()} values (shape {list(ty.shape)}), got {arr.size} (shape {list(arr.shape)})"
-            )
-        return np.ascontiguousarray(arr.reshape(ty.shape), dtype=NUMPY[dtype])
-
     def set_input(self, name: str, data: object) -> None:
         """Set the F32 input ``name`` (flat or shaped; the element count must match)."""
         ty = self._check(name, ("input",), "set_input")
-        self._inputs[name] = self._convert(name, data, ty, DType.F32, "set_input")
+        self._inputs[name] = host_array(name, data, ty, DType.F32, "set_input")
 
     def set_input_u32(self, name: str, data: object) -> None:
         """Set the U32 input ``name`` (token ids, positions)."""
         ty = self._check(name, ("input",), "set_input_u32")
-        self._inputs[name] = self._convert(name, data, ty, DType.U32, "set_input_u32")
+        self._inputs[name] = host_array(name, data, ty, DType.U32, "set_input_u32")
 
     def set_parameter(self, name: str, data: object) -> None:
         """Overwrite a parameter's value in ORT's state (the optimizer state is left as it is)."""
         ty = self._check(name, ("parameter",), "set_parameter")
-        self._state.parameters[name] = self._convert(name, data, ty, DType.F32, "set_parameter")
+        self._state.parameters[name] = host_array(name, data, ty, DType.F32, "set_parameter")
 
     # -- optimizer -------------------------------------------------------------------------------------
     def set_learning_rate(self, lr: float) -> None:

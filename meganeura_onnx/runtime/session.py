@@ -77,6 +77,29 @@ class ExecutionPlan:
         return "\n".join(lines)
 
 
+def host_array(name: str, data: object, ty: TensorType, dtype: DType, what: str) -> np.ndarray:
+    """``data`` checked against the buffer type ``ty`` (wanted as ``dtype``) and converted to it.
+
+    Raises TypeError/ValueError naming the call (``what``), the buffer and expected vs given.
+    """
+    if ty.dtype is not dtype:
+        other = "set_input_u32" if ty.dtype is DType.U32 else "set_input"
+        raise TypeError(f"{what}: {name!r} is {ty.dtype.name} {list(ty.shape)}; use {other}")
+    arr = np.asarray(data)
+    if dtype is DType.U32:
+        if arr.size and (not np.issubdtype(arr.dtype, np.integer) or arr.min() < 0 or arr.max() > 0xFFFFFFFF):
+            raise ValueError(
+                f"{what}: {name!r} takes non-negative integers below 2**32, got dtype {arr.dtype} with range [{arr.min()}, {arr.max()}]"
+            )
+    elif not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise TypeError(f"{what}: {name!r} takes numbers, got dtype {arr.dtype}")
+    if arr.size != ty.num_elements():
+        raise ValueError(
+            f"{what}: {name!r} expects {ty.num_elements()} values (shape {list(ty.shape)}), got {arr.size} (shape {list(arr.shape)})"
+        )
+    return np.ascontiguousarray(arr.reshape(ty.shape), dtype=NUMPY[dtype])
+
+
 def providers_for(device: str, providers: Sequence | None = None, cuda_graph: bool = False) -> tuple[list, str]:
     """ORT provider list and OrtValue device type for ``device`` ("cpu" or "cuda")."""
     if providers is not None:
@@ -190,23 +213,7 @@ class Session:
         self._swapped = [n for n in self._pairs if n not in self._aliased]
 
     def _write(self, name: str, data: object, dtype: DType, what: str) -> None:
-        ty = self._types[name]
-        if ty.dtype is not dtype:
-            other = "set_input_u32" if ty.dtype is DType.U32 else "set_input"
-            raise TypeError(f"{what}: {name!r} is {ty.dtype.name} {list(ty.shape)}; use {other}")
-        arr = np.asarray(data)
-        if dtype is DType.U32:
-            if arr.size and (not np.issubdtype(arr.dtype, np.integer) or arr.min() < 0 or arr.max() > 0xFFFFFFFF):
-                raise ValueError(
-                    f"{what}: {name!r} takes non-negative integers below 2**32, got dtype {arr.dtype} with range [{arr.min()}, {arr.max()}]"
-                )
-        elif not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-            raise TypeError(f"{what}: {name!r} takes numbers, got dtype {arr.dtype}")
-        if arr.size != ty.num_elements():
-            raise ValueError(
-                f"{what}: {name!r} expects {ty.num_elements()} values (shape {list(ty.shape)}), got {arr.size} (shape {list(arr.shape)})"
-            )
-        self._values[name].update_inplace(np.ascontiguousarray(arr.reshape(ty.shape), dtype=NUMPY[dtype]))
+        self._values[name].update_inplace(host_array(name, data, self._types[name], dtype, what))
 
     def _names_of(self, kinds: tuple[str, ...]) -> list[str]:
         return [n for n, k in self._kinds.items() if k in kinds]
