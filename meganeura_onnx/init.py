@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Collection
 
 import numpy as np
 
@@ -21,8 +22,9 @@ _SCALE_OF = {"rms_norm": 1, "layer_norm": 1, "group_norm": 1}
 _FAN_IN = {("matmul", 1): 0, ("matmul", 0): 1, ("matmul_bt", 1): 1, ("matmul_bt", 0): 1, ("matmul_at", 0): 0, ("matmul_at", 1): 0}
 
 
-def default_parameters(graph: GraphCore, seed: int = 0) -> dict[str, np.ndarray]:
-    """Initial values for every parameter of ``graph`` by name (float32)."""
+def default_parameters(graph: GraphCore, seed: int = 0, skip: Collection[str] = ()) -> dict[str, np.ndarray]:
+    """Initial values for every parameter of ``graph`` by name (float32), except those in ``skip``
+    (parameters the caller already has values for: drawing 135M random numbers costs a second)."""
     uses: dict[int, list[tuple[str, int]]] = {}
     for n in graph.nodes():
         for pos, i in enumerate(n.inputs):
@@ -32,6 +34,8 @@ def default_parameters(graph: GraphCore, seed: int = 0) -> dict[str, np.ndarray]
         if n.op != "parameter":
             continue
         name, shape = n.attrs["name"], n.ty.shape
+        if name in skip:
+            continue
         used = uses.get(n.id, [])
         if len(shape) == 1 and any(_SCALE_OF.get(op) == pos for op, pos in used):
             out[name] = np.ones(shape, np.float32)

@@ -34,10 +34,11 @@ def build_inference_session(
     to stay put, i.e. KV caches updated in place by the CacheWrite kernel.
     """
     model, spec = to_model(graph, opset=opset, params_as_inputs=True, with_state=True)
-    values = default_parameters(graph, seed)
-    unknown = set(parameters or {}) - set(values)
+    names = set(graph.parameters())
+    unknown = set(parameters or {}) - names
     if unknown:
-        raise ValueError(f"build_inference_session: parameters {sorted(unknown)} are not in the graph (it has {sorted(values)})")
+        raise ValueError(f"build_inference_session: parameters {sorted(unknown)} are not in the graph (it has {sorted(names)})")
+    values = default_parameters(graph, seed, skip=set(parameters or {}))
     values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
     types = {n.attrs["name"]: n.ty for n in graph.nodes() if n.op in ("input", "input_u32")}
     state = {name: (out, np.zeros(types[name].shape, np.float32)) for name, out in spec.state.items()}

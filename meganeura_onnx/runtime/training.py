@@ -161,10 +161,11 @@ class TrainingSession(Session):
         rewrite: bool = True,
         cache_path: str | os.PathLike | None = None,
     ) -> None:
-        values = default_parameters(graph, seed)  # on the user's graph: init reads matmul fan-in
-        unknown = set(parameters or {}) - set(values)
+        names = set(graph.parameters())
+        unknown = set(parameters or {}) - names
         if unknown:
-            raise ValueError(f"build_session: parameters {sorted(unknown)} are not in the graph (it has {sorted(values)})")
+            raise ValueError(f"build_session: parameters {sorted(unknown)} are not in the graph (it has {sorted(names)})")
+        values = default_parameters(graph, seed, skip=set(parameters or {}))  # on the user's graph: init reads matmul fan-in
         values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
         self._forward, self.report = optimize(graph) if rewrite else (graph, OptimizeReport(len(graph), len(graph)))
         self._build = {"device": device, "providers": providers, "use_custom_ops": use_custom_ops}
