@@ -55,6 +55,16 @@ struct Dev {
   float *q, *k, *v, *o;
 };
 
+// kv_pos lives in device memory (as in ORT); one int64 buffer, set before each case.
+static int64_t* g_pos = nullptr;
+static MnScratch* g_scratch = nullptr;
+static MnPos SetPos(int64_t kv_pos) {
+  if (g_pos == nullptr) CK(cudaMalloc(&g_pos, sizeof(int64_t)));
+  if (g_scratch == nullptr) g_scratch = mn_cuda_scratch_new();
+  CK(cudaMemcpy(g_pos, &kv_pos, sizeof kv_pos, cudaMemcpyHostToDevice));
+  return MnPos{g_pos, MN_POS_I64};
+}
+
 static Dev Upload(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v, size_t nout) {
   Dev d;
   CK(cudaMalloc(&d.q, q.size() * 4));
@@ -94,6 +104,7 @@ int main(int argc, char** argv) {
                         {1, 16, 2, 256, 1000, 999},  {2, 6, 6, 128, 50, 0},      {1, 64, 8, 128, 4096, 4095},
                         {3, 24, 8, 96, 200, 150},    {33, 4, 1, 64, 100, 60},    {1, 12, 4, 64, 5000, 4999}};
   int bad = 0;
+  SetPos(0);  // creates g_scratch before any call takes it as an argument
   for (const Case& c : cases) {
     std::vector<float> q((size_t)c.T * c.H * c.hd), k((size_t)c.max_seq * c.KVH * c.hd), v(k.size()), ref, got;
     for (auto& x : q) x = nd(rng);
@@ -101,7 +112,7 @@ int main(int argc, char** argv) {
     for (auto& x : v) x = nd(rng);
     Reference(q, k, v, c.T, c.H, c.KVH, c.hd, c.kv_pos, &ref);
     Dev d = Upload(q, k, v, ref.size());
-    int e = mn_cuda_cached_attention_f32(d.q, d.k, d.v, d.o, c.T, c.H, c.KVH, c.hd, c.kv_pos, nullptr);
+    int e = mn_cuda_cached_attention_f32(d.q, d.k, d.v, d.o, c.T, c.H, c.KVH, c.hd, c.max_seq, SetPos(c.kv_pos), g_scratch, nullptr);
     CK(cudaDeviceSynchronize());
     got.resize(ref.size());
     CK(cudaMemcpy(got.data(), d.o, got.size() * 4, cudaMemcpyDeviceToHost));
@@ -142,13 +153,14 @@ int main(int argc, char** argv) {
     return ms * 1e3 / n;
   };
   for (int L : {128, 512, 2048, 4096, 8192}) {
+    const MnPos pos = SetPos(L - 1);  // grid sized for max_seq = 8192 whatever L is
     const double bytes = 2.0 * L * KVH * hd * 4 + 2.0 * H * hd * 4;
-    const double us = time_us([&] { mn_cuda_cached_attention_f32(d.q, d.k, d.v, d.o, 1, H, KVH, hd, L - 1, s); }, 200);
+    const double us = time_us([&] { mn_cuda_cached_attention_f32(d.q, d.k, d.v, d.o, 1, H, KVH, hd, max_seq, pos, g_scratch, s); }, 200);
     g_attn_skip_combine = true;
-    const double up = time_us([&] { mn_cuda_cached_attention_f32(d.q, d.k, d.v, d.o, 1, H, KVH, hd, L - 1, s); }, 200);
+    const double up = time_us([&] { mn_cuda_cached_attention_f32(d.q, d.k, d.v, d.o, 1, H, KVH, hd, max_seq, pos, g_scratch, s); }, 200);
     g_attn_skip_combine = false;
     g_attn_waves = 2;
-    const double u2 = time_us([&] { mn_cuda_cached_attention_f32(d.q, d.k, d.v, d.o, 1, H, KVH, hd, L - 1, s); }, 200);
+    const double u2 = time_us([&] { mn_cuda_cached_attention_f32(d.q, d.k, d.v, d.o, 1, H, KVH, hd, max_seq, pos, g_scratch, s); }, 200);
     g_attn_waves = 1;
     std::printf("time cached=%d: %.2f us/launch (%.0f GB/s); partial kernel alone %.2f us (%.0f GB/s); 2 waves %.2f us\n", L,
                 us, bytes / us / 1e3, up, bytes / up / 1e3, u2);

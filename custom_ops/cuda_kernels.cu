@@ -3,9 +3,52 @@
 
 #include <algorithm>
 #include <math.h>
+#include <mutex>
 #include <stdint.h>
+#include <vector>
 
 #include "cuda_kernels.h"
+
+// One buffer per (stream, device): work on one stream is ordered, so a buffer reused by the next
+// call on that stream is never in use; concurrent runs (other streams) get their own.
+struct MnScratch {
+  struct Entry {
+    void* stream;
+    int device;
+    void* ptr;
+    size_t bytes;
+  };
+  std::mutex mu;
+  std::vector<Entry> entries;
+};
+
+// The current device's buffer for `stream`, at least `bytes` long. Allocates only when a larger size
+// is first needed (a new shape); the old buffer is freed after the stream drained it.
+static int ScratchGet(MnScratch* sc, cudaStream_t stream, size_t bytes, void** out) {
+  if (sc == nullptr) return cudaErrorInvalidValue;
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev)) return e;
+  std::lock_guard<std::mutex> lock(sc->mu);
+  MnScratch::Entry* entry = nullptr;
+  for (auto& x : sc->entries)
+    if (x.stream == static_cast<void*>(stream) && x.device == dev) entry = &x;
+  if (entry == nullptr) {
+    sc->entries.push_back({static_cast<void*>(stream), dev, nullptr, 0});
+    entry = &sc->entries.back();
+  }
+  if (entry->bytes < bytes) {
+    if (entry->ptr != nullptr) {
+      if (cudaError_t e = cudaStreamSynchronize(stream)) return e;
+      cudaFree(entry->ptr);
+      entry->ptr = nullptr;
+      entry->bytes = 0;
+    }
+    if (cudaError_t e = cudaMalloc(&entry->ptr, bytes)) return e;
+    entry->bytes = bytes;
+  }
+  *out = entry->ptr;
+  return 0;
+}
 
 namespace {
 
@@ -21,7 +64,7 @@ int UseDeviceOf(const void* p) {
   return cudaSetDevice(attr.device);
 }
 
-// Stream-ordered scratch memory; the pool keeps freed blocks (no release on every sync).
+// Stream-ordered scratch for ScatterAdd's indices (training only); the pool keeps freed blocks.
 int ScratchAlloc(void** p, size_t bytes, cudaStream_t s) {
   static bool configured[64] = {};
   int dev = 0;
@@ -35,6 +78,16 @@ int ScratchAlloc(void** p, size_t bytes, cudaStream_t s) {
     configured[dev] = true;
   }
   return cudaMallocAsync(p, bytes < 16 ? 16 : bytes, s);
+}
+
+// Positions in device memory. An absent position reads as 0.
+__device__ __forceinline__ int64_t LoadPos(MnPos p) {
+  switch (p.type) {
+    case MN_POS_I64: return *static_cast<const int64_t*>(p.ptr);
+    case MN_POS_I32: return *static_cast<const int32_t*>(p.ptr);
+    case MN_POS_U32: return *static_cast<const uint32_t*>(p.ptr);
+    default: return 0;
+  }
 }
 
 int NumSMs() {
@@ -54,21 +107,39 @@ struct InvFreq {
 };
 
 __global__ void RopeKernel(const float* __restrict__ x, float* __restrict__ y, int64_t S, int64_t D, int half,
-                           int64_t pos0, InvFreq inv) {
+                           int64_t offset, MnPos dyn_pos, InvFreq inv) {
   const int64_t pairs_per_row = D / 2;
   const int64_t n = S * pairs_per_row;
+  const int64_t dyn = LoadPos(dyn_pos);
+  const bool valid = dyn >= 0 && dyn <= MN_ROPE_MAX_OFFSET;
+  const int64_t pos0 = offset + dyn;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = i / pairs_per_row, k = i % pairs_per_row;
     const int64_t h = k / half;
     const int j = static_cast<int>(k % half);
+    const int64_t base = r * D + h * 2 * half + j;
+    if (!valid) {  // an invalid position is made visible, never silently wrong
+      y[base] = y[base + half] = __int_as_float(0x7fc00000);
+      continue;
+    }
     const float ang = static_cast<float>(pos0 + r) * inv.v[j];
     float sn, cs;
     sincosf(ang, &sn, &cs);
-    const int64_t base = r * D + h * 2 * half + j;
     const float a = x[base], b = x[base + half];
     y[base] = a * cs - b * sn;
     y[base + half] = b * cs + a * sn;
   }
+}
+
+// ------------------------------------------------------------------ CacheWrite
+// out[kv_pos + r] = new[r] for r < T; nothing when kv_pos is outside [0, max_seq - T].
+template <typename V>
+__global__ void CacheWriteKernel(const V* __restrict__ nw, V* __restrict__ out, int64_t n, int64_t row, int64_t T,
+                                 int64_t max_seq, MnPos pos) {
+  const int64_t kv = LoadPos(pos);
+  if (kv < 0 || kv > max_seq - T) return;
+  V* dst = out + kv * row;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) dst[i] = nw[i];
 }
 
 // ------------------------------------------------------------------ ScatterAdd
@@ -132,7 +203,7 @@ template <int HD, int GB>
 __global__ void __launch_bounds__(kWarps * 32)
     AttnPartial(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                 float* __restrict__ ws_acc, float2* __restrict__ ws_ml, float* __restrict__ out, int H, int KVH, int G,
-                int ngroups, int64_t kv_pos, int64_t chunk, int splits, float qscale) {
+                int ngroups, MnPos pos, int64_t max_seq, int splits, float qscale) {
   using Cfg = AttnCfg<HD>;
   constexpr int C = Cfg::C, LPR = Cfg::LPR, R = Cfg::R, TR = Cfg::TR, STEPS = Cfg::STEPS;
   constexpr int PL = Cfg::PL, RV = Cfg::RV, CV = Cfg::CV, F4 = Cfg::F4;
@@ -141,7 +212,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int kvh = blockIdx.x / ngroups, g0 = (blockIdx.x % ngroups) * GB;
   const int split = blockIdx.y;
   const int t = blockIdx.z;
-  const int64_t L = kv_pos + t + 1;  // query row t attends to cache rows [0, L)
+  // The grid is sized for max_seq; each block finds its slice of the rows actually attended to.
+  const int64_t kv_pos = LoadPos(pos);
+  const bool valid = kv_pos >= 0 && kv_pos <= max_seq - (int64_t)gridDim.z;
+  const int64_t L = valid ? kv_pos + t + 1 : 0;  // query row t attends to cache rows [0, L)
+  constexpr int64_t kRowsPerPass = (int64_t)kWarps * Cfg::TR;
+  const int64_t chunk = ((L + splits - 1) / splits + kRowsPerPass - 1) / kRowsPerPass * kRowsPerPass;
   const int64_t start = (int64_t)split * chunk;
   const int64_t end = min(start + chunk, L);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -317,7 +393,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     const int64_t th = (int64_t)t * H + (int64_t)kvh * G + g0 + g;
     if (splits == 1) {  // no combine pass: split 0 covers every row
-      out[th * HD + d] = at / lt;
+      out[th * HD + d] = valid ? at / lt : __int_as_float(0x7fc00000);
     } else {
       ws_acc[(th * splits + split) * HD + d] = at;
       if (d == 0) ws_ml[th * splits + split] = make_float2(M, lt);
@@ -330,13 +406,19 @@ __global__ void __launch_bounds__(kWarps * 32)
 // thread has only splits / kCombineWarps independent loads in flight; then a shared-memory sum.
 constexpr int kCombineWarps = 8;
 __global__ void __launch_bounds__(kCombineWarps * 32)
-    AttnCombine(const float* __restrict__ ws_acc, const float2* __restrict__ ws_ml, float* __restrict__ out, int hd, int splits) {
+    AttnCombine(const float* __restrict__ ws_acc, const float2* __restrict__ ws_ml, float* __restrict__ out, int hd, int splits,
+                MnPos pos, int64_t max_seq, int64_t T) {
   extern __shared__ float4 csm[];  // [kCombineWarps][hd / 4] partial sums, then [splits] weights
   __shared__ float red[kCombineWarps];
   const int64_t th = blockIdx.x;  // t * H + h
   const float2* ml = ws_ml + th * splits;
   const float4* acc = reinterpret_cast<const float4*>(ws_acc + th * splits * hd);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, f4 = hd / 4;
+  const int64_t kv_pos = LoadPos(pos);
+  if (kv_pos < 0 || kv_pos > max_seq - T) {  // invalid position: NaN output (the partials are empty)
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) out[th * hd + d] = __int_as_float(0x7fc00000);
+    return;
+  }
   float* wsh = reinterpret_cast<float*>(csm + kCombineWarps * f4);
   float M = -INFINITY;
   for (int s = threadIdx.x; s < splits; s += blockDim.x) M = fmaxf(M, ml[s].x);
@@ -362,8 +444,9 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
     float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 4
     for (int s = warp; s < splits; s += kCombineWarps) {
-      const float4 x = acc[(int64_t)s * f4 + d4];
       const float w = wsh[s];
+      if (w == 0.f) continue;  // a split past the attended rows (or fully underflowed)
+      const float4 x = acc[(int64_t)s * f4 + d4];
       a = make_float4(a.x + w * x.x, a.y + w * x.y, a.z + w * x.z, a.w + w * x.w);
     }
     csm[warp * f4 + d4] = a;
@@ -380,10 +463,15 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
 
 // Any head_dim: one block per (t, h); scores go through a global scratch row.
 __global__ void AttnGeneric(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                            float* __restrict__ out, float* __restrict__ scores, int H, int KVH, int hd,
-                            int64_t kv_pos, int64_t max_L, float scale) {
+                            float* __restrict__ out, float* __restrict__ scores, int T, int H, int KVH, int hd,
+                            MnPos pos, int64_t max_L, float scale) {
   const int t = blockIdx.x / H, h = blockIdx.x % H;
   const int kvh = h / (H / KVH);
+  const int64_t kv_pos = LoadPos(pos);
+  if (kv_pos < 0 || kv_pos > max_L - T) {  // invalid position: NaN output, nothing read
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) out[((int64_t)t * H + h) * hd + d] = __int_as_float(0x7fc00000);
+    return;
+  }
   const int64_t L = kv_pos + t + 1;
   const int64_t kvw = (int64_t)KVH * hd;
   const float* qp = q + ((int64_t)t * H + h) * hd;
@@ -427,8 +515,8 @@ __global__ void AttnGeneric(const float* __restrict__ q, const float* __restrict
 }
 
 template <int HD, int GB>
-int LaunchAttn(const float* q, const float* k, const float* v, float* out, int T, int H, int KVH, int64_t kv_pos,
-               cudaStream_t s) {
+int LaunchAttn(const float* q, const float* k, const float* v, float* out, int T, int H, int KVH, int64_t max_seq, MnPos pos,
+               MnScratch* scratch, cudaStream_t s) {
   using Cfg = AttnCfg<HD>;
   static int occ = 0;  // resident blocks per SM (smem/register bound), asked once
   if (occ <= 0) {
@@ -439,61 +527,69 @@ int LaunchAttn(const float* q, const float* k, const float* v, float* out, int T
   }
   const int G = H / KVH;
   const int ngroups = (G + GB - 1) / GB;
-  const int64_t maxL = kv_pos + T;
   const int64_t rows_per_pass = (int64_t)kWarps * Cfg::TR;  // one tile per warp
   const int64_t base_blocks = (int64_t)KVH * ngroups * T;
-  // one wave of resident blocks over the whole GPU; at least one tile per warp per block
+  // Static shapes only (the position is on the device): one wave of resident blocks over the whole
+  // GPU, at most one split per rows_per_pass rows of the cache. Each block derives its chunk from
+  // the actual position; splits past the attended rows exit at once.
   int64_t splits = ((int64_t)occ * NumSMs() * g_attn_waves + base_blocks - 1) / base_blocks;
-  splits = std::max<int64_t>(1, std::min<int64_t>(splits, (maxL + rows_per_pass - 1) / rows_per_pass));
-  int64_t chunk = (maxL + splits - 1) / splits;
-  chunk = (chunk + rows_per_pass - 1) / rows_per_pass * rows_per_pass;
-  splits = (maxL + chunk - 1) / chunk;
+  splits = std::max<int64_t>(1, std::min<int64_t>(splits, (max_seq + rows_per_pass - 1) / rows_per_pass));
   if (splits > 65535 || (int64_t)KVH * ngroups > 0x7fffffff || T > 65535) return cudaErrorInvalidConfiguration;
   float* ws_acc = nullptr;
   float2* ws_ml = nullptr;
   if (splits > 1) {
     const size_t n = (size_t)T * H * splits;
-    int e = ScratchAlloc(reinterpret_cast<void**>(&ws_acc), sizeof(float) * n * HD + sizeof(float2) * n, s);
-    if (e) return e;
+    void* p = nullptr;
+    if (int e = ScratchGet(scratch, s, sizeof(float) * n * HD + sizeof(float2) * n, &p)) return e;
+    ws_acc = static_cast<float*>(p);
     ws_ml = reinterpret_cast<float2*>(ws_acc + n * HD);
   }
   dim3 grid(static_cast<unsigned>(KVH * ngroups), static_cast<unsigned>(splits), static_cast<unsigned>(T));
   const float qscale = 1.4426950408889634f / sqrtf(static_cast<float>(HD));  // log2(e) / sqrt(hd)
-  AttnPartial<HD, GB><<<grid, kWarps * 32, 0, s>>>(q, k, v, ws_acc, ws_ml, out, H, KVH, G, ngroups, kv_pos, chunk,
+  AttnPartial<HD, GB><<<grid, kWarps * 32, 0, s>>>(q, k, v, ws_acc, ws_ml, out, H, KVH, G, ngroups, pos, max_seq,
                                                    static_cast<int>(splits), qscale);
   int e = cudaGetLastError();
-  if (splits > 1) {
-    if (e == cudaSuccess && !g_attn_skip_combine) {
-      const size_t smem = sizeof(float4) * kCombineWarps * (HD / 4) + sizeof(float) * splits;
-      if (smem > 48 * 1024) {
-        e = cudaErrorInvalidConfiguration;
-      } else {
-        AttnCombine<<<T * H, kCombineWarps * 32, smem, s>>>(ws_acc, ws_ml, out, HD, static_cast<int>(splits));
-        e = cudaGetLastError();
-      }
-    }
-    cudaFreeAsync(ws_acc, s);
+  if (splits > 1 && e == cudaSuccess && !g_attn_skip_combine) {
+    const size_t smem = sizeof(float4) * kCombineWarps * (HD / 4) + sizeof(float) * splits;
+    if (smem > 48 * 1024) return cudaErrorInvalidConfiguration;
+    AttnCombine<<<T * H, kCombineWarps * 32, smem, s>>>(ws_acc, ws_ml, out, HD, static_cast<int>(splits), pos, max_seq, T);
+    e = cudaGetLastError();
   }
   return e;
 }
 
 template <int HD>
-int LaunchAttnHD(const float* q, const float* k, const float* v, float* out, int T, int H, int KVH, int64_t kv_pos,
-                 cudaStream_t s) {
+int LaunchAttnHD(const float* q, const float* k, const float* v, float* out, int T, int H, int KVH, int64_t max_seq, MnPos pos,
+                 MnScratch* scratch, cudaStream_t s) {
   const int G = H / KVH;  // head groups of more than 4 run as several blocks (K/V then come from L2)
-  if (G <= 1) return LaunchAttn<HD, 1>(q, k, v, out, T, H, KVH, kv_pos, s);
-  if (G <= 2) return LaunchAttn<HD, 2>(q, k, v, out, T, H, KVH, kv_pos, s);
-  if (G == 3) return LaunchAttn<HD, 3>(q, k, v, out, T, H, KVH, kv_pos, s);
-  return LaunchAttn<HD, 4>(q, k, v, out, T, H, KVH, kv_pos, s);
+  if (G <= 1) return LaunchAttn<HD, 1>(q, k, v, out, T, H, KVH, max_seq, pos, scratch, s);
+  if (G <= 2) return LaunchAttn<HD, 2>(q, k, v, out, T, H, KVH, max_seq, pos, scratch, s);
+  if (G == 3) return LaunchAttn<HD, 3>(q, k, v, out, T, H, KVH, max_seq, pos, scratch, s);
+  return LaunchAttn<HD, 4>(q, k, v, out, T, H, KVH, max_seq, pos, scratch, s);
 }
 
 }  // namespace
 
 extern "C" {
 
+MnScratch* mn_cuda_scratch_new(void) { return new MnScratch(); }
+
+void mn_cuda_scratch_free(MnScratch* sc) {
+  if (sc == nullptr) return;
+  int prev = 0;
+  cudaGetDevice(&prev);
+  for (auto& x : sc->entries) {
+    if (x.ptr == nullptr) continue;
+    cudaSetDevice(x.device);
+    cudaFree(x.ptr);  // synchronizes with the device: no pending work still uses it
+  }
+  cudaSetDevice(prev);
+  delete sc;
+}
+
 const char* mn_cuda_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
 
-int mn_cuda_rope_f32(const float* x, float* y, int64_t Srows, int64_t D, int64_t head_dim, int64_t pos0,
+int mn_cuda_rope_f32(const float* x, float* y, int64_t Srows, int64_t D, int64_t head_dim, int64_t offset, MnPos dyn,
                      const float* inv_freq, void* stream) {
   const int64_t n = Srows * (D / 2);
   if (n == 0) return 0;
@@ -503,44 +599,50 @@ int mn_cuda_rope_f32(const float* x, float* y, int64_t Srows, int64_t D, int64_t
   for (int64_t j = 0; j < head_dim / 2; ++j) inv.v[j] = inv_freq[j];
   const int threads = 256;
   const int blocks = static_cast<int>(n / threads + 1 < 65536 * 16 ? n / threads + 1 : 65536 * 16);
-  RopeKernel<<<blocks, threads, 0, S(stream)>>>(x, y, Srows, D, static_cast<int>(head_dim / 2), pos0, inv);
+  RopeKernel<<<blocks, threads, 0, S(stream)>>>(x, y, Srows, D, static_cast<int>(head_dim / 2), offset, dyn, inv);
   return cudaGetLastError();
 }
 
 int mn_cuda_cache_write_f32(const float* new_rows, const float* cache, float* out, int64_t T, int64_t dim,
-                            int64_t max_seq, int64_t kv_pos, void* stream) {
+                            int64_t max_seq, MnPos kv_pos, void* stream) {
   if (max_seq * dim == 0) return 0;
   if (int e = UseDeviceOf(cache)) return e;
+  cudaStream_t s = S(stream);
   cudaError_t e = cudaSuccess;
-  if (out != cache) e = cudaMemcpyAsync(out, cache, sizeof(float) * max_seq * dim, cudaMemcpyDeviceToDevice, S(stream));
-  if (e == cudaSuccess && T * dim > 0)
-    e = cudaMemcpyAsync(out + kv_pos * dim, new_rows, sizeof(float) * T * dim, cudaMemcpyDeviceToDevice, S(stream));
-  return e;
+  if (out != cache) e = cudaMemcpyAsync(out, cache, sizeof(float) * max_seq * dim, cudaMemcpyDeviceToDevice, s);
+  if (e != cudaSuccess || T * dim == 0 || T > max_seq) return e;  // T > max_seq: no position is valid
+  const bool vec = dim % 4 == 0 && ((reinterpret_cast<uintptr_t>(new_rows) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
+  const int64_t n = vec ? T * dim / 4 : T * dim;
+  const int threads = 256;
+  const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 4096));
+  if (vec)
+    CacheWriteKernel<float4><<<blocks, threads, 0, s>>>(reinterpret_cast<const float4*>(new_rows), reinterpret_cast<float4*>(out), n,
+                                                        dim / 4, T, max_seq, kv_pos);
+  else
+    CacheWriteKernel<float><<<blocks, threads, 0, s>>>(new_rows, out, n, dim, T, max_seq, kv_pos);
+  return cudaGetLastError();
 }
 
 int mn_cuda_cached_attention_f32(const float* q, const float* k, const float* v, float* out, int64_t T, int64_t H,
-                                 int64_t KVH, int64_t head_dim, int64_t kv_pos, void* stream) {
+                                 int64_t KVH, int64_t head_dim, int64_t max_seq, MnPos kv_pos, MnScratch* scratch,
+                                 void* stream) {
   if (T == 0) return 0;
   if (int e = UseDeviceOf(q)) return e;
   cudaStream_t s = S(stream);
   const int t = static_cast<int>(T), h = static_cast<int>(H), kvh = static_cast<int>(KVH);
   const bool aligned = ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) & 15) == 0;
   switch (aligned ? head_dim : 0) {  // the fast path reads float4s (cp.async 16 B)
-    case 32: return LaunchAttnHD<32>(q, k, v, out, t, h, kvh, kv_pos, s);
-    case 64: return LaunchAttnHD<64>(q, k, v, out, t, h, kvh, kv_pos, s);
-    case 128: return LaunchAttnHD<128>(q, k, v, out, t, h, kvh, kv_pos, s);
-    case 256: return LaunchAttnHD<256>(q, k, v, out, t, h, kvh, kv_pos, s);
+    case 32: return LaunchAttnHD<32>(q, k, v, out, t, h, kvh, max_seq, kv_pos, scratch, s);
+    case 64: return LaunchAttnHD<64>(q, k, v, out, t, h, kvh, max_seq, kv_pos, scratch, s);
+    case 128: return LaunchAttnHD<128>(q, k, v, out, t, h, kvh, max_seq, kv_pos, scratch, s);
+    case 256: return LaunchAttnHD<256>(q, k, v, out, t, h, kvh, max_seq, kv_pos, scratch, s);
     default: break;
   }
-  const int64_t maxL = kv_pos + T;
-  float* scores = nullptr;
-  int e = ScratchAlloc(reinterpret_cast<void**>(&scores), sizeof(float) * (size_t)T * H * maxL, s);
-  if (e) return e;
-  AttnGeneric<<<t * h, 256, 0, s>>>(q, k, v, out, scores, h, kvh, static_cast<int>(head_dim), kv_pos, maxL,
-                                    1.0f / sqrtf(static_cast<float>(head_dim)));
-  e = cudaGetLastError();
-  cudaFreeAsync(scores, s);
-  return e;
+  void* scores = nullptr;  // [T * H, max_seq] (static size: the position is on the device)
+  if (int e = ScratchGet(scratch, s, sizeof(float) * (size_t)T * H * std::max<int64_t>(max_seq, 1), &scores)) return e;
+  AttnGeneric<<<t * h, 256, 0, s>>>(q, k, v, out, static_cast<float*>(scores), t, h, kvh, static_cast<int>(head_dim), kv_pos,
+                                    max_seq, 1.0f / sqrtf(static_cast<float>(head_dim)));
+  return cudaGetLastError();
 }
 
 int mn_cuda_scatter_add_f32(const int64_t* idx_host, const float* src, float* out, int64_t N, int64_t D,

@@ -1,6 +1,13 @@
 // Plain C interface between the ORT glue (g++, cuda_ops.cc) and the CUDA kernels (nvcc,
 // cuda_kernels.cu). Every launcher enqueues work on `stream` (ORT's compute stream) and
 // returns 0 or a cudaError_t code (see mn_cuda_error_string). No ORT headers here.
+//
+// Positions (Rope's offset_dyn, kv_pos) live in DEVICE memory and are read by the kernels, never
+// by the host: no device->host copy, no sync, and a captured CUDA graph replays with whatever
+// position the buffer holds at replay time. Grid sizes depend on static shapes only (max_seq).
+// An invalid position cannot return an ORT status without a sync, so instead: CacheWrite writes
+// nothing, CachedAttention and Rope write NaN to their whole output (visible, never silent), and
+// nothing is read or written out of bounds.
 #pragma once
 #include <stdint.h>
 
@@ -9,20 +16,38 @@ extern "C" {
 #endif
 
 #define MN_ROPE_MAX_HALF 512  // head_dim <= 1024
+#define MN_ROPE_MAX_OFFSET (((int64_t)1) << 40)
+
+// A [1] integer tensor in device memory (or none).
+enum { MN_POS_NONE = 0, MN_POS_I64 = 1, MN_POS_I32 = 2, MN_POS_U32 = 3 };
+typedef struct {
+  const void* ptr;
+  int type;  // MN_POS_*
+} MnPos;
+
+// Per-kernel-instance device scratch, one buffer per (stream, device), allocated with cudaMalloc
+// the first time a size is needed and kept (no allocation per call, fixed addresses for CUDA graphs).
+typedef struct MnScratch MnScratch;
+MnScratch* mn_cuda_scratch_new(void);
+void mn_cuda_scratch_free(MnScratch* s);
 
 const char* mn_cuda_error_string(int code);
 
-// y[r, h*hd + j (+hd/2)] = rotate-half of x with position pos0 + r; inv_freq (host, hd/2 values).
-int mn_cuda_rope_f32(const float* x, float* y, int64_t S, int64_t D, int64_t head_dim, int64_t pos0,
+// y[r, h*hd + j (+hd/2)] = rotate-half of x with position offset + dyn[0] + r; inv_freq (host, hd/2
+// values). dyn < 0 or > MN_ROPE_MAX_OFFSET: y = NaN.
+int mn_cuda_rope_f32(const float* x, float* y, int64_t S, int64_t D, int64_t head_dim, int64_t offset, MnPos dyn,
                      const float* inv_freq, void* stream);
 
 // out = cache with rows [kv_pos, kv_pos + T) = new; copies the cache first when out != cache.
+// kv_pos < 0 or kv_pos + T > max_seq: those rows are not written (out == cache, untouched).
 int mn_cuda_cache_write_f32(const float* new_rows, const float* cache, float* out, int64_t T, int64_t dim,
-                            int64_t max_seq, int64_t kv_pos, void* stream);
+                            int64_t max_seq, MnPos kv_pos, void* stream);
 
 // out[t, h*hd:(h+1)*hd] = softmax(q_t,h . K[0..kv_pos+t] / sqrt(hd)) V, GQA head h -> h / (H/KVH).
+// kv_pos < 0 or kv_pos + T > max_seq: out = NaN. scratch: the kernel instance's (required).
 int mn_cuda_cached_attention_f32(const float* q, const float* k, const float* v, float* out, int64_t T, int64_t H,
-                                 int64_t KVH, int64_t head_dim, int64_t kv_pos, void* stream);
+                                 int64_t KVH, int64_t head_dim, int64_t max_seq, MnPos kv_pos, MnScratch* scratch,
+                                 void* stream);
 
 // out[num_rows, D] = 0; out[idx[i]] += src[i]. idx_host: validated host indices (copied to the device here).
 int mn_cuda_scatter_add_f32(const int64_t* idx_host, const float* src, float* out, int64_t N, int64_t D,

@@ -1,7 +1,10 @@
 // CUDAExecutionProvider registrations of the com.meganeura ops. ORT API code only (g++);
 // the kernels are in cuda_kernels.cu behind the plain C launchers of cuda_kernels.h.
-// Positions and indices are declared as CPU-memory inputs: ORT hands them over in host
-// memory, so they are validated on the host before anything touches the GPU.
+// Positions (Rope's offset_dyn, kv_pos) are device-memory inputs: the kernels read them on the GPU
+// (no Memcpy node, no host sync, CUDA-graph capturable). Their types and shapes are checked here;
+// their values are checked by the kernels, which write NaN (Rope, CachedAttention) or nothing
+// (CacheWrite) for an invalid position. ScatterAdd (training only) keeps host-memory indices, each
+// validated here.
 #include <vector>
 
 #include "cuda_kernels.h"
@@ -15,6 +18,16 @@ constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 
 OrtStatus* Stream(OrtKernelContext* ctx, void** stream) {
   return g_api->KernelContext_GetGPUComputeStream(ctx, stream);
+}
+
+// A [1] integer input in device memory, for the kernels (types were checked by Check*).
+MnPos DevicePos(const Tensor& t) {
+  if (!t.present) return MnPos{nullptr, MN_POS_NONE};
+  switch (t.type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return MnPos{t.data, MN_POS_I64};
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return MnPos{t.data, MN_POS_I32};
+    default: return MnPos{t.data, MN_POS_U32};
+  }
 }
 
 OrtStatus* Cuda(const char* op, int code) {
@@ -38,12 +51,12 @@ class RopeCuda : public Kernel {
     MN_RETURN_IF(GetInput(ctx, 0, &x));
     MN_RETURN_IF(GetInput(ctx, 1, &off));
     RopeProblem p;
-    MN_RETURN_IF(CheckRope(a_, x, off, &p));
+    MN_RETURN_IF(CheckRope(a_, x, off, &p, /*host_positions=*/false));
     float* y = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, x.shape, &y));
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
-    return Cuda("Rope", mn_cuda_rope_f32(x.f32(), y, p.S, p.D, p.head_dim, p.pos0, inv_freq_.data(), stream));
+    return Cuda("Rope", mn_cuda_rope_f32(x.f32(), y, p.S, p.D, p.head_dim, p.pos0, DevicePos(off), inv_freq_.data(), stream));
   }
 
  private:
@@ -63,19 +76,22 @@ class CacheWriteCuda : public Kernel {
     MN_RETURN_IF(GetInput(ctx, 1, &cache));
     MN_RETURN_IF(GetInput(ctx, 2, &pos));
     CacheWriteProblem p;
-    MN_RETURN_IF(CheckCacheWrite(nw, cache, pos, &p));
+    MN_RETURN_IF(CheckCacheWrite(nw, cache, pos, &p, /*host_positions=*/false));
     float* out = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, cache.shape, &out));
     if (out != cache.f32() && p.max_seq * p.dim > 0) CountCacheCopy();
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
-    return Cuda("CacheWrite", mn_cuda_cache_write_f32(nw.f32(), cache.f32(), out, p.T, p.dim, p.max_seq, p.kv_pos, stream));
+    return Cuda("CacheWrite", mn_cuda_cache_write_f32(nw.f32(), cache.f32(), out, p.T, p.dim, p.max_seq, DevicePos(pos), stream));
   }
 };
 
 class CachedAttentionCuda : public Kernel {
  public:
-  explicit CachedAttentionCuda(const AttnAttrs& a) : a_(a) {}
+  explicit CachedAttentionCuda(const AttnAttrs& a) : a_(a), scratch_(mn_cuda_scratch_new()) {}
+  ~CachedAttentionCuda() override { mn_cuda_scratch_free(scratch_); }
+  CachedAttentionCuda(const CachedAttentionCuda&) = delete;
+  CachedAttentionCuda& operator=(const CachedAttentionCuda&) = delete;
   static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
     AttnAttrs a;
     MN_RETURN_IF(ReadAttnAttrs(info, &a));
@@ -89,7 +105,7 @@ class CachedAttentionCuda : public Kernel {
     MN_RETURN_IF(GetInput(ctx, 2, &v));
     MN_RETURN_IF(GetInput(ctx, 3, &pos));
     AttnProblem p;
-    MN_RETURN_IF(CheckCachedAttention(a_, q, k, v, pos, &p));
+    MN_RETURN_IF(CheckCachedAttention(a_, q, k, v, pos, &p, /*host_positions=*/false));
     if (p.T > 65535 || p.T * p.H > (int64_t(1) << 31) - 1)
       return MN_INVALID("CachedAttention: T %lld x num_heads %lld is too large for the CUDA kernel", (long long)p.T, (long long)p.H);
     float* out = nullptr;
@@ -97,11 +113,13 @@ class CachedAttentionCuda : public Kernel {
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
     return Cuda("CachedAttention",
-                mn_cuda_cached_attention_f32(q.f32(), k.f32(), v.f32(), out, p.T, p.H, p.KVH, p.hd, p.kv_pos, stream));
+                mn_cuda_cached_attention_f32(q.f32(), k.f32(), v.f32(), out, p.T, p.H, p.KVH, p.hd, p.max_seq, DevicePos(pos), scratch_,
+                                             stream));
   }
 
  private:
   AttnAttrs a_;
+  MnScratch* scratch_;  // split-K partials / generic scores: allocated once per shape and stream, then reused
 };
 
 class ScatterAddCuda : public Kernel {
@@ -137,11 +155,12 @@ class ScatterAddCuda : public Kernel {
 
 void AddCudaOps(std::vector<OpDef*>* ops) {
   const char* ep = "CUDAExecutionProvider";
-  ops->push_back(new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, true}, {false, true}, RopeCuda::Create, 0));
-  ops->push_back(new OpDef("CacheWrite", ep, {F32, F32, ANY}, {F32}, {false, false, false}, {false, false, true},
+  // in_cpu: every position is in device memory; only ScatterAdd's indices (training) are host memory.
+  ops->push_back(new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, true}, {false, false}, RopeCuda::Create, 0));
+  ops->push_back(new OpDef("CacheWrite", ep, {F32, F32, ANY}, {F32}, {false, false, false}, {false, false, false},
                            CacheWriteCuda::Create, 1, /*cache_inplace=*/true));
   ops->push_back(new OpDef("CachedAttention", ep, {F32, F32, F32, ANY}, {F32}, {false, false, false, false},
-                           {false, false, false, true}, CachedAttentionCuda::Create, 0));
+                           {false, false, false, false}, CachedAttentionCuda::Create, 0));
   ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {true, false}, ScatterAddCuda::Create, -1));
 }
 

@@ -94,11 +94,16 @@ int64_t IndexAt(const Tensor& t, int64_t i) {
   }
 }
 
-OrtStatus* ReadScalarIndex(const char* op, const char* arg, const Tensor& t, int64_t* value) {
+OrtStatus* CheckScalarIndex(const char* op, const char* arg, const Tensor& t) {
   if (!t.present) return MN_INVALID("%s: input '%s' is missing", op, arg);
   MN_RETURN_IF(CheckIndexType(op, arg, t));
   if (t.shape.size() > 1 || t.numel() != 1)
     return MN_INVALID("%s: input '%s' must have shape [1], got %s", op, arg, ShapeStr(t.shape).c_str());
+  return nullptr;
+}
+
+OrtStatus* ReadScalarIndex(const char* op, const char* arg, const Tensor& t, int64_t* value) {
+  MN_RETURN_IF(CheckScalarIndex(op, arg, t));
   *value = IndexAt(t, 0);
   return nullptr;
 }
@@ -139,7 +144,7 @@ OrtStatus* ReadRopeAttrs(const OrtKernelInfo* info, RopeAttrs* a) {
   return nullptr;
 }
 
-OrtStatus* CheckRope(const RopeAttrs& a, const Tensor& x, const Tensor& offset_dyn, RopeProblem* p) {
+OrtStatus* CheckRope(const RopeAttrs& a, const Tensor& x, const Tensor& offset_dyn, RopeProblem* p, bool host_positions) {
   MN_RETURN_IF(CheckTensor("Rope", "X", x, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
   p->S = x.shape[0];
   p->D = x.shape[1];
@@ -148,6 +153,11 @@ OrtStatus* CheckRope(const RopeAttrs& a, const Tensor& x, const Tensor& offset_d
     return MN_INVALID("Rope: X has %lld features, not a multiple of head_dim %lld (shape %s)", (long long)p->D,
                       (long long)a.head_dim, ShapeStr(x.shape).c_str());
   int64_t dyn = 0;
+  if (offset_dyn.present && !host_positions) {
+    MN_RETURN_IF(CheckScalarIndex("Rope", "offset_dyn", offset_dyn));
+    p->pos0 = a.offset;  // + offset_dyn, added (and checked) on the device
+    return nullptr;
+  }
   if (offset_dyn.present) MN_RETURN_IF(ReadScalarIndex("Rope", "offset_dyn", offset_dyn, &dyn));
   if (dyn < 0) return MN_INVALID("Rope: offset_dyn must be >= 0, got %lld", (long long)dyn);
   if (dyn > (int64_t(1) << 40)) return MN_INVALID("Rope: offset_dyn %lld is too large", (long long)dyn);
@@ -161,17 +171,22 @@ void RopeInvFreq(float theta, int64_t head_dim, float* inv_freq) {
 }
 
 // ---------------------------------------------------------------- CacheWrite
-OrtStatus* CheckCacheWrite(const Tensor& nw, const Tensor& cache, const Tensor& kv_pos, CacheWriteProblem* p) {
+OrtStatus* CheckCacheWrite(const Tensor& nw, const Tensor& cache, const Tensor& kv_pos, CacheWriteProblem* p,
+                           bool host_positions) {
   MN_RETURN_IF(CheckTensor("CacheWrite", "new", nw, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
   MN_RETURN_IF(CheckTensor("CacheWrite", "cache", cache, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
-  MN_RETURN_IF(ReadScalarIndex("CacheWrite", "kv_pos", kv_pos, &p->kv_pos));
+  p->kv_pos = -1;
+  if (host_positions)
+    MN_RETURN_IF(ReadScalarIndex("CacheWrite", "kv_pos", kv_pos, &p->kv_pos));
+  else
+    MN_RETURN_IF(CheckScalarIndex("CacheWrite", "kv_pos", kv_pos));
   p->T = nw.shape[0];
   p->dim = nw.shape[1];
   p->max_seq = cache.shape[0];
   if (cache.shape[1] != p->dim)
     return MN_INVALID("CacheWrite: new has shape %s but cache has shape %s (row widths differ)",
                       ShapeStr(nw.shape).c_str(), ShapeStr(cache.shape).c_str());
-  if (p->kv_pos < 0 || p->kv_pos + p->T > p->max_seq)
+  if (host_positions && (p->kv_pos < 0 || p->kv_pos + p->T > p->max_seq))
     return MN_INVALID("CacheWrite: kv_pos %lld + T %lld exceeds the cache length max_seq %lld", (long long)p->kv_pos,
                       (long long)p->T, (long long)p->max_seq);
   return nullptr;
@@ -192,12 +207,16 @@ OrtStatus* ReadAttnAttrs(const OrtKernelInfo* info, AttnAttrs* a) {
 }
 
 OrtStatus* CheckCachedAttention(const AttnAttrs& a, const Tensor& q, const Tensor& k, const Tensor& v,
-                                const Tensor& kv_pos, AttnProblem* p) {
+                                const Tensor& kv_pos, AttnProblem* p, bool host_positions) {
   const char* op = "CachedAttention";
   MN_RETURN_IF(CheckTensor(op, "Q", q, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
   MN_RETURN_IF(CheckTensor(op, "K_cache", k, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
   MN_RETURN_IF(CheckTensor(op, "V_cache", v, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
-  MN_RETURN_IF(ReadScalarIndex(op, "kv_pos", kv_pos, &p->kv_pos));
+  p->kv_pos = -1;
+  if (host_positions)
+    MN_RETURN_IF(ReadScalarIndex(op, "kv_pos", kv_pos, &p->kv_pos));
+  else
+    MN_RETURN_IF(CheckScalarIndex(op, "kv_pos", kv_pos));
   p->T = q.shape[0];
   p->H = a.num_heads;
   p->KVH = a.num_kv_heads;
@@ -213,7 +232,7 @@ OrtStatus* CheckCachedAttention(const AttnAttrs& a, const Tensor& q, const Tenso
   if (v.shape != k.shape)
     return MN_INVALID("%s: V_cache shape %s differs from K_cache shape %s", op, ShapeStr(v.shape).c_str(),
                       ShapeStr(k.shape).c_str());
-  if (p->kv_pos < 0 || p->kv_pos + p->T > p->max_seq)
+  if (host_positions && (p->kv_pos < 0 || p->kv_pos + p->T > p->max_seq))
     return MN_INVALID("%s: kv_pos %lld + T %lld exceeds the cache length max_seq %lld", op, (long long)p->kv_pos,
                       (long long)p->T, (long long)p->max_seq);
   return nullptr;

@@ -57,6 +57,8 @@ OrtStatus* CheckTensor(const char* op, const char* arg, const Tensor& t, ONNXTen
 // Reads element `i` of an integer index tensor (int64, int32 or uint32) held in host memory.
 int64_t IndexAt(const Tensor& t, int64_t i);
 OrtStatus* CheckIndexType(const char* op, const char* arg, const Tensor& t);
+// Type and shape of a [1] (or scalar) integer tensor, without reading it (it may be device memory).
+OrtStatus* CheckScalarIndex(const char* op, const char* arg, const Tensor& t);
 // A [1] (or scalar) integer tensor in host memory -> its value.
 OrtStatus* ReadScalarIndex(const char* op, const char* arg, const Tensor& t, int64_t* value);
 
@@ -73,24 +75,28 @@ OrtStatus* ReadRopeAttrs(const OrtKernelInfo* info, RopeAttrs* a);
 struct RopeProblem {
   int64_t S, D, head_dim, pos0;  // row r has position pos0 + r
 };
-OrtStatus* CheckRope(const RopeAttrs& a, const Tensor& x, const Tensor& offset_dyn, RopeProblem* p);
+// host_positions = false (CUDA: offset_dyn is in device memory): types and shapes are checked, the
+// value is not read (pos0 = the static offset; the kernel adds offset_dyn and checks it).
+OrtStatus* CheckRope(const RopeAttrs& a, const Tensor& x, const Tensor& offset_dyn, RopeProblem* p, bool host_positions = true);
 // inv_freq[j] = powf(theta, -2j/hd) in float32, j < hd/2 (host; passed to the device kernels too).
 void RopeInvFreq(float theta, int64_t head_dim, float* inv_freq);
 
 struct CacheWriteProblem {
-  int64_t T, dim, max_seq, kv_pos;
+  int64_t T, dim, max_seq, kv_pos;  // kv_pos = -1 when not read (host_positions = false)
 };
-OrtStatus* CheckCacheWrite(const Tensor& nw, const Tensor& cache, const Tensor& kv_pos, CacheWriteProblem* p);
+// host_positions = false: kv_pos is in device memory; its type and shape are checked, not its value.
+OrtStatus* CheckCacheWrite(const Tensor& nw, const Tensor& cache, const Tensor& kv_pos, CacheWriteProblem* p,
+                           bool host_positions = true);
 
 struct AttnAttrs {
   int64_t num_heads, num_kv_heads, head_dim;
 };
 OrtStatus* ReadAttnAttrs(const OrtKernelInfo* info, AttnAttrs* a);
 struct AttnProblem {
-  int64_t T, H, KVH, hd, max_seq, kv_pos;
+  int64_t T, H, KVH, hd, max_seq, kv_pos;  // kv_pos = -1 when not read (host_positions = false)
 };
 OrtStatus* CheckCachedAttention(const AttnAttrs& a, const Tensor& q, const Tensor& k, const Tensor& v,
-                                const Tensor& kv_pos, AttnProblem* p);
+                                const Tensor& kv_pos, AttnProblem* p, bool host_positions = true);
 
 struct ScatterAddProblem {
   int64_t N, D, num_rows;

@@ -136,7 +136,28 @@ def test_decode_step_graph_keeps_everything_on_cuda(tmp_path):
     np.testing.assert_allclose(got, kc.cached_attention_ref(q, k, v, pos, H, KVH, hd), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("op,inputs,attrs,match", cpu.BAD, ids=[f"{b[0]}-{i}" for i, b in enumerate(cpu.BAD)])
+def _position_only(op, inputs, match) -> bool:
+    """A BAD case whose only fault is the position's VALUE (offset_dyn / kv_pos out of range).
+
+    On CUDA positions are device memory, read by the kernels: such a case cannot return an ORT
+    status (that would need a device->host sync), so the kernel writes NaN (Rope, CachedAttention)
+    or leaves the cache untouched (CacheWrite). Type/shape faults still raise.
+    """
+    pos = {"Rope": "offset_dyn", "CacheWrite": "kv_pos", "CachedAttention": "kv_pos"}.get(op)
+    if pos is None or inputs[pos].shape != (1,):
+        return False
+    return int(inputs[pos][0]) < 0 or any(m.startswith("kv_pos ") for m in match)
+
+
+POSITION_BAD = [b for b in cpu.BAD if _position_only(b[0], b[1], b[3])]
+OTHER_BAD = [b for b in cpu.BAD if not _position_only(b[0], b[1], b[3])]
+
+
+def test_bad_cases_split_as_expected():
+    assert [b[0] for b in POSITION_BAD] == ["Rope"] + ["CacheWrite"] * 3 + ["CachedAttention"] * 2
+
+
+@pytest.mark.parametrize("op,inputs,attrs,match", OTHER_BAD, ids=[f"{b[0]}-{i}" for i, b in enumerate(OTHER_BAD)])
 def test_invalid_input_raises_ort_error_on_cuda(op, inputs, attrs, match):
     model = kc.make_model(op, inputs, attrs, unknown_shapes=True, with_function=False)
     with pytest.raises(Exception) as info:  # noqa: PT011 - checked below
@@ -144,3 +165,62 @@ def test_invalid_input_raises_ort_error_on_cuda(op, inputs, attrs, match):
     assert type(info.value).__module__.startswith("onnxruntime"), repr(info.value)
     msg = str(info.value)
     assert op in msg and all(m in msg for m in match), msg
+
+
+@pytest.mark.parametrize("op,inputs,attrs,match", POSITION_BAD, ids=[f"{b[0]}-{i}" for i, b in enumerate(POSITION_BAD)])
+def test_invalid_position_gives_nan_or_untouched_cache_on_cuda(op, inputs, attrs, match):
+    model = kc.make_model(op, inputs, attrs, unknown_shapes=True, with_function=False)
+    got = cuda_session(model).run(None, inputs)[0]
+    if op == "CacheWrite":
+        np.testing.assert_array_equal(got, inputs["cache"])  # nothing written
+    else:
+        assert got.shape == next(iter(inputs.values())).shape and np.isnan(got).all(), got
+
+
+def _decode_graph(max_seq: int, heads: int, kv_heads: int, hd: int):
+    from meganeura_onnx import Graph
+
+    g = Graph()
+    pos = g.input_u32("kv_pos", [1])
+    q = g.rope_dynamic_offset(g.input("q", [1, heads * hd]), 10000.0, pos, hd)
+    k = g.rope_dynamic_offset(g.input("k_new", [1, kv_heads * hd]), 10000.0, pos, hd)
+    kc_ = g.cache_write(k, g.input("k_cache", [max_seq, kv_heads * hd]), pos)
+    vc_ = g.cache_write(g.input("v_new", [1, kv_heads * hd]), g.input("v_cache", [max_seq, kv_heads * hd]), pos)
+    g.set_outputs([g.cached_attention(q, kc_, vc_, pos, heads, kv_heads, hd)])
+    return g
+
+
+@pytest.mark.parametrize("hd", [64, 48], ids=["split-k", "generic"])
+def test_decode_step_replays_as_cuda_graph_with_device_positions(hd):
+    """Cast(u32 -> int64) kv_pos, Rope (dynamic offset), CacheWrite, CachedAttention through
+    Session(cuda_graph=True): ORT captures the step once and replays it with new kv_pos values
+    (read on the device); every node runs on CUDA, no Memcpy node; results equal the CPU session."""
+    from meganeura_onnx import build_inference_session
+
+    max_seq, heads, kv_heads = 300, 8, 2
+    g = _decode_graph(max_seq, heads, kv_heads, hd)
+    gpu = build_inference_session(g, "cuda", cuda_graph=True)
+    cpu_s = build_inference_session(g, "cpu")
+    plan = gpu.plan()
+    assert gpu.inplace_state == {"k_cache", "v_cache"}
+    assert plan.kernels() == dict.fromkeys(["CacheWrite", "CachedAttention", "Rope"], "kernel")
+    assert not [p for p in plan.placement if "Memcpy" in p[2]], plan.placement
+    assert {ep for *_, ep in plan.placement} == {"CUDAExecutionProvider"}, plan.placement
+    rng = np.random.default_rng(5)
+    for pos in [0, 1, 2, 3, 150, 4, 299, 5]:  # out of order too: the captured graph reads the buffer
+        feeds = {"q": heads * hd, "k_new": kv_heads * hd, "v_new": kv_heads * hd}
+        for name, n in feeds.items():
+            x = rng.standard_normal(n).astype(np.float32)
+            gpu.set_input(name, x)
+            cpu_s.set_input(name, x)
+        gpu.set_input_u32("kv_pos", [pos])
+        cpu_s.set_input_u32("kv_pos", [pos])
+        gpu.step()
+        cpu_s.step()
+        np.testing.assert_allclose(
+            gpu.read_output_by_index(0), cpu_s.read_output_by_index(0), rtol=1e-4, atol=1e-4, err_msg=f"kv_pos {pos}"
+        )
+    np.testing.assert_allclose(gpu.read_state("k_cache"), cpu_s.read_state("k_cache"), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(gpu.read_state("v_cache"), cpu_s.read_state("v_cache"))
+    with pytest.raises(ValueError, match=r"'kv_pos' = 300 .*<= 299"):
+        gpu.set_input_u32("kv_pos", [300])

@@ -162,3 +162,62 @@ def test_cuda_device_without_onnxruntime_gpu_says_what_is_missing():
 def test_cuda_graph_is_refused_off_cuda():
     with pytest.raises(ValueError, match="cuda_graph=True needs device='cuda'"):
         build_inference_session(mlp(), device="cpu", cuda_graph=True)
+
+
+def decode_graph(max_seq: int = 6, rows: int = 1) -> Graph:
+    heads, kv_heads, hd = 2, 1, 4
+    g = Graph()
+    pos = g.input_u32("kv_pos", [1])
+    q = g.rope_dynamic_offset(g.input("q", [rows, heads * hd]), 10000.0, pos, hd)
+    kc = g.cache_write(g.input("k_new", [rows, kv_heads * hd]), g.input("k_cache", [max_seq, kv_heads * hd]), pos)
+    vc = g.cache_write(g.input("v_new", [rows, kv_heads * hd]), g.input("v_cache", [max_seq, kv_heads * hd]), pos)
+    g.set_outputs([g.cached_attention(q, kc, vc, pos, heads, kv_heads, hd)])
+    return g
+
+
+@pytest.mark.parametrize("kernels", [False, True], ids=["function-bodies", "kernels"])
+@pytest.mark.parametrize("max_seq,rows", [(6, 1), (8, 3)])
+def test_kv_position_past_the_cache_is_refused_by_set_input_u32(kernels, max_seq, rows):
+    """On CUDA the kernels read kv_pos on the device and cannot return an error (they write NaN or
+    skip the write), so the Session checks positions on the host: input name, value and limit."""
+    from meganeura_onnx import custom_op_library
+
+    if kernels and not custom_op_library():
+        pytest.skip("custom-op library not built (make kernels)")
+    s = build_inference_session(decode_graph(max_seq, rows), use_custom_ops=kernels)
+    limit = max_seq - rows
+    assert s.position_limits == {"kv_pos": limit}
+    s.set_input_u32("kv_pos", [limit])  # the last valid position is accepted and runs
+    s.step()
+    assert np.isfinite(s.read_output_by_index(0)).all()
+    for bad in (limit + 1, max_seq, 2**32 - 1):
+        with pytest.raises(ValueError) as info:
+            s.set_input_u32("kv_pos", [bad])
+        msg = str(info.value)
+        assert "'kv_pos'" in msg and str(bad) in msg and f"<= {limit}" in msg, msg
+    with pytest.raises(ValueError, match="non-negative"):
+        s.set_input_u32("kv_pos", [-1])
+
+
+def test_position_limits_cover_only_cache_positions():
+    from meganeura_onnx.runtime.inference import position_limits
+
+    g = Graph()
+    ids = g.input_u32("ids", [3])
+    off = g.input_u32("offset", [1])  # rope only: any U32 is a valid rope offset
+    x = g.embedding(ids, g.parameter("emb", [50, 8]))
+    g.set_outputs([g.rope_dynamic_offset(x, 10000.0, off, 4)])
+    assert position_limits(g) == {}
+    s = build_inference_session(g)
+    s.set_input_u32("offset", [2**32 - 1])
+    s.set_input_u32("ids", [49, 0, 7])
+    # the LLaMA graphs: one kv_pos feeds every layer's cache ops
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("llama_model_for_limits", Path(__file__).resolve().parent.parent / "models" / "llama.py")
+    llama = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(llama)
+    cfg = llama.PRESETS["tiny"]
+    assert position_limits(llama.build_graph(cfg, "decode", 1, 32)) == {"kv_pos": 31}
+    assert position_limits(llama.build_graph(cfg, "prefill", 8, 32)) == {"kv_pos": 24}

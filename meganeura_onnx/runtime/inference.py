@@ -12,6 +12,27 @@ from ..init import default_parameters
 from .session import Session
 
 
+def position_limits(graph: Graph) -> dict[str, int]:
+    """Largest valid value of each ``input_u32`` that is the ``kv_pos`` of a ``cache_write`` or
+    ``cached_attention``: ``max_seq - T`` (rows ``[kv_pos, kv_pos + T)`` must lie in the cache).
+
+    ``rope_dynamic_offset`` has no limit a U32 can exceed (its kernels accept offsets up to 2**40).
+    """
+    names = {n.id: n.attrs["name"] for n in graph.nodes() if n.op == "input_u32"}
+    limits: dict[str, int] = {}
+    for n in graph.nodes():
+        if n.op == "cache_write":  # (new [T, dim], cache [max_seq, dim], kv_pos)
+            rows, cache, pos = n.inputs
+        elif n.op == "cached_attention":  # (q [T, H*hd], k_cache [max_seq, .], v_cache, kv_pos)
+            rows, cache, _, pos = n.inputs
+        else:
+            continue
+        if pos in names:
+            limit = graph.node(cache).ty.shape[0] - graph.node(rows).ty.shape[0]
+            limits[names[pos]] = min(limit, limits.get(names[pos], limit))
+    return limits
+
+
 def build_inference_session(
     graph: Graph,
     device: str = "cpu",
@@ -58,4 +79,5 @@ def build_inference_session(
         use_custom_ops=use_custom_ops,
         inplace_state=sorted(spec.inplace),
         cuda_graph=cuda_graph,
+        position_limits=position_limits(graph),
     )

@@ -139,6 +139,7 @@ class Session:
         use_custom_ops: bool = True,
         inplace_state: Sequence[str] = (),
         cuda_graph: bool = False,
+        position_limits: Mapping[str, int] | None = None,
     ) -> None:
         if cuda_graph and device != "cuda":
             raise ValueError(f"cuda_graph=True needs device='cuda', got device={device!r}")
@@ -152,6 +153,10 @@ class Session:
         self._values: dict[str, ort.OrtValue] = {}
         self._kinds: dict[str, str] = {}
         self._inputs = dict(inputs)
+        # U32 input -> its largest valid value (a kv_pos feeding cache_write/cached_attention: max_seq - T).
+        # The CUDA kernels read positions on the device and cannot report a bad one (they write NaN or
+        # skip the write), so set_input_u32 checks here and names the input, the value and the limit.
+        self._position_limits = dict(position_limits or {})
         self._parameter_names = list(parameter_names)
         self._pairs = {name: out for name, (out, _) in state.items()}
         # With our in-place CacheWrite kernel running, a KV cache is ONE buffer bound as input and
@@ -213,7 +218,14 @@ class Session:
         self._swapped = [n for n in self._pairs if n not in self._aliased]
 
     def _write(self, name: str, data: object, dtype: DType, what: str) -> None:
-        self._values[name].update_inplace(host_array(name, data, self._types[name], dtype, what))
+        arr = host_array(name, data, self._types[name], dtype, what)
+        limit = self._position_limits.get(name) if dtype is DType.U32 else None
+        if limit is not None and arr.size and int(arr.max()) > limit:
+            raise ValueError(
+                f"{what}: {name!r} = {int(arr.max())} is out of range: it is a KV-cache position and must be <= {limit} "
+                f"(cache length minus the rows written/attended per step)"
+            )
+        self._values[name].update_inplace(arr)
 
     def _names_of(self, kinds: tuple[str, ...]) -> list[str]:
         return [n for n, k in self._kinds.items() if k in kinds]
@@ -249,6 +261,11 @@ class Session:
             for name in self._swapped:
                 self._values[name], self._spare[name] = self._spare[name], self._values[name]
             self._parity ^= 1
+
+    @property
+    def position_limits(self) -> dict[str, int]:
+        """U32 inputs used as KV-cache positions -> the largest value ``set_input_u32`` accepts."""
+        return dict(self._position_limits)
 
     @property
     def inplace_state(self) -> set[str]:
