@@ -85,3 +85,14 @@ def test_graph_without_outputs_is_rejected():
     g.relu(g.input("x", [2]))
     with pytest.raises(ValueError, match="set_outputs"):
         export_onnx(g)
+
+
+def test_rms_norm_lowering_is_fused_by_onnx_runtime_into_one_kernel(tmp_path):
+    import onnxruntime as ort
+
+    g = Graph()
+    g.set_outputs([g.rms_norm(g.input("x", [4, 16]), g.parameter("w", [16]), 1e-5)])
+    opts = ort.SessionOptions()
+    opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(export_onnx(g).SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    assert [n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node] == ["SimplifiedLayerNormalization"]

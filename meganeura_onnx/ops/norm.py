@@ -37,9 +37,11 @@ def _(x, w, *, eps):
 def _(ctx, node, x, w):
     if ctx.opset >= 23:
         return ctx.op("RMSNormalization", x, w, axis=-1, epsilon=float(node.attrs["eps"]))
-    ms = ctx.op("ReduceMean", ctx.op("Mul", x, x), ctx.ints([-1]), keepdims=1)
-    inv = ctx.op("Reciprocal", ctx.op("Sqrt", ctx.op("Add", ms, ctx.const(node.attrs["eps"]))))
-    return ctx.op("Mul", ctx.op("Mul", x, inv), w)
+    # Exactly the pattern ORT's SimplifiedLayerNormFusion rewrites into one kernel:
+    # Pow(x, 2) -> ReduceMean -> Add(eps) -> Sqrt -> Div(x, .) -> Mul(weight). (7 kernels otherwise.)
+    ms = ctx.op("ReduceMean", ctx.op("Pow", x, ctx.const(2.0)), ctx.ints([-1]), keepdims=1)
+    rms = ctx.op("Sqrt", ctx.op("Add", ms, ctx.const(node.attrs["eps"])))
+    return ctx.op("Mul", ctx.op("Div", x, rms), w)
 
 
 @layer_norm.numpy
