@@ -149,9 +149,13 @@ class LlamaRunner:
         strict: bool = True,
         seed: int = 0,
         use_custom_ops: bool = True,
-        cuda_graph: bool = False,
+        cuda_graph: bool | None = None,
     ) -> None:
         self.cfg, self.max_seq, self.device = cfg, int(max_seq), device
+        if cuda_graph is None:  # default: replay decode as a CUDA graph wherever the CUDA kernels make that possible
+            from meganeura_onnx import custom_op_library
+
+            cuda_graph = device == "cuda" and use_custom_ops and custom_op_library("cuda") is not None
         self.chunk = max(1, min(int(prefill_chunk), self.max_seq))
         decode_graph = build_graph(cfg, "decode", 1, self.max_seq)
         if weights is None:
