@@ -589,6 +589,29 @@ void mn_cuda_scratch_free(MnScratch* sc) {
 
 const char* mn_cuda_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
 
+int mn_cuda_read_pos(MnPos pos, void* stream, int64_t* value, int* captured) {
+  *value = 0;
+  *captured = 0;
+  if (pos.type == MN_POS_NONE) return 0;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaError_t e = cudaStreamIsCapturing(s, &status)) return e;
+  if (status != cudaStreamCaptureStatusNone) {
+    *captured = 1;
+    return 0;
+  }
+  union {
+    int64_t i64;
+    int32_t i32;
+    uint32_t u32;
+  } v{};
+  const size_t bytes = pos.type == MN_POS_I64 ? sizeof(int64_t) : sizeof(int32_t);
+  if (cudaError_t e = cudaMemcpyAsync(&v, pos.ptr, bytes, cudaMemcpyDeviceToHost, s)) return e;
+  if (cudaError_t e = cudaStreamSynchronize(s)) return e;
+  *value = pos.type == MN_POS_I64 ? v.i64 : pos.type == MN_POS_I32 ? static_cast<int64_t>(v.i32) : static_cast<int64_t>(v.u32);
+  return 0;
+}
+
 int mn_cuda_rope_f32(const float* x, float* y, int64_t Srows, int64_t D, int64_t head_dim, int64_t offset, MnPos dyn,
                      const float* inv_freq, void* stream) {
   const int64_t n = Srows * (D / 2);

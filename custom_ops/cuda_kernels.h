@@ -33,6 +33,11 @@ void mn_cuda_scratch_free(MnScratch* s);
 
 const char* mn_cuda_error_string(int code);
 
+// Reads the [1] position `pos` back to the host as *value, unless `stream` is capturing a CUDA graph:
+// then *captured = 1 and nothing is read (a captured graph must not sync; the kernels guard on the
+// device and the Session validates positions when they are uploaded). Synchronises `stream` when it reads.
+int mn_cuda_read_pos(MnPos pos, void* stream, int64_t* value, int* captured);
+
 // y[r, h*hd + j (+hd/2)] = rotate-half of x with position offset + dyn[0] + r; inv_freq (host, hd/2
 // values). dyn < 0 or > MN_ROPE_MAX_OFFSET: y = NaN.
 int mn_cuda_rope_f32(const float* x, float* y, int64_t S, int64_t D, int64_t head_dim, int64_t offset, MnPos dyn,

@@ -1,10 +1,11 @@
 // CUDAExecutionProvider registrations of the com.meganeura ops. ORT API code only (g++);
 // the kernels are in cuda_kernels.cu behind the plain C launchers of cuda_kernels.h.
 // Positions (Rope's offset_dyn, kv_pos) are device-memory inputs: the kernels read them on the GPU
-// (no Memcpy node, no host sync, CUDA-graph capturable). Their types and shapes are checked here;
-// their values are checked by the kernels, which write NaN (Rope, CachedAttention) or nothing
-// (CacheWrite) for an invalid position. ScatterAdd (training only) keeps host-memory indices, each
-// validated here.
+// (no Memcpy node, CUDA-graph capturable). Outside graph capture each position is also read back and
+// validated here exactly as on the CPU (an ORT error naming the op and the values). Under capture a
+// sync is not allowed: the Session validates positions when they are uploaded, and the kernels guard
+// on the device, writing NaN (Rope, CachedAttention) or nothing (CacheWrite) for an invalid position.
+// ScatterAdd (training only) keeps host-memory indices, each validated here.
 #include <vector>
 
 #include "cuda_kernels.h"
@@ -35,6 +36,33 @@ OrtStatus* Cuda(const char* op, int code) {
   return Error(ORT_EP_FAIL, "%s: CUDA error %d (%s)", op, code, mn_cuda_error_string(code));
 }
 
+// A device position read back for the host checks (see the top of this file). `host` views `value`
+// with the input's own element type, so Check*(..., host_positions=true) validates it as on the CPU.
+struct HostPos {
+  Tensor host;
+  bool captured = false;
+  union {
+    int64_t i64;
+    int32_t i32;
+    uint32_t u32;
+  } value{};
+};
+
+OrtStatus* ReadBack(const char* op, const char* arg, const Tensor& t, void* stream, HostPos* out) {
+  out->host = t;
+  if (!t.present) return nullptr;
+  MN_RETURN_IF(CheckScalarIndex(op, arg, t));
+  int64_t v = 0;
+  int captured = 0;
+  MN_RETURN_IF(Cuda(op, mn_cuda_read_pos(DevicePos(t), stream, &v, &captured)));
+  out->captured = captured != 0;
+  if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64) out->value.i64 = v;
+  else if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32) out->value.i32 = static_cast<int32_t>(v);
+  else out->value.u32 = static_cast<uint32_t>(v);
+  out->host.data = &out->value;
+  return nullptr;
+}
+
 class RopeCuda : public Kernel {
  public:
   explicit RopeCuda(const RopeAttrs& a) : a_(a), inv_freq_(a.head_dim / 2) { RopeInvFreq(a.theta, a.head_dim, inv_freq_.data()); }
@@ -50,12 +78,16 @@ class RopeCuda : public Kernel {
     Tensor x, off;
     MN_RETURN_IF(GetInput(ctx, 0, &x));
     MN_RETURN_IF(GetInput(ctx, 1, &off));
-    RopeProblem p;
-    MN_RETURN_IF(CheckRope(a_, x, off, &p, /*host_positions=*/false));
-    float* y = nullptr;
-    MN_RETURN_IF(GetOutput(ctx, 0, x.shape, &y));
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
+    RopeProblem p;
+    MN_RETURN_IF(CheckTensor("Rope", "X", x, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
+    HostPos h;
+    MN_RETURN_IF(ReadBack("Rope", "offset_dyn", off, stream, &h));
+    MN_RETURN_IF(CheckRope(a_, x, h.captured ? off : h.host, &p, /*host_positions=*/!h.captured));
+    p.pos0 = a_.offset;  // the kernel adds offset_dyn itself, read on the device
+    float* y = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, x.shape, &y));
     return Cuda("Rope", mn_cuda_rope_f32(x.f32(), y, p.S, p.D, p.head_dim, p.pos0, DevicePos(off), inv_freq_.data(), stream));
   }
 
@@ -75,13 +107,15 @@ class CacheWriteCuda : public Kernel {
     MN_RETURN_IF(GetInput(ctx, 0, &nw));
     MN_RETURN_IF(GetInput(ctx, 1, &cache));
     MN_RETURN_IF(GetInput(ctx, 2, &pos));
+    void* stream = nullptr;
+    MN_RETURN_IF(Stream(ctx, &stream));
+    HostPos h;
+    MN_RETURN_IF(ReadBack("CacheWrite", "kv_pos", pos, stream, &h));
     CacheWriteProblem p;
-    MN_RETURN_IF(CheckCacheWrite(nw, cache, pos, &p, /*host_positions=*/false));
+    MN_RETURN_IF(CheckCacheWrite(nw, cache, h.captured ? pos : h.host, &p, /*host_positions=*/!h.captured));
     float* out = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, cache.shape, &out));
     if (out != cache.f32() && p.max_seq * p.dim > 0) CountCacheCopy();
-    void* stream = nullptr;
-    MN_RETURN_IF(Stream(ctx, &stream));
     return Cuda("CacheWrite", mn_cuda_cache_write_f32(nw.f32(), cache.f32(), out, p.T, p.dim, p.max_seq, DevicePos(pos), stream));
   }
 };
@@ -104,14 +138,16 @@ class CachedAttentionCuda : public Kernel {
     MN_RETURN_IF(GetInput(ctx, 1, &k));
     MN_RETURN_IF(GetInput(ctx, 2, &v));
     MN_RETURN_IF(GetInput(ctx, 3, &pos));
+    void* stream = nullptr;
+    MN_RETURN_IF(Stream(ctx, &stream));
+    HostPos h;
+    MN_RETURN_IF(ReadBack("CachedAttention", "kv_pos", pos, stream, &h));
     AttnProblem p;
-    MN_RETURN_IF(CheckCachedAttention(a_, q, k, v, pos, &p, /*host_positions=*/false));
+    MN_RETURN_IF(CheckCachedAttention(a_, q, k, v, h.captured ? pos : h.host, &p, /*host_positions=*/!h.captured));
     if (p.T > 65535 || p.T * p.H > (int64_t(1) << 31) - 1)
       return MN_INVALID("CachedAttention: T %lld x num_heads %lld is too large for the CUDA kernel", (long long)p.T, (long long)p.H);
     float* out = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, q.shape, &out));
-    void* stream = nullptr;
-    MN_RETURN_IF(Stream(ctx, &stream));
     return Cuda("CachedAttention",
                 mn_cuda_cached_attention_f32(q.f32(), k.f32(), v.f32(), out, p.T, p.H, p.KVH, p.hd, p.max_seq, DevicePos(pos), scratch_,
                                              stream));
