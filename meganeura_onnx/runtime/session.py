@@ -154,8 +154,8 @@ class Session:
         self._kinds: dict[str, str] = {}
         self._inputs = dict(inputs)
         # U32 input -> its largest valid value (a kv_pos feeding cache_write/cached_attention: max_seq - T).
-        # The CUDA kernels read positions on the device and cannot report a bad one (they write NaN or
-        # skip the write), so set_input_u32 checks here and names the input, the value and the limit.
+        # Inside a captured CUDA graph the kernels cannot report a bad position (no sync allowed; they
+        # write NaN or skip the write), so set_input_u32 checks here and names the input, value and limit.
         self._position_limits = dict(position_limits or {})
         self._parameter_names = list(parameter_names)
         self._pairs = {name: out for name, (out, _) in state.items()}
