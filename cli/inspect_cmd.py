@@ -59,6 +59,7 @@ def describe(path: str) -> dict:
         "parameters": {"count": count, "tensors": len(names), "bytes": nbytes},
         "op_histogram": dict(hist.most_common()),
         "custom_ops": kernels,
+        "custom_op_libraries": {dev: custom_op_library(dev) for dev in ("cpu", "cuda")},
         "functions": [f"{f.domain}.{f.name}" for f in model.functions],
     }
 
@@ -81,4 +82,6 @@ def inspect_cmd(model: str, as_json: bool) -> None:
     click.echo(f"parameters: {p['count']:,} in {p['tensors']} tensors ({p['bytes'] / 1e6:.2f} MB)")
     click.echo("ops: " + ", ".join(f"{k} x{v}" for k, v in d["op_histogram"].items()))
     for op, how in d["custom_ops"].items():
-        click.echo(f"com.meganeura.{op}: runs as {how}")
+        click.echo(f"com.meganeura.{op}: runs as {how} on CPUExecutionProvider")
+    for dev, path in d["custom_op_libraries"].items():
+        click.echo(f"{dev} kernel library: {path or 'not built (make kernels)'}")

@@ -76,6 +76,7 @@ def test_inspect_says_whether_custom_ops_run_as_kernels_or_function_bodies(tmp_p
     from meganeura_onnx import custom_op_library
 
     assert d["custom_ops"]["Rope"].startswith("kernel" if custom_op_library() else "function body")
+    assert d["custom_op_libraries"] == {"cpu": custom_op_library("cpu"), "cuda": custom_op_library("cuda")}
 
 
 def test_view_without_browser_serves_netron_until_interrupted(tmp_path):
