@@ -6,6 +6,10 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "op_common.h"
@@ -42,6 +46,43 @@ struct Chunks {
 };
 
 // ------------------------------------------------------------------ Rope
+// cos / sin of pos * inv_freq[j] for positions [0, positions), shared by every Rope kernel with the same
+// (theta, head_dim) in the process: a model's Rope nodes all use one table, computed once and grown on
+// demand (com.microsoft.RotaryEmbedding takes such tables as inputs). The values are bit-identical to
+// computing them on the fly. Tables stay below kMaxEntries floats each; farther positions are computed.
+class RopeTable {
+ public:
+  static constexpr int64_t kMaxEntries = int64_t(1) << 21;
+  int64_t positions = 0, half = 0;
+  std::vector<float> cs, sn;
+
+  static std::shared_ptr<const RopeTable> Get(float theta, int64_t head_dim, const float* inv, int64_t end) {
+    const int64_t half = head_dim / 2;
+    if (end <= 0 || half <= 0 || end > kMaxEntries / half) return nullptr;
+    static std::mutex mu;
+    static std::map<std::pair<float, int64_t>, std::shared_ptr<const RopeTable>> tables;
+    std::lock_guard<std::mutex> lock(mu);
+    auto& slot = tables[{theta, head_dim}];
+    if (slot && slot->positions >= end) return slot;
+    int64_t n = 256;
+    while (n < end) n *= 2;
+    n = std::min(n, kMaxEntries / half);
+    auto t = std::make_shared<RopeTable>();
+    t->positions = n;
+    t->half = half;
+    t->cs.resize(n * half);
+    t->sn.resize(n * half);
+    for (int64_t pos = 0; pos < n; ++pos)
+      for (int64_t j = 0; j < half; ++j) {
+        const float ang = static_cast<float>(pos) * inv[j];
+        t->cs[pos * half + j] = std::cos(ang);
+        t->sn[pos * half + j] = std::sin(ang);
+      }
+    slot = t;
+    return slot;
+  }
+};
+
 class RopeCpu : public Kernel {
  public:
   explicit RopeCpu(const RopeAttrs& a) : a_(a), inv_freq_(a.head_dim / 2) { RopeInvFreq(a.theta, a.head_dim, inv_freq_.data()); }
@@ -62,15 +103,26 @@ class RopeCpu : public Kernel {
     const float* xs = x.f32();
     const int64_t half = p.head_dim / 2, heads = p.D / p.head_dim;
     const float* inv = inv_freq_.data();
+    const std::shared_ptr<const RopeTable> table =
+        (p.pos0 >= 0 && p.pos0 < RopeTable::kMaxEntries) ? RopeTable::Get(a_.theta, p.head_dim, inv, p.pos0 + p.S) : nullptr;
     Chunks rows(p.S, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.D)), 1024);
     return ParallelFor(ctx, rows.count, [&](size_t c) {
-      std::vector<float> cs(half), sn(half);
+      std::vector<float> cs_row(table ? 0 : half), sn_row(table ? 0 : half);
       for (int64_t r = rows.begin(c); r < rows.end(c); ++r) {
-        const float pos = static_cast<float>(p.pos0 + r);
-        for (int64_t j = 0; j < half; ++j) {
-          const float ang = pos * inv[j];
-          cs[j] = std::cos(ang);
-          sn[j] = std::sin(ang);
+        const float* cs = nullptr;
+        const float* sn = nullptr;
+        if (table) {
+          cs = table->cs.data() + (p.pos0 + r) * half;
+          sn = table->sn.data() + (p.pos0 + r) * half;
+        } else {
+          const float pos = static_cast<float>(p.pos0 + r);
+          for (int64_t j = 0; j < half; ++j) {
+            const float ang = pos * inv[j];
+            cs_row[j] = std::cos(ang);
+            sn_row[j] = std::sin(ang);
+          }
+          cs = cs_row.data();
+          sn = sn_row.data();
         }
         for (int64_t h = 0; h < heads; ++h) {
           const float* xi = xs + r * p.D + h * p.head_dim;
