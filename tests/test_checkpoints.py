@@ -77,7 +77,7 @@ _SAVER = textwrap.dedent(
     """
     import sys, numpy as np
     from pathlib import Path
-    from meganeura_onnx.io.checkpoint import Checkpoint, save_checkpoint
+    from meganeura_onnx.io import Checkpoint, save_checkpoint
     path = Path(sys.argv[1])
     step = 0
     while True:

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ..ir import DType, GraphCore, NodeId
 from ..ops import OPS
-from .context import CUSTOM_DOMAIN, LoweringContext
+from ..ops.lowering import CUSTOM_DOMAIN, LoweringContext
 
 DEFAULT_OPSET = 21
 """Portable default: loads in ORT 1.19 (the last onnxruntime-training) up to today's ORT."""

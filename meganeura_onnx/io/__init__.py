@@ -1,13 +1,15 @@
 """Weights in and out: Hugging Face safetensors loading (:mod:`meganeura_onnx.io.hf`) and training
-checkpoints in Meganeura's layout (:mod:`meganeura_onnx.io.checkpoint`)."""
+checkpoints in Meganeura's layout (re-exported from :mod:`meganeura_onnx.runtime.checkpoint`, where
+``Session.save_checkpoint`` uses them: imports flow runtime -> io, never back)."""
 
-from .checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from ..runtime.checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
 from .hf import LoadReport, WeightLoadError, checkpoint_shapes, hf_parameters, load_safetensors, read_safetensors
 
 __all__ = [
     "Checkpoint",
     "LoadReport",
     "WeightLoadError",
+    "check_compatible",
     "checkpoint_shapes",
     "hf_parameters",
     "load_checkpoint",

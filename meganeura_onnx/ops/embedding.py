@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..export.context import CUSTOM_DOMAIN, function_body
 from ..ir import NodeId, TensorType
+from .lowering import CUSTOM_DOMAIN, function_body
 from .onnx_util import dim, dims
 from .table import examples, op, positive_int, rank, require
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..export.context import CUSTOM_DOMAIN, function_body
 from ..ir import NodeId, TensorType
 from .attention import attention_ref, check_heads
+from .lowering import CUSTOM_DOMAIN, function_body
 from .onnx_util import arange, attend, dim, scalar_of
 from .table import examples, op, rank, require
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from ..export.context import CUSTOM_DOMAIN, function_body
 from ..ir import NodeId, TensorType
+from .lowering import CUSTOM_DOMAIN, function_body
 from .onnx_util import arange, dim, dims, scalar_of
 from .table import examples, op, positive_int, rank, require
 

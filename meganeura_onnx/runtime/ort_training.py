@@ -215,7 +215,7 @@ class OrtTrainingSession:
 
         Written to a temporary file and renamed, so a crash never destroys the previous checkpoint.
         """
-        from ..io.checkpoint import Checkpoint, save_checkpoint
+        from .checkpoint import Checkpoint, save_checkpoint
 
         ck = self._ort_checkpoint()
         params = {name: ck.parameters[name] for name in self.artifacts.parameters}
@@ -226,7 +226,7 @@ class OrtTrainingSession:
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """Restore parameters and (for AdamW) moments and step from a safetensors checkpoint written by
         either backend. Names and shapes must match this graph; missing moments start at zero."""
-        from ..io.checkpoint import check_compatible, load_checkpoint
+        from .checkpoint import check_compatible, load_checkpoint
 
         saved = load_checkpoint(path)
         expected = {n: self._types[n].shape for n in self.artifacts.parameters}

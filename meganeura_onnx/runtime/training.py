@@ -31,11 +31,11 @@ import onnx
 from ..export import to_model
 from ..graph import Graph
 from ..init import default_parameters
-from ..io.checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
 from ..ir import DType, TensorType
 from ..transforms.autodiff import gradients
 from ..transforms.optimizer import OptimizerSpec, append_update
 from ..transforms.rewrite import OptimizeReport, optimize
+from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
 from .session import Session
 
 DEFAULT_HYPER = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01, "max_grad_norm": 1.0}
