@@ -14,7 +14,7 @@
 
 // The kernels are compiled into this program (not linked) so that it can reach the launcher's
 // tuning knobs in cuda_kernels.cu's anonymous namespace.
-#include "cuda_kernels.cu"
+#include "cuda_attention.cu"
 
 #define CK(x)                                                                       \
   do {                                                                              \
