@@ -59,16 +59,7 @@ def parity(out: Path) -> dict:
         s = build_session(g, "cuda", optimizer="adam", parameters=params)
         s.set_adam(1e-3)
         opt = torch.optim.Adam(w.values(), lr=1e-3)
-        ours, theirs = [], []
-        for b in batches:
-            feed(s, b)
-            s.step()
-            ours.append(s.read_loss())
-            opt.zero_grad()
-            loss = torch_loss(b)
-            loss.backward()
-            opt.step()
-            theirs.append(loss.item())
+        ours, theirs = tp.train_side_by_side(s, opt, batches, torch_loss, feed)
         rel = float(np.max(np.abs(np.array(ours) - theirs) / np.abs(theirs)))
         plan = s.plan()
         by_ep: dict[str, int] = {}

@@ -102,6 +102,21 @@ def test_step_one_gradients_match_pytorch(model):
         assert err <= 1e-4 * np.abs(want).max(), f"{model}: gradient of {name} differs by {err:.3g} (scale {np.abs(want).max():.3g})"
 
 
+def train_side_by_side(s, opt, batches, torch_loss, feed) -> tuple[list[float], list[float]]:
+    """One step per batch on our session and on the PyTorch optimizer; the two loss curves."""
+    ours, theirs = [], []
+    for b in batches:
+        feed(s, b)
+        s.step()
+        ours.append(s.read_loss())
+        opt.zero_grad()
+        loss = torch_loss(b)
+        loss.backward()
+        opt.step()
+        theirs.append(loss.item())
+    return ours, theirs
+
+
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 @pytest.mark.parametrize("model", ["mlp", "llama_block"])
 def test_twenty_training_steps_match_pytorch(model, optimizer):
@@ -113,16 +128,7 @@ def test_twenty_training_steps_match_pytorch(model, optimizer):
     else:
         s.set_learning_rate(0.05)
         opt = torch.optim.SGD(w.values(), lr=0.05)
-    ours, theirs = [], []
-    for b in batches:
-        feed(s, b)
-        s.step()
-        ours.append(s.read_loss())
-        opt.zero_grad()
-        loss = torch_loss(b)
-        loss.backward()
-        opt.step()
-        theirs.append(loss.item())
+    ours, theirs = train_side_by_side(s, opt, batches, torch_loss, feed)
     np.testing.assert_allclose(ours, theirs, rtol=1e-4)
     assert np.mean(theirs[-2:]) < np.mean(theirs[:2])  # it trained
     for name, p in w.items():  # and the parameters followed the same path
@@ -162,16 +168,7 @@ def test_twenty_adam_steps_on_cuda_with_resident_parameters_match_pytorch(model)
     s = build_session(g, "cuda", optimizer="adam", parameters=params)
     s.set_adam(1e-3)
     opt = torch.optim.Adam(w.values(), lr=1e-3)
-    ours, theirs = [], []
-    for b in batches:
-        feed(s, b)
-        s.step()
-        ours.append(s.read_loss())
-        opt.zero_grad()
-        loss = torch_loss(b)
-        loss.backward()
-        opt.step()
-        theirs.append(loss.item())
+    ours, theirs = train_side_by_side(s, opt, batches, torch_loss, feed)
     np.testing.assert_allclose(ours, theirs, rtol=1e-4)
     assert all(s._values[n].device_name().lower() == "cuda" for n in s.parameter_names())
     placement = {ep for *_, ep in s.plan().placement}
