@@ -49,8 +49,14 @@ class Graph(
             self._leaf_names.setdefault(attrs["name"], nid)
         return nid
 
-    def _emit(self, op_name: str, *inputs: NodeId, **attrs: Any) -> NodeId:
-        """Check the inputs against the op's declaration and shape rule, then append the node."""
+    def apply(self, op_name: str, *inputs: NodeId, **attrs: Any) -> NodeId:
+        """Append a node of any op of the table: ``g.apply("silu", x)``, ``g.apply("gemm", a, b, bias, trans_b=True)``.
+
+        The inputs are checked against the op's declaration and shape rule exactly as the named
+        builders (which call this) check them; an unknown op raises ``ValueError`` naming it.
+        """
+        if op_name not in OPS or OPS[op_name].leaf:
+            raise ValueError(f"apply: unknown op {op_name!r} (leaves have their own builders: input, parameter, constant)")
         d = OPS[op_name]
         types = []
         for k, nid in enumerate(inputs):

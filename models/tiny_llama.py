@@ -44,7 +44,7 @@ def build(
         if batch == 1:
             a = g.causal_attention(q, k, v, heads, kv_heads, hd)
         else:
-            a = g._emit("causal_attention", q, k, v, num_heads=heads, num_kv_heads=kv_heads, head_dim=hd, batch=batch)
+            a = g.apply("causal_attention", q, k, v, num_heads=heads, num_kv_heads=kv_heads, head_dim=hd, batch=batch)
         h = g.add(h, g.matmul_bt(a, g.parameter(p + "self_attn.o_proj.weight", [hidden, heads * hd])))
         x = g.rms_norm(h, g.parameter(p + "post_attention_layernorm.weight", [hidden]), eps)
         gate = g.matmul_bt(x, g.parameter(p + "mlp.gate_proj.weight", [intermediate, hidden]))
@@ -60,7 +60,7 @@ def _rope(g: Graph, x: int, theta: float, hd: int, batch: int, seq: int) -> int:
     # Positions restart at 0 in every sequence: rope's `batch` attribute (rows r -> r % seq).
     if batch == 1:
         return g.rope(x, theta, hd)
-    return g._emit("rope", x, theta=theta, head_dim=hd, offset_static=0, period=seq)
+    return g.apply("rope", x, theta=theta, head_dim=hd, offset_static=0, period=seq)
 
 
 def torch_model(

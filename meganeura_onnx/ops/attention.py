@@ -99,10 +99,10 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
         v = f.param(g, "v", [batch * skv, kvh * hd])
         if batch > 1:  # rows = batch sequences stacked (the `batch` attribute)
             extra = {"is_cross": s != skv} if name == "multi_head_attn" else {}
-            return g._emit(name, q, k, v, num_heads=h, num_kv_heads=kvh, head_dim=hd, batch=batch, **extra)
+            return g.apply(name, q, k, v, num_heads=h, num_kv_heads=kvh, head_dim=hd, batch=batch, **extra)
         if name == "multi_head_attn":
             return g.multi_head_attn(q, k, v, h, kvh, hd, s != skv)
-        return g._emit(name, q, k, v, num_heads=h, num_kv_heads=kvh, head_dim=hd)
+        return g.apply(name, q, k, v, num_heads=h, num_kv_heads=kvh, head_dim=hd)
 
     skv2 = 5 if same_seq else 7
     examples(
@@ -118,7 +118,7 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
     def _(g, node, dy):
         q, k, v = node.inputs
         a = node.attrs
-        packed = g._emit(
+        packed = g.apply(
             "attention_backward",
             q,
             k,
@@ -132,7 +132,7 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
         )
         shapes = [g.node(i).ty.shape for i in (q, k, v)]
         starts = np.cumsum([0] + [int(np.prod(sh)) for sh in shapes])
-        return [g._emit("take", packed, start=int(st), shape=sh) for st, sh in zip(starts, shapes, strict=False)]
+        return [g.apply("take", packed, start=int(st), shape=sh) for st, sh in zip(starts, shapes, strict=False)]
 
 
 _declare("causal_attention", causal=True, same_seq=True)
@@ -281,7 +281,7 @@ def _(ctx, node, q, k, v, dy):
 def _ex_bwd(g, f, s, skv, h, kvh, hd, causal, batch=1):
     q, dy = f.param(g, "q", [batch * s, h * hd]), f.param(g, "dy", [batch * s, h * hd])
     k, v = f.param(g, "k", [batch * skv, kvh * hd]), f.param(g, "v", [batch * skv, kvh * hd])
-    return g._emit("attention_backward", q, k, v, dy, num_heads=h, num_kv_heads=kvh, head_dim=hd, causal=causal, batch=batch)
+    return g.apply("attention_backward", q, k, v, dy, num_heads=h, num_kv_heads=kvh, head_dim=hd, causal=causal, batch=batch)
 
 
 examples(
@@ -316,7 +316,7 @@ def _(ctx, node, x):
 
 examples(
     take,
-    lambda g, f, n, start, shape: g._emit("take", f.param(g, "x", [n]), start=start, shape=shape),
+    lambda g, f, n, start, shape: g.apply("take", f.param(g, "x", [n]), start=start, shape=shape),
     {"n": 20, "start": 3, "shape": (2, 5)},
     {"n": 6, "start": 0, "shape": (6,)},
 )
@@ -325,15 +325,15 @@ examples(
 class AttentionBuilders:
     def causal_attention(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int, head_dim: int) -> NodeId:
         """Causal multi-head attention with GQA: q ``[S, H*hd]``, k/v ``[S, KVH*hd]`` -> ``[S, H*hd]``."""
-        return self._emit("causal_attention", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
+        return self.apply("causal_attention", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
 
     def full_attention(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int, head_dim: int) -> NodeId:
         """Bidirectional (unmasked) self-attention; same shapes as :meth:`causal_attention`."""
-        return self._emit("full_attention", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
+        return self.apply("full_attention", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
 
     def cross_attention(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int, head_dim: int) -> NodeId:
         """Unmasked attention of q ``[Sq, H*hd]`` over k/v ``[Skv, KVH*hd]`` from another sequence."""
-        return self._emit("cross_attention", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
+        return self.apply("cross_attention", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
 
     def multi_head_attn(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int, head_dim: int, is_cross: bool) -> NodeId:
         """Meganeura's differentiable attention: causal self-attention when ``is_cross`` is False
@@ -345,4 +345,4 @@ class AttentionBuilders:
             require(
                 q_len == k_len, "multi_head_attn", f"is_cross=False needs q and k with the same sequence length, got {q_len} and {k_len}"
             )
-        return self._emit("multi_head_attn", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, is_cross=is_cross)
+        return self.apply("multi_head_attn", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, is_cross=is_cross)

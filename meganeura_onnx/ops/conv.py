@@ -131,7 +131,7 @@ def _split(d, first: bool):
 
     examples(
         d,
-        lambda g, f, n, ca, cb, s: g._emit(name, f.param(g, "x", [n * (ca + cb) * s]), batch=n, channels_a=ca, channels_b=cb, spatial=s),
+        lambda g, f, n, ca, cb, s: g.apply(name, f.param(g, "x", [n * (ca + cb) * s]), batch=n, channels_a=ca, channels_b=cb, spatial=s),
         {"n": 2, "ca": 3, "cb": 1, "s": 4},
         {"n": 1, "ca": 2, "cb": 5, "s": 3},
     )
@@ -192,8 +192,8 @@ def _like(g, v: NodeId, x: NodeId) -> NodeId:
 def _(g, node, dy):
     x, kernel = node.inputs
     a = {k: node.attrs[k] for k in CONV_ATTRS}
-    dx = g._emit("conv2d_grad_input", dy, kernel, **a)
-    dk = g._emit("conv2d_grad_kernel", x, dy, **a)
+    dx = g.apply("conv2d_grad_input", dy, kernel, **a)
+    dk = g.apply("conv2d_grad_kernel", x, dy, **a)
     return [_like(g, dx, x), _like(g, dk, kernel)]
 
 
@@ -299,8 +299,8 @@ def _ex_conv_grad(g, f, which, n, c, h, w, o, k, stride, padding):
     oh, ow = conv_out_hw(h, w, k, k, stride, padding)
     dy = f.param(g, "dy", [n * o * oh * ow])
     if which == "input":
-        return g._emit("conv2d_grad_input", dy, f.param(g, "kernel", [o * c * k * k]), **a)
-    return g._emit("conv2d_grad_kernel", f.param(g, "x", [n * c * h * w]), dy, **a)
+        return g.apply("conv2d_grad_input", dy, f.param(g, "kernel", [o * c * k * k]), **a)
+    return g.apply("conv2d_grad_kernel", f.param(g, "x", [n * c * h * w]), dy, **a)
 
 
 for _which, _d in (("input", conv2d_grad_input), ("kernel", conv2d_grad_kernel)):
@@ -377,7 +377,7 @@ class ConvBuilders:
     ) -> NodeId:
         """2-D convolution of flat NCHW x with flat kernel ``[C_out*C_in*kH*kW]``; zero padding on
         each edge; -> flat ``[N*C_out*oH*oW]``, ``oH = (in_h + 2*padding - kH) // stride + 1``."""
-        return self._emit(
+        return self.apply(
             "conv2d",
             x,
             kernel,
@@ -394,21 +394,21 @@ class ConvBuilders:
 
     def concat(self, a: NodeId, b: NodeId, batch: int, channels_a: int, channels_b: int, spatial: int) -> NodeId:
         """Concatenate flat NCHW tensors along channels -> ``[N*(Ca+Cb)*H*W]``."""
-        return self._emit("concat", a, b, batch=batch, channels_a=channels_a, channels_b=channels_b, spatial=spatial)
+        return self.apply("concat", a, b, batch=batch, channels_a=channels_a, channels_b=channels_b, spatial=spatial)
 
     def split_a(self, x: NodeId, batch: int, channels_a: int, channels_b: int, spatial: int) -> NodeId:
         """The first ``channels_a`` channels of a flat NCHW tensor."""
-        return self._emit("split_a", x, batch=batch, channels_a=channels_a, channels_b=channels_b, spatial=spatial)
+        return self.apply("split_a", x, batch=batch, channels_a=channels_a, channels_b=channels_b, spatial=spatial)
 
     def split_b(self, x: NodeId, batch: int, channels_a: int, channels_b: int, spatial: int) -> NodeId:
         """The last ``channels_b`` channels of a flat NCHW tensor."""
-        return self._emit("split_b", x, batch=batch, channels_a=channels_a, channels_b=channels_b, spatial=spatial)
+        return self.apply("split_b", x, batch=batch, channels_a=channels_a, channels_b=channels_b, spatial=spatial)
 
     def upsample_2x(self, x: NodeId, batch: int, channels: int, in_h: int, in_w: int) -> NodeId:
         """Nearest-neighbour 2x upsampling ``[N, C, H, W] -> [N, C, 2H, 2W]`` (flat)."""
-        return self._emit("upsample_2x", x, batch=batch, channels=channels, in_h=in_h, in_w=in_w)
+        return self.apply("upsample_2x", x, batch=batch, channels=channels, in_h=in_h, in_w=in_w)
 
     def sum_pool_2x(self, x: NodeId, batch: int, channels: int, in_h: int, in_w: int) -> NodeId:
         """Sum of each 2x2 block, ``[N, C, 2H, 2W] -> [N, C, H, W]`` (flat; H, W = in_h, in_w):
         the transpose of :meth:`upsample_2x`."""
-        return self._emit("sum_pool_2x", x, batch=batch, channels=channels, in_h=in_h, in_w=in_w)
+        return self.apply("sum_pool_2x", x, batch=batch, channels=channels, in_h=in_h, in_w=in_w)

@@ -39,7 +39,7 @@ def _binary(name: str, np_fn, onnx_type: str, vjp) -> None:
     d.vjp(vjp)
 
     def ex(g, f: Feeds, shape):
-        return g._emit(name, f.param(g, "a", shape), f.param(g, "b", shape, 0.5, 2.0))
+        return g.apply(name, f.param(g, "a", shape), f.param(g, "b", shape, 0.5, 2.0))
 
     examples(d, ex, *SHAPES)
 
@@ -113,7 +113,7 @@ def _row_broadcast(name: str, bias_shape) -> None:
         return [dy, db if name == "bias_add" else g.reshape(db, g.node(node.inputs[1]).ty.shape)]
 
     def ex(g, f: Feeds, rows, cols):
-        return g._emit(name, f.param(g, "x", [rows, cols]), f.param(g, "bias", list(bias_shape(cols))))
+        return g.apply(name, f.param(g, "x", [rows, cols]), f.param(g, "bias", list(bias_shape(cols))))
 
     examples(d, ex, {"rows": 3, "cols": 5}, {"rows": 7, "cols": 2})
 
@@ -168,7 +168,7 @@ for _name, (_ref, _lower, (_lo, _hi)) in UNARY.items():
     _d.numpy(_ref)
     _d.onnx(lambda ctx, node, x, _lower=_lower: _lower(ctx, x))
     _d.vjp(lambda g, node, dy, _rule=UNARY_VJP[_name]: [_rule(g, node.inputs[0], node.id, dy)])
-    examples(_d, lambda g, f, shape, _n=_name, _lo=_lo, _hi=_hi: g._emit(_n, f.param(g, "x", shape, _lo, _hi)), *SHAPES)
+    examples(_d, lambda g, f, shape, _n=_name, _lo=_lo, _hi=_hi: g.apply(_n, f.param(g, "x", shape, _lo, _hi)), *SHAPES)
 
 
 # -- step functions: derivative zero almost everywhere, so gradients stop here (and that is exact) ----
@@ -180,7 +180,7 @@ for _name, _ref, _lower in (
     _d.shape(lambda x: x)
     _d.numpy(_ref)
     _d.onnx(lambda ctx, node, x, _lower=_lower: _lower(ctx, x))
-    examples(_d, lambda g, f, shape, _n=_name: g._emit(_n, f.param(g, "x", shape)), *SHAPES)
+    examples(_d, lambda g, f, shape, _n=_name: g.apply(_n, f.param(g, "x", shape)), *SHAPES)
 
 # -- static affine map and scalar broadcasts (optimizer updates, loss scaling) -------------------------
 affine = op("affine", ("x",))
@@ -223,7 +223,7 @@ def _scalar_op(name: str, np_fn, onnx_type: str, vjp) -> None:
     d.numpy(lambda x, s: np_fn(x, s.reshape(-1)[0]))
     d.onnx(lambda ctx, node, x, s: ctx.op(onnx_type, x, s))  # ONNX broadcasts the [1] operand
     d.vjp(vjp)
-    examples(d, lambda g, f, shape: g._emit(name, f.param(g, "x", shape), f.param(g, "s", [1], 0.5, 2.0)), *SHAPES)
+    examples(d, lambda g, f, shape: g.apply(name, f.param(g, "x", shape), f.param(g, "s", [1], 0.5, 2.0)), *SHAPES)
 
 
 _scalar_op("mul_scalar", np.multiply, "Mul", lambda g, node, dy: [g.mul_scalar(dy, node.inputs[1]), g.sum_all(g.mul(dy, node.inputs[0]))])
@@ -233,104 +233,104 @@ _scalar_op("add_scalar", np.add, "Add", lambda g, node, dy: [dy, g.sum_all(dy)])
 class ElementwiseBuilders:
     def add(self, a: NodeId, b: NodeId) -> NodeId:
         """Elementwise ``a + b``; identical shapes."""
-        return self._emit("add", a, b)
+        return self.apply("add", a, b)
 
     def mul(self, a: NodeId, b: NodeId) -> NodeId:
         """Elementwise ``a * b``; identical shapes."""
-        return self._emit("mul", a, b)
+        return self.apply("mul", a, b)
 
     def sub(self, a: NodeId, b: NodeId) -> NodeId:
         """Elementwise ``a - b``; identical shapes."""
-        return self._emit("sub", a, b)
+        return self.apply("sub", a, b)
 
     def minimum(self, a: NodeId, b: NodeId) -> NodeId:
         """Elementwise ``min(a, b)``; identical shapes."""
-        return self._emit("minimum", a, b)
+        return self.apply("minimum", a, b)
 
     def affine(self, x: NodeId, scale: float, shift: float) -> NodeId:
         """``x * scale + shift`` with static numbers."""
-        return self._emit("affine", x, scale=scale, shift=shift)
+        return self.apply("affine", x, scale=scale, shift=shift)
 
     def mul_scalar(self, x: NodeId, s: NodeId) -> NodeId:
         """``x * s[0]`` for a ``[1]`` node s (a runtime scalar such as a learning rate)."""
-        return self._emit("mul_scalar", x, s)
+        return self.apply("mul_scalar", x, s)
 
     def add_scalar(self, x: NodeId, s: NodeId) -> NodeId:
         """``x + s[0]`` for a ``[1]`` node s."""
-        return self._emit("add_scalar", x, s)
+        return self.apply("add_scalar", x, s)
 
     def sign(self, x: NodeId) -> NodeId:
         """-1, 0 or 1 (no gradient: its derivative is zero almost everywhere)."""
-        return self._emit("sign", x)
+        return self.apply("sign", x)
 
     def heaviside(self, x: NodeId) -> NodeId:
         """1.0 where ``x > 0`` else 0.0 (no gradient)."""
-        return self._emit("heaviside", x)
+        return self.apply("heaviside", x)
 
     def div(self, a: NodeId, b: NodeId) -> NodeId:
         """Elementwise ``a / b`` (Meganeura: ``mul(a, recip(b))``); identical shapes."""
-        return self._emit("div", a, b)
+        return self.apply("div", a, b)
 
     def greater(self, a: NodeId, b: NodeId) -> NodeId:
         """1.0 where ``a > b`` else 0.0; identical shapes; no gradient."""
-        return self._emit("greater", a, b)
+        return self.apply("greater", a, b)
 
     def bias_add(self, x: NodeId, bias: NodeId) -> NodeId:
         """``x [M, N] + bias [N]`` broadcast over rows."""
-        return self._emit("bias_add", x, bias)
+        return self.apply("bias_add", x, bias)
 
     def broadcast_add(self, x: NodeId, b: NodeId) -> NodeId:
         """``x [M, N] + b [1, N]`` broadcast over rows."""
-        return self._emit("broadcast_add", x, b)
+        return self.apply("broadcast_add", x, b)
 
     def relu(self, x: NodeId) -> NodeId:
         """``max(0, x)``."""
-        return self._emit("relu", x)
+        return self.apply("relu", x)
 
     def sigmoid(self, x: NodeId) -> NodeId:
         """``1 / (1 + exp(-x))``."""
-        return self._emit("sigmoid", x)
+        return self.apply("sigmoid", x)
 
     def neg(self, x: NodeId) -> NodeId:
         """``-x``."""
-        return self._emit("neg", x)
+        return self.apply("neg", x)
 
     def abs(self, x: NodeId) -> NodeId:
         """``|x|``."""
-        return self._emit("abs", x)
+        return self.apply("abs", x)
 
     def log(self, x: NodeId) -> NodeId:
         """Natural logarithm."""
-        return self._emit("log", x)
+        return self.apply("log", x)
 
     def recip(self, x: NodeId) -> NodeId:
         """``1 / x``."""
-        return self._emit("recip", x)
+        return self.apply("recip", x)
 
     def silu(self, x: NodeId) -> NodeId:
         """``x * sigmoid(x)``."""
-        return self._emit("silu", x)
+        return self.apply("silu", x)
 
     def exp(self, x: NodeId) -> NodeId:
         """``e ** x`` (Meganeura extra)."""
-        return self._emit("exp", x)
+        return self.apply("exp", x)
 
     def tanh(self, x: NodeId) -> NodeId:
         """Hyperbolic tangent (Meganeura extra)."""
-        return self._emit("tanh", x)
+        return self.apply("tanh", x)
 
     def sqrt(self, x: NodeId) -> NodeId:
         """Square root (extra, used by gradients and norms)."""
-        return self._emit("sqrt", x)
+        return self.apply("sqrt", x)
 
     def erf(self, x: NodeId) -> NodeId:
         """The error function (used by GELU's gradient)."""
-        return self._emit("erf", x)
+        return self.apply("erf", x)
 
     def gelu(self, x: NodeId) -> NodeId:
         """Exact GELU ``0.5 * x * (1 + erf(x / sqrt(2)))`` (BERT's ``hidden_act="gelu"``; Meganeura extra)."""
-        return self._emit("gelu", x)
+        return self.apply("gelu", x)
 
     def swiglu(self, gate: NodeId, up: NodeId) -> NodeId:
         """``silu(gate) * up``; identical shapes."""
-        return self._emit("swiglu", gate, up)
+        return self.apply("swiglu", gate, up)

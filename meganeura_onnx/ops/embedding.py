@@ -97,8 +97,8 @@ examples(
 class EmbeddingBuilders:
     def embedding(self, indices: NodeId, table: NodeId) -> NodeId:
         """Rows of table ``[V, D]`` picked by U32 indices ``[S]`` -> ``[S, D]``."""
-        return self._emit("embedding", indices, table)
+        return self.apply("embedding", indices, table)
 
     def scatter_add(self, indices: NodeId, src: NodeId, num_rows: int) -> NodeId:
         """``out[indices[i]] += src[i]`` into zeros ``[num_rows, D]``; duplicates accumulate."""
-        return self._emit("scatter_add", indices, src, num_rows=num_rows)
+        return self.apply("scatter_add", indices, src, num_rows=num_rows)

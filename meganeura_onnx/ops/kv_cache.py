@@ -157,12 +157,12 @@ class KvCacheBuilders:
     def cache_write(self, new_kv: NodeId, cache: NodeId, kv_pos: NodeId) -> NodeId:
         """The cache ``[max_seq, dim]`` with rows ``[kv_pos, kv_pos + T)`` replaced by new_kv ``[T, dim]``
         (T = 1 in Meganeura; T > 1 is the prefill extension). kv_pos is a U32 ``[1]`` node."""
-        return self._emit("cache_write", new_kv, cache, kv_pos)
+        return self.apply("cache_write", new_kv, cache, kv_pos)
 
     def cached_attention(
         self, q: NodeId, k_cache: NodeId, v_cache: NodeId, kv_pos: NodeId, num_heads: int, num_kv_heads: int, head_dim: int
     ) -> NodeId:
         """Attention of q ``[T, H*hd]`` over cache rows ``[0, kv_pos + t]`` (inclusive) for query row t."""
-        return self._emit(
+        return self.apply(
             "cached_attention", q, k_cache, v_cache, kv_pos, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim
         )

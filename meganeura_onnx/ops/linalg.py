@@ -37,7 +37,7 @@ for _name, (_sig, _ref, (_ka, _kb), (_ma, _nb), (_ta, _tb)) in _MATMULS.items():
     def _ex(g, f, m, k, n, _name=_name, _ka=_ka, _kb=_kb):
         ashape = [m, k] if _ka == 1 else [k, m]
         bshape = [k, n] if _kb == 0 else [n, k]
-        return g._emit(_name, f.param(g, "a", ashape), f.param(g, "b", bshape))
+        return g.apply(_name, f.param(g, "a", ashape), f.param(g, "b", bshape))
 
     examples(_d, _ex, {"m": 3, "k": 4, "n": 5}, {"m": 8, "k": 16, "n": 2})
 
@@ -85,16 +85,16 @@ class LinalgBuilders:
     def gemm(self, a: NodeId, b: NodeId, bias: NodeId, trans_b: bool = False) -> NodeId:
         """``a @ b + bias`` (``a @ b.T + bias`` with ``trans_b``): one ONNX Gemm. The rewrite pass
         fuses ``bias_add(matmul(a, b), bias)`` into this."""
-        return self._emit("gemm", a, b, bias, trans_b=bool(trans_b))
+        return self.apply("gemm", a, b, bias, trans_b=bool(trans_b))
 
     def matmul(self, a: NodeId, b: NodeId) -> NodeId:
         """``a [M, K] @ b [K, N] -> [M, N]``."""
-        return self._emit("matmul", a, b)
+        return self.apply("matmul", a, b)
 
     def matmul_at(self, a: NodeId, b: NodeId) -> NodeId:
         """``a.T @ b`` with a stored as ``[K, M]`` and b ``[K, N]`` -> ``[M, N]``."""
-        return self._emit("matmul_at", a, b)
+        return self.apply("matmul_at", a, b)
 
     def matmul_bt(self, a: NodeId, b: NodeId) -> NodeId:
         """``a @ b.T`` with a ``[M, K]`` and b stored as ``[N, K]`` -> ``[M, N]`` (Linear layers)."""
-        return self._emit("matmul_bt", a, b)
+        return self.apply("matmul_bt", a, b)

@@ -182,14 +182,14 @@ def _(g, node, dy):
 class NormBuilders:
     def rms_norm(self, x: NodeId, weight: NodeId, eps: float) -> NodeId:
         """``x / sqrt(mean(x^2) + eps) * weight`` per row; x ``[M, N]``, weight ``[N]``."""
-        return self._emit("rms_norm", x, weight, eps=eps)
+        return self.apply("rms_norm", x, weight, eps=eps)
 
     def layer_norm(self, x: NodeId, weight: NodeId, bias: NodeId, eps: float) -> NodeId:
         """``(x - mean) / sqrt(var + eps) * weight + bias`` per row (biased variance)."""
-        return self._emit("layer_norm", x, weight, bias, eps=eps)
+        return self.apply("layer_norm", x, weight, bias, eps=eps)
 
     def group_norm(
         self, x: NodeId, weight: NodeId, bias: NodeId, batch: int, channels: int, spatial: int, num_groups: int, eps: float
     ) -> NodeId:
         """Group normalisation of flat NCHW x (``batch*channels*spatial`` elements, spatial = H*W)."""
-        return self._emit("group_norm", x, weight, bias, batch=batch, channels=channels, spatial=spatial, num_groups=num_groups, eps=eps)
+        return self.apply("group_norm", x, weight, bias, batch=batch, channels=channels, spatial=spatial, num_groups=num_groups, eps=eps)

@@ -41,7 +41,7 @@ def _(g, node, dy):
 
 
 for _d in (sum_all, mean_all):
-    examples(_d, lambda g, f, shape, _n=_d.name: g._emit(_n, f.param(g, "x", shape)), {"shape": [4, 3]}, {"shape": [2, 3, 5]})
+    examples(_d, lambda g, f, shape, _n=_d.name: g.apply(_n, f.param(g, "x", shape)), {"shape": [4, 3]}, {"shape": [2, 3, 5]})
 
 
 def _rowwise(name: str, ref, onnx_type: str):
@@ -55,7 +55,7 @@ def _rowwise(name: str, ref, onnx_type: str):
     d.numpy(ref)
     d.onnx(lambda ctx, node, x: ctx.op(onnx_type, x, axis=-1))
     examples(
-        d, lambda g, f, rows, cols: g._emit(name, f.param(g, "x", [rows, cols], -3, 3)), {"rows": 3, "cols": 7}, {"rows": 5, "cols": 2}
+        d, lambda g, f, rows, cols: g.apply(name, f.param(g, "x", [rows, cols], -3, 3)), {"rows": 3, "cols": 7}, {"rows": 5, "cols": 2}
     )
     return d
 
@@ -95,7 +95,7 @@ def _loss(name: str, pred: str, target: str, ref, lower, pred_range=(-2, 2), tar
     d.onnx(lambda ctx, node, p, t: _to_scalar(ctx, lower(ctx, node, p, t)))
 
     def ex(g, f, shape):
-        return g._emit(name, f.param(g, pred, shape, *pred_range), f.input(g, target, shape, *target_range))
+        return g.apply(name, f.param(g, pred, shape, *pred_range), f.input(g, target, shape, *target_range))
 
     examples(d, ex, {"shape": [4, 3]}, {"shape": [2, 10]})
     return d
@@ -180,32 +180,32 @@ def _(g, node, dy):
 class ReduceBuilders:
     def sum_all(self, x: NodeId) -> NodeId:
         """Sum of every element -> ``[1]``."""
-        return self._emit("sum_all", x)
+        return self.apply("sum_all", x)
 
     def mean_all(self, x: NodeId) -> NodeId:
         """Mean of every element -> ``[1]``."""
-        return self._emit("mean_all", x)
+        return self.apply("mean_all", x)
 
     def softmax(self, x: NodeId) -> NodeId:
         """Numerically stable softmax of each row of a 2-D ``[batch, features]`` tensor."""
-        return self._emit("softmax", x)
+        return self.apply("softmax", x)
 
     def log_softmax(self, x: NodeId) -> NodeId:
         """Numerically stable log-softmax of each row of a 2-D tensor."""
-        return self._emit("log_softmax", x)
+        return self.apply("log_softmax", x)
 
     def cross_entropy_loss(self, logits: NodeId, labels: NodeId) -> NodeId:
         """``-(1/B) sum_b sum_c labels[b,c] * log_softmax(logits)[b,c]``; both ``[B, C]``; -> ``[1]``."""
-        return self._emit("cross_entropy_loss", logits, labels)
+        return self.apply("cross_entropy_loss", logits, labels)
 
     def bce_loss(self, pred: NodeId, labels: NodeId) -> NodeId:
         """Binary cross-entropy ``-mean(t log p + (1 - t) log(1 - p))``; pred in (0, 1); -> ``[1]``."""
-        return self._emit("bce_loss", pred, labels)
+        return self.apply("bce_loss", pred, labels)
 
     def mse_loss(self, pred: NodeId, target: NodeId) -> NodeId:
         """``mean((pred - target)^2)`` -> ``[1]``."""
-        return self._emit("mse_loss", pred, target)
+        return self.apply("mse_loss", pred, target)
 
     def l1_loss(self, pred: NodeId, target: NodeId) -> NodeId:
         """``mean(|pred - target|)`` -> ``[1]``."""
-        return self._emit("l1_loss", pred, target)
+        return self.apply("l1_loss", pred, target)

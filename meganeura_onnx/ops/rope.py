@@ -137,13 +137,13 @@ def _rope_node(ctx, x, dyn, a, width: int) -> str:
 def _(g, node, dy):
     # A rotation's transpose is the rotation by the negated angle; the offset (U32) has no gradient.
     attrs = {**node.attrs, "inverse": not node.attrs.get("inverse", False)}
-    return [g._emit("rope", dy, *node.inputs[1:], **attrs)] + [None] * (len(node.inputs) - 1)
+    return [g.apply("rope", dy, *node.inputs[1:], **attrs)] + [None] * (len(node.inputs) - 1)
 
 
 def _ex(g, f, seq, width, hd, static, dynamic, inverse=False, period=None):
     x = f.param(g, "x", [seq, width])
     if inverse or period:
-        return g._emit("rope", x, theta=10000.0, head_dim=hd, offset_static=static, inverse=inverse, period=period)
+        return g.apply("rope", x, theta=10000.0, head_dim=hd, offset_static=static, inverse=inverse, period=period)
     if dynamic is None:
         return g.rope_with_offset(x, 10000.0, static, hd) if static else g.rope(x, 10000.0, hd)
     off = g.input_u32("offset", [1])
@@ -165,12 +165,12 @@ examples(
 class RopeBuilders:
     def rope(self, x: NodeId, theta: float, head_dim: int) -> NodeId:
         """Rotary embeddings on x ``[seq, dim]`` (dim % head_dim == 0, head_dim even); row i at position i."""
-        return self._emit("rope", x, theta=theta, head_dim=head_dim, offset_static=0)
+        return self.apply("rope", x, theta=theta, head_dim=head_dim, offset_static=0)
 
     def rope_with_offset(self, x: NodeId, theta: float, pos_offset: int, head_dim: int) -> NodeId:
         """Like :meth:`rope` with row i at position ``i + pos_offset`` (a static int)."""
-        return self._emit("rope", x, theta=theta, head_dim=head_dim, offset_static=pos_offset)
+        return self.apply("rope", x, theta=theta, head_dim=head_dim, offset_static=pos_offset)
 
     def rope_dynamic_offset(self, x: NodeId, theta: float, offset: NodeId, head_dim: int) -> NodeId:
         """Like :meth:`rope` with row i at position ``i + offset[0]``, offset a U32 ``[1]`` node."""
-        return self._emit("rope", x, offset, theta=theta, head_dim=head_dim, offset_static=0)
+        return self.apply("rope", x, offset, theta=theta, head_dim=head_dim, offset_static=0)

@@ -126,7 +126,7 @@ row_sum.onnx(lambda ctx, node, x: ctx.op("ReduceSum", x, ctx.ints([1]), keepdims
 row_sum.vjp(lambda g, node, dy: [g.broadcast_to(dy, g.node(node.inputs[0]).ty.shape)])
 
 for _d in (col_sum, row_sum):
-    examples(_d, lambda g, f, m, n, _name=_d.name: g._emit(_name, f.param(g, "x", [m, n])), {"m": 3, "n": 5}, {"m": 6, "n": 1})
+    examples(_d, lambda g, f, m, n, _name=_d.name: g.apply(_name, f.param(g, "x", [m, n])), {"m": 3, "n": 5}, {"m": 6, "n": 1})
 
 
 @zeros.shape
@@ -149,20 +149,20 @@ examples(zeros, lambda g, f, shape: g.add(g.zeros(shape), f.param(g, "x", shape)
 class ShapeBuilders:
     def reshape(self, x: NodeId, shape: Sequence[int]) -> NodeId:
         """The same elements in a new shape (row-major)."""
-        return self._emit("reshape", x, shape=tuple(int(d) for d in shape))
+        return self.apply("reshape", x, shape=tuple(int(d) for d in shape))
 
     def broadcast_to(self, x: NodeId, shape: Sequence[int]) -> NodeId:
         """Repeat x to ``shape``: ``[1]`` -> any shape; ``[N]``, ``[1, N]`` or ``[M, 1]`` -> ``[M, N]``."""
-        return self._emit("broadcast_to", x, shape=tuple(int(d) for d in shape))
+        return self.apply("broadcast_to", x, shape=tuple(int(d) for d in shape))
 
     def col_sum(self, x: NodeId) -> NodeId:
         """Sum over rows: ``[M, N] -> [N]`` (the gradient of a bias)."""
-        return self._emit("col_sum", x)
+        return self.apply("col_sum", x)
 
     def row_sum(self, x: NodeId) -> NodeId:
         """Sum over each row: ``[M, N] -> [M, 1]``."""
-        return self._emit("row_sum", x)
+        return self.apply("row_sum", x)
 
     def zeros(self, shape: Sequence[int]) -> NodeId:
         """An F32 tensor of zeros (no gradient)."""
-        return self._emit("zeros", shape=tuple(int(d) for d in shape))
+        return self.apply("zeros", shape=tuple(int(d) for d in shape))

@@ -15,7 +15,7 @@ An op module declares an op by creating an :class:`OpDef` and filling its slots 
     def _(ctx, node, a, b): return ctx.op("MatMul", a, b)
 
 The builder method with the user-facing signature lives beside it in the same module (a mixin of
-:class:`meganeura_onnx.Graph`) and calls ``self._emit("matmul", a, b)``.
+:class:`meganeura_onnx.Graph`) and calls ``self.apply("matmul", a, b)``.
 """
 
 from __future__ import annotations
