@@ -9,6 +9,7 @@ import numpy as np
 from ..export import to_model
 from ..graph import Graph
 from ..init import default_parameters
+from ..transforms.rewrite import optimize as optimize_graph
 from .session import Session
 
 
@@ -43,6 +44,7 @@ def build_inference_session(
     opset: int | None = None,
     use_custom_ops: bool = True,
     cuda_graph: bool = False,
+    optimize: bool = True,
 ) -> Session:
     """Compile ``graph`` for inference on ``device`` ("cpu" or "cuda").
 
@@ -52,9 +54,12 @@ def build_inference_session(
     The com.meganeura kernel library is registered when built (``use_custom_ops=False`` runs the
     function bodies instead). ``cuda_graph=True`` (CUDA only) captures the run as a CUDA graph on
     the first ``step()`` and replays it after, removing per-kernel launch cost; it needs every buffer
-    to stay put, i.e. KV caches updated in place by the CacheWrite kernel.
+    to stay put, i.e. KV caches updated in place by the CacheWrite kernel. ``optimize`` (default True)
+    runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`); its report is the
+    session's ``report`` attribute (``None`` with ``optimize=False``).
     """
-    model, spec = to_model(graph, opset=opset, params_as_inputs=True, with_state=True)
+    compiled, report = optimize_graph(graph, stage="inference") if optimize else (graph, None)
+    model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
     names = set(graph.parameters())
     unknown = set(parameters or {}) - names
     if unknown:
@@ -66,7 +71,7 @@ def build_inference_session(
     outputs = [f"output_{k}" for k in range(len(graph.outputs()))]
     output_types = {name: graph.node(nid).ty for name, nid in zip(outputs, graph.outputs(), strict=True)}
     output_types.update({out: types[name] for name, out in spec.state.items()})
-    return Session(
+    session = Session(
         model,
         inputs={k: v for k, v in types.items() if k not in spec.state},
         persistent=values,
@@ -81,3 +86,5 @@ def build_inference_session(
         cuda_graph=cuda_graph,
         position_limits=position_limits(graph),
     )
+    session.report = report
+    return session
