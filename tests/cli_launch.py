@@ -66,7 +66,12 @@ def meganeura_batch(invocations: list[list[str]], timeout: float = 600, env: dic
     full_env.pop("MEGANEURA_DEBUG", None)
     full_env.update(env or {})
     r = subprocess.run(
-        [sys.executable, "-c", _BATCH, str(ROOT)], input=json.dumps(invocations), capture_output=True, text=True, timeout=timeout, env=full_env
+        [sys.executable, "-c", _BATCH, str(ROOT)],
+        input=json.dumps(invocations),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
     )
     if r.returncode != 0:
         raise AssertionError(f"the CLI driver itself died with status {r.returncode}:\n{r.stderr[-4000:]}")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from cli_launch import ROOT, meganeura, meganeura_batch
 
-TINY_MODEL = '''
+TINY_MODEL = """
 import numpy as np
 from meganeura_onnx import Graph
 
@@ -36,7 +36,7 @@ def data():
     x = rng.standard_normal((16, 6)).astype(np.float32)
     y = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 16)]
     return {"x_train": x, "y_train": y, "x_test": x, "y_test": y}
-'''
+"""
 
 BROKEN_MODELS = {
     "syntax.py": "def build(:\n    pass\n",
