@@ -71,7 +71,7 @@ def build_inference_session(
                 f"build_inference_session: KV-cache input {name!r} must have a static shape (it is session state), got {list(types[name].shape)}"
             )
     state = {name: (out, np.zeros(types[name].shape, np.float32)) for name, out in spec.state.items()}
-    outputs = [f"output_{k}" for k in range(len(graph.outputs()))]
+    outputs = graph.output_names()
     output_types = {name: graph.node(nid).ty for name, nid in zip(outputs, graph.outputs(), strict=True)}
     output_types.update({out: types[name] for name, out in spec.state.items()})
     return Session(

@@ -364,16 +364,26 @@ class Session:
     def num_outputs(self) -> int:
         return len(self._output_names)
 
+    def output_names(self) -> list[str]:
+        """The graph's output names in order (``set_outputs({"loss": ..., "logits": ...})``; ``output_<k>`` for a list)."""
+        return list(self._output_names)
+
+    def read_output(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
+        """The output called ``name`` as a numpy array (or copied into ``out``)."""
+        if name not in self._output_names:
+            raise KeyError(f"read_output: no output named {name!r}; the session has {self._output_names}")
+        return self._read_output(name, out, "read_output", f"output {name!r}")
+
     def read_output_by_index(self, index: int, out: np.ndarray | None = None) -> np.ndarray:
         """Output ``index`` (0 = primary) as a numpy array, or copied into ``out`` when given."""
         if not isinstance(index, int) or not 0 <= index < len(self._output_names):
             raise IndexError(f"read_output_by_index: index {index!r} out of range; the session has {len(self._output_names)} outputs")
-        name = self._output_names[index]
-        if name not in self._outputs:
-            raise RuntimeError(
-                f"read_output_by_index: output {index} has symbolic shape {list(self._output_types[name].shape)}; run step() first"
-            )
-        return self._read(self._outputs[name], out, f"output {index}")
+        return self._read_output(self._output_names[index], out, "read_output_by_index", f"output {index}")
+
+    def _read_output(self, name: str, out: np.ndarray | None, what: str, label: str) -> np.ndarray:
+        if name not in self._outputs:  # a symbolic shape: the buffer comes with the first step
+            raise RuntimeError(f"{what}: {label} has symbolic shape {list(self._output_types[name].shape)}; run step() first")
+        return self._read(self._outputs[name], out, label)
 
     def read_loss(self) -> float:
         """Output 0 as a float when it is a scalar ``[1]`` (a loss), else 0.0 as in Meganeura."""
