@@ -18,6 +18,7 @@ from meganeura_onnx import Graph
 from meganeura_onnx.export import to_model
 from meganeura_onnx.ops import OPS, Feeds
 from meganeura_onnx.reference import evaluate
+from meganeura_onnx.runtime.custom_ops import custom_op_library
 
 SIZES = (2, 5)
 ROW_KEYS = ("m", "s", "seq", "t", "n", "rows")
@@ -65,6 +66,16 @@ def build(example, size: int, seed: int = 0) -> tuple[Graph, Feeds]:
 
 @pytest.mark.parametrize("name", [n for n, d in OPS.items() if not d.leaf and n not in STATIC_ONLY])
 def test_op_with_a_symbolic_dim_exports_once_and_matches_numpy_at_two_sizes(name):
+    check_symbolic_variant(name, library=None)  # com.meganeura ops run their function bodies
+
+
+@pytest.mark.skipif(custom_op_library("cpu") is None, reason="custom-op library not built (make -C custom_ops)")
+@pytest.mark.parametrize("name", ["rope", "cache_write", "cached_attention", "scatter_add"])
+def test_custom_op_kernel_with_a_symbolic_dim_matches_numpy_at_two_sizes(name):
+    check_symbolic_variant(name, library=custom_op_library("cpu"))
+
+
+def check_symbolic_variant(name: str, library: str | None) -> None:
     example = symbolic_variant(name)
     g, _ = build(example, SIZES[0])
     symbolic = [n for n in g.nodes() if not n.ty.is_static()]
@@ -76,7 +87,7 @@ def test_op_with_a_symbolic_dim_exports_once_and_matches_numpy_at_two_sizes(name
     assert "n" in dim_params
     for k, size in enumerate(SIZES):
         _, f = build(example, size, seed=k)
-        got = run_model(model, f.inputs)[0]
+        got = run_model(model, f.inputs, library)[0]
         want = evaluate(g, {**f.inputs, **params}, np.float64)[0]
         assert got.shape == want.shape, f"{name} at n={size}"
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{name} at n={size}")
