@@ -32,6 +32,21 @@ Lowering = Callable[..., str]
 VjpRule = Callable[..., list]
 
 
+@dataclass(frozen=True)
+class Rewrite:
+    """An e-graph rewrite rule: ``lhs`` and ``rhs`` are s-expressions over op names of the table.
+
+    ``?name`` is a pattern variable; an op's attributes are an optional last argument written as a
+    Python dict literal (``(gemm ?a ?b ?bias {"trans_b": True})``) or a variable (``?attrs``);
+    left out, they match any attributes on the left and mean ``{}`` on the right. A rule may
+    produce terms that fail a shape rule: the optimizer never extracts those.
+    """
+
+    name: str
+    lhs: str
+    rhs: str
+
+
 @dataclass
 class OpDef:
     """One op of the table. ``shape``/``numpy``/``onnx``/``vjp``/``example`` double as decorators."""
@@ -49,6 +64,8 @@ class OpDef:
     lowering: Lowering | None = None
     vjp_rule: VjpRule | None = None
     examples: list[Callable] = field(default_factory=list)
+    rewrites: list[Rewrite] = field(default_factory=list)
+    """E-graph rules stated next to this op (the fused op they produce, or the algebra of this op)."""
 
     def shape(self, fn: ShapeRule) -> ShapeRule:
         self.shape_rule = fn
@@ -65,6 +82,10 @@ class OpDef:
     def vjp(self, fn: VjpRule) -> VjpRule:
         self.vjp_rule = fn
         return fn
+
+    def rewrite(self, name: str, lhs: str, rhs: str) -> None:
+        """Declare the e-graph rule ``lhs -> rhs`` (see :class:`Rewrite`; ``name`` is global, used in reports)."""
+        self.rewrites.append(Rewrite(name, lhs, rhs))
 
     def example(self, fn: Callable) -> Callable:
         """Register ``fn(g, rng) -> (NodeId, feeds)``: a small graph using this op, with its data."""
