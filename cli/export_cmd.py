@@ -51,6 +51,7 @@ def export(
     click.echo(
         f"wrote {output}: {len(m.graph.node)} nodes, opset {m.opset_import[0].version}, IR {m.ir_version}"
         + (f", com.meganeura ops {custom}" if custom else "")
+        + f", outputs {[o.name for o in m.graph.output]}"
     )
 
 

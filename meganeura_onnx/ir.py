@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +86,7 @@ class GraphCore:
     def __init__(self) -> None:
         self._nodes: list[Node] = []
         self._outputs: list[NodeId] = []
+        self._output_names: list[str] = []
 
     # -- structure ------------------------------------------------------------------------------
     def nodes(self) -> list[Node]:
@@ -100,16 +102,37 @@ class GraphCore:
     def __len__(self) -> int:
         return len(self._nodes)
 
-    def set_outputs(self, ids: list[NodeId]) -> None:
-        """Mark nodes as graph outputs (index 0 is the primary output, e.g. the loss)."""
-        ids = list(ids)
+    def set_outputs(self, ids: Sequence[NodeId] | Mapping[str, NodeId]) -> None:
+        """Mark nodes as graph outputs (index 0 is the primary output, e.g. the loss).
+
+        A list names them ``output_0``, ``output_1``, ...; a dict ``{"loss": loss, "logits": logits}``
+        gives the names (in order) that the ONNX file, ``Session.read_output`` and the CLI use.
+        """
+        if isinstance(ids, Mapping):
+            names = list(ids.keys())
+            ids = list(ids.values())
+            for name in names:
+                if not isinstance(name, str) or not name:
+                    raise ValueError(f"set_outputs: output names must be non-empty strings, got {name!r}")
+        else:
+            ids = list(ids)
+            names = [f"output_{k}" for k in range(len(ids))]
         for i in ids:
             self.node(i)
         self._outputs = ids
+        self._output_names = names
 
     def outputs(self) -> list[NodeId]:
         """The output NodeIds set with :meth:`set_outputs`."""
         return list(self._outputs)
+
+    def output_names(self) -> list[str]:
+        """The output names, in output order (``output_<k>`` unless :meth:`set_outputs` got a dict)."""
+        return list(self._output_names)
+
+    def named_outputs(self) -> dict[str, NodeId]:
+        """Output name -> NodeId, in output order."""
+        return dict(zip(self._output_names, self._outputs, strict=True))
 
     def add_node(self, op: str, inputs: tuple[NodeId, ...], ty: TensorType, attrs: dict[str, Any]) -> NodeId:
         """Append a node whose type is already known. Builders call this after their shape rule."""
@@ -148,4 +171,5 @@ class GraphCore:
             n = self._nodes[nid]
             remap[nid] = out.add_node(n.op, tuple(remap[i] for i in n.inputs), n.ty, n.attrs)
         out._outputs = [remap[o] for o in self._outputs]
+        out._output_names = list(self._output_names)
         return out

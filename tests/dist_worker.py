@@ -21,12 +21,13 @@ from meganeura_onnx import Graph
 FEATURES, HIDDEN, CLASSES = 6, 16, 3
 
 
-def build(batch: int = 8) -> Graph:
+def build(batch: int = 8, named: bool = False) -> Graph:
     g = Graph()
     x = g.input("x", [batch, FEATURES])
     h = g.relu(g.bias_add(g.matmul(x, g.parameter("fc1.weight", [FEATURES, HIDDEN])), g.parameter("fc1.bias", [HIDDEN])))
     logits = g.bias_add(g.matmul(h, g.parameter("fc2.weight", [HIDDEN, CLASSES])), g.parameter("fc2.bias", [CLASSES]))
-    g.set_outputs([g.cross_entropy_loss(logits, g.input("labels", [batch, CLASSES])), logits])
+    loss = g.cross_entropy_loss(logits, g.input("labels", [batch, CLASSES]))
+    g.set_outputs({"loss": loss, "logits": logits} if named else [loss, logits])
     return g
 
 

@@ -95,9 +95,10 @@ def test_split_gradient_and_update_models_equal_the_fused_step_in_one_process(cl
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-6)
 
 
-def test_read_grad_equals_the_gradients_only_session():
+@pytest.mark.parametrize("named", [False, True])
+def test_read_grad_and_outputs_equal_the_gradients_only_session(named):
     case = _case()
-    g = dist_worker.build(GLOBAL_BATCH)
+    g = dist_worker.build(GLOBAL_BATCH, named=named)
     ref = build_session(g, parameters=case["params"])
     s = DataParallelSession(g, optimizer="sgd", parameters=case["params"], context=DistContext(0, 1, 0, "gloo"))
     for sess in (ref, s):
@@ -105,6 +106,9 @@ def test_read_grad_equals_the_gradients_only_session():
         sess.set_input("labels", case["labels"][0])
         sess.step()
     _assert_close({n: s.read_grad(n) for n in case["params"]}, {n: ref.read_grad(n) for n in case["params"]}, 1e-6)
+    assert s.num_outputs() == ref.num_outputs() == 2
+    for k in range(2):
+        np.testing.assert_allclose(s.read_output_by_index(k), ref.read_output_by_index(k), rtol=1e-6)
 
 
 def _torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess:

@@ -96,3 +96,51 @@ def test_rms_norm_lowering_is_fused_by_onnx_runtime_into_one_kernel(tmp_path):
     opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
     ort.InferenceSession(export_onnx(g).SerializeToString(), opts, providers=["CPUExecutionProvider"])
     assert [n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node] == ["SimplifiedLayerNormalization"]
+
+
+def test_named_outputs_reach_the_onnx_file_and_the_session():
+    from meganeura_onnx import build_inference_session
+
+    g = Graph()
+    x = g.input("x", [2, 3])
+    logits = g.matmul(x, g.parameter("w", [3, 4]))
+    g.set_outputs({"logits": logits, "probs": g.softmax(logits)})
+    model = export_onnx(g)
+    assert [o.name for o in model.graph.output] == ["logits", "probs"]
+    s = build_inference_session(g)
+    xv = np.arange(6, dtype=np.float32).reshape(2, 3)
+    s.set_input("x", xv)
+    s.step()
+    want = xv @ default_parameters(g)["w"]
+    np.testing.assert_allclose(s.read_output("logits"), want, rtol=1e-6)
+    np.testing.assert_allclose(s.read_output("probs").sum(axis=1), [1.0, 1.0], rtol=1e-6)
+    assert s.output_names() == ["logits", "probs"]
+    with pytest.raises(KeyError, match="no output named 'loss'"):
+        s.read_output("loss")
+
+
+def test_list_outputs_keep_their_positional_names_and_clashing_names_are_rejected():
+    g = Graph()
+    x = g.input("x", [2])
+    g.set_outputs([g.relu(x), g.neg(x)])
+    assert [o.name for o in export_onnx(g).graph.output] == ["output_0", "output_1"]
+    g.set_outputs({"x": g.relu(x)})
+    with pytest.raises(ValueError, match="output name 'x' is also the name of an input"):
+        export_onnx(g)
+    with pytest.raises(ValueError, match="non-empty strings"):
+        g.set_outputs({"": x})
+
+
+def test_training_session_keeps_output_names():
+    from meganeura_onnx import build_session
+
+    g = Graph()
+    x = g.input("x", [4, 3])
+    logits = g.matmul(x, g.parameter("w", [3, 2]))
+    g.set_outputs({"loss": g.mse_loss(logits, g.input("y", [4, 2])), "logits": logits})
+    s = build_session(g, optimizer=None)
+    xv = np.ones((4, 3), np.float32)
+    s.set_input("x", xv)
+    s.step()
+    assert s.output_names()[:2] == ["loss", "logits"]  # then the gradients, grad.<name>
+    np.testing.assert_allclose(s.read_output("logits"), xv @ s.read_param("w"), rtol=1e-6)

@@ -120,7 +120,7 @@ def to_model(
             names[n.id] = OPS[n.op].lowering(ctx, n, *(names[i] for i in n.inputs))
     ctx.prefix, ctx.doc = "", ""
 
-    outputs: list[tuple[str, NodeId]] = [(f"output_{k}", nid) for k, nid in enumerate(graph.outputs())]
+    outputs: list[tuple[str, NodeId]] = list(graph.named_outputs().items())
     if with_state:
         consumers: dict[NodeId, int] = {}
         for n in graph.nodes():
@@ -133,6 +133,7 @@ def to_model(
             if consumers[leaf_ids[name]] == 1 and graph.node(nid).inputs[1] == leaf_ids[name]:
                 spec.inplace.add(name)
     outputs += list((extra_outputs or {}).items())
+    _check_output_names([name for name, _ in outputs], spec.inputs + spec.parameters)
     # A graph output takes over the name of the value that computes it (no Identity copy: an
     # in-place CacheWrite must write straight into the bound state buffer). Values that are graph
     # inputs/initializers or already claimed by another output go through an Identity.
@@ -163,6 +164,17 @@ def to_model(
     model.doc_string = "Exported by meganeura-onnx from a Graph."
     helper.set_model_props(model, {"meganeura.parameters": json.dumps(spec.parameters), "meganeura.graph_nodes": str(len(graph))})
     return model, spec
+
+
+def _check_output_names(outputs: list[str], leaves: list[str]) -> None:
+    """ONNX value names are one namespace: an output may not repeat another output or a leaf's name."""
+    seen: set[str] = set()
+    for name in outputs:
+        if name in seen:
+            raise ValueError(f"export: output name {name!r} is used twice (outputs {outputs})")
+        if name in leaves:
+            raise ValueError(f"export: output name {name!r} is also the name of an input or parameter; rename the output")
+        seen.add(name)
 
 
 def export_onnx(

@@ -126,10 +126,12 @@ def _int64(name: str, values: Sequence[int]) -> TensorProto:
     return numpy_helper.from_array(np.asarray(values, np.int64), name)
 
 
-def flatten_gradients(model: onnx.ModelProto, trainable: Sequence[str], shapes: Mapping[str, Sequence[int]]) -> list[FlatSlot]:
-    """Rewrite a gradients-only train-step model in place: outputs ``output_0`` (the loss) and
-    ``grad.<p>`` become one output ``grads.flat`` (gradients in ``trainable`` order, then the
-    loss). Returns the layout."""
+def flatten_gradients(
+    model: onnx.ModelProto, trainable: Sequence[str], shapes: Mapping[str, Sequence[int]], loss: str = "output_0"
+) -> list[FlatSlot]:
+    """Rewrite a gradients-only train-step model in place: outputs ``loss`` (the loss's output
+    name) and ``grad.<p>`` become one output ``grads.flat`` (gradients in ``trainable`` order, then
+    the loss). Returns the layout."""
     g = model.graph
     slots, offset = [], 0
     for name in trainable:
@@ -138,11 +140,11 @@ def flatten_gradients(model: onnx.ModelProto, trainable: Sequence[str], shapes: 
         offset += size
     g.initializer.append(_int64("flat/minus_one", [-1]))
     pieces = []
-    for src in [f"grad.{s.name}" for s in slots] + ["output_0"]:
+    for src in [f"grad.{s.name}" for s in slots] + [loss]:
         pieces.append(f"flat/{src}")
         g.node.append(helper.make_node("Reshape", [src, "flat/minus_one"], [pieces[-1]], name=f"flat/{src}/Reshape"))
     g.node.append(helper.make_node("Concat", pieces, [FLAT], axis=0, name="flat/Concat"))
-    dropped = {f"grad.{s.name}" for s in slots} | {"output_0"}
+    dropped = {f"grad.{s.name}" for s in slots} | {loss}
     kept = [o for o in g.output if o.name not in dropped]
     del g.output[:]
     g.output.extend([helper.make_tensor_value_info(FLAT, TensorProto.FLOAT, [offset + 1]), *kept])
@@ -226,7 +228,8 @@ class DataParallelSession:
         forward = optimize(graph)[0] if rewrite else graph
         prog = compile_program(forward, None, opset)
         self._prog, self._opset, self._bucket_mb = prog, opset, bucket_mb
-        self._slots = flatten_gradients(prog.model, prog.trainable, prog.params)
+        loss = next(iter(prog.outputs))  # output 0: "output_0" unless the graph names its outputs
+        self._slots = flatten_gradients(prog.model, prog.trainable, prog.params, loss)
         self._providers, self._device = providers_for(device)
         if self._device == "cuda":  # GPU LOCAL_RANK of this host
             self._providers = [
@@ -244,7 +247,7 @@ class DataParallelSession:
         self._frozen = {n: self._value(values[n]) for n in prog.params if n not in trainable}
         self._inputs = {n: self._value(np.zeros(shape, NUMPY[DType(dt)])) for n, (shape, dt) in prog.inputs.items()}
         self._outputs = {
-            n: self._value(np.zeros(s, np.float32)) for n, s in prog.outputs.items() if n != "output_0" and not n.startswith("grad.")
+            n: self._value(np.zeros(s, np.float32)) for n, s in prog.outputs.items() if n != loss and not n.startswith("grad.")
         }
         total = self._slots[-1].offset + self._slots[-1].size if self._slots else 0
         self._flat = self._value(np.zeros(total + 1, np.float32))
@@ -432,7 +435,7 @@ class DataParallelSession:
             raise IndexError(f"read_output_by_index: index {index!r} out of range; the session has {self.num_outputs()} outputs")
         if index == 0:
             return np.array([self.read_loss()], np.float32)
-        return np.array(self._outputs[f"output_{index}"].numpy(), copy=True)
+        return np.array(self._outputs[list(self._outputs)[index - 1]].numpy(), copy=True)
 
     def _param_value(self, name: str, what: str) -> ort.OrtValue:
         if name in self._frozen:

@@ -63,7 +63,7 @@ def build_inference_session(
     values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
     types = {n.attrs["name"]: n.ty for n in graph.nodes() if n.op in ("input", "input_u32")}
     state = {name: (out, np.zeros(types[name].shape, np.float32)) for name, out in spec.state.items()}
-    outputs = [f"output_{k}" for k in range(len(graph.outputs()))]
+    outputs = graph.output_names()
     output_types = {name: graph.node(nid).ty for name, nid in zip(outputs, graph.outputs(), strict=True)}
     output_types.update({out: types[name] for name, out in spec.state.items()})
     return Session(

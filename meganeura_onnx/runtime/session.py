@@ -310,6 +310,16 @@ class Session:
     def num_outputs(self) -> int:
         return len(self._output_names)
 
+    def output_names(self) -> list[str]:
+        """The graph's output names in order (``set_outputs({"loss": ..., "logits": ...})``; ``output_<k>`` for a list)."""
+        return list(self._output_names)
+
+    def read_output(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
+        """The output called ``name`` as a numpy array (or copied into ``out``)."""
+        if name not in self._output_names:
+            raise KeyError(f"read_output: no output named {name!r}; the session has {self._output_names}")
+        return self._read(self._outputs[name], out, f"output {name!r}")
+
     def read_output_by_index(self, index: int, out: np.ndarray | None = None) -> np.ndarray:
         """Output ``index`` (0 = primary) as a numpy array, or copied into ``out`` when given."""
         if not isinstance(index, int) or not 0 <= index < len(self._output_names):
