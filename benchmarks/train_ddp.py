@@ -204,7 +204,13 @@ def main() -> None:
         "env": {"NCCL_NVLS_ENABLE": "0"},
         "parity_tiny_llama_2gpu_vs_1gpu": parity,
         "smollm2_135m_shape": {
-            "config": {**SMOL, "layers": a.layers, "precision": "strict fp32", "optimizer": "adamw", "labels": "index (sparse cross entropy)"},
+            "config": {
+                **SMOL,
+                "layers": a.layers,
+                "precision": "strict fp32",
+                "optimizer": "adamw",
+                "labels": "index (sparse cross entropy)",
+            },
             "one_gpu_fused_batch_8x256": speed["fused1"],
             "one_gpu_split_models_batch_8x256": speed["split1"],
             "two_gpus_global_batch_16x256": speed["ddp2"],
