@@ -97,8 +97,13 @@ def to_model(
 
     def vinfo(name: str, nid: NodeId) -> onnx.ValueInfoProto:
         ty = graph.node(nid).ty
+        # A symbolic dim is written as dim_param (its name, or the canonical expression "batch*seq").
         return helper.make_tensor_value_info(name, ONNX_DTYPE[ty.dtype], list(ty.shape))
 
+    for n in graph.nodes():  # where lowerings read each symbolic size (Shape of the first input naming it)
+        for axis, d in enumerate(n.ty.shape if n.op in ("input", "input_u32") else ()):
+            if isinstance(d, str):
+                ctx.symbols.setdefault(d, (n.attrs["name"], axis))
     for n in graph.nodes():
         if n.op in ("input", "input_u32"):
             names[n.id] = n.attrs["name"]
