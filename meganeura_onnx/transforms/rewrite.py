@@ -10,6 +10,7 @@ writes its output once::
 
     cost(node) = KERNEL_BYTES + bytes(inputs) + bytes(output)        leaves: 0
 
+(a symbolic dimension counts as ``SYMBOLIC_DIM`` = 64).
 ``KERNEL_BYTES`` (8 MiB) prices a launch as the memory traffic an H200-class GPU moves in the few
 microseconds a launch and its synchronisation take, so one fewer kernel outweighs any traffic a fusion
 adds on the small tensors of a decode step, while among equal kernel counts the plan that moves fewer
@@ -115,8 +116,16 @@ class OptimizeReport:
 
 
 # -- cost model -------------------------------------------------------------------------------------
+SYMBOLIC_DIM = 64
+"""The size the cost model assumes for a symbolic dimension (``"batch"``, ``"seq"``)."""
+
+
+def tensor_bytes(t: TensorType) -> int:
+    return t.resolve(dict.fromkeys(t.symbols(), SYMBOLIC_DIM)).size_bytes()
+
+
 def node_cost(inputs: list[TensorType], out: TensorType) -> int:
-    return KERNEL_BYTES + sum(t.size_bytes() for t in inputs) + out.size_bytes()
+    return KERNEL_BYTES + sum(tensor_bytes(t) for t in inputs) + tensor_bytes(out)
 
 
 def _typecheck(sat: Saturated, nodes: list[Node]) -> tuple[dict[int, TensorType], list[int | None]]:
@@ -297,5 +306,5 @@ def _rebuild(graph: Graph, sat: Saturated, choice: dict[int, int], order: list[i
             new_id[c] = leaf_of[e.leaf_id]
         else:
             new_id[c] = out.apply(e.op, *(new_id[k] for k in e.children), **sat.keys.attrs(e.attrs_key))
-    out.set_outputs([new_id[sat.node_class[o]] for o in graph.outputs()])
+    out.set_outputs({name: new_id[sat.node_class[o]] for name, o in graph.named_outputs().items()})
     return out
