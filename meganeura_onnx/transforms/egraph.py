@@ -45,21 +45,30 @@ class AttrKeys:
 
     def __init__(self) -> None:
         self._by_key: dict[str, dict[str, Any]] = {}
+        self._plain: dict[str, bool] = {}  # repr -> whether it reads back as the same dict
         self._unique = 0
 
     def key(self, attrs: dict[str, Any], unique: bool = False) -> str:
         text = repr(dict(sorted(attrs.items())))
-        if not unique and '"' not in text and "\\" not in text:
-            try:
-                if ast.literal_eval(text) == attrs:
-                    self._by_key[text] = dict(attrs)
-                    return text
-            except (ValueError, SyntaxError):
-                pass
+        if not unique and self._is_plain(text, attrs):
+            return text
         self._unique += 1
         key = f"@{self._unique}"
         self._by_key[key] = dict(attrs)
         return key
+
+    def _is_plain(self, text: str, attrs: dict[str, Any]) -> bool:
+        if text not in self._plain:
+            plain = False
+            if '"' not in text and "\\" not in text:
+                try:
+                    plain = ast.literal_eval(text) == attrs
+                except (ValueError, SyntaxError):
+                    pass
+            self._plain[text] = plain
+            if plain:
+                self._by_key[text] = dict(attrs)
+        return self._plain[text]
 
     def attrs(self, key: str) -> dict[str, Any]:
         if key not in self._by_key:  # written by a rule
@@ -218,15 +227,15 @@ def rule_program(rules: list[Rewrite], keys: AttrKeys) -> str:
 
 
 # -- the graph as rows ------------------------------------------------------------------------------
-def node_rows(nodes: list[Node], keys: AttrKeys) -> dict[str, list[str]]:
-    """Relation name -> tab-separated rows, one per node (leaves: ``in_Leaf``)."""
+def node_rows(nodes: list[Node], keys: AttrKeys, node_keys: dict[int, str]) -> dict[str, list[str]]:
+    """Relation name -> tab-separated rows, one per node (leaves: ``in_Leaf``); fills ``node_keys``."""
     rows: dict[str, list[str]] = {}
     for n in nodes:
         d = OPS[n.op]
         if d.leaf:
             rows.setdefault("in_Leaf", []).append(str(n.id))
             continue
-        key = keys.key(n.attrs, unique=writes_in_place(d))
+        key = node_keys[n.id] = keys.key(n.attrs, unique=writes_in_place(d))
         cells = [str(n.id), *(str(i) for i in n.inputs), key]
         rows.setdefault(f"in_{constructor(n.op, len(n.inputs))}", []).append("\t".join(cells))
     return rows
@@ -280,6 +289,7 @@ class Saturated:
     seconds: float
     program: str = ""
     keys: AttrKeys = field(default_factory=AttrKeys)
+    node_keys: dict[int, str] = field(default_factory=dict)  # graph NodeId -> its attributes' key
 
 
 def egglog_bindings() -> Any:
@@ -317,7 +327,8 @@ def saturate(nodes: list[Node], rules: list[Rewrite], limits: Limits) -> Saturat
     t0 = time.perf_counter()
     keys = AttrKeys()
     head = declarations(used_constructors(nodes, rules)) + rule_program(rules, keys)
-    rows = node_rows(nodes, keys)
+    node_keys: dict[int, str] = {}
+    rows = node_rows(nodes, keys, node_keys)
     eg = EGraph()
     with tempfile.TemporaryDirectory(prefix="meganeura-egraph-") as tmp:
         inputs = []
@@ -347,7 +358,7 @@ def saturate(nodes: list[Node], rules: list[Rewrite], limits: Limits) -> Saturat
     enodes, node_class, num_classes = _read_back(eg)
     program = head + ";; the graph's nodes (loaded from tab-separated files with `input`):\n" + facts_text(rows)
     program += f"(run load 1)\n(run-schedule (repeat {limits.iterations} (run {RULESET} 1)))\n"
-    return Saturated(enodes, node_class, num_classes, matches, it, stop, time.perf_counter() - t0, program, keys)
+    return Saturated(enodes, node_class, num_classes, matches, it, stop, time.perf_counter() - t0, program, keys, node_keys)
 
 
 def _read_back(eg: Any) -> tuple[list[ENode], dict[int, int], int]:

@@ -26,6 +26,7 @@ outputs (same order), and in-place ops (``cache_write``: never merged, never rew
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import deque
@@ -120,7 +121,10 @@ SYMBOLIC_DIM = 64
 """The size the cost model assumes for a symbolic dimension (``"batch"``, ``"seq"``)."""
 
 
+@functools.lru_cache(maxsize=65536)
 def tensor_bytes(t: TensorType) -> int:
+    if t.is_static():
+        return math.prod(t.shape) * t.dtype.size_bytes()
     return t.resolve(dict.fromkeys(t.symbols(), SYMBOLIC_DIM)).size_bytes()
 
 
@@ -132,6 +136,8 @@ def _typecheck(sat: Saturated, nodes: list[Node]) -> tuple[dict[int, TensorType]
     """E-class types (from the graph's nodes, then the shape rules) and each e-node's own cost
     (None where its shape rule rejects it)."""
     types = {sat.node_class[n.id]: n.ty for n in nodes}
+    # An e-node that is a node of the graph (same op, input e-classes and attributes) is valid as is.
+    known = {(n.op, tuple(sat.node_class[i] for i in n.inputs), sat.node_keys[n.id]): n.ty for n in nodes if n.id in sat.node_keys}
     costs: list[int | None] = [None] * len(sat.enodes)
     pending = list(range(len(sat.enodes)))
     while pending:
@@ -145,7 +151,7 @@ def _typecheck(sat: Saturated, nodes: list[Node]) -> tuple[dict[int, TensorType]
                 later.append(k)
                 continue
             progress = True
-            out = _infer(e, [types[c] for c in e.children], sat)
+            out = known.get((e.op, e.children, e.attrs_key)) or _infer(e, [types[c] for c in e.children], sat)
             if out is None or types.setdefault(e.eclass, out) != out:
                 continue
             costs[k] = node_cost([types[c] for c in e.children], out)
@@ -179,17 +185,21 @@ def _extract(sat: Saturated, costs: list[int | None], free: set[int]) -> dict[in
             parents.setdefault(c, []).append(k)
         if not e.children:
             queue.append(k)
-    best: dict[int, float] = {}
+    # Exact integers: tree costs double-count shared inputs, so on a deep graph with a residual
+    # stream they grow like 2**depth (a float overflows; a Python int does not, and the choices
+    # only compare alternatives over the same inputs).
+    best: dict[int, int] = {}
     choice: dict[int, int] = {}
-
-    def charged(c: int) -> float:
-        return 0.0 if c in free and c in best else best.get(c, math.inf)
-
     while queue:
         k = queue.popleft()
         e = sat.enodes[k]
-        total = costs[k] + sum(charged(c) for c in e.children)
-        if total < best.get(e.eclass, math.inf):
+        total = costs[k]
+        for c in e.children:
+            if c not in best:
+                total = None
+                break
+            total += 0 if c in free else best[c]
+        if total is not None and (e.eclass not in best or total < best[e.eclass]):
             best[e.eclass], choice[e.eclass] = total, k
             queue.extend(parents.get(e.eclass, ()))
     return choice
@@ -248,15 +258,17 @@ def optimize(graph: Graph, *, limits: Limits | None = None, stage: str = "forwar
     types, costs = _typecheck(sat, nodes)
     roots = [sat.node_class[o] for o in outputs]
     choice, order = _choose(sat, costs, roots)
-    before = _input_cost(graph)
+    live_in = graph.toposort()
+    before = _input_cost(live_in)
     after = _dag_cost(sat, costs, choice, order)
     kept = after > before
     out = graph if kept else _rebuild(graph, sat, choice, order)
+    live_out = live_in if kept else out.toposort()
     t2 = time.perf_counter()
     report = OptimizeReport(
         stage=stage,
-        nodes_before=len(graph.toposort()),
-        nodes_after=len(out.toposort()),
+        nodes_before=len(live_in),
+        nodes_after=len(live_out),
         eclasses=sat.num_classes,
         enodes=len(sat.enodes),
         iterations=sat.iterations,
@@ -270,19 +282,18 @@ def optimize(graph: Graph, *, limits: Limits | None = None, stage: str = "forwar
         kept_input=kept,
         program=sat.program,
     )
-    report.fusions, report.removed = _op_delta(graph, out)
+    report.fusions, report.removed = _op_delta(live_in, live_out)
     return out, report
 
 
-def _input_cost(graph: Graph) -> int:
-    live = graph.toposort()
+def _input_cost(live: Graph) -> int:
     return sum(node_cost([live.node(i).ty for i in n.inputs], n.ty) for n in live.nodes() if not OPS[n.op].leaf)
 
 
 def _op_delta(before: Graph, after: Graph) -> tuple[dict[str, int], dict[str, int]]:
     count_b: dict[str, int] = {}
     count_a: dict[str, int] = {}
-    for graph, count in ((before.toposort(), count_b), (after.toposort(), count_a)):
+    for graph, count in ((before, count_b), (after, count_a)):
         for n in graph.nodes():
             if not OPS[n.op].leaf:
                 count[n.op] = count.get(n.op, 0) + 1
