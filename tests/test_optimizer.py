@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -251,3 +252,19 @@ def test_cache_key_covers_the_optimize_setting_and_attributes(tmp_path):
     again = build_session_cached(_mlp(), path)
     assert again._prog.report is None, "the cached optimized model was not reused"
     assert again.report.stages[0].stage == "forward"
+
+
+def test_inspect_optimize_prints_the_report_of_a_model_file(tmp_path):
+    from cli_launch import ROOT, meganeura
+
+    model = str(ROOT / "models" / "mnist_mlp.py")
+    human = meganeura("inspect", "--optimize", model).stdout
+    assert "OptimizeReport (forward)" in human and "rules fired: matmul_bias_to_gemm x2" in human
+    assert "OptimizeReport (train step)" in human and "e-classes" in human and "saturation" in human
+    stages = json.loads(meganeura("inspect", "--optimize", model, "--json").stdout)["stages"]
+    assert [s["stage"] for s in stages] == ["forward", "train step"]
+    assert stages[0]["fusions"] == {"gemm": 2} and stages[0]["removed"] == {"bias_add": 2, "matmul": 2}
+    onnx_file = tmp_path / "m.onnx"
+    onnx_file.write_bytes(b"not a model file")
+    bad = meganeura("inspect", "--optimize", str(onnx_file), check=False)
+    assert bad.returncode != 0 and "--optimize takes a model file" in bad.stderr and "Traceback" not in bad.stderr

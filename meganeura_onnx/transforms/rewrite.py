@@ -104,7 +104,7 @@ class OptimizeReport:
         return "\n".join(
             [
                 f"OptimizeReport ({self.stage}): {self.nodes_before} -> {self.nodes_after} nodes in {self.seconds * 1e3:.1f} ms",
-                f"  e-graph: {self.eclasses} e-classes, {self.enodes} e-nodes, {self.iterations} iterations ({self.stop_reason})",
+                f"  e-graph: {self.eclasses} e-classes, {self.enodes} e-nodes, {self.iterations} iteration(s) ({self.stop_reason})",
                 f"  rules fired: {fired}",
                 f"  fusions applied: {fused}; ops removed: {removed}",
                 f"  cost: {self.cost_before} -> {self.cost_after}" + (" (kept the input graph)" if self.kept_input else ""),
