@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from ..graph import Graph
@@ -47,7 +47,8 @@ class OptimizeReport:
 
     ``rules_fired``: egglog's match count per rule, summed over iterations (a match found again in a
     later round counts again). ``fusions``: op -> how many more nodes of that op the result has than the
-    input (the fused ops the rules produced). ``kept_input``: extraction found nothing cheaper.
+    input (the fused ops the rules produced). ``kept_input``: the input graph was returned (no rule
+    matched and no subterm was shared, or extraction found nothing cheaper).
     """
 
     stage: str = "forward"
@@ -128,7 +129,8 @@ def tensor_bytes(t: TensorType) -> int:
     return t.resolve(dict.fromkeys(t.symbols(), SYMBOLIC_DIM)).size_bytes()
 
 
-def node_cost(inputs: list[TensorType], out: TensorType) -> int:
+@functools.lru_cache(maxsize=65536)
+def node_cost(inputs: tuple[TensorType, ...], out: TensorType) -> int:
     return KERNEL_BYTES + sum(tensor_bytes(t) for t in inputs) + tensor_bytes(out)
 
 
@@ -154,7 +156,7 @@ def _typecheck(sat: Saturated, nodes: list[Node]) -> tuple[dict[int, TensorType]
             out = known.get((e.op, e.children, e.attrs_key)) or _infer(e, [types[c] for c in e.children], sat)
             if out is None or types.setdefault(e.eclass, out) != out:
                 continue
-            costs[k] = node_cost([types[c] for c in e.children], out)
+            costs[k] = node_cost(tuple(types[c] for c in e.children), out)
         if not progress:
             break
         pending = later
@@ -232,6 +234,8 @@ def _choose(sat: Saturated, costs: list[int | None], roots: list[int]) -> tuple[
     order = _plan(sat, choice, roots)
     if order is None:
         raise RuntimeError("optimize: the extracted graph has a cycle or misses an output (a bug in the optimizer)")
+    if len(sat.enodes) == sat.num_classes:  # one e-node per e-class: nothing to choose
+        return choice, order
     for _ in range(3):  # sharing-aware passes: what the current plan computes anyway is free
         shared = _extract(sat, costs, set(order))
         shared_order = _plan(sat, shared, roots)
@@ -248,59 +252,55 @@ def _dag_cost(sat: Saturated, costs: list[int | None], choice: dict[int, int], o
 # -- the public pass --------------------------------------------------------------------------------
 def optimize(graph: Graph, *, limits: Limits | None = None, stage: str = "forward") -> tuple[Graph, OptimizeReport]:
     """A new graph with the op table's rewrites applied, and the report. ``graph`` is not modified; it is
-    returned itself when extraction finds nothing cheaper. Node counts in the report are of the nodes
-    the outputs depend on."""
+    returned itself when no rule matched or extraction finds nothing cheaper. Node counts in the
+    report are of the nodes the outputs depend on."""
     t0 = time.perf_counter()
     nodes = graph.nodes()
-    outputs = graph.outputs()
     sat = saturate(nodes, table_rules(), limits or Limits())
     t1 = time.perf_counter()
-    types, costs = _typecheck(sat, nodes)
-    roots = [sat.node_class[o] for o in outputs]
-    choice, order = _choose(sat, costs, roots)
-    live_in = graph.toposort()
-    before = _input_cost(live_in)
-    after = _dag_cost(sat, costs, choice, order)
-    kept = after > before
-    out = graph if kept else _rebuild(graph, sat, choice, order)
-    live_out = live_in if kept else out.toposort()
+    live = _live(nodes, graph.outputs())
+    before = sum(node_cost(tuple(nodes[i].ty for i in n.inputs), n.ty) for n in live if not OPS[n.op].leaf)
+    ops_before = Counter(n.op for n in live if not OPS[n.op].leaf)
+    out, after, ops_after, nodes_after = graph, before, ops_before, len(live)
+    if any(sat.matches.values()) or sat.num_classes < len(nodes):  # a rewrite or a shared subterm
+        _, costs = _typecheck(sat, nodes)
+        choice, order = _choose(sat, costs, [sat.node_class[o] for o in graph.outputs()])
+        cost = _dag_cost(sat, costs, choice, order)
+        if cost <= before:
+            out, after, nodes_after = _rebuild(graph, sat, choice, order), cost, len(order)
+            ops_after = Counter(op for op in (sat.enodes[choice[c]].op for c in order) if op is not None)
     t2 = time.perf_counter()
     report = OptimizeReport(
         stage=stage,
-        nodes_before=len(live_in),
-        nodes_after=len(live_out),
+        nodes_before=len(live),
+        nodes_after=nodes_after,
         eclasses=sat.num_classes,
         enodes=len(sat.enodes),
         iterations=sat.iterations,
         stop_reason=sat.stop_reason,
         rules_fired=sat.matches,
         cost_before=before,
-        cost_after=min(before, after),
+        cost_after=after,
         saturation_seconds=sat.seconds,
         extraction_seconds=t2 - t1,
         seconds=t2 - t0,
-        kept_input=kept,
+        kept_input=out is graph,
         program=sat.program,
     )
-    report.fusions, report.removed = _op_delta(live_in, live_out)
+    report.fusions = {op: ops_after[op] - ops_before[op] for op in sorted(ops_after) if ops_after[op] > ops_before[op]}
+    report.removed = {op: ops_before[op] - ops_after[op] for op in sorted(ops_before) if ops_before[op] > ops_after[op]}
     return out, report
 
 
-def _input_cost(live: Graph) -> int:
-    return sum(node_cost([live.node(i).ty for i in n.inputs], n.ty) for n in live.nodes() if not OPS[n.op].leaf)
-
-
-def _op_delta(before: Graph, after: Graph) -> tuple[dict[str, int], dict[str, int]]:
-    count_b: dict[str, int] = {}
-    count_a: dict[str, int] = {}
-    for graph, count in ((before, count_b), (after, count_a)):
-        for n in graph.nodes():
-            if not OPS[n.op].leaf:
-                count[n.op] = count.get(n.op, 0) + 1
-    ops = sorted(set(count_a) | set(count_b))
-    more = {op: count_a.get(op, 0) - count_b.get(op, 0) for op in ops if count_a.get(op, 0) > count_b.get(op, 0)}
-    fewer = {op: count_b.get(op, 0) - count_a.get(op, 0) for op in ops if count_b.get(op, 0) > count_a.get(op, 0)}
-    return more, fewer
+def _live(nodes: list[Node], outputs: list[int]) -> list[Node]:
+    """The nodes the outputs depend on."""
+    seen, stack = set(outputs), list(outputs)
+    while stack:
+        for i in nodes[stack.pop()].inputs:
+            if i not in seen:
+                seen.add(i)
+                stack.append(i)
+    return [nodes[i] for i in sorted(seen)]
 
 
 def _rebuild(graph: Graph, sat: Saturated, choice: dict[int, int], order: list[int]) -> Graph:
