@@ -52,7 +52,8 @@ def symbolic_variant(name: str):
         if "shape" in kw:
             override = {"shape": ["n", *kw["shape"][1:]]}
         else:
-            key = next(k for k in ROW_KEYS if k in kw)
+            key = next((k for k in ROW_KEYS if k in kw), None)
+            assert key is not None, f"{name}: no size argument to make symbolic in {kw}; add the op to VARIANTS or STATIC_ONLY"
             # self-attention examples tie query and key rows: both become "n"
             override = {k: "n" for k in (key, "skv") if k in kw and kw[k] == kw[key]}
     return functools.partial(ex.func, **{**kw, **override})
