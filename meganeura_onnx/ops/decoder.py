@@ -6,8 +6,9 @@ past + seq]`` (0 = padding: batched prompts are left-padded) and the ``position_
 the new tokens, and returns ``present`` keys/values ``[batch, kv_heads, past + seq, head_dim]``.
 
 Activations stay row-major 2-D as everywhere in the table: row ``b * seq + s`` is token ``s`` of
-sequence ``b``. Three ops cover what the ``cached_attention`` family does with a fixed-size cache:
+sequence ``b``. Four ops cover what the ``cached_attention`` family does with a fixed-size cache:
 
+- ``flatten_ids``: U32 ``[batch, seq]`` token ids -> ``[batch * seq]`` (the rows ``embedding`` reads).
 - ``rope_positions``: rotate-half RoPE with a position per row (read from ``position_ids``).
 - ``kv_concat``: ``present = concat(past, new rows as [batch, kv_heads, seq, head_dim])`` on axis 2.
 - ``masked_causal_attention``: query ``(b, s)`` sits at index ``past + s`` of ``present`` and
@@ -25,18 +26,32 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from ..ir import NodeId, TensorType, dim_add, dim_div, dim_prod
+from ..ir import DType, NodeId, TensorType, dim_add, dim_div, dim_mul, dim_prod
 from .attention import check_heads
 from .onnx_util import arange
 from .rope import inv_freq, rope_ref
 from .table import examples, op, positive_int, rank, require
 
+flatten_ids = op("flatten_ids", ("ids",), u32=("ids",), differentiable=False)
 rope_positions = op("rope_positions", ("x", "positions"), u32=("positions",))
 kv_concat = op("kv_concat", ("past", "new"), differentiable=False)
 masked_causal_attention = op("masked_causal_attention", ("q", "k", "v", "attention_mask"), u32=("attention_mask",), differentiable=False)
 
 MASKED = float(np.finfo(np.float32).min)
 """Score of a hidden key: the lowest finite float32, so a row with every key hidden stays finite."""
+
+
+# -- flatten_ids --------------------------------------------------------------------------------------
+@flatten_ids.shape
+def _(ids: TensorType) -> TensorType:
+    return TensorType((ids.elements(),), DType.U32)
+
+
+flatten_ids.numpy(lambda ids: ids.reshape(-1))
+flatten_ids.onnx(lambda ctx, node, ids: ctx.op("Reshape", ids, ctx.ints([-1])))
+examples(
+    flatten_ids, lambda g, f, batch, seq: g.flatten_ids(f.u32(g, "ids", [batch, seq], 100)), {"batch": 2, "seq": 3}, {"batch": 1, "seq": 5}
+)
 
 
 # -- rope_positions ---------------------------------------------------------------------------------
@@ -46,7 +61,9 @@ def _(x: TensorType, positions: TensorType, *, theta: float, head_dim: int, inve
     rank(name, x, 2, "x")
     positive_int(name, head_dim, "head_dim")
     require(head_dim % 2 == 0, name, f"head_dim must be even, got {head_dim}")
-    require(isinstance(x.shape[1], int) and x.shape[1] % head_dim == 0, name, f"x width {x.shape[1]} must be a multiple of head_dim {head_dim}")
+    require(
+        isinstance(x.shape[1], int) and x.shape[1] % head_dim == 0, name, f"x width {x.shape[1]} must be a multiple of head_dim {head_dim}"
+    )
     require(isinstance(theta, (int, float)) and theta > 0, name, f"theta must be a positive number, got {theta!r}")
     rows = dim_prod(positions.shape)
     require(rows == x.shape[0], name, f"positions {list(positions.shape)} must give one position per row of x {list(x.shape)}")
@@ -82,9 +99,17 @@ def _(g, node, dy):
     return [g.apply("rope_positions", dy, node.inputs[1], **attrs), None]
 
 
+def _rows(g, f, name, batch, seq, width):
+    """A float operand of ``batch * seq`` rows (a reshape, so ``seq`` may be symbolic)."""
+    return g.reshape(f.param(g, name, [batch, seq, width]), [dim_mul(batch, seq), width])
+
+
+def _size(f, d) -> int:
+    return f.sizes[d] if isinstance(d, str) else d
+
+
 def _ex_rope(g, f, batch, seq, width, hd, high):
-    x = f.param(g, "x", [batch * seq, width])
-    return g.rope_positions(x, f.u32(g, "position_ids", [batch, seq], high), 10000.0, hd)
+    return g.rope_positions(_rows(g, f, "x", batch, seq, width), f.u32(g, "position_ids", [batch, seq], high), 10000.0, hd)
 
 
 examples(
@@ -129,7 +154,7 @@ def _(ctx, node, past, new):
 
 
 def _ex_concat(g, f, batch, kvh, past, seq, hd):
-    return g.kv_concat(f.input(g, "past", [batch, kvh, past, hd]), f.param(g, "new", [batch * seq, kvh * hd]))
+    return g.kv_concat(f.input(g, "past", [batch, kvh, past, hd]), _rows(g, f, "new", batch, seq, kvh * hd))
 
 
 examples(
@@ -189,7 +214,9 @@ def _(ctx, node, q, k, v, mask):
     rep = h // kvh
     batch = ctx.op("Shape", k, start=0, end=1)
     total = ctx.op("Squeeze", ctx.op("Shape", k, start=2, end=3), ctx.ints([0]))
-    qh = ctx.op("Transpose", ctx.op("Reshape", q, ctx.op("Concat", batch, ctx.ints([-1, h, hd]), axis=0)), perm=[0, 2, 1, 3])  # [B, H, S, hd]
+    qh = ctx.op(
+        "Transpose", ctx.op("Reshape", q, ctx.op("Concat", batch, ctx.ints([-1, h, hd]), axis=0)), perm=[0, 2, 1, 3]
+    )  # [B, H, S, hd]
     seq = ctx.op("Squeeze", ctx.op("Shape", qh, start=2, end=3), ctx.ints([0]))
 
     def heads(x: str) -> str:  # [B, KVH, T, hd] -> [B, H, T, hd] (query head i reads KV head i // rep)
@@ -209,15 +236,19 @@ def _(ctx, node, q, k, v, mask):
 
 
 def _ex_attn(g, f, batch, seq, past, h, kvh, hd, pads):
-    total = past + seq
-    q = f.param(g, "q", [batch * seq, h * hd])
-    k = f.input(g, "k", [batch, kvh, total, hd])
-    v = f.input(g, "v", [batch, kvh, total, hd])
+    q = _rows(g, f, "q", batch, seq, h * hd)
+    if past:  # keys/values of the past tokens followed by this step's
+        k = g.kv_concat(f.input(g, "past_k", [batch, kvh, past, hd]), _rows(g, f, "k", batch, seq, kvh * hd))
+        v = g.kv_concat(f.input(g, "past_v", [batch, kvh, past, hd]), _rows(g, f, "v", batch, seq, kvh * hd))
+    else:
+        k, v = (f.input(g, name, [batch, kvh, seq, hd]) for name in ("k", "v"))
+    total = past + _size(f, seq)
     mask = np.ones((batch, total), np.uint32)
     for b, n in enumerate(pads):  # left padding
-        mask[b, :n] = 0
+        mask[b, : min(n, total)] = 0
     f.inputs["attention_mask"] = mask
-    return g.masked_causal_attention(q, k, v, g.input_u32("attention_mask", [batch, total]), h, kvh, hd)
+    mask_node = g.input_u32("attention_mask", [batch, seq if not past else dim_add(past, seq) if isinstance(seq, int) else "total"])
+    return g.masked_causal_attention(q, k, v, mask_node, h, kvh, hd)
 
 
 examples(
@@ -230,6 +261,10 @@ examples(
 
 
 class DecoderBuilders:
+    def flatten_ids(self, ids: NodeId) -> NodeId:
+        """U32 ids ``[batch, seq]`` as ``[batch * seq]`` (row ``b * seq + s``), e.g. for ``embedding``."""
+        return self.apply("flatten_ids", ids)
+
     def rope_positions(self, x: NodeId, positions: NodeId, theta: float, head_dim: int) -> NodeId:
         """Rotate-half RoPE on x ``[rows, width]`` with row r at position ``positions.flat[r]`` (a U32
         ``[batch, seq]`` or ``[rows]`` node, e.g. ``position_ids``)."""
