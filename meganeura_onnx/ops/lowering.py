@@ -28,6 +28,9 @@ class LoweringContext:
         self.prefix = prefix
         self.doc = ""
         self.graph: Any = None  # the Graph being lowered (None inside function bodies)
+        # Multi-output ONNX nodes already emitted, by key: the Graph IR has one output per node, so
+        # an op such as adam_update is several IR nodes lowered to ONE ONNX node (the first emits it).
+        self.shared: dict[Any, Any] = {}
 
     def input_types(self, node: Any) -> list:
         """TensorTypes of a Graph node's inputs (lowerings that need static sizes read them here)."""
