@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from ..ir import Dim, NodeId, TensorType
+from ..ir import NodeId, TensorType
 from .table import examples, op, rank, require
 
 SCALAR = TensorType((1,))
@@ -79,10 +79,12 @@ def _(logits, labels, dy, *, ignore_index=None):
     return (grad * (mask[:, None] * dy.reshape(()) / max(count, 1))).astype(logits.dtype)
 
 
-def _mask_and_count(ctx, labels64: str, ignore_index: int | None, rows: Dim) -> tuple[str | None, str]:
-    """(float mask [rows] or None when nothing is ignored, max(count, 1) as a [1] float)."""
-    if ignore_index is None:  # a symbolic row count is read at run time
-        return None, ctx.const([float(rows)]) if isinstance(rows, int) else ctx.cast(ctx.size(rows), TensorProto.FLOAT)
+def _mask_and_count(ctx, labels64: str, ignore_index: int | None) -> tuple[str | None, str]:
+    """(float mask [rows] or None when nothing is ignored, max(count, 1) as a [1] float).
+
+    The row count is read from the labels' shape at run time (the rows may be a symbolic dim)."""
+    if ignore_index is None:
+        return None, ctx.cast(ctx.op("Shape", labels64), TensorProto.FLOAT)
     keep = ctx.op("Not", ctx.op("Equal", labels64, ctx.const([ignore_index], np.int64)))
     mask = ctx.cast(keep, TensorProto.FLOAT)
     count = ctx.op("Max", ctx.op("ReduceSum", mask, ctx.ints([0]), keepdims=1), ctx.const([1.0]))
@@ -106,7 +108,7 @@ def _(ctx, node, logits, labels, dy):
     mask, count = _mask_and_count(ctx, labels64, ignore)
     safe = labels64 if mask is None else ctx.op("Where", ctx.cast(mask, TensorProto.BOOL), labels64, ctx.const([0], np.int64))
     col = ctx.op("Unsqueeze", safe, ctx.ints([1]))
-    minus_one = ctx.op("Expand", ctx.const([[-1.0]]), ctx.shape_tensor([rows, 1]))
+    minus_one = ctx.op("ConstantOfShape", ctx.op("Shape", col), value=_minus_one())
     grad = ctx.op("ScatterElements", ctx.op("Softmax", logits, axis=-1), col, minus_one, axis=1, reduction="add")
     scale = ctx.op("Div", dy, count)  # [1]
     if mask is not None:

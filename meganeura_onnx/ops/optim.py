@@ -8,7 +8,8 @@ over each tensor. Without our kernel library the node runs its model-local funct
 is exactly the decomposed update (``transforms/optimizer.py``'s formula, PyTorch's).
 
 The Graph IR has one output per node, so the op is declared as ``adam_update`` with attributes
-``index`` (which parameter) and ``part`` (``"param"``, ``"m"`` or ``"v"``): the 3N nodes of one
+``index`` (which parameter) and ``part`` (0: the parameter, 1: m, 2: v; ints, as string
+attributes would read as symbolic dims): the 3N nodes of one
 update share their inputs, and the lowering emits the single ONNX node once (the first of them)
 and hands every node its own output of it.
 
@@ -27,14 +28,14 @@ from .lowering import CUSTOM_DOMAIN, function_body
 from .table import op, require
 
 HYPER = ("lr", "beta1", "beta2", "eps", "step", "weight_decay")
-PARTS = ("param", "m", "v")
+PARTS = (0, 1, 2)  # p', m', v'
 PER_TENSOR = ("p", "g", "m", "v")
 
 adam_update = op("adam_update", HYPER, differentiable=False)
 
 
 @adam_update.shape
-def _(*types: TensorType, index: int, part: str) -> TensorType:
+def _(*types: TensorType, index: int, part: int) -> TensorType:
     name = "adam_update"
     for h, t in zip(HYPER, types, strict=False):
         require(t.shape == (1,), name, f"{h} must be a [1] tensor, got {list(t.shape)}")
@@ -66,7 +67,7 @@ def _update(hyper, p, g, m, v):
 def _(*values, index, part):
     hyper, tensors = values[: len(HYPER)], values[len(HYPER) :]
     out = _update(hyper, *tensors[4 * index : 4 * index + 4])
-    return np.asarray(out[PARTS.index(part)], dtype=tensors[0].dtype)
+    return np.asarray(out[part], dtype=tensors[0].dtype)
 
 
 def adam_update_function(n: int, opset: int):
@@ -104,7 +105,7 @@ def _(ctx, node, *names):
         ctx.use_function(adam_update_function(n, ctx.opset))
         ctx.shared[key] = ctx.op("AdamUpdate", *names, domain=CUSTOM_DOMAIN, outputs=3 * n)
     outs = ctx.shared[key]
-    return outs[3 * node.attrs["index"] + PARTS.index(node.attrs["part"])]
+    return outs[3 * node.attrs["index"] + node.attrs["part"]]
 
 
 def _example(g, f, shapes, part, index):

@@ -122,5 +122,5 @@ def _append_fused_adam(g, params: Mapping[str, NodeId], grads: Mapping[str, Node
         v = up.state[f"adam_v.{name}"] = g.input(f"adam_v.{name}", shape)
         ins += [params[name], grads[name], m, v]
     for k, name in enumerate(names):
-        for part, key in (("param", name), ("m", f"adam_m.{name}"), ("v", f"adam_v.{name}")):
+        for part, key in enumerate((name, f"adam_m.{name}", f"adam_v.{name}")):
             up.next_values[key] = g.apply("adam_update", *ins, index=k, part=part)
