@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..ir import NodeId, TensorType
-from .table import OPS, examples, op, rank, require
+from .table import OPS, examples, op, rank, require, same_dim
 
 # name: (contracted dim of a, of b, output dims (from a, from b), numpy, which operand ONNX transposes)
 _MATMULS = {
@@ -18,7 +18,7 @@ for _name, (_sig, _ref, (_ka, _kb), (_ma, _nb), (_ta, _tb)) in _MATMULS.items():
     def _shape(a: TensorType, b: TensorType, _name=_name, _sig=_sig, _ka=_ka, _kb=_kb, _ma=_ma, _nb=_nb) -> TensorType:
         rank(_name, a, 2, "a")
         rank(_name, b, 2, "b")
-        require(a.shape[_ka] == b.shape[_kb], _name, f"expects {_sig}: inner dimensions differ, a {list(a.shape)} and b {list(b.shape)}")
+        same_dim(_name, a.shape[_ka], b.shape[_kb], f"expects {_sig}: inner dimensions differ, a {list(a.shape)} and b {list(b.shape)}")
         return TensorType((a.shape[_ma], b.shape[_nb]))
 
     _d.shape(_shape)

@@ -17,6 +17,8 @@ def position_limits(graph: Graph) -> dict[str, int]:
     ``cached_attention``: ``max_seq - T`` (rows ``[kv_pos, kv_pos + T)`` must lie in the cache).
 
     ``rope_dynamic_offset`` has no limit a U32 can exceed (its kernels accept offsets up to 2**40).
+    With a symbolic T (a prefill graph of any length) the limit is ``max_seq - 1`` and the kernels
+    check the rest when they run.
     """
     names = {n.id: n.attrs["name"] for n in graph.nodes() if n.op == "input_u32"}
     limits: dict[str, int] = {}
@@ -28,7 +30,8 @@ def position_limits(graph: Graph) -> dict[str, int]:
         else:
             continue
         if pos in names:
-            limit = graph.node(cache).ty.shape[0] - graph.node(rows).ty.shape[0]
+            t = graph.node(rows).ty.shape[0]
+            limit = graph.node(cache).ty.shape[0] - (t if isinstance(t, int) else 1)
             limits[names[pos]] = min(limit, limits.get(names[pos], limit))
     return limits
 
@@ -63,6 +66,11 @@ def build_inference_session(
     values = default_parameters(graph, seed, skip=set(given))
     values.update(given)
     types = {n.attrs["name"]: n.ty for n in graph.nodes() if n.op in ("input", "input_u32")}
+    for name in spec.state:
+        if not types[name].is_static():
+            raise ValueError(
+                f"build_inference_session: KV-cache input {name!r} must have a static shape (it is session state), got {list(types[name].shape)}"
+            )
     state = {name: (out, np.zeros(types[name].shape, np.float32)) for name, out in spec.state.items()}
     outputs = graph.output_names()
     output_types = {name: graph.node(nid).ty for name, nid in zip(outputs, graph.outputs(), strict=True)}
