@@ -3,8 +3,9 @@
 - every parameter under its own name, F32;
 - Adam moments as ``adam_m.<name>`` and ``adam_v.<name>`` (absent for SGD);
 - metadata (strings, as safetensors requires): ``step`` (optimizer steps taken), ``format``
-  (``meganeura-checkpoint-1``), the optimizer kind and ``tensors_sha256``, a SHA-256 of every
-  tensor (name, shape and bytes, in name order) that :func:`load_checkpoint` verifies.
+  (``meganeura-checkpoint-2``), the optimizer kind and ``tensors_sha256``, a SHA-256 of every
+  tensor (name, shape and bytes, in name order) and of the other metadata entries, which
+  :func:`load_checkpoint` verifies.
 
 Writing is atomic (:func:`~meganeura_onnx.runtime.safetensors_file.write_atomic`): a crash at any
 point leaves either the previous checkpoint or the new one, never a torn file, and temp files of
@@ -15,6 +16,7 @@ checksum, every dtype and the Adam moments before returning anything. Never pick
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,7 +26,8 @@ from safetensors.numpy import save
 
 from .safetensors_file import SafetensorsError, read_header, write_atomic
 
-FORMAT = "meganeura-checkpoint-1"
+FORMAT = "meganeura-checkpoint-2"
+UNCHECKED_FORMATS = ("meganeura-checkpoint-1",)  # written before checksums: read without one
 MOMENTS = ("adam_m.", "adam_v.")
 CHECKSUM_KEY = "tensors_sha256"
 
@@ -40,13 +43,15 @@ class Checkpoint:
     metadata: dict[str, str] = field(default_factory=dict)
 
 
-def tensors_sha256(tensors: Mapping[str, np.ndarray]) -> str:
-    """SHA-256 of every tensor's name, shape and float32 bytes, in name order (layout-independent)."""
+def tensors_sha256(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> str:
+    """SHA-256 of every tensor's name, shape and float32 bytes in name order, then of the metadata
+    entries (sorted): independent of the file's layout, so any reader can recompute it."""
     h = hashlib.sha256()
     for name in sorted(tensors):
         v = np.ascontiguousarray(tensors[name], np.float32)
         h.update(f"{name}|{list(v.shape)}|".encode())
         h.update(v.reshape(-1).view(np.uint8))
+    h.update(json.dumps(sorted((metadata or {}).items())).encode())
     return h.hexdigest()
 
 
@@ -58,7 +63,9 @@ def save_checkpoint(path: str | os.PathLike, ckpt: Checkpoint) -> None:
     tensors = {name: np.ascontiguousarray(v, np.float32) for name, v in ckpt.params.items()}
     for prefix, moments in zip(MOMENTS, (ckpt.adam_m, ckpt.adam_v), strict=True):
         tensors.update({prefix + name: np.ascontiguousarray(v, np.float32) for name, v in moments.items()})
-    meta = {**ckpt.metadata, "format": FORMAT, "step": str(int(step)), CHECKSUM_KEY: tensors_sha256(tensors)}
+    meta = {k: v for k, v in ckpt.metadata.items() if k != CHECKSUM_KEY}
+    meta.update(format=FORMAT, step=str(int(step)))
+    meta[CHECKSUM_KEY] = tensors_sha256(tensors, meta)
     write_atomic(path, save(tensors, metadata=meta))
 
 
@@ -67,8 +74,8 @@ def _checked_metadata(path: object, meta: dict[str, str]) -> tuple[int, dict[str
     if not step_text.isascii() or not step_text.isdigit():
         raise SafetensorsError(f"{path}: metadata 'step' must be a non-negative integer, got {step_text!r}")
     fmt = meta.get("format", FORMAT)
-    if fmt != FORMAT:
-        raise SafetensorsError(f"{path}: metadata 'format' is {fmt!r}, this reader knows {FORMAT!r}")
+    if fmt != FORMAT and fmt not in UNCHECKED_FORMATS:
+        raise SafetensorsError(f"{path}: metadata 'format' is {fmt!r}, this reader knows {[FORMAT, *UNCHECKED_FORMATS]}")
     return int(step_text), meta
 
 
@@ -77,17 +84,22 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
 
     Raises ``SafetensorsError`` (a ``ValueError``) naming the file and the tensor for a malformed
     header, a non-F32 tensor, a bad ``step``/``format``, Adam moments without their twin or of
-    another shape than their parameter, negative second moments, or a checksum that does not match
-    (files without ``tensors_sha256``, e.g. Meganeura's own, are read unchecked).
+    another shape than their parameter, negative second moments, or a checksum that is missing or
+    does not match (files without a ``format``, e.g. Meganeura's own, and ``meganeura-checkpoint-1``
+    files have none and are read unchecked).
     """
     header = read_header(path)
-    step, meta = _checked_metadata(path, dict(header.metadata))
+    meta = dict(header.metadata)
+    want = meta.pop(CHECKSUM_KEY, None)
+    signed = dict(meta)
+    step, meta = _checked_metadata(path, meta)
     for name, info in header.tensors.items():
         if info.dtype != "F32":
             raise SafetensorsError(f"{path}: tensor {name!r} is {info.dtype}; checkpoint tensors are F32")
     tensors = {name: header.read(name) for name in header.tensors}
-    want = meta.pop(CHECKSUM_KEY, None)
-    if want is not None and tensors_sha256(tensors) != want:
+    if want is None and meta.get("format") == FORMAT:
+        raise SafetensorsError(f"{path}: metadata '{CHECKSUM_KEY}' is missing (every {FORMAT} file has one)")
+    if want is not None and tensors_sha256(tensors, signed) != want:
         raise SafetensorsError(f"{path}: the tensor data does not match the checksum in its metadata (the file was modified or damaged)")
     ckpt = Checkpoint({}, step=step, metadata=meta)
     for name, v in tensors.items():

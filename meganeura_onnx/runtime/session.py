@@ -468,7 +468,9 @@ class Session:
         if not out.flags.writeable:
             raise ValueError(f"{what}: out is read-only")
         if out.size != arr.size or (out.ndim > 1 and out.shape != arr.shape):
-            raise ValueError(f"{what} has shape {list(arr.shape)}; out has shape {list(out.shape)} (give that shape or a flat array)")
+            raise ValueError(
+                f"{what} has shape {list(arr.shape)} ({arr.size} elements); out has shape {list(out.shape)} (give that shape or a flat array)"
+            )
         if not np.can_cast(arr.dtype, out.dtype, casting="same_kind"):
             raise TypeError(f"{what} is {arr.dtype}; out is {out.dtype}")
         # Any memory layout (Fortran order, strided views): fill element by element in C order.
