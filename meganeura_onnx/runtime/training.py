@@ -152,6 +152,7 @@ class TrainingSession(Session):
         rewrite: bool = True,
         cache_path: str | os.PathLike | None = None,
         check_finite: bool = False,
+        fused_optimizer: bool | None = None,
     ) -> None:
         given = checked_parameters(parameters, graph.parameters(), "build_session")
         values = default_parameters(graph, seed, skip=set(given))  # on the user's graph: init reads matmul fan-in
@@ -163,7 +164,10 @@ class TrainingSession(Session):
         self._programs: dict[OptimizerSpec | None, TrainProgram] = {}
         self._hyper_values = dict(DEFAULT_HYPER)
         self._clip = clip
-        self._wanted: OptimizerSpec | None = OptimizerSpec(optimizer, clip) if optimizer else None
+        # One multi-tensor AdamUpdate node (our CPU kernel) by default on CPU; on CUDA the decomposed
+        # update stays on the GPU (the AdamUpdate kernel is CPU-only: it would pull every tensor to the host).
+        self._fused = (device == "cpu" and providers is None) if fused_optimizer is None else bool(fused_optimizer)
+        self._wanted: OptimizerSpec | None = self._spec_for(optimizer) if optimizer else None
         self._opt_steps = 0
         self._written: dict[str, float] = {}
         self._carry: dict[str, np.ndarray] = dict(values)
@@ -222,6 +226,9 @@ class TrainingSession(Session):
         self._prog, self._spec, self._written, self._carry = prog, spec, {}, {}
 
     # -- optimizer settings ---------------------------------------------------------------------
+    def _spec_for(self, kind: str) -> OptimizerSpec:
+        return OptimizerSpec(kind, self._clip, fused=self._fused and kind != "sgd")
+
     @staticmethod
     def _hyper(what: str, **values: float) -> dict[str, float]:
         """Hyper-parameters checked: real finite numbers (not bool) in their ranges."""
@@ -248,21 +255,21 @@ class TrainingSession(Session):
     def set_learning_rate(self, lr: float) -> None:
         """Use SGD with learning rate ``lr`` (finite, >= 0) for the updates fused into the next ``step()``."""
         h = self._hyper("set_learning_rate", lr=lr)
-        self._wanted = OptimizerSpec("sgd", self._clip)
+        self._wanted = self._spec_for("sgd")
         self._hyper_values["lr"] = h["lr"]
 
     def set_adam(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8) -> None:
         """Use Adam (PyTorch's formula, bias-corrected) for the updates fused into the next ``step()``.
         ``lr >= 0``, ``0 <= beta < 1``, ``epsilon > 0``, all finite."""
         h = self._hyper("set_adam", lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon)
-        self._wanted = OptimizerSpec("adam", self._clip)
+        self._wanted = self._spec_for("adam")
         self._hyper_values.update(lr=h["lr"], beta1=h["beta1"], beta2=h["beta2"], eps=h["epsilon"])
 
     def set_adamw(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, weight_decay: float = 0.01) -> None:
         """Use AdamW (decoupled weight decay, ``torch.optim.AdamW``'s formula). An extra of this port.
         Ranges as :meth:`set_adam`, and ``weight_decay >= 0``."""
         h = self._hyper("set_adamw", lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon, weight_decay=weight_decay)
-        self._wanted = OptimizerSpec("adamw", self._clip)
+        self._wanted = self._spec_for("adamw")
         self._hyper_values.update(lr=h["lr"], beta1=h["beta1"], beta2=h["beta2"], eps=h["epsilon"], weight_decay=h["weight_decay"])
 
     def set_grad_clip(self, max_norm: float | None) -> None:
@@ -271,7 +278,7 @@ class TrainingSession(Session):
             self._hyper_values["max_grad_norm"] = self._hyper("set_grad_clip", max_norm=max_norm)["max_norm"]
         self._clip = max_norm is not None
         if self._wanted is not None:
-            self._wanted = OptimizerSpec(self._wanted.kind, self._clip)
+            self._wanted = self._spec_for(self._wanted.kind)
 
     @property
     def optimizer_step(self) -> int:
