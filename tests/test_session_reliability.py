@@ -258,3 +258,13 @@ def test_without_check_finite_a_non_finite_input_runs():
     s.set_input("x", np.full((4, 6), np.nan, np.float32))
     s.step()
     assert np.isnan(s.read_loss())
+
+
+def test_beta_zero_is_accepted_and_steps():
+    """0 <= beta < 1: beta = 0 (no momentum / no second-moment averaging) is a valid Adam."""
+    s = build_session(mlp(), optimizer="adam")
+    s.set_adam(1e-2, beta1=0.0, beta2=0.0)
+    s.set_input("x", X)
+    s.set_input("y", Y)
+    s.step()
+    assert s.optimizer_step == 1 and np.isfinite(s.read_param("w1")).all()
