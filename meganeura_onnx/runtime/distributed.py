@@ -32,6 +32,7 @@ mixed precision are not offered on this path.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -107,7 +108,9 @@ def init_distributed(device: str = "cpu") -> DistContext:
             raise RuntimeError(f"init_distributed: LOCAL_RANK {local_rank} but torch sees {torch.cuda.device_count()} CUDA devices")
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
-        kw = {"device_id": torch.device("cuda", local_rank)} if device == "cuda" else {}
+        kw = {}
+        if device == "cuda" and "device_id" in inspect.signature(dist.init_process_group).parameters:  # torch >= 2.3
+            kw["device_id"] = torch.device("cuda", local_rank)  # binds the communicator (and barrier) to this GPU
         dist.init_process_group(backend, **kw)
     return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, dist.get_backend())
 
@@ -222,7 +225,7 @@ class DataParallelSession:
         if bucket_mb is not None and not bucket_mb > 0:
             raise ValueError(f"DataParallelSession: bucket_mb must be > 0 or None, got {bucket_mb!r}")
         self.context = context or init_distributed(device)
-        self._torch = _torch() if self.context.world_size > 1 or device == "cuda" else None
+        self._torch = _torch() if self.context.world_size > 1 else None  # one process: no torch needed
         values = default_parameters(graph, seed, skip=set(parameters or {}))
         values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
         forward = optimize(graph)[0] if rewrite else graph
