@@ -14,6 +14,10 @@ The model-file contract for training
     ``--set`` values that ``data`` accepts are passed to it too.
 ``metric(outputs: list[np.ndarray], batch: dict[str, np.ndarray]) -> float`` (optional)
     A custom per-batch metric (averaged over the test batches), named by ``METRIC_NAME``.
+``PREDICTION = "logits"`` (optional; that is the default)
+    The name of the training graph's prediction output (``set_outputs({"loss": loss, "logits":
+    logits})``). ``--export`` writes the graph that computes only it, from the trained weights: no
+    loss, no label inputs, so the file runs with the model's data input alone.
 
 Every epoch: a tqdm bar with the loss and samples/s, then the test loss and metric. Batches are
 drawn from a seeded shuffle; a last partial batch is dropped in training and padded (with rows
@@ -67,6 +71,21 @@ def _feed(session: Any, graph: Any, batch: dict) -> None:
     u32 = {n for n, _ in graph.leaves("input_u32")}
     for name, value in batch.items():
         (session.set_input_u32 if name in u32 else session.set_input)(name, value)
+
+
+def inference_graph(graph: Any, module: Any) -> Any:
+    """The part of the training graph that computes the prediction output (see ``PREDICTION``)."""
+    name = getattr(module, "PREDICTION", "logits")
+    outs = graph.named_outputs()
+    if name not in outs:
+        raise click.BadParameter(
+            f"--export writes the inference graph, i.e. the training graph's output named {name!r}; its outputs are {list(outs)} "
+            f"(name it with set_outputs({{'loss': loss, {name!r}: ...}}), or set PREDICTION = '<output name>' in the model file)",
+            param_hint="--export",
+        )
+    pruned = graph.toposort()  # a copy: the training graph keeps its outputs
+    pruned.set_outputs({name: pruned.named_outputs()[name]})
+    return pruned.toposort()  # drops the loss and the label inputs
 
 
 def _evaluate(graph: Any, params: dict, test: dict, batch: int, module: Any, device: str) -> dict[str, float]:
@@ -168,6 +187,7 @@ def train(
         raise click.ClickException(f"data() in {model} returned {type(examples).__name__}, expected a dict")
     train_set, test_set = _split_data(examples, names)
     batch = graph.node(graph.leaves("input")[0][1]).ty.shape[0] if graph.leaves("input") else batch_size
+    predict = inference_graph(graph, module) if export_path else None  # fails before training, not after
 
     if dist:
         session = dist.session(graph, optimizer=optimizer, seed=seed, clip=clip is not None)
@@ -228,5 +248,7 @@ def train(
     if export_path and main:
         from meganeura_onnx import export_onnx
 
-        export_onnx(graph, export_path, parameters={name: session.read_param(name) for name in session.parameter_names()})
-        click.echo(f"wrote {export_path}")
+        trained = {name: session.read_param(name) for name in predict.parameters()}
+        export_onnx(predict, export_path, parameters=trained)
+        inputs = [n for n, _ in predict.leaves("input") + predict.leaves("input_u32")]
+        click.echo(f"wrote {export_path} (inference graph: inputs {inputs}, outputs {predict.output_names()})")

@@ -437,6 +437,7 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL Regist
   std::call_once(once, [&] {
     mn::g_api = api;
     mn::AddCpuOps(&ops);
+    mn::AddCpuOptimOps(&ops);
     mn::AddCudaOps(&ops);
   });
   OrtCustomOpDomain* domain = nullptr;  // owned by the process: it must outlive every session

@@ -135,5 +135,7 @@ void CountCacheCopy();
 // Appends the CPU op definitions (and, in the CUDA library, the CUDA ones).
 void AddCpuOps(std::vector<OpDef*>* ops);
 void AddCudaOps(std::vector<OpDef*>* ops);
+// AdamUpdate (optim_kernels.cc): the multi-tensor Adam/AdamW update on the CPU.
+void AddCpuOptimOps(std::vector<OpDef*>* ops);
 
 }  // namespace mn

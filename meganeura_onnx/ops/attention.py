@@ -15,7 +15,7 @@ import numpy as np
 
 from ..ir import Dim, NodeId, TensorType, dim_add, dim_div, dim_mul, dim_symbols
 from .onnx_util import NEG_INF, arange, attend
-from .table import examples, op, positive_int, rank, require, static_shape
+from .table import examples, op, positive_int, rank, require
 
 
 def check_batch(name: str, batch: Dim) -> None:
@@ -142,9 +142,9 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
             causal=_is_causal(a),
             batch=a.get("batch", 1),
         )
-        shapes = [g.node(i).ty.shape for i in (q, k, v)]
-        starts = np.cumsum([0] + [int(np.prod(sh)) for sh in shapes])
-        return [g.apply("take", packed, start=int(st), shape=sh) for st, sh in zip(starts, shapes, strict=False)]
+        types = [g.node(i).ty for i in (q, k, v)]
+        starts = [0, types[0].elements(), dim_add(types[0].elements(), types[1].elements())]  # symbolic with the rows
+        return [g.apply("take", packed, start=st, shape=t.shape) for st, t in zip(starts, types, strict=True)]
 
 
 _declare("causal_attention", causal=True, same_seq=True)
@@ -311,15 +311,14 @@ examples(
 
 
 @take.shape
-def _(x: TensorType, *, start: int, shape: tuple[int, ...]) -> TensorType:
-    static_shape("take", x, "x")
+def _(x: TensorType, *, start: Dim, shape: tuple[Dim, ...]) -> TensorType:
     out = TensorType(tuple(shape))
-    static_shape("take", out, "shape")
-    require(
-        isinstance(start, int) and 0 <= start and start + out.num_elements() <= x.num_elements(),
-        "take",
-        f"elements [{start}, {start} + {out.num_elements()}) do not fit in x {list(x.shape)}",
-    )
+    end = dim_add(start, out.elements())
+    if isinstance(start, int) and isinstance(end, int) and isinstance(x.elements(), int):
+        fits = 0 <= start and end <= x.num_elements()
+    else:  # symbolic offsets (the packed gradients of attention over symbolic rows): the slice is checked at run time
+        fits = isinstance(start, (int, str)) and not isinstance(start, bool)
+    require(fits, "take", f"elements [{start}, {end}) do not fit in x {list(x.shape)}")
     return out
 
 
@@ -328,9 +327,10 @@ take.numpy(lambda x, *, start, shape: x.reshape(-1)[start : start + int(np.prod(
 
 @take.onnx
 def _(ctx, node, x):
-    start, shape = node.attrs["start"], list(node.attrs["shape"])
+    start, shape = node.attrs["start"], list(node.ty.shape)
+    end = dim_add(start, node.ty.elements())
     flat = ctx.reshape(x, [-1])
-    return ctx.reshape(ctx.op("Slice", flat, ctx.ints([start]), ctx.ints([start + int(np.prod(shape))]), ctx.ints([0])), shape)
+    return ctx.reshape(ctx.op("Slice", flat, ctx.size(start), ctx.size(end), ctx.ints([0])), shape)
 
 
 examples(

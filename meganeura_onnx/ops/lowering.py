@@ -30,6 +30,9 @@ class LoweringContext:
         self.prefix = prefix
         self.doc = ""
         self.graph: Any = None  # the Graph being lowered (None inside function bodies)
+        # Multi-output ONNX nodes already emitted, by key: the Graph IR has one output per node, so
+        # an op such as adam_update is several IR nodes lowered to ONE ONNX node (the first emits it).
+        self.shared: dict[Any, Any] = {}
         self.symbols: dict[str, tuple[str, int]] = {}
         """Symbolic dim name -> (graph input, axis) whose runtime size it is (read with ``Shape``)."""
         self._sizes: dict[Dim, str] = {}

@@ -160,6 +160,7 @@ class TrainingSession(Session):
         use_custom_ops: bool = True,
         rewrite: bool = True,
         cache_path: str | os.PathLike | None = None,
+        fused_optimizer: bool | None = None,
     ) -> None:
         names = set(graph.parameters())
         unknown = set(parameters or {}) - names
@@ -174,7 +175,10 @@ class TrainingSession(Session):
         self._programs: dict[OptimizerSpec | None, TrainProgram] = {}
         self._hyper_values = dict(DEFAULT_HYPER)
         self._clip = clip
-        self._wanted: OptimizerSpec | None = OptimizerSpec(optimizer, clip) if optimizer else None
+        # One multi-tensor AdamUpdate node (our CPU kernel) by default on CPU; on CUDA the decomposed
+        # update stays on the GPU (the AdamUpdate kernel is CPU-only: it would pull every tensor to the host).
+        self._fused = (device == "cpu" and providers is None) if fused_optimizer is None else bool(fused_optimizer)
+        self._wanted: OptimizerSpec | None = self._spec_for(optimizer) if optimizer else None
         self._opt_steps = 0
         self._written: dict[str, float] = {}
         self._carry: dict[str, np.ndarray] = dict(values)
@@ -193,7 +197,12 @@ class TrainingSession(Session):
         """(Re)build the ORT session for ``spec``, carrying parameters, moments and inputs over."""
         if hasattr(self, "_prog"):  # a recompile: copy the live values to the host once
             self._carry.update(
-                {n: self._values[n].numpy().copy() for n in self._types if self._kinds[n] in ("parameter", "optimizer", "input")}
+                {
+                    n: self._values[n].numpy().copy()
+                    for n in self._types
+                    if self._kinds[n] in ("parameter", "optimizer", "input")
+                    and n in self._values  # (a symbolic input not set yet has none)
+                }
             )
         prog = self._program(spec)
         carry = self._carry
@@ -219,23 +228,29 @@ class TrainingSession(Session):
             self._kinds[h] = "hyper"
         for n in prog.inputs:
             if n in carry:
-                self._values[n].update_inplace(np.ascontiguousarray(carry[n]))
+                if n in self._values:
+                    self._values[n].update_inplace(np.ascontiguousarray(carry[n]))
+                else:  # symbolic dims: set again as set_input would (binds its sizes)
+                    self._write(n, carry[n], self._types[n].dtype, "build_session")
         self._prog, self._spec, self._written, self._carry = prog, spec, {}, {}
 
     # -- optimizer settings ---------------------------------------------------------------------
+    def _spec_for(self, kind: str) -> OptimizerSpec:
+        return OptimizerSpec(kind, self._clip, fused=self._fused and kind != "sgd")
+
     def set_learning_rate(self, lr: float) -> None:
         """Use SGD with learning rate ``lr`` for the updates fused into the next ``step()``."""
-        self._wanted = OptimizerSpec("sgd", self._clip)
+        self._wanted = self._spec_for("sgd")
         self._hyper_values["lr"] = float(lr)
 
     def set_adam(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8) -> None:
         """Use Adam (PyTorch's formula, bias-corrected) for the updates fused into the next ``step()``."""
-        self._wanted = OptimizerSpec("adam", self._clip)
+        self._wanted = self._spec_for("adam")
         self._hyper_values.update(lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(epsilon))
 
     def set_adamw(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, weight_decay: float = 0.01) -> None:
         """Use AdamW (decoupled weight decay, ``torch.optim.AdamW``'s formula). An extra of this port."""
-        self._wanted = OptimizerSpec("adamw", self._clip)
+        self._wanted = self._spec_for("adamw")
         self._hyper_values.update(
             lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(epsilon), weight_decay=float(weight_decay)
         )
@@ -246,7 +261,7 @@ class TrainingSession(Session):
         if max_norm is not None:
             self._hyper_values["max_grad_norm"] = float(max_norm)
         if self._wanted is not None:
-            self._wanted = OptimizerSpec(self._wanted.kind, self._clip)
+            self._wanted = self._spec_for(self._wanted.kind)
 
     @property
     def optimizer_step(self) -> int:
