@@ -217,6 +217,7 @@ class DataParallelSession:
         rewrite: bool = True,
         context: DistContext | None = None,
         bucket_mb: float | None = None,
+        fused_optimizer: bool | None = None,
     ) -> None:
         names = set(graph.parameters())
         unknown = set(parameters or {}) - names
@@ -230,6 +231,9 @@ class DataParallelSession:
         values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
         forward = optimize(graph)[0] if rewrite else graph
         prog = compile_program(forward, None, opset)
+        symbolic = {n: shape for n, (shape, _) in prog.inputs.items() if not all(isinstance(d, int) for d in shape)}
+        if symbolic:
+            raise ValueError(f"DataParallelSession: inputs need static shapes (each rank's shard of the batch), got {symbolic}")
         self._prog, self._opset, self._bucket_mb = prog, opset, bucket_mb
         loss = next(iter(prog.outputs))  # output 0: "output_0" unless the graph names its outputs
         self._slots = flatten_gradients(prog.model, prog.trainable, prog.params, loss)
@@ -259,7 +263,10 @@ class DataParallelSession:
         self._moments: list[dict[str, ort.OrtValue]] = [{}, {}]
         self._hyper: dict[str, ort.OrtValue] = {}
         self._hyper_values, self._written = dict(DEFAULT_HYPER), {}
-        self._clip, self._wanted, self._spec = clip, OptimizerSpec(optimizer, clip), None
+        # As TrainingSession: Adam/AdamW as one multi-tensor AdamUpdate node (CPU kernel) by default on CPU.
+        self._fused = self._device == "cpu" if fused_optimizer is None else bool(fused_optimizer)
+        self._clip, self._spec = clip, None
+        self._wanted = self._spec_for(optimizer)
         self._parity, self._opt_steps = 0, 0
         self._build_update(self._wanted)
 
@@ -318,6 +325,7 @@ class DataParallelSession:
             b.bind_ortvalue_input(FLAT, self._flat)
             bindings.append(b)
         self._update_sess, self._update_bindings, self._moment_names, self._hyper_names = sess, bindings, moments, hyper
+        self._update_model = model
         self._spec, self._written = spec, {}
 
     # -- data in ----------------------------------------------------------------------------------
@@ -343,19 +351,22 @@ class DataParallelSession:
         value.update_inplace(host_array(name, data, TensorType(tuple(self._prog.params[name])), DType.F32, "set_parameter"))
 
     # -- optimizer settings (as TrainingSession) ------------------------------------------------
+    def _spec_for(self, kind: str) -> OptimizerSpec:
+        return OptimizerSpec(kind, self._clip, fused=self._fused and kind != "sgd")
+
     def set_learning_rate(self, lr: float) -> None:
         """Use SGD with learning rate ``lr``."""
-        self._wanted = OptimizerSpec("sgd", self._clip)
+        self._wanted = self._spec_for("sgd")
         self._hyper_values["lr"] = float(lr)
 
     def set_adam(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8) -> None:
         """Use Adam (PyTorch's formula)."""
-        self._wanted = OptimizerSpec("adam", self._clip)
+        self._wanted = self._spec_for("adam")
         self._hyper_values.update(lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(epsilon))
 
     def set_adamw(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, weight_decay: float = 0.01) -> None:
         """Use AdamW (``torch.optim.AdamW``'s formula)."""
-        self._wanted = OptimizerSpec("adamw", self._clip)
+        self._wanted = self._spec_for("adamw")
         self._hyper_values.update(
             lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(epsilon), weight_decay=float(weight_decay)
         )
@@ -365,7 +376,7 @@ class DataParallelSession:
         self._clip = max_norm is not None
         if max_norm is not None:
             self._hyper_values["max_grad_norm"] = float(max_norm)
-        self._wanted = OptimizerSpec(self._wanted.kind, self._clip)
+        self._wanted = self._spec_for(self._wanted.kind)
 
     @property
     def optimizer_step(self) -> int:
@@ -453,6 +464,10 @@ class DataParallelSession:
 
     def parameter_names(self) -> list[str]:
         return list(self._prog.params)
+
+    def onnx_models(self) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+        """The (gradient, update) ONNX models this session runs."""
+        return self._prog.model, self._update_model
 
     # -- checkpoints ------------------------------------------------------------------------------
     def save_checkpoint(self, path: str | os.PathLike, metadata: Mapping[str, str] | None = None) -> bool:
