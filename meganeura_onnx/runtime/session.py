@@ -278,10 +278,12 @@ class Session:
         self._values[name].update_inplace(arr)
 
     def _write_symbolic(self, name: str, data: object, dtype: DType, what: str) -> None:
-        ty = self._types[name]
+        ty, found = self._types[name], {}
         if ty.dtype is dtype:  # (a dtype mismatch is reported by host_array below)
-            ty = TensorType(self._sizes.shape_of(name, data, what), dtype)
+            shape, found = self._sizes.shape_of(name, data, what)
+            ty = TensorType(shape, dtype)
         arr = host_array(name, data, ty, dtype, what)
+        self._sizes.commit(name, found)
         held = self._values.get(name)
         if held is not None and tuple(held.shape()) == arr.shape:
             held.update_inplace(arr)
