@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -327,6 +328,25 @@ class TrainingSession(Session):
         self._carry.update(moments)  # kept for a later recompile to Adam
         self._opt_steps = ckpt.step
         return ckpt.metadata
+
+
+LR_SCHEDULES = ("constant", "cosine", "linear")
+
+
+def scheduled_lr(schedule: str, base_lr: float, step: int, total_steps: int, warmup: int = 0) -> float:
+    """The learning rate of optimizer update ``step`` (0-based) of ``total_steps``: a linear warm-up
+    from 0 over ``warmup`` updates, then constant, or a cosine / linear decay to 0 at ``total_steps``.
+    The same multipliers as transformers' ``get_{constant,cosine,linear}_schedule_with_warmup``."""
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"lr schedule must be one of {LR_SCHEDULES}, got {schedule!r}")
+    if step < warmup:
+        return base_lr * step / max(1, warmup)
+    if schedule == "constant":
+        return base_lr
+    progress = (step - warmup) / max(1, total_steps - warmup)
+    if schedule == "linear":
+        return base_lr * max(0.0, 1.0 - progress)
+    return base_lr * max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = None, backend: str = "native", **kwargs) -> TrainingSession:
