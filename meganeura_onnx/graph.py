@@ -8,6 +8,7 @@ from .ir import DType, GraphCore, NodeId, TensorType
 from .ops import OPS
 from .ops.attention import AttentionBuilders
 from .ops.conv import ConvBuilders
+from .ops.decoder import DecoderBuilders
 from .ops.elementwise import ElementwiseBuilders
 from .ops.embedding import EmbeddingBuilders
 from .ops.kv_cache import KvCacheBuilders
@@ -32,6 +33,7 @@ class Graph(
     AttentionBuilders,
     EmbeddingBuilders,
     KvCacheBuilders,
+    DecoderBuilders,
     ConvBuilders,
     ShapeBuilders,
 ):
