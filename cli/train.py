@@ -8,7 +8,11 @@ The model-file contract for training
     An output 1 with the shape of a float input (e.g. logits beside one-hot labels) turns on the
     accuracy metric: ``argmax(output 1) == argmax(that input)`` per row.
 ``data(**kwargs) -> dict``
-    The examples, first axis = example. Either ``{"train": {input: array}, "test": {input: array}}``
+    The examples, first axis = example. An example may be a token window: ``input_ids`` and
+    ``labels`` as U32 ``[N, T]`` feed a graph whose inputs are ``[batch * T]`` (one step = ``batch``
+    whole windows; windows are shuffled, never the tokens inside them). The examples per step are
+    read from the graph (its first data input's size over one example's); ``--batch-size`` is
+    passed to ``build(batch=)`` when build takes it, and refused when it cannot be honoured. Either ``{"train": {input: array}, "test": {input: array}}``
     keyed by the graph's input names, or the supervised shorthand ``x_train, y_train, x_test,
     y_test`` which feeds the graph's first declared data input with x and its second with y.
     ``--set`` values that ``data`` accepts are passed to it too.
@@ -19,7 +23,11 @@ The model-file contract for training
     logits})``). ``--export`` writes the graph that computes only it, from the trained weights: no
     loss, no label inputs, so the file runs with the model's data input alone.
 
-Every epoch: a tqdm bar with the loss and samples/s, then the test loss and metric. Batches are
+Every epoch: a tqdm bar with the loss and samples/s, then the test loss and metric (also every
+``--eval-every`` updates). ``--lr-schedule constant|cosine|linear`` with ``--warmup`` updates sets
+the learning rate of every update (transformers' schedules with warm-up); ``--grad-accum K``
+averages the gradients of K batches per update (an epoch uses whole windows of K batches);
+``--precision`` accepts fp32 only today. Batches are
 drawn from a seeded shuffle; a last partial batch is dropped in training and padded (with rows
 from the start, not counted in the metric) in evaluation. ``--checkpoint`` is written after every
 epoch and on Ctrl-C (to ``--checkpoint``, or ``<model>.interrupted.safetensors`` without one) before
@@ -172,6 +180,13 @@ def _evaluate(graph: Any, params: dict, test: dict, batch: int, module: Any, dev
     help="Learning rate over the run: constant, or a cosine / linear decay to 0 at the last update.",
 )
 @click.option("--warmup", type=click.IntRange(0), default=0, show_default=True, help="Updates of linear warm-up from lr 0.")
+@click.option(
+    "--grad-accum",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Average the gradients of K batches per update (an update sees K * batch examples).",
+)
 @click.option("--eval-every", type=click.IntRange(1), default=None, help="Also evaluate on the test set every N updates.")
 @click.option(
     "--precision",
@@ -202,6 +217,7 @@ def train(
     sets,
     lr_schedule,
     warmup,
+    grad_accum,
     eval_every,
     precision,
     nproc_per_node,
@@ -264,6 +280,10 @@ def train(
     set_lr(lr)
     if clip is not None:
         session.set_grad_clip(clip)
+    if grad_accum > 1:
+        if dist:
+            raise click.BadParameter("--grad-accum is not supported with --nproc-per-node yet", param_hint="--grad-accum")
+        session.set_grad_accumulation(grad_accum)
     ckpt_path = Path(checkpoint) if checkpoint else None
     first_epoch = 1
     if resume:
@@ -277,20 +297,24 @@ def train(
 
     n = len(next(iter(train_set.values())))
     step_batch = batch * (dist.world_size if dist else 1)  # the global batch
-    total_updates = epochs * (n // step_batch)
+    micro_per_epoch = n // step_batch // grad_accum * grad_accum  # whole accumulation windows only
+    if micro_per_epoch == 0:
+        raise click.UsageError(f"{n} training examples do not fill one update of {grad_accum} x {step_batch} examples")
+    total_updates = epochs * micro_per_epoch // grad_accum
     epoch = first_epoch - 1
     try:
         for epoch in range(first_epoch, epochs + 1):
             order = np.random.default_rng([seed, epoch]).permutation(n)
-            total = n // step_batch * step_batch
+            total = micro_per_epoch * step_batch
             bar = tqdm(total=total, desc=f"epoch {epoch}/{epochs}", unit="ex", leave=True, file=sys.stderr, disable=not main)
             t0, losses = time.perf_counter(), []
-            for k, (b, _) in enumerate(_batches(train_set, step_batch, order, pad=False)):
+            for k, (b, _) in enumerate(_batches(train_set, step_batch, order[:total], pad=False)):
                 _feed(session, graph, dist.shard(b) if dist else b)
                 if lr_schedule != "constant" or warmup:
                     set_lr(scheduled_lr(lr_schedule, lr, session.optimizer_step, total_updates, warmup))
+                updates = session.optimizer_step
                 session.step()
-                if eval_every and main and session.optimizer_step % eval_every == 0:
+                if eval_every and main and session.optimizer_step != updates and session.optimizer_step % eval_every == 0:
                     params = {name: session.read_param(name) for name in session.parameter_names()}
                     res = _evaluate(graph, params, test_set, batch, module, device)
                     bar.write(f"step {session.optimizer_step}: " + ", ".join(f"{k} {v:.4f}" for k, v in res.items()))

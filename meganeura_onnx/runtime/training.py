@@ -103,7 +103,7 @@ def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
     model, _ = to_model(g, opset=opset, params_as_inputs=True, extra_outputs=extra, model_name="meganeura_train_step")
     leaves = {n.attrs["name"]: n for n in g.nodes() if n.op in ("input", "input_u32", "parameter")}
     hyper = [n for n in leaves if n.startswith("opt.")]
-    moments = [n for n in leaves if n.startswith(("adam_m.", "adam_v.")) and leaves[n].op == "input"]
+    moments = [n for n in leaves if n.startswith(("adam_m.", "adam_v.", "grad_acc.")) and leaves[n].op == "input"]
     data = {
         n: (list(v.ty.shape), v.ty.dtype.value) for n, v in leaves.items() if v.op != "parameter" and n not in hyper and n not in moments
     }
@@ -176,6 +176,7 @@ class TrainingSession(Session):
         self._programs: dict[OptimizerSpec | None, TrainProgram] = {}
         self._hyper_values = dict(DEFAULT_HYPER)
         self._clip = clip
+        self._accum, self._micro = 1, 0  # gradient accumulation: micro-batches per update, position in the window
         # One multi-tensor AdamUpdate node (our CPU kernel) by default on CPU; on CUDA the decomposed
         # update stays on the GPU (the AdamUpdate kernel is CPU-only: it would pull every tensor to the host).
         self._fused = (device == "cpu" and providers is None) if fused_optimizer is None else bool(fused_optimizer)
@@ -237,7 +238,18 @@ class TrainingSession(Session):
 
     # -- optimizer settings ---------------------------------------------------------------------
     def _spec_for(self, kind: str) -> OptimizerSpec:
-        return OptimizerSpec(kind, self._clip, fused=self._fused and kind != "sgd")
+        accumulate = self._accum > 1
+        return OptimizerSpec(kind, self._clip, fused=self._fused and kind != "sgd", accumulate=accumulate)
+
+    def set_grad_accumulation(self, steps: int) -> None:
+        """Average the gradients of ``steps`` consecutive ``step()`` calls (micro-batches) and update
+        the parameters once, on the last of them (1: update every step). The accumulators are
+        session state (``grad_acc.<param>``); ``optimizer_step`` counts updates, not micro-batches."""
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"set_grad_accumulation: steps must be a positive int, got {steps!r}")
+        self._accum, self._micro = steps, 0
+        if self._wanted is not None:
+            self._wanted = self._spec_for(self._wanted.kind)
 
     def set_learning_rate(self, lr: float) -> None:
         """Use SGD with learning rate ``lr`` for the updates fused into the next ``step()``."""
@@ -275,14 +287,18 @@ class TrainingSession(Session):
         if self._wanted != self._spec:
             self._compile(self._wanted)
         if self._spec is not None:
-            self._opt_steps += 1
-            values = {**self._hyper_values, "step": float(self._opt_steps)}
+            apply = not self._spec.accumulate or (self._micro + 1) % self._accum == 0
+            values = {**self._hyper_values, "step": float(self._opt_steps + 1)}
+            values.update(apply=float(apply), accum_scale=1.0 / self._accum)
             for h in self._prog.hyper:
                 v = values[h[4:]]
                 if self._written.get(h) != v:
                     self._values[h].update_inplace(np.array([v], np.float32))
                     self._written[h] = v
         super().step()
+        if self._spec is not None:
+            self._micro = (self._micro + 1) % self._accum if self._spec.accumulate else 0
+            self._opt_steps += apply
 
     def read_grad(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
         """Gradient of the loss wrt parameter ``name`` from the last ``step()`` (no optimizer set)."""
