@@ -232,8 +232,6 @@ def train(
 
     from .dist_train import data_parallel_run, launch_torchrun
 
-    if nproc_per_node is not None and "LOCAL_RANK" not in os.environ:  # not yet inside torchrun
-        sys.exit(launch_torchrun(click.get_current_context(), nproc_per_node))
     if precision != "fp32":
         raise click.BadParameter(
             f"{precision} training is not available on device {device!r} yet; this engine trains in strict fp32 (use --precision fp32)",
@@ -248,6 +246,8 @@ def train(
         raise click.BadParameter(f"--resume needs an existing --checkpoint file, got {checkpoint!r}", param_hint="--resume")
     module = load_module(model)
     takes_batch = callable(getattr(module, "build", None)) and "batch" in inspect.signature(module.build).parameters
+    if nproc_per_node is not None and "LOCAL_RANK" not in os.environ:  # options checked; not yet inside torchrun
+        sys.exit(launch_torchrun(click.get_current_context(), nproc_per_node, batch_size if takes_batch else None))
     dist = data_parallel_run(device, batch_size if takes_batch else None)  # None outside torchrun
     if takes_batch:
         kw.setdefault("batch", batch_size // dist.world_size if dist else batch_size)
