@@ -1,4 +1,5 @@
-"""Training sessions: forward graph -> rewrites -> autodiff -> optimizer update -> ONE ONNX model.
+"""Training sessions: forward graph -> e-graph optimizer -> autodiff -> optimizer update -> e-graph
+optimizer -> ONE ONNX model.
 
 The train-step model's inputs are the data inputs, the parameters, the optimizer state
 (``adam_m.<p>``, ``adam_v.<p>``) and the hyper-parameters (``opt.lr``, ``opt.beta1``, ...,
@@ -33,8 +34,9 @@ from ..graph import Graph
 from ..init import default_parameters
 from ..ir import DType, TensorType
 from ..transforms.autodiff import gradients
+from ..transforms.egraph import table_rules
 from ..transforms.optimizer import OptimizerSpec, append_update
-from ..transforms.rewrite import OptimizeReport, optimize
+from ..transforms.rewrite import Limits, OptimizeReport, optimize
 from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
 from .safetensors_file import write_atomic
 from .session import Session, checked_parameters, parameter_array
@@ -55,22 +57,26 @@ class TrainProgram:
     hyper: list[str]  # opt.<name>
     outputs: dict[str, list[int]]  # output name -> shape (loss, graph outputs, grads)
     no_grad: dict[str, str]  # parameter -> why it gets no gradient
+    report: OptimizeReport | None = None  # the train-step graph's optimization (None: loaded from a cache)
 
     def meta(self) -> str:
         d = asdict(self)
-        del d["model"]
+        del d["model"], d["report"]
         return json.dumps(d)
 
 
-def graph_key(graph: Graph, spec: OptimizerSpec | None, opset: int | None) -> str:
+def graph_key(graph: Graph, spec: OptimizerSpec | None, opset: int | None, optimize: bool = True) -> str:
     """Hash of everything the compiled model depends on: ops, wiring, shapes, dtypes, attributes
-    (eps, theta, constant values...), outputs, the optimizer and the toolchain versions."""
+    (eps, theta, constant values...), outputs, the optimizer, the opset, whether the e-graph optimizer
+    runs (and its rules and limits) and the toolchain versions."""
     import onnxruntime
 
     from .. import __version__
 
     h = hashlib.sha256()
     h.update(f"{CACHE_FORMAT}|{__version__}|onnx {onnx.__version__}|ort {onnxruntime.__version__}|{spec}|{opset}".encode())
+    if optimize:
+        h.update(f"|optimize {Limits()}|{[(r.name, r.lhs, r.rhs) for r in table_rules()]}".encode())
     for n in graph.nodes():
         attrs = {k: (v.tobytes().hex() if isinstance(v, np.ndarray) else v) for k, v in sorted(n.attrs.items())}
         h.update(f"{n.op}|{n.inputs}|{n.ty}|{attrs!r};".encode())
@@ -78,8 +84,9 @@ def graph_key(graph: Graph, spec: OptimizerSpec | None, opset: int | None) -> st
     return h.hexdigest()
 
 
-def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | None = None) -> TrainProgram:
-    """Autodiff + optimizer update + export of ``forward`` (whose output 0 is a ``[1]`` loss)."""
+def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | None = None, optimize_graph: bool = True) -> TrainProgram:
+    """Autodiff + optimizer update (+ the e-graph optimizer over the whole train step) + export of
+    ``forward`` (whose output 0 is a ``[1]`` loss)."""
     g = forward.toposort()  # a copy to extend
     if not g.outputs() or g.node(g.outputs()[0]).ty.shape != (1,):
         shape = list(g.node(g.outputs()[0]).ty.shape) if g.outputs() else None
@@ -97,6 +104,10 @@ def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
     named = g.named_outputs()
     g.set_outputs({**named, **extra})
     g = g.toposort()  # drops gradient nodes nothing needs (e.g. of the labels)
+    report = None
+    if optimize_graph:  # the backward and the update have their own patterns (and shared subterms)
+        g, report = optimize(g, stage="train step")
+        g = g.toposort()
     kept = g.named_outputs()
     g.set_outputs({name: kept[name] for name in named})
     extra = {name: kept[name] for name in extra}
@@ -110,11 +121,11 @@ def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
     outputs = {name: list(g.node(nid).ty.shape) for name, nid in g.named_outputs().items()}
     outputs.update({name: list(g.node(nid).ty.shape) for name, nid in extra.items() if name.startswith("grad.")})
     in_model = {n: list(v.ty.shape) for n, v in leaves.items() if v.op == "parameter"}
-    return TrainProgram(model, data, in_model, [n for n in grads if n in in_model], moments, hyper, outputs, no_grad)
+    return TrainProgram(model, data, in_model, [n for n in grads if n in in_model], moments, hyper, outputs, no_grad, report)
 
 
-def _cached_program(forward: Graph, spec: OptimizerSpec | None, opset: int | None, path: Path) -> TrainProgram:
-    key = graph_key(forward, spec, opset)
+def _cached_program(forward: Graph, spec: OptimizerSpec | None, opset: int | None, path: Path, optimize_graph: bool) -> TrainProgram:
+    key = graph_key(forward, spec, opset, optimize_graph)
     if path.is_file():
         try:
             model = onnx.load_model(str(path))
@@ -124,7 +135,7 @@ def _cached_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
                 return TrainProgram(model, **meta)
         except Exception:  # noqa: BLE001 - an unreadable cache is rebuilt, never trusted
             pass
-    prog = compile_program(forward, spec, opset)
+    prog = compile_program(forward, spec, opset, optimize_graph)
     onnx.helper.set_model_props(prog.model, {"meganeura.key": key, "meganeura.program": prog.meta()})
     write_atomic(path, prog.model.SerializeToString())
     return prog
@@ -149,7 +160,7 @@ class TrainingSession(Session):
         seed: int = 0,
         opset: int | None = None,
         use_custom_ops: bool = True,
-        rewrite: bool = True,
+        optimize: bool = True,
         cache_path: str | os.PathLike | None = None,
         check_finite: bool = False,
         fused_optimizer: bool | None = None,
@@ -157,7 +168,8 @@ class TrainingSession(Session):
         given = checked_parameters(parameters, graph.parameters(), "build_session")
         values = default_parameters(graph, seed, skip=set(given))  # on the user's graph: init reads matmul fan-in
         values.update(given)
-        self._forward, self.report = optimize(graph) if rewrite else (graph, OptimizeReport(len(graph), len(graph)))
+        self._optimize = optimize
+        self._forward, self._forward_report = _optimize_forward(graph) if optimize else (graph, None)
         self._build = {"device": device, "providers": providers, "use_custom_ops": use_custom_ops, "check_finite": check_finite}
         self._opset = opset
         self._cache_path = Path(cache_path) if cache_path is not None else None
@@ -174,13 +186,22 @@ class TrainingSession(Session):
         self._carry: dict[str, np.ndarray] = dict(values)
         self._compile(self._wanted)
 
+    @property
+    def report(self) -> OptimizeReport | None:
+        """What the e-graph optimizer did to the forward graph and to the current train step
+        (:class:`~meganeura_onnx.transforms.rewrite.OptimizeReport`; ``None`` with ``optimize=False``)."""
+        if self._forward_report is None:
+            return None
+        stages = [self._forward_report] + ([self._prog.report] if self._prog.report is not None else [])
+        return OptimizeReport.combine(stages)
+
     # -- compiling ------------------------------------------------------------------------------
     def _program(self, spec: OptimizerSpec | None) -> TrainProgram:
         if spec not in self._programs:
             if self._cache_path is not None:
-                self._programs[spec] = _cached_program(self._forward, spec, self._opset, self._cache_path)
+                self._programs[spec] = _cached_program(self._forward, spec, self._opset, self._cache_path, self._optimize)
             else:
-                self._programs[spec] = compile_program(self._forward, spec, self._opset)
+                self._programs[spec] = compile_program(self._forward, spec, self._opset, self._optimize)
         return self._programs[spec]
 
     def _compile(self, spec: OptimizerSpec | None) -> None:
@@ -400,9 +421,10 @@ def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = 
     ``optimizer`` ("sgd", "adam", "adamw") compiles that update into the model now; set its
     hyper-parameters with ``set_learning_rate`` / ``set_adam`` / ``set_adamw``. Other keywords:
     ``providers``, ``parameters`` (initial values by name, checked like ``set_parameter``; the rest
-    use the default init with ``seed``), ``clip``, ``opset``, ``use_custom_ops``, ``rewrite``,
-    ``check_finite`` (every ``step()`` raises ``FloatingPointError`` naming the first non-finite
-    input, output or parameter update, and then changes nothing).
+    use the default init with ``seed``), ``clip``, ``opset``, ``use_custom_ops``, ``optimize``
+    (default True: the e-graph optimizer runs over the forward graph and again over the train step;
+    False skips it), ``check_finite`` (every ``step()`` raises ``FloatingPointError`` naming the first
+    non-finite input, output or parameter update, and then changes nothing).
 
     ``backend="ort-training"`` trains through onnxruntime-training's artifacts instead
     (:mod:`meganeura_onnx.runtime.ort_training`; CPU, AdamW or SGD fixed at build time, its own venv:
@@ -419,12 +441,17 @@ def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = 
 
 def build_session_cached(graph: Graph, cache_path: str | os.PathLike, device: str = "cpu", **kwargs) -> TrainingSession:
     """Like :func:`build_session`, reusing the train-step ONNX model stored at ``cache_path`` when
-    its key (a hash of the graph's ops, wiring, shapes and attributes, the optimizer and the
-    toolchain versions) matches; otherwise it compiles and (atomically) stores the model there."""
+    its key (a hash of the graph's ops, wiring, shapes and attributes, the optimizer, the opset, the
+    e-graph optimizer's setting, rules and limits, and the toolchain versions) matches; otherwise it compiles and (atomically) stores the model there."""
     return TrainingSession(graph, device=device, cache_path=cache_path, **kwargs)
 
 
-def build_session_with_report(graph: Graph, device: str = "cpu", **kwargs) -> tuple[TrainingSession, OptimizeReport]:
-    """Like :func:`build_session`, also returning what the rewrite pass did."""
+def _optimize_forward(graph: Graph) -> tuple[Graph, OptimizeReport]:
+    return optimize(graph, stage="forward")
+
+
+def build_session_with_report(graph: Graph, device: str = "cpu", **kwargs) -> tuple[TrainingSession, OptimizeReport | None]:
+    """Like :func:`build_session`, also returning what the e-graph optimizer did (``None`` with
+    ``optimize=False``)."""
     s = build_session(graph, device, **kwargs)
     return s, s.report
