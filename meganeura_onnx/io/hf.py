@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..graph import Graph
+from ..ir import TensorType
 from ..runtime.safetensors_file import read_header
-from ..runtime.session import Session
+from ..runtime.session import Session, parameter_array
 
 TIED = {"lm_head.weight": "model.embed_tokens.weight"}
 """Parameter -> checkpoint tensor it falls back to when the checkpoint lacks it (tied weights)."""
@@ -189,6 +190,9 @@ def load_safetensors(session: Session, path: str | os.PathLike, strict: bool = T
     """
     expected = {name: session.parameter_shape(name) for name in session.parameter_names()}
     values, report = _resolve(expected, path, strict, ignore)
-    for name, value in values.items():
+    # Every value checked (shape, finite) before the first is written: a bad tensor loads nothing.
+    types = {name: TensorType(tuple(shape)) for name, shape in expected.items()}
+    checked = {name: parameter_array(name, value, types[name], f"load_safetensors({str(path)!r})") for name, value in values.items()}
+    for name, value in checked.items():
         session.set_parameter(name, value)
     return report

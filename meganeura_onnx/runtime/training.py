@@ -114,7 +114,7 @@ def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
     model, _ = to_model(g, opset=opset, params_as_inputs=True, extra_outputs=extra, model_name="meganeura_train_step")
     leaves = {n.attrs["name"]: n for n in g.nodes() if n.op in ("input", "input_u32", "parameter")}
     hyper = [n for n in leaves if n.startswith("opt.")]
-    moments = [n for n in leaves if n.startswith(("adam_m.", "adam_v.")) and leaves[n].op == "input"]
+    moments = [n for n in leaves if n.startswith(("adam_m.", "adam_v.", "grad_acc.")) and leaves[n].op == "input"]
     data = {
         n: (list(v.ty.shape), v.ty.dtype.value) for n, v in leaves.items() if v.op != "parameter" and n not in hyper and n not in moments
     }
@@ -176,6 +176,7 @@ class TrainingSession(Session):
         self._programs: dict[OptimizerSpec | None, TrainProgram] = {}
         self._hyper_values = dict(DEFAULT_HYPER)
         self._clip = clip
+        self._accum, self._micro = 1, 0  # gradient accumulation: micro-batches per update, position in the window
         # One multi-tensor AdamUpdate node (our CPU kernel) by default on CPU; on CUDA the decomposed
         # update stays on the GPU (the AdamUpdate kernel is CPU-only: it would pull every tensor to the host).
         self._fused = (device == "cpu" and providers is None) if fused_optimizer is None else bool(fused_optimizer)
@@ -248,7 +249,18 @@ class TrainingSession(Session):
 
     # -- optimizer settings ---------------------------------------------------------------------
     def _spec_for(self, kind: str) -> OptimizerSpec:
-        return OptimizerSpec(kind, self._clip, fused=self._fused and kind != "sgd")
+        accumulate = self._accum > 1
+        return OptimizerSpec(kind, self._clip, fused=self._fused and kind != "sgd", accumulate=accumulate)
+
+    def set_grad_accumulation(self, steps: int) -> None:
+        """Average the gradients of ``steps`` consecutive ``step()`` calls (micro-batches) and update
+        the parameters once, on the last of them (1: update every step). The accumulators are
+        session state (``grad_acc.<param>``); ``optimizer_step`` counts updates, not micro-batches."""
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"set_grad_accumulation: steps must be a positive int, got {steps!r}")
+        self._accum, self._micro = steps, 0
+        if self._wanted is not None:
+            self._wanted = self._spec_for(self._wanted.kind)
 
     @staticmethod
     def _hyper(what: str, **values: float) -> dict[str, float]:
@@ -316,7 +328,9 @@ class TrainingSession(Session):
         if self._wanted != self._spec:
             self._compile(self._wanted)
         if self._spec is not None:
+            apply = not self._spec.accumulate or (self._micro + 1) % self._accum == 0
             values = {**self._hyper_values, "step": float(self._opt_steps + 1)}
+            values.update(apply=float(apply), accum_scale=1.0 / self._accum)
             for h in self._prog.hyper:
                 v = values[h[4:]]
                 if self._written.get(h) != v:
@@ -324,7 +338,8 @@ class TrainingSession(Session):
                     self._written[h] = v
         super().step()  # raises before swapping anything if the run fails
         if self._spec is not None:
-            self._opt_steps += 1
+            self._micro = (self._micro + 1) % self._accum if self._spec.accumulate else 0
+            self._opt_steps += apply
 
     def read_grad(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
         """Gradient of the loss wrt parameter ``name`` from the last ``step()`` (no optimizer set)."""
@@ -366,8 +381,9 @@ class TrainingSession(Session):
         check_compatible(ckpt, {n: tuple(s) for n, s in self._prog.params.items()}, what)
         params = {n: parameter_array(n, v, self._types[n], what) for n, v in ckpt.params.items()}
         moments = {f"adam_m.{n}": v for n, v in ckpt.adam_m.items()} | {f"adam_v.{n}": v for n, v in ckpt.adam_v.items()}
-        if self._prog.moments and moments and set(self._prog.moments) - set(moments):
-            raise ValueError(f"{what}: the checkpoint lacks Adam moments {sorted(set(self._prog.moments) - set(moments))}")
+        adam = [m for m in self._prog.moments if not m.startswith("grad_acc.")]  # accumulators restart at 0
+        if adam and moments and set(adam) - set(moments):
+            raise ValueError(f"{what}: the checkpoint lacks Adam moments {sorted(set(adam) - set(moments))}")
         live = {m: np.ascontiguousarray(moments.get(m, np.zeros(self._types[m].shape, np.float32)), np.float32) for m in self._prog.moments}
         # Validated: now write.
         for n, v in params.items():
@@ -375,8 +391,28 @@ class TrainingSession(Session):
         for m, v in live.items():
             self._values[m].update_inplace(v)
         self._carry.update(moments)  # kept for a later recompile to Adam
-        self._opt_steps = ckpt.step if moments or not self._prog.moments else 0
+        self._opt_steps = ckpt.step if moments or not adam else 0
+        self._micro = 0
         return ckpt.metadata
+
+
+LR_SCHEDULES = ("constant", "cosine", "linear")
+
+
+def scheduled_lr(schedule: str, base_lr: float, step: int, total_steps: int, warmup: int = 0) -> float:
+    """The learning rate of optimizer update ``step`` (0-based) of ``total_steps``: a linear warm-up
+    from 0 over ``warmup`` updates, then constant, or a cosine / linear decay to 0 at ``total_steps``.
+    The same multipliers as transformers' ``get_{constant,cosine,linear}_schedule_with_warmup``."""
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"lr schedule must be one of {LR_SCHEDULES}, got {schedule!r}")
+    if step < warmup:
+        return base_lr * step / max(1, warmup)
+    if schedule == "constant":
+        return base_lr
+    progress = (step - warmup) / max(1, total_steps - warmup)
+    if schedule == "linear":
+        return base_lr * max(0.0, 1.0 - progress)
+    return base_lr * max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = None, backend: str = "native", **kwargs) -> TrainingSession:
