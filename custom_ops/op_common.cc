@@ -140,7 +140,8 @@ OrtStatus* ReadRopeAttrs(const OrtKernelInfo* info, RopeAttrs* a) {
     return MN_INVALID("Rope: attribute head_dim must be even and in [2, 1024], got %lld", (long long)a->head_dim);
   if (!(a->theta > 0.0f) || !std::isfinite(a->theta))
     return MN_INVALID("Rope: attribute theta must be a positive finite number, got %g", (double)a->theta);
-  if (a->offset < 0) return MN_INVALID("Rope: attribute offset must be >= 0, got %lld", (long long)a->offset);
+  if (a->offset < 0 || a->offset > (int64_t(1) << 40))
+    return MN_INVALID("Rope: attribute offset must be in [0, 2**40], got %lld", (long long)a->offset);
   return nullptr;
 }
 

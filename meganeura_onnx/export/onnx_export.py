@@ -46,15 +46,18 @@ class ExportSpec:
 
 
 def state_pairs(graph: GraphCore) -> dict[str, NodeId]:
-    """Input leaves updated by ``cache_write`` -> the node holding their value after the step.
+    """Input leaves written in place by an op (the op table's ``inplace_input``: ``cache_write``'s
+    cache) -> the node holding their value after the step.
 
     A chain ``cache_write(.., cache_write(.., X, ..), ..)`` pairs X with the last write.
     """
     pairs: dict[str, NodeId] = {}
     final: dict[NodeId, NodeId] = {}
     for n in graph.nodes():
-        if n.op == "cache_write":
-            src = final.get(n.inputs[1], n.inputs[1])
+        written = OPS[n.op].inplace_input
+        if written is not None:
+            k = OPS[n.op].inputs.index(written)
+            src = final.get(n.inputs[k], n.inputs[k])
             leaf = graph.node(src)
             if leaf.op == "input":
                 final[n.id] = src
@@ -130,7 +133,11 @@ def to_model(
         for name, nid in state_pairs(graph).items():
             outputs.append((f"{name}.next", nid))
             spec.state[name] = f"{name}.next"
-            if consumers[leaf_ids[name]] == 1 and graph.node(nid).inputs[1] == leaf_ids[name]:
+            writer = graph.node(nid)
+            if (
+                consumers[leaf_ids[name]] == 1
+                and writer.inputs[OPS[writer.op].inputs.index(OPS[writer.op].inplace_input)] == leaf_ids[name]
+            ):
                 spec.inplace.add(name)
     outputs += list((extra_outputs or {}).items())
     # A graph output takes over the name of the value that computes it (no Identity copy: an

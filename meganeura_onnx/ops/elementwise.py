@@ -8,7 +8,7 @@ import numpy as np
 from onnx import TensorProto
 
 from ..ir import NodeId, TensorType
-from .table import Feeds, examples, op, rank, require, same_shape
+from .table import Feeds, examples, float_attr, op, rank, require, same_shape
 
 SHAPES = ({"shape": [3, 5]}, {"shape": [2, 3, 4]})
 
@@ -183,14 +183,8 @@ for _name, _ref, _lower in (
     examples(_d, lambda g, f, shape, _n=_name: g.apply(_n, f.param(g, "x", shape)), *SHAPES)
 
 # -- static affine map and scalar broadcasts (optimizer updates, loss scaling) -------------------------
-affine = op("affine", ("x",))
-
-
-@affine.shape
-def _(x: TensorType, *, scale: float, shift: float) -> TensorType:
-    for arg, v in (("scale", scale), ("shift", shift)):
-        require(isinstance(v, (int, float)) and not isinstance(v, bool), "affine", f"{arg} must be a number, got {v!r}")
-    return x
+affine = op("affine", ("x",), attrs=(float_attr("scale"), float_attr("shift")))
+affine.shape(lambda x, *, scale, shift: x)
 
 
 affine.numpy(lambda x, *, scale, shift: x * x.dtype.type(scale) + x.dtype.type(shift))

@@ -13,7 +13,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-CUSTOM_DOMAIN = "com.meganeura"
+from .table import CUSTOM_DOMAIN, CustomOp
+
+__all__ = ["CUSTOM_DOMAIN", "LoweringContext", "function_body"]
 
 
 class LoweringContext:
@@ -92,11 +94,16 @@ class LoweringContext:
         self.functions[fn.name] = fn
 
 
-def function_body(name: str, inputs: list[str], outputs: list[str], attributes: list[str], build: Any, opset: int) -> onnx.FunctionProto:
-    """Build a ``com.meganeura`` FunctionProto whose body ``build(ctx, *inputs) -> outputs`` writes.
+def function_body(schema: CustomOp, build: Any, opset: int) -> onnx.FunctionProto:
+    """Build the FunctionProto of a custom op (name, inputs, outputs and attributes from its schema
+    in the op table) whose body ``build(ctx, *inputs) -> outputs`` writes.
 
-    ``build`` returns the body's output names; they are renamed to ``outputs`` by Identity nodes.
+    ``build`` returns the body's output names; they are renamed to the schema's outputs by Identity nodes.
     """
+    name = schema.name
+    inputs = [t.name for t in schema.inputs]
+    outputs = [t.name for t in schema.outputs]
+    attributes = [a.name for a in schema.attrs]
     ctx = LoweringContext(opset, in_function=True, prefix=f"{name}_")
     results = build(ctx, *inputs)
     if isinstance(results, str):
@@ -104,7 +111,7 @@ def function_body(name: str, inputs: list[str], outputs: list[str], attributes: 
     for res, out in zip(results, outputs, strict=True):
         ctx.nodes.append(helper.make_node("Identity", [res], [out], name=ctx.fresh("Identity")))
     return helper.make_function(
-        CUSTOM_DOMAIN,
+        schema.domain,
         name,
         inputs,
         outputs,

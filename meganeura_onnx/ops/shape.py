@@ -14,24 +14,19 @@ import numpy as np
 from onnx import numpy_helper
 
 from ..ir import NodeId, TensorType
-from .table import examples, op, rank, require
+from .table import examples, op, rank, require, shape_attr
 
-reshape = op("reshape", ("x",))
-broadcast_to = op("broadcast_to", ("x",))
+SHAPE = (shape_attr("shape"),)
+reshape = op("reshape", ("x",), attrs=SHAPE)
+broadcast_to = op("broadcast_to", ("x",), attrs=SHAPE)
 col_sum = op("col_sum", ("x",))
 row_sum = op("row_sum", ("x",))
-zeros = op("zeros", (), differentiable=False)
-
-
-def _shape_attr(name: str, shape: Sequence[int]) -> tuple[int, ...]:
-    ok = isinstance(shape, (list, tuple)) and shape and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)
-    require(bool(ok), name, f"shape must be a non-empty list of positive ints, got {shape!r}")
-    return tuple(shape)
+zeros = op("zeros", (), differentiable=False, attrs=SHAPE)
 
 
 @reshape.shape
 def _(x: TensorType, *, shape: tuple[int, ...]) -> TensorType:
-    shp = _shape_attr("reshape", shape)
+    shp = tuple(shape)
     require(math.prod(shp) == x.num_elements(), "reshape", f"cannot reshape {list(x.shape)} ({x.num_elements()} elements) to {list(shp)}")
     return TensorType(shp)
 
@@ -57,7 +52,7 @@ def _broadcast_kind(x: tuple[int, ...], out: tuple[int, ...]) -> str:
 
 @broadcast_to.shape
 def _(x: TensorType, *, shape: tuple[int, ...]) -> TensorType:
-    shp = _shape_attr("broadcast_to", shape)
+    shp = tuple(shape)
     require(
         bool(_broadcast_kind(x.shape, shp)),
         "broadcast_to",
@@ -131,7 +126,7 @@ for _d in (col_sum, row_sum):
 
 @zeros.shape
 def _(*, shape: tuple[int, ...]) -> TensorType:
-    return TensorType(_shape_attr("zeros", shape))
+    return TensorType(tuple(shape))
 
 
 zeros.numpy(lambda *, shape: np.zeros(shape, np.float32))
@@ -149,11 +144,11 @@ examples(zeros, lambda g, f, shape: g.add(g.zeros(shape), f.param(g, "x", shape)
 class ShapeBuilders:
     def reshape(self, x: NodeId, shape: Sequence[int]) -> NodeId:
         """The same elements in a new shape (row-major)."""
-        return self.apply("reshape", x, shape=tuple(int(d) for d in shape))
+        return self.apply("reshape", x, shape=shape)
 
     def broadcast_to(self, x: NodeId, shape: Sequence[int]) -> NodeId:
         """Repeat x to ``shape``: ``[1]`` -> any shape; ``[N]``, ``[1, N]`` or ``[M, 1]`` -> ``[M, N]``."""
-        return self.apply("broadcast_to", x, shape=tuple(int(d) for d in shape))
+        return self.apply("broadcast_to", x, shape=shape)
 
     def col_sum(self, x: NodeId) -> NodeId:
         """Sum over rows: ``[M, N] -> [N]`` (the gradient of a bias)."""
@@ -165,4 +160,4 @@ class ShapeBuilders:
 
     def zeros(self, shape: Sequence[int]) -> NodeId:
         """An F32 tensor of zeros (no gradient)."""
-        return self.apply("zeros", shape=tuple(int(d) for d in shape))
+        return self.apply("zeros", shape=shape)
