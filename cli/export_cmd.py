@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .errors import check_writable_dir, check_writable_file
 from .model_file import build_graph, parse_sets
 
 
@@ -18,7 +19,7 @@ from .model_file import build_graph, parse_sets
 )
 @click.option("--opset", type=click.IntRange(21, 24), default=None, help="ONNX opset (default 21: portable to ORT 1.19+).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Keyword argument for the model's build(), e.g. --set batch=64.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the default parameter init.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the default parameter init.")
 @click.option(
     "--training-artifacts",
     "artifacts_dir",
@@ -36,11 +37,15 @@ def export(
 
     Parameters are written as initializers with the default init (train or load weights through a
     Session to export trained values).
+
+    MODEL.py is Python code that runs with your permissions: only pass files you trust.
     """
     from meganeura_onnx import export_onnx
 
     if output is None and artifacts_dir is None:
         raise click.UsageError("give -o/--output, --training-artifacts, or both")
+    check_writable_file(output, "-o/--output")
+    check_writable_dir(artifacts_dir, "--training-artifacts")
     graph = build_graph(model, parse_sets(sets))
     if artifacts_dir is not None:
         _training_artifacts(graph, artifacts_dir, optimizer, seed)
@@ -51,6 +56,7 @@ def export(
     click.echo(
         f"wrote {output}: {len(m.graph.node)} nodes, opset {m.opset_import[0].version}, IR {m.ir_version}"
         + (f", com.meganeura ops {custom}" if custom else "")
+        + f", outputs {[o.name for o in m.graph.output]}"
     )
 
 

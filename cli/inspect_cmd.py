@@ -17,7 +17,12 @@ def describe(path: str) -> dict:
 
     from meganeura_onnx.runtime import custom_op_library
 
-    model = onnx.load(path)
+    try:
+        model = onnx.load(path)
+    except Exception as e:  # protobuf's DecodeError and friends: the file is not an ONNX model
+        raise click.ClickException(f"{path} is not a readable ONNX model ({type(e).__name__}: {e})") from e
+    if model.ir_version <= 0 or not model.HasField("graph"):
+        raise click.ClickException(f"{path} is not an ONNX model (no IR version or graph)")
     props = {p.key: p.value for p in model.metadata_props}
     inits = {t.name: t for t in model.graph.initializer}
     names = (

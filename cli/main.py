@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .embed import embed
+from .errors import ErrorReportingGroup
 from .export_cmd import export
 from .generate import generate
 from .inspect_cmd import inspect_cmd
@@ -12,10 +13,17 @@ from .train import train
 from .view_cmd import view
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ErrorReportingGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="meganeura-onnx")
-def main() -> None:
-    """Write a model once as a Graph; export it to ONNX, train it, run it with ONNX Runtime."""
+@click.option("--debug", is_flag=True, help="Show Python tracebacks instead of one-line errors (also MEGANEURA_DEBUG=1).")
+def main(debug: bool) -> None:
+    """Write a model once as a Graph; export it to ONNX, train it, run it with ONNX Runtime.
+
+    A model file (MODEL.py) is Python code: the commands that take one import and run it, with your
+    permissions. Only pass model files you trust.
+
+    Every failure is one line "Error: ..." on stderr and a non-zero exit status.
+    """
 
 
 main.add_command(export)

@@ -1,4 +1,9 @@
-"""Loading a user's model file: a Python file defining ``build(**kwargs) -> Graph``."""
+"""Loading a user's model file: a Python file defining ``build(**kwargs) -> Graph``.
+
+A model file is Python code that runs with the user's permissions when a command loads it: only
+pass files you trust. Its failures (syntax errors, exceptions while importing or in ``build``)
+are reported as one-line errors naming the file.
+"""
 
 from __future__ import annotations
 
@@ -35,7 +40,14 @@ def load_module(path: str | Path) -> ModuleType:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        sys.modules.pop(name, None)
+        raise click.BadParameter(f"{path} is not valid Python: {e.msg} (line {e.lineno})", param_hint="MODEL") from e
+    except Exception as e:
+        sys.modules.pop(name, None)
+        raise click.ClickException(f"model file {path} raised {type(e).__name__} while loading: {e}") from e
     return module
 
 
@@ -52,6 +64,8 @@ def build_graph(path: str | Path, sets: dict[str, Any]) -> Any:
         graph = module.build(**sets)
     except TypeError as e:
         raise click.BadParameter(f"build() rejected the --set values {sets}: {e}", param_hint="--set") from e
+    except Exception as e:
+        raise click.ClickException(f"build() in {path} raised {type(e).__name__} with --set values {sets}: {e}") from e
     if not isinstance(graph, Graph):
         raise click.BadParameter(f"build() in {path} returned {type(graph).__name__}, expected a meganeura_onnx.Graph", param_hint="MODEL")
     return graph

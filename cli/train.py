@@ -34,6 +34,7 @@ from typing import Any
 import click
 import numpy as np
 
+from .errors import check_writable_file, finite_float
 from .model_file import build_graph, load_module, parse_sets
 
 
@@ -100,34 +101,57 @@ def _evaluate(graph: Any, params: dict, test: dict, batch: int, module: Any, dev
 
 @click.command("train")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
-@click.option("--epochs", default=10, show_default=True, help="Passes over the training set.")
-@click.option("--batch-size", default=32, show_default=True, help="Examples per step (passed to build() as batch=).")
+@click.option("--epochs", type=click.IntRange(1), default=10, show_default=True, help="Passes over the training set.")
+@click.option(
+    "--batch-size", type=click.IntRange(1), default=32, show_default=True, help="Examples per step (passed to build() as batch=)."
+)
 @click.option("--optimizer", type=click.Choice(["sgd", "adam", "adamw"]), default="adam", show_default=True)
-@click.option("--lr", type=float, default=None, help="Learning rate [default: 1e-3 for adam/adamw, 0.1 for sgd].")
-@click.option("--weight-decay", type=float, default=0.01, show_default=True, help="AdamW's decoupled weight decay.")
-@click.option("--clip", type=float, default=None, help="Clip the global gradient norm to this value.")
+@click.option(
+    "--lr", type=float, default=None, callback=finite_float(0.0), help="Learning rate [default: 1e-3 for adam/adamw, 0.1 for sgd]."
+)
+@click.option(
+    "--weight-decay", type=float, default=0.01, show_default=True, callback=finite_float(0.0), help="AdamW's decoupled weight decay."
+)
+@click.option(
+    "--clip", type=float, default=None, callback=finite_float(0.0, strict=True), help="Clip the global gradient norm to this value."
+)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--checkpoint", type=click.Path(dir_okay=False), default=None, help="Safetensors checkpoint written after each epoch.")
 @click.option("--resume", is_flag=True, help="Continue from --checkpoint (parameters, Adam state, step, epoch).")
 @click.option("--export", "export_path", type=click.Path(dir_okay=False), default=None, help="Write the trained model as ONNX.")
-@click.option("--seed", default=0, show_default=True, help="Seeds the parameter init and the shuffle.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seeds the parameter init and the shuffle.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Arguments for build() (and data()), e.g. --set hidden=64.")
 def train(model, epochs, batch_size, optimizer, lr, weight_decay, clip, device, checkpoint, resume, export_path, seed, sets) -> None:
-    """Train MODEL.py's graph on its data (see the module docstring for the model-file contract)."""
+    """Train MODEL.py's graph on its data (see the module docstring for the model-file contract).
+
+    MODEL.py is Python code that runs with your permissions: only pass files you trust.
+    """
     from tqdm import tqdm
 
     from meganeura_onnx.runtime.training import build_session
 
     kw = parse_sets(sets)
+    if "batch" in kw and (isinstance(kw["batch"], bool) or not isinstance(kw["batch"], int) or kw["batch"] < 1):
+        raise click.BadParameter(f"batch must be a positive integer, got {kw['batch']!r}", param_hint="--set")
+    check_writable_file(checkpoint, "--checkpoint")
+    check_writable_file(export_path, "--export")
+    if resume and (checkpoint is None or not Path(checkpoint).is_file()):
+        raise click.BadParameter(f"--resume needs an existing --checkpoint file, got {checkpoint!r}", param_hint="--resume")
     module = load_module(model)
-    if "batch" in inspect.signature(module.build).parameters:
+    if callable(getattr(module, "build", None)) and "batch" in inspect.signature(module.build).parameters:
         kw.setdefault("batch", batch_size)
     graph = build_graph(model, kw)
     if not callable(getattr(module, "data", None)):
         raise click.BadParameter(f"{model} defines no data() function (needed by train; see meganeura train --help)", param_hint="MODEL")
     data_kw = {k: v for k, v in kw.items() if k in inspect.signature(module.data).parameters}
     names = [n for n in (x.attrs.get("name") for x in graph.nodes() if x.op in ("input", "input_u32")) if n]
-    train_set, test_set = _split_data(module.data(**data_kw), names)
+    try:
+        examples = module.data(**data_kw)
+    except Exception as e:
+        raise click.ClickException(f"data() in {model} raised {type(e).__name__}: {e}") from e
+    if not isinstance(examples, dict):
+        raise click.ClickException(f"data() in {model} returned {type(examples).__name__}, expected a dict")
+    train_set, test_set = _split_data(examples, names)
     batch = graph.node(graph.leaves("input")[0][1]).ty.shape[0] if graph.leaves("input") else batch_size
 
     session = build_session(graph, device, optimizer=optimizer, seed=seed, clip=clip is not None)
@@ -142,10 +166,11 @@ def train(model, epochs, batch_size, optimizer, lr, weight_decay, clip, device, 
     ckpt_path = Path(checkpoint) if checkpoint else None
     first_epoch = 1
     if resume:
-        if ckpt_path is None or not ckpt_path.is_file():
-            raise click.BadParameter(f"--resume needs an existing --checkpoint file, got {checkpoint!r}", param_hint="--resume")
         meta = session.load_checkpoint(ckpt_path)
-        first_epoch = int(meta.get("epoch", "0")) + 1
+        epoch_text = str(meta.get("epoch", "0"))
+        if not epoch_text.isdigit():
+            raise click.ClickException(f"checkpoint {ckpt_path}: metadata 'epoch' must be a non-negative integer, got {epoch_text!r}")
+        first_epoch = int(epoch_text) + 1
         click.echo(f"resumed from {ckpt_path} (epoch {first_epoch - 1}, step {session.optimizer_step})")
 
     n = len(next(iter(train_set.values())))

@@ -291,6 +291,29 @@ OrtStatus* ORT_API_CALL KernelComputeV2(void* kernel, OrtKernelContext* ctx) {
 
 void ORT_API_CALL KernelDestroy(void* kernel) { delete static_cast<Kernel*>(kernel); }
 
+// A dimension ORT knows neither the size nor the name of (e.g. the -1 of a Reshape between
+// symbolic dims) must not be copied to the output: ORT would give every such output the same empty
+// dim_param, and its memory planner then reuses a buffer of one such output for another of a
+// different size ("Shape mismatch attempting to re-use buffer"). Leave those outputs unknown.
+static bool AllDimsNamed(const OrtTensorTypeAndShapeInfo* info) {
+  size_t n = 0;
+  if (OrtStatus* st = g_api->GetDimensionsCount(info, &n)) {
+    g_api->ReleaseStatus(st);
+    return false;
+  }
+  std::vector<int64_t> dims(n);
+  std::vector<const char*> names(n, nullptr);
+  OrtStatus* st = g_api->GetDimensions(info, dims.data(), n);
+  if (!st) st = g_api->GetSymbolicDimensions(info, names.data(), n);
+  if (st) {
+    g_api->ReleaseStatus(st);
+    return false;
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (dims[i] < 0 && (names[i] == nullptr || names[i][0] == '\0')) return false;
+  return true;
+}
+
 // Static output shapes let ORT's memory planner apply the in-place hint (it needs equal,
 // known sizes) and give Netron/ORT typed outputs. Unknown input shapes are left unknown.
 OrtStatus* ORT_API_CALL InferShape(const OrtCustomOp* op, OrtShapeInferContext* ctx) {
@@ -303,6 +326,7 @@ OrtStatus* ORT_API_CALL InferShape(const OrtCustomOp* op, OrtShapeInferContext* 
       return nullptr;
     }
     // `info` belongs to the context (ORT releases it): do not release it here.
+    if (!AllDimsNamed(info)) return nullptr;
     return g_api->ShapeInferContext_SetOutputTypeShape(ctx, 0, info);
   }
   // ScatterAdd: [num_rows, src.shape[1]]

@@ -13,6 +13,7 @@ from .ops.embedding import EmbeddingBuilders
 from .ops.kv_cache import KvCacheBuilders
 from .ops.leaves import LeafBuilders
 from .ops.linalg import LinalgBuilders
+from .ops.losses import LossBuilders
 from .ops.norm import NormBuilders
 from .ops.reduce import ReduceBuilders
 from .ops.rope import RopeBuilders
@@ -25,6 +26,7 @@ class Graph(
     LinalgBuilders,
     ElementwiseBuilders,
     ReduceBuilders,
+    LossBuilders,
     NormBuilders,
     RopeBuilders,
     AttentionBuilders,

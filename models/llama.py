@@ -111,8 +111,8 @@ def build_graph(cfg: LlamaConfig, mode: str = "logits", seq: int = 16, max_seq: 
     model = LlamaForCausalLM(g, cfg)
     if mode in ("logits", "train"):
         logits = model.forward(g, g.input_u32("input_ids", [seq]))
-        # train: next-token cross-entropy with one-hot labels [seq, vocab] (cross_entropy_loss's contract).
-        g.set_outputs([g.cross_entropy_loss(logits, g.input("labels", [seq, cfg.vocab_size]))] if mode == "train" else [logits])
+        # train: next-token cross-entropy over U32 token ids [seq] (sparse_cross_entropy_loss).
+        g.set_outputs([g.sparse_cross_entropy_loss(logits, g.input_u32("labels", [seq]))] if mode == "train" else [logits])
         return g
     if mode not in ("prefill", "decode"):
         raise ValueError(f"build: mode must be 'logits', 'train', 'prefill' or 'decode', got {mode!r}")

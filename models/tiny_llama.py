@@ -7,7 +7,8 @@ positions input of each block, see below). Weights use Hugging Face names and ``
 (``matmul_bt``), so HF LLaMA checkpoints (e.g. SmolLM2) load unchanged.
 
 Model-file contract (``meganeura train``): ``build(**kw) -> Graph`` with the loss as output 0.
-Labels are one-hot ``[rows, vocab]`` (``cross_entropy_loss``'s contract).
+Labels are next-token ids ``[rows]`` (U32, ``sparse_cross_entropy_loss``); ``ignore_index`` marks
+rows that are not counted (padding).
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ def build(
     batch: int = 1,
     theta: float = 10000.0,
     eps: float = 1e-5,
+    ignore_index: int | None = None,
 ) -> Graph:
-    """The decoder with a cross-entropy loss over next-token one-hot labels as output 0."""
+    """The decoder with the mean cross entropy over next-token ids (U32 ``labels [rows]``) as output 0."""
     hd = hidden // heads
     rows = batch * seq
     g = Graph()
     tokens = g.input_u32("input_ids", [rows])
-    labels = g.input("labels", [rows, vocab])
+    labels = g.input_u32("labels", [rows])
     h = g.embedding(tokens, g.parameter("model.embed_tokens.weight", [vocab, hidden]))
     for i in range(layers):
         p = f"model.layers.{i}."
@@ -52,7 +54,7 @@ def build(
         h = g.add(h, g.matmul_bt(g.swiglu(gate, up), g.parameter(p + "mlp.down_proj.weight", [hidden, intermediate])))
     h = g.rms_norm(h, g.parameter("model.norm.weight", [hidden]), eps)
     logits = g.matmul_bt(h, g.parameter("lm_head.weight", [vocab, hidden]))
-    g.set_outputs([g.cross_entropy_loss(logits, labels)])
+    g.set_outputs([g.sparse_cross_entropy_loss(logits, labels, ignore_index=ignore_index)])
     return g
 
 

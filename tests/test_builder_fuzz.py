@@ -9,7 +9,8 @@ removed. Leaf builders and ``set_outputs`` get hostile arguments too. Every call
 a node or raise ``ValueError``/``TypeError`` whose message names the op; anything else (another
 exception type, a message without the op's name) is a crash.
 
-Measured at the commit that added this test (seed 0): 17,010 calls, 2,648 built, 14,362 clear errors, 0 crashes.
+Measured (SEED = 0, ROUNDS = 30, the op table of this commit): 6,636 calls, 705 built, 5,931 clear
+errors, 0 crashes.
 """
 
 from __future__ import annotations

@@ -316,3 +316,21 @@ def test_a_leaf_named_like_an_exported_constant_can_no_longer_replace_it():
     const_names = {t.name for t in model.graph.initializer}
     with pytest.raises(ValueError, match="reserved"):
         Graph().input(sorted(const_names)[0], [2])
+
+
+@pytest.mark.parametrize("which", ["constant", "lowered value"])
+def test_an_output_named_like_a_value_the_exporter_generates_is_refused_at_export(which):
+    from meganeura_onnx.export import to_model
+
+    g = Graph()
+    x = g.input("x", [2])
+    y = g.relu(g.add(x, g.constant([1.0, 2.0], [2])))
+    g.set_outputs({"y": y})
+    model, _ = to_model(g)
+    if which == "constant":
+        name = model.graph.initializer[0].name
+    else:
+        name = next(n.output[0] for n in model.graph.node if n.op_type == "Add")
+    g.set_outputs({name: y})
+    with pytest.raises(ValueError, match="the exporter gives another value"):
+        to_model(g)

@@ -6,14 +6,13 @@ attends to every other (``full_attention``). Dropout is the identity at inferenc
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from ..graph import Graph
 from ..ir import NodeId
-from .layers import Embedding, LayerNorm, Linear, join
+from .layers import Embedding, LayerNorm, Linear, join, read_config_json
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ class BertConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> BertConfig:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        return cls.from_dict(read_config_json(path))
 
 
 @dataclass

@@ -12,14 +12,13 @@ Every block runs in one of two modes, chosen by what ``forward`` is given:
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from ..graph import Graph
 from ..ir import NodeId
-from .layers import Linear, RmsNorm, join
+from .layers import Linear, RmsNorm, join, read_config_json
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ class LlamaConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> LlamaConfig:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        return cls.from_dict(read_config_json(path))
 
     def to_dict(self) -> dict[str, Any]:
         """A HF-style config dict (``model_type`` llama), loadable by ``transformers.LlamaConfig``."""

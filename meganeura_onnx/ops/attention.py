@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import NodeId, TensorType
+from ..ir import NodeId, TensorType, dim_add, dim_div, dim_mul
 from .onnx_util import NEG_INF, arange, attend
-from .table import bool_attr, examples, int_attr, op, optional, rank, require, shape_attr
+from .table import bool_attr, dim_attr, examples, int_attr, op, optional, rank, require, shape_attr, static_shape
 
 HEADS = (int_attr("num_heads", 1), int_attr("num_kv_heads", 1), int_attr("head_dim", 1))
-BATCH = optional(int_attr("batch", 1, doc="rows hold this many sequences stacked"), 1)
+BATCH = optional(dim_attr("batch", doc="rows hold this many sequences stacked (an int or a symbolic dim)"), 1)
 
 
 def check_heads(name: str, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
@@ -61,7 +61,7 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
         )
         batch = _.get("batch", 1)
         require(
-            q.shape[0] % batch == 0 and k.shape[0] % batch == 0,
+            dim_div(q.shape[0], batch) is not None and dim_div(k.shape[0], batch) is not None,
             name,
             f"batch={batch} must divide the rows of q {list(q.shape)} and k {list(k.shape)}",
         )
@@ -86,11 +86,11 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
     @d.onnx
     def _(ctx, node, q, k, v):
         a = node.attrs
-        if a.get("batch", 1) > 1:
+        if a.get("batch", 1) != 1:
             return _batched_attention(ctx, node, q, k, v, _is_causal(a))
         mask = None
         if _is_causal(a):
-            seq = ctx.input_types(node)[0].shape[0]
+            seq = ctx.scalar(ctx.input_types(node)[0].shape[0])
             mask = (arange(ctx, seq), arange(ctx, seq))
         return attend(ctx, q, k, v, a["head_dim"], a["num_heads"] // a["num_kv_heads"], mask)
 
@@ -161,7 +161,11 @@ def _(
     batch: int = 1,
 ) -> TensorType:
     check_heads("attention_backward", num_heads, num_kv_heads, head_dim)
-    require(q.shape[0] % batch == 0 and k.shape[0] % batch == 0, "attention_backward", f"batch={batch} must divide the rows of q and k")
+    require(
+        dim_div(q.shape[0], batch) is not None and dim_div(k.shape[0], batch) is not None,
+        "attention_backward",
+        f"batch={batch} must divide the rows of q and k",
+    )
     require(
         q.shape[1] == num_heads * head_dim and dy.shape == q.shape,
         "attention_backward",
@@ -177,7 +181,7 @@ def _(
         "attention_backward",
         f"causal needs q and k of the same length, got {q.shape[0]} and {k.shape[0]}",
     )
-    return TensorType((q.num_elements() + 2 * k.num_elements(),))
+    return TensorType((dim_add(q.elements(), dim_mul(2, k.elements())),))
 
 
 @attention_backward.numpy
@@ -227,7 +231,7 @@ class _Heads:
             return xh
         c, shape = self.ctx, [self.B, self.KVH, self.rep, rows, self.hd]
         return c.reshape(
-            c.op("Expand", c.reshape(xh, [self.B, self.KVH, 1, rows, self.hd]), c.ints(shape)), [self.B, self.H, rows, self.hd]
+            c.op("Expand", c.reshape(xh, [self.B, self.KVH, 1, rows, self.hd]), c.shape_tensor(shape)), [self.B, self.H, rows, self.hd]
         )
 
     def group_sum(self, xh, rows):
@@ -245,7 +249,8 @@ class _Heads:
         c = self.ctx
         scores = c.op("Mul", c.op("MatMul", qh, self.t(kh)), c.const(1.0 / np.sqrt(self.hd)))
         if causal:
-            hidden = c.op("Greater", c.op("Unsqueeze", arange(c, S), c.ints([0])), c.op("Unsqueeze", arange(c, T), c.ints([1])))
+            kpos, qpos = arange(c, c.scalar(S)), arange(c, c.scalar(T))
+            hidden = c.op("Greater", c.op("Unsqueeze", kpos, c.ints([0])), c.op("Unsqueeze", qpos, c.ints([1])))
             scores = c.op("Where", hidden, c.const(NEG_INF), scores)
         return c.op("Softmax", scores, axis=-1)
 
@@ -253,7 +258,7 @@ class _Heads:
 def _batched_attention(ctx, node, q, k, v, causal: bool) -> str:
     a = node.attrs
     B = a["batch"]
-    T, S = ctx.input_types(node)[0].shape[0] // B, ctx.input_types(node)[1].shape[0] // B
+    T, S = dim_div(ctx.input_types(node)[0].shape[0], B), dim_div(ctx.input_types(node)[1].shape[0], B)
     h = _Heads(ctx, B, a["num_heads"], a["num_kv_heads"], a["head_dim"])
     p = h.probs(h.split(q, h.H, T), h.expand(h.split(k, h.KVH, S), S), T, S, causal)
     return h.merge(ctx.op("MatMul", p, h.expand(h.split(v, h.KVH, S), S)), h.H * h.hd)
@@ -263,7 +268,7 @@ def _batched_attention(ctx, node, q, k, v, causal: bool) -> str:
 def _(ctx, node, q, k, v, dy):
     a = node.attrs
     B = a.get("batch", 1)
-    T, S = ctx.input_types(node)[0].shape[0] // B, ctx.input_types(node)[1].shape[0] // B
+    T, S = dim_div(ctx.input_types(node)[0].shape[0], B), dim_div(ctx.input_types(node)[1].shape[0], B)
     h = _Heads(ctx, B, a["num_heads"], a["num_kv_heads"], a["head_dim"])
     qh, doh = h.split(q, h.H, T), h.split(dy, h.H, T)
     kh, vh = h.expand(h.split(k, h.KVH, S), S), h.expand(h.split(v, h.KVH, S), S)
@@ -295,7 +300,9 @@ examples(
 
 @take.shape
 def _(x: TensorType, *, start: int, shape: tuple[int, ...]) -> TensorType:
+    static_shape("take", x, "x")
     out = TensorType(tuple(shape))
+    static_shape("take", out, "shape")
     require(
         isinstance(start, int) and 0 <= start and start + out.num_elements() <= x.num_elements(),
         "take",

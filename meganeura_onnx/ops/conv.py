@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import NodeId, TensorType
-from .table import dims, examples, int_attr, op, require
+from .table import dims, examples, int_attr, op, require, static_shape
 
 CONV = (*dims("batch", "in_channels", "in_h", "in_w", "out_channels", "kernel_h", "kernel_w", "stride"), int_attr("padding", 0))
 CHANNEL_PAIR = dims("batch", "channels_a", "channels_b", "spatial")
@@ -18,6 +18,7 @@ upsample_2x = op("upsample_2x", ("x",), attrs=IMAGE)
 
 
 def _elements(name: str, arg: str, t: TensorType, want: int, formula: str) -> None:
+    static_shape(name, t, arg)  # flat NCHW ops take their sizes as static ints
     require(t.num_elements() == want, name, f"{arg} must hold {formula} = {want} elements, got shape {list(t.shape)}")
 
 

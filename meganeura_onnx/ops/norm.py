@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import NodeId, TensorType
-from .table import dims, examples, float_attr, op, rank, require
+from .table import dims, examples, float_attr, op, rank, require, static_shape
 
 # eps > 0: with eps = 0 a constant row divides by zero (the numpy reference and ORT give inf/NaN).
 EPS = float_attr("eps", 0, lo_open=True, doc="added to the variance")
@@ -70,6 +70,7 @@ def _(
     x: TensorType, weight: TensorType, bias: TensorType, *, batch: int, channels: int, spatial: int, num_groups: int, eps: float
 ) -> TensorType:
     name = "group_norm"
+    static_shape(name, x, "x")
     require(channels % num_groups == 0, name, f"channels ({channels}) must be a multiple of num_groups ({num_groups})")
     want = batch * channels * spatial
     require(

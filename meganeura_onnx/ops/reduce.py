@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from onnx import TensorProto
 
 from ..ir import NodeId, TensorType
 from .table import examples, op, rank, same_shape, times_upstream
@@ -104,7 +105,10 @@ def _loss(name: str, pred: str, target: str, ref, lower, pred_range=(-2, 2), tar
 def _ce_lower(ctx, node, logits, labels):
     batch = ctx.input_types(node)[0].shape[0]
     prod = ctx.op("Mul", labels, ctx.op("LogSoftmax", logits, axis=-1))
-    return ctx.op("Mul", ctx.op("ReduceSum", prod, keepdims=0), ctx.const(-1.0 / batch))
+    total = ctx.op("ReduceSum", prod, keepdims=0)
+    if isinstance(batch, int):
+        return ctx.op("Mul", total, ctx.const(-1.0 / batch))
+    return ctx.op("Neg", ctx.op("Div", total, ctx.cast(ctx.size(batch), TensorProto.FLOAT)))  # a symbolic batch, read at run time
 
 
 def _ce_ref(logits, labels):

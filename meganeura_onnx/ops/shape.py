@@ -13,10 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 from onnx import numpy_helper
 
-from ..ir import NodeId, TensorType
+from ..ir import Dim, NodeId, TensorType, dim_prod
 from .table import examples, op, rank, require, shape_attr
 
-SHAPE = (shape_attr("shape"),)
+SHAPE = (shape_attr("shape", symbolic=True),)
 reshape = op("reshape", ("x",), attrs=SHAPE)
 broadcast_to = op("broadcast_to", ("x",), attrs=SHAPE)
 col_sum = op("col_sum", ("x",))
@@ -25,21 +25,23 @@ zeros = op("zeros", (), differentiable=False, attrs=SHAPE)
 
 
 @reshape.shape
-def _(x: TensorType, *, shape: tuple[int, ...]) -> TensorType:
+def _(x: TensorType, *, shape: tuple[Dim, ...]) -> TensorType:
     shp = tuple(shape)
-    require(math.prod(shp) == x.num_elements(), "reshape", f"cannot reshape {list(x.shape)} ({x.num_elements()} elements) to {list(shp)}")
+    # Symbolic counts must be equal as expressions: [batch, seq, 4] -> ["batch*seq", 4] works.
+    n, want = x.elements(), dim_prod(shp)
+    require(want == n, "reshape", f"cannot reshape {list(x.shape)} ({n} elements) to {list(shp)} ({want} elements)")
     return TensorType(shp)
 
 
 reshape.numpy(lambda x, *, shape: x.reshape(shape))
-reshape.onnx(lambda ctx, node, x: ctx.reshape(x, list(node.attrs["shape"])))
+reshape.onnx(lambda ctx, node, x: ctx.reshape(x, list(node.ty.shape)))
 reshape.vjp(lambda g, node, dy: [g.reshape(dy, g.node(node.inputs[0]).ty.shape)])
 examples(reshape, lambda g, f, a, b: g.reshape(f.param(g, "x", a), b), {"a": [3, 4], "b": [12]}, {"a": [2, 6], "b": [4, 3]})
 
 
-def _broadcast_kind(x: tuple[int, ...], out: tuple[int, ...]) -> str:
+def _broadcast_kind(x: tuple[Dim, ...], out: tuple[Dim, ...]) -> str:
     """Which of the supported broadcasts ``x -> out`` is: scalar, row vector, [1, N] or [M, 1]."""
-    if math.prod(x) == 1:
+    if dim_prod(x) == 1:
         return "scalar"
     if len(out) == 2 and x == (out[1],):
         return "row"
@@ -51,7 +53,7 @@ def _broadcast_kind(x: tuple[int, ...], out: tuple[int, ...]) -> str:
 
 
 @broadcast_to.shape
-def _(x: TensorType, *, shape: tuple[int, ...]) -> TensorType:
+def _(x: TensorType, *, shape: tuple[Dim, ...]) -> TensorType:
     shp = tuple(shape)
     require(
         bool(_broadcast_kind(x.shape, shp)),
@@ -70,9 +72,9 @@ def _(x, *, shape):
 
 @broadcast_to.onnx
 def _(ctx, node, x):
-    if math.prod(ctx.input_types(node)[0].shape) == 1:
+    if ctx.input_types(node)[0].elements() == 1:
         x = ctx.reshape(x, [1])
-    return ctx.op("Expand", x, ctx.ints(list(node.attrs["shape"])))
+    return ctx.op("Expand", x, ctx.shape_tensor(node.ty.shape))
 
 
 @broadcast_to.vjp
@@ -125,7 +127,7 @@ for _d in (col_sum, row_sum):
 
 
 @zeros.shape
-def _(*, shape: tuple[int, ...]) -> TensorType:
+def _(*, shape: tuple[Dim, ...]) -> TensorType:
     return TensorType(tuple(shape))
 
 
@@ -134,7 +136,7 @@ zeros.numpy(lambda *, shape: np.zeros(shape, np.float32))
 
 @zeros.onnx
 def _(ctx, node):
-    return ctx.op("ConstantOfShape", ctx.ints(list(node.attrs["shape"])), value=numpy_helper.from_array(np.zeros(1, np.float32)))
+    return ctx.op("ConstantOfShape", ctx.shape_tensor(node.ty.shape), value=numpy_helper.from_array(np.zeros(1, np.float32)))
 
 
 # zeros has no operand; the example adds a parameter so the exported model has an input.
@@ -142,11 +144,12 @@ examples(zeros, lambda g, f, shape: g.add(g.zeros(shape), f.param(g, "x", shape)
 
 
 class ShapeBuilders:
-    def reshape(self, x: NodeId, shape: Sequence[int]) -> NodeId:
-        """The same elements in a new shape (row-major)."""
+    def reshape(self, x: NodeId, shape: Sequence[Dim]) -> NodeId:
+        """The same elements in a new shape (row-major). Symbolic dims are allowed where the element
+        counts agree as expressions: ``["batch", "seq", 64]`` -> ``["batch*seq", 64]``."""
         return self.apply("reshape", x, shape=shape)
 
-    def broadcast_to(self, x: NodeId, shape: Sequence[int]) -> NodeId:
+    def broadcast_to(self, x: NodeId, shape: Sequence[Dim]) -> NodeId:
         """Repeat x to ``shape``: ``[1]`` -> any shape; ``[N]``, ``[1, N]`` or ``[M, 1]`` -> ``[M, N]``."""
         return self.apply("broadcast_to", x, shape=shape)
 
@@ -158,6 +161,6 @@ class ShapeBuilders:
         """Sum over each row: ``[M, N] -> [M, 1]``."""
         return self.apply("row_sum", x)
 
-    def zeros(self, shape: Sequence[int]) -> NodeId:
+    def zeros(self, shape: Sequence[Dim]) -> NodeId:
         """An F32 tensor of zeros (no gradient)."""
         return self.apply("zeros", shape=shape)

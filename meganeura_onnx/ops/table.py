@@ -36,7 +36,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ir import DType, TensorType
+from ..ir import Dim, DType, TensorType, dim_symbols
+from ..ir import dim as canonical_dim
 
 ShapeRule = Callable[..., TensorType]
 NumpyRef = Callable[..., Any]
@@ -52,8 +53,9 @@ INT64_MAX = (1 << 63) - 1
 class Attr:
     """One static argument of an op: its type and the values it accepts.
 
-    ``kind`` is ``"int"``, ``"float"`` (finite; ints accepted), ``"bool"`` (a real bool only) or
-    ``"shape"`` (a non-empty list/tuple of positive ints). ``lo``/``hi`` bound numbers inclusively
+    ``kind`` is ``"int"``, ``"float"`` (finite as a float32; ints accepted), ``"bool"`` (a real
+    bool only), ``"dim"`` (a positive int or a symbolic dimension such as ``"batch"``) or ``"shape"``
+    (a non-empty list/tuple of positive ints, and of symbolic dims when ``symbolic``). ``lo``/``hi`` bound numbers inclusively
     (``lo_open``: strictly greater than ``lo``); ``multiple_of`` for ints. ``default`` is what the
     op assumes when the attribute is omitted (``REQUIRED``: it must be given); ``nullable``: None is
     accepted and means the default.
@@ -68,6 +70,8 @@ class Attr:
     default: Any = None
     required: bool = True
     nullable: bool = False
+    symbolic: bool = False
+    """For shapes: symbolic dimensions (``"batch"``, ``"batch*seq"``) are accepted too."""
     doc: str = ""
 
     def expected(self) -> str:
@@ -75,9 +79,9 @@ class Attr:
         if self.kind == "bool":
             text = "a bool (True or False)"
         elif self.kind == "shape":
-            text = "a non-empty list of positive ints"
+            text = "a non-empty list of positive ints" + (" or symbolic dims ('batch', 'batch*seq')" if self.symbolic else "")
         else:
-            text = "an int" if self.kind == "int" else "a finite float32 number"
+            text = {"int": "an int", "dim": "a symbolic dim ('batch') or an int", "float": "a finite float32 number"}[self.kind]
             hi = None if self.hi == INT64_MAX else self.hi  # the int64 bound of every int goes unsaid
             if self.lo is not None and hi is not None and not self.lo_open:
                 text += f" in [{_num(self.lo)}, {_num(hi)}]"
@@ -101,10 +105,12 @@ class Attr:
                 raise TypeError(bad)
             return value
         if self.kind == "shape":
-            return _check_shape(value, bad)
-        if isinstance(value, bool) or not _is_number(value, integral=self.kind == "int"):
+            return _check_shape(value, bad, self.symbolic)
+        if self.kind == "dim" and isinstance(value, str):
+            return _check_shape([value], bad, True)[0]
+        if isinstance(value, bool) or not _is_number(value, integral=self.kind in ("int", "dim")):
             raise TypeError(bad)
-        value = int(value) if self.kind == "int" else float(value)
+        value = float(value) if self.kind == "float" else int(value)
         seen = value  # what the kernels see: ONNX float attributes are float32
         if self.kind == "float":
             try:
@@ -143,24 +149,41 @@ def _is_number(value: Any, integral: bool) -> bool:
     return isinstance(value, numbers.Real)
 
 
-def _check_shape(value: Any, bad: str) -> tuple[int, ...]:
+def _check_shape(value: Any, bad: str, symbolic: bool) -> tuple[Dim, ...]:
     import numbers
 
     if getattr(value, "ndim", None) == 1 and getattr(getattr(value, "dtype", None), "kind", "") in "iu":
         value = value.tolist()  # a 1-D integer numpy array
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
         raise TypeError(bad)
-    if not value or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) for d in value):
-        raise (ValueError if not value else TypeError)(bad)
-    dims = tuple(int(d) for d in value)
-    if any(d <= 0 or d > INT64_MAX for d in dims):
+    if not value:
         raise ValueError(bad)
-    return dims
+    out: list[Dim] = []
+    for d in value:
+        if isinstance(d, str) and symbolic:
+            try:
+                if not dim_symbols(d):  # "3" is a digit string, not a dimension name
+                    raise ValueError(bad)
+                out.append(canonical_dim(d))
+            except ValueError:
+                raise ValueError(bad) from None
+        elif isinstance(d, bool) or not isinstance(d, numbers.Integral):
+            raise TypeError(bad)
+        elif not 0 < int(d) <= INT64_MAX:
+            raise ValueError(bad)
+        else:
+            out.append(int(d))
+    return tuple(out)
 
 
 def int_attr(name: str, lo: int | None = None, hi: int | None = INT64_MAX, **kw: Any) -> Attr:
     """An int attribute in ``[lo, hi]`` (int64 by default, as ONNX stores it)."""
     return Attr(name, "int", lo, hi, **kw)
+
+
+def dim_attr(name: str, **kw: Any) -> Attr:
+    """A size that may be symbolic: a positive int or a dimension name/expression (``"batch"``)."""
+    return Attr(name, "dim", 1, INT64_MAX, **kw)
 
 
 def float_attr(name: str, lo: float | None = None, hi: float | None = None, **kw: Any) -> Attr:
@@ -223,12 +246,31 @@ class Position:
     within: str | None = None
     max_value: int | None = None
 
-    def limit(self, shapes: Mapping[str, tuple[int, ...]]) -> int:
-        """The largest valid value, given the shapes of the op's inputs by name."""
+    def limit(self, shapes: Mapping[str, tuple[Dim, ...]]) -> int | None:
+        """The largest valid value, given the shapes of the op's inputs by name. A symbolic row
+        count (a prefill of any length) counts as one row, the kernels check the rest when they
+        run; a symbolic ``within`` gives no static limit."""
         limits = [self.max_value] if self.max_value is not None else []
         if self.rows is not None and self.within is not None:
-            limits.append(shapes[self.within][0] - shapes[self.rows][0])
-        return min(limits)
+            within, rows = shapes[self.within][0], shapes[self.rows][0]
+            if isinstance(within, int):
+                limits.append(within - (rows if isinstance(rows, int) else 1))
+        return min(limits) if limits else None
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """An e-graph rewrite rule: ``lhs`` and ``rhs`` are s-expressions over op names of the table.
+
+    ``?name`` is a pattern variable; an op's attributes are an optional last argument written as a
+    Python dict literal (``(gemm ?a ?b ?bias {"trans_b": True})``) or a variable (``?attrs``);
+    left out, they match any attributes on the left and mean ``{}`` on the right. A rule may
+    produce terms that fail a shape rule: the optimizer never extracts those.
+    """
+
+    name: str
+    lhs: str
+    rhs: str
 
 
 @dataclass
@@ -264,6 +306,8 @@ class OpDef:
     custom_function: Callable[[int], Any] | None = None
     """``fn(opset) -> onnx.FunctionProto``: the custom op's model-local function body."""
     examples: list[Callable] = field(default_factory=list)
+    rewrites: list[Rewrite] = field(default_factory=list)
+    """E-graph rules stated next to this op (the fused op they produce, or the algebra of this op)."""
 
     def shape(self, fn: ShapeRule) -> ShapeRule:
         self.shape_rule = fn
@@ -285,6 +329,10 @@ class OpDef:
         """Register the custom op's function body builder ``fn(opset) -> FunctionProto``."""
         self.custom_function = fn
         return fn
+
+    def rewrite(self, name: str, lhs: str, rhs: str) -> None:
+        """Declare the e-graph rule ``lhs -> rhs`` (see :class:`Rewrite`; ``name`` is global, used in reports)."""
+        self.rewrites.append(Rewrite(name, lhs, rhs))
 
     def example(self, fn: Callable) -> Callable:
         """Register ``fn(g, rng) -> (NodeId, feeds)``: a small graph using this op, with its data."""
@@ -346,9 +394,35 @@ def require(cond: bool, op_name: str, message: str) -> None:
         raise ValueError(f"{op_name}: {message}")
 
 
+def _mixed_hint(x: Dim, y: Dim) -> str:
+    if isinstance(x, int) != isinstance(y, int):
+        return " (a static size and a symbolic one are never equated: use the same name, or static sizes on both)"
+    return ""
+
+
 def same_shape(op_name: str, a: TensorType, b: TensorType, names: tuple[str, str] = ("a", "b")) -> TensorType:
-    require(a.shape == b.shape, op_name, f"{names[0]} and {names[1]} must have identical shapes, got {list(a.shape)} and {list(b.shape)}")
+    """Shapes must be identical; symbolic dims agree when they are the same name/expression."""
+    if a.shape != b.shape:
+        hint = next((_mixed_hint(x, y) for x, y in zip(a.shape, b.shape, strict=False) if x != y), "")
+        require(False, op_name, f"{names[0]} and {names[1]} must have identical shapes, got {list(a.shape)} and {list(b.shape)}{hint}")
     return a
+
+
+def same_dim(op_name: str, x: Dim, y: Dim, message: str) -> None:
+    """``x == y`` (symbolic dims by name); the error is ``message`` plus why an int and a name differ."""
+    require(x == y, op_name, message + _mixed_hint(x, y))
+
+
+def static_dim(op_name: str, t: TensorType, axis: int, arg: str) -> int:
+    """``t.shape[axis]``, which this op needs at build time; ValueError naming the argument and dim."""
+    d = t.shape[axis]
+    require(isinstance(d, int), op_name, f"{arg} needs a static size in dimension {axis}, got {d!r} (shape {list(t.shape)})")
+    return d
+
+
+def static_shape(op_name: str, t: TensorType, arg: str) -> None:
+    """Ops that only take static shapes (each says so in its docstring) call this first."""
+    require(t.is_static(), op_name, f"{arg} must have a static shape (this op takes no symbolic dimensions), got {list(t.shape)}")
 
 
 def rank(op_name: str, t: TensorType, r: int, arg: str) -> None:
@@ -376,30 +450,38 @@ class Feeds:
 
     Examples create float operands as parameters (so the gradient tests can differentiate them),
     targets as inputs and indices as U32 inputs, each drawn from a range where the op is defined.
+    A shape may name symbolic dims (``["n", 4]``): the data then has the size ``sizes`` gives each
+    name, and a float operand becomes an input (parameters are static).
     """
 
-    def __init__(self, rng: Any) -> None:
+    def __init__(self, rng: Any, sizes: dict[str, int] | None = None) -> None:
         self.rng = rng
+        self.sizes = dict(sizes or {})
         self.inputs: dict[str, Any] = {}
         self.params: dict[str, Any] = {}
 
-    def _uniform(self, shape: list[int], lo: float, hi: float) -> Any:
+    def _size(self, shape: list) -> list[int]:
+        return [self.sizes[d] if isinstance(d, str) else d for d in shape]
+
+    def _uniform(self, shape: list, lo: float, hi: float) -> Any:
         import numpy as np
 
-        return self.rng.uniform(lo, hi, size=shape).astype(np.float32)
+        return self.rng.uniform(lo, hi, size=self._size(shape)).astype(np.float32)
 
-    def param(self, g: Any, name: str, shape: list[int], lo: float = -1.0, hi: float = 1.0) -> int:
+    def param(self, g: Any, name: str, shape: list, lo: float = -1.0, hi: float = 1.0) -> int:
+        if any(isinstance(d, str) for d in shape):
+            return self.input(g, name, shape, lo, hi)
         self.params[name] = self._uniform(shape, lo, hi)
         return g.parameter(name, shape)
 
-    def input(self, g: Any, name: str, shape: list[int], lo: float = -1.0, hi: float = 1.0) -> int:
+    def input(self, g: Any, name: str, shape: list, lo: float = -1.0, hi: float = 1.0) -> int:
         self.inputs[name] = self._uniform(shape, lo, hi)
         return g.input(name, shape)
 
-    def u32(self, g: Any, name: str, shape: list[int], high: int) -> int:
+    def u32(self, g: Any, name: str, shape: list, high: int) -> int:
         import numpy as np
 
-        self.inputs[name] = self.rng.integers(0, high, size=shape).astype(np.uint32)
+        self.inputs[name] = self.rng.integers(0, high, size=self._size(shape)).astype(np.uint32)
         return g.input_u32(name, shape)
 
 

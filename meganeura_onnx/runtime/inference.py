@@ -19,7 +19,8 @@ def position_limits(graph: Graph) -> dict[str, int]:
     """Largest valid value of each ``input_u32`` that feeds a position input of an op (the op
     table's ``positions``): for the ``kv_pos`` of ``cache_write``/``cached_attention`` it is
     ``max_seq - T`` (rows ``[kv_pos, kv_pos + T)`` must lie in the cache); ``rope``'s dynamic
-    offset allows 2**40, more than a U32 holds, so it gets no entry.
+    offset allows 2**40, more than a U32 holds, so it gets no entry. With a symbolic T (a prefill
+    graph of any length) the limit is ``max_seq - 1`` and the kernels check the rest when they run.
     """
     names = {n.id: n.attrs["name"] for n in graph.nodes() if n.op == "input_u32"}
     limits: dict[str, int] = {}
@@ -29,7 +30,7 @@ def position_limits(graph: Graph) -> dict[str, int]:
         ids = dict(zip(d.inputs, n.inputs, strict=False))
         for p in d.positions:
             limit = p.limit(shapes)
-            if ids.get(p.input) in names and limit < U32_MAX:
+            if ids.get(p.input) in names and limit is not None and limit < U32_MAX:
                 name = names[ids[p.input]]
                 limits[name] = min(limit, limits.get(name, limit))
     return limits
@@ -64,8 +65,13 @@ def build_inference_session(
     values = default_parameters(graph, seed, skip=set(parameters or {}))
     values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
     types = {n.attrs["name"]: n.ty for n in graph.nodes() if n.op in ("input", "input_u32")}
+    for name in spec.state:
+        if not types[name].is_static():
+            raise ValueError(
+                f"build_inference_session: KV-cache input {name!r} must have a static shape (it is session state), got {list(types[name].shape)}"
+            )
     state = {name: (out, np.zeros(types[name].shape, np.float32)) for name, out in spec.state.items()}
-    outputs = [f"output_{k}" for k in range(len(graph.outputs()))]
+    outputs = graph.output_names()
     output_types = {name: graph.node(nid).ty for name, nid in zip(outputs, graph.outputs(), strict=True)}
     output_types.update({out: types[name] for name, out in spec.state.items()})
     return Session(

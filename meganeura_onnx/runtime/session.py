@@ -18,6 +18,7 @@ import onnxruntime as ort
 from ..ir import DType, TensorType
 from ..ops import OPS
 from . import custom_ops
+from .sizes import SymbolSizes
 
 NUMPY = {DType.F32: np.float32, DType.U32: np.uint32}
 
@@ -168,8 +169,19 @@ class Session:
         )
         self._aliased = {n for n in inplace_state if n in self._pairs} if cache_write_kernel else set()
         self._spare: dict[str, ort.OrtValue] = {}
+        # Inputs with symbolic dims get their buffer at set_input; outputs whose shape depends on
+        # them are (re)allocated when a step runs with sizes that differ from the last ones.
+        symbolic = {name: ty for name, ty in inputs.items() if not ty.is_static()}
+        self._sizes = SymbolSizes(symbolic) if symbolic else None
+        self._bound_sizes: dict[str, int] | None = None
+        self._rebind = False
+        if symbolic and cuda_graph:
+            raise ValueError(f"cuda_graph=True replays fixed buffer shapes; inputs {sorted(symbolic)} have symbolic dimensions")
         for name, ty in inputs.items():
-            self._alloc(name, ty, "input", np.zeros(ty.shape, NUMPY[ty.dtype]))
+            if name in symbolic:
+                self._types[name], self._kinds[name] = ty, "input"
+            else:
+                self._alloc(name, ty, "input", np.zeros(ty.shape, NUMPY[ty.dtype]))
         for name, value in persistent.items():
             self._alloc(name, TensorType(value.shape), "parameter" if name in self._parameter_names else "constant", value)
         for name, (_out, value) in state.items():
@@ -180,7 +192,7 @@ class Session:
         self._output_names = list(outputs)
         self._outputs: dict[str, ort.OrtValue] = {}
         for name, ty in output_types.items():
-            if name not in self._pairs.values():
+            if name not in self._pairs.values() and ty.is_static():
                 self._outputs[name] = self._device_value(np.zeros(ty.shape, NUMPY[ty.dtype]))
         self._output_types = dict(output_types)
         self._bind()
@@ -218,6 +230,8 @@ class Session:
         self._swapped = [n for n in self._pairs if n not in self._aliased]
 
     def _write(self, name: str, data: object, dtype: DType, what: str) -> None:
+        if self._sizes is not None and name in self._sizes.types:
+            return self._write_symbolic(name, data, dtype, what)
         arr = host_array(name, data, self._types[name], dtype, what)
         limit = self._position_limits.get(name) if dtype is DType.U32 else None
         if limit is not None and arr.size and int(arr.max()) > limit:
@@ -226,6 +240,40 @@ class Session:
                 f"(cache length minus the rows written/attended per step)"
             )
         self._values[name].update_inplace(arr)
+
+    def _write_symbolic(self, name: str, data: object, dtype: DType, what: str) -> None:
+        ty = self._types[name]
+        if ty.dtype is dtype:  # (a dtype mismatch is reported by host_array below)
+            ty = TensorType(self._sizes.shape_of(name, data, what), dtype)
+        arr = host_array(name, data, ty, dtype, what)
+        held = self._values.get(name)
+        if held is not None and tuple(held.shape()) == arr.shape:
+            held.update_inplace(arr)
+        else:  # a new size: a new device buffer, bound before the next step
+            self._values[name] = self._device_value(arr)
+            self._rebind = True
+
+    def _prepare_sizes(self) -> None:
+        """Before a step with symbolic inputs: check their sizes agree and, when they changed since
+        the last step, allocate outputs of the new shapes and rebuild the IOBindings."""
+        sizes = self._sizes.resolve()
+        if sizes != self._bound_sizes:
+            for name, ty in self._output_types.items():
+                if name in self._pairs.values() or ty.is_static():
+                    continue
+                shape = ty.resolve(sizes).shape
+                if name not in self._outputs or tuple(self._outputs[name].shape()) != shape:
+                    self._outputs[name] = self._device_value(np.zeros(shape, NUMPY[ty.dtype]))
+            self._bound_sizes, self._rebind = sizes, True
+        if self._rebind:
+            self._bind()
+            self._rebind = False
+
+    def _type_of(self, name: str) -> TensorType:
+        """The concrete type of the buffer held under ``name`` (symbolic dims at their current sizes)."""
+        ty = self._types.get(name) or self._output_types[name]
+        value = self._values[name] if name in self._values else self._outputs.get(name)
+        return ty if ty.is_static() or value is None else TensorType(tuple(value.shape()), ty.dtype)
 
     def _names_of(self, kinds: tuple[str, ...]) -> list[str]:
         return [n for n, k in self._kinds.items() if k in kinds]
@@ -255,7 +303,15 @@ class Session:
 
     # -- running ----------------------------------------------------------------------------------
     def step(self) -> None:
-        """Run the model once with the current inputs; state buffers are swapped afterwards."""
+        """Run the model once with the current inputs; state buffers are swapped afterwards.
+
+        With symbolic dimensions, a step whose sizes differ from the previous step's allocates
+        output buffers of the new shapes and rebuilds the two IOBindings (a device allocation per
+        output); steps at unchanged sizes re-bind nothing.
+        """
+        if self._sizes is not None:
+            self._prepare_sizes()
+            self._sizes.end_step()
         self._ort.run_with_iobinding(self._bindings[self._parity])
         if self._swapped:
             for name in self._swapped:
@@ -308,15 +364,30 @@ class Session:
     def num_outputs(self) -> int:
         return len(self._output_names)
 
+    def output_names(self) -> list[str]:
+        """The graph's output names in order (``set_outputs({"loss": ..., "logits": ...})``; ``output_<k>`` for a list)."""
+        return list(self._output_names)
+
+    def read_output(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
+        """The output called ``name`` as a numpy array (or copied into ``out``)."""
+        if name not in self._output_names:
+            raise KeyError(f"read_output: no output named {name!r}; the session has {self._output_names}")
+        return self._read_output(name, out, "read_output", f"output {name!r}")
+
     def read_output_by_index(self, index: int, out: np.ndarray | None = None) -> np.ndarray:
         """Output ``index`` (0 = primary) as a numpy array, or copied into ``out`` when given."""
         if not isinstance(index, int) or not 0 <= index < len(self._output_names):
             raise IndexError(f"read_output_by_index: index {index!r} out of range; the session has {len(self._output_names)} outputs")
-        return self._read(self._outputs[self._output_names[index]], out, f"output {index}")
+        return self._read_output(self._output_names[index], out, "read_output_by_index", f"output {index}")
+
+    def _read_output(self, name: str, out: np.ndarray | None, what: str, label: str) -> np.ndarray:
+        if name not in self._outputs:  # a symbolic shape: the buffer comes with the first step
+            raise RuntimeError(f"{what}: {label} has symbolic shape {list(self._output_types[name].shape)}; run step() first")
+        return self._read(self._outputs[name], out, label)
 
     def read_loss(self) -> float:
         """Output 0 as a float when it is a scalar ``[1]`` (a loss), else 0.0 as in Meganeura."""
-        if not self._output_names or self._output_types[self._output_names[0]].num_elements() != 1:
+        if not self._output_names or self._output_types[self._output_names[0]].elements() != 1:
             return 0.0
         return float(self.read_output_by_index(0).reshape(-1)[0])
 
@@ -355,9 +426,10 @@ class Session:
         return self._types[name].shape
 
     def buffers(self) -> list[Buffer]:
-        bufs = [Buffer(n, self._types[n], self._kinds[n]) for n in self._types]
+        """Every device buffer the session holds (symbolic shapes at their current sizes)."""
+        bufs = [Buffer(n, self._type_of(n), self._kinds[n]) for n in self._types if n in self._values]
         bufs += [Buffer(f"{n} (spare)", self._types[n], self._kinds[n]) for n in self._spare if n not in self._aliased]
-        bufs += [Buffer(n, self._output_types[n], "output") for n in self._outputs]
+        bufs += [Buffer(n, self._type_of(n), "output") for n in self._outputs]
         return bufs
 
     def plan(self) -> ExecutionPlan:

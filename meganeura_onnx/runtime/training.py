@@ -2,7 +2,7 @@
 
 The train-step model's inputs are the data inputs, the parameters, the optimizer state
 (``adam_m.<p>``, ``adam_v.<p>``) and the hyper-parameters (``opt.lr``, ``opt.beta1``, ...,
-``opt.step`` as ``[1]`` inputs); its outputs are the loss (``output_0``), the graph's other
+``opt.step`` as ``[1]`` inputs); its outputs are the loss (output 0, ``output_0`` unless named), the graph's other
 outputs, and the next value of every parameter and state tensor (``<name>.next``). With no
 optimizer set, the outputs are the gradients ``grad.<p>`` instead and parameters stay put.
 
@@ -73,7 +73,7 @@ def graph_key(graph: Graph, spec: OptimizerSpec | None, opset: int | None) -> st
     for n in graph.nodes():
         attrs = {k: (v.tobytes().hex() if isinstance(v, np.ndarray) else v) for k, v in sorted(n.attrs.items())}
         h.update(f"{n.op}|{n.inputs}|{n.ty}|{attrs!r};".encode())
-    h.update(repr(graph.outputs()).encode())
+    h.update(repr(graph.named_outputs()).encode())
     return h.hexdigest()
 
 
@@ -93,12 +93,12 @@ def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
     else:
         up = append_update(g, params, grads, spec)
         extra = {f"{n}.next": nid for n, nid in up.next_values.items()}
-    n_out = len(g.outputs())
-    g.set_outputs(g.outputs() + list(extra.values()))
+    named = g.named_outputs()
+    g.set_outputs({**named, **extra})
     g = g.toposort()  # drops gradient nodes nothing needs (e.g. of the labels)
-    ids = g.outputs()
-    g.set_outputs(ids[:n_out])
-    extra = dict(zip(extra, ids[n_out:], strict=True))
+    kept = g.named_outputs()
+    g.set_outputs({name: kept[name] for name in named})
+    extra = {name: kept[name] for name in extra}
     model, _ = to_model(g, opset=opset, params_as_inputs=True, extra_outputs=extra, model_name="meganeura_train_step")
     leaves = {n.attrs["name"]: n for n in g.nodes() if n.op in ("input", "input_u32", "parameter")}
     hyper = [n for n in leaves if n.startswith("opt.")]
@@ -106,7 +106,7 @@ def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
     data = {
         n: (list(v.ty.shape), v.ty.dtype.value) for n, v in leaves.items() if v.op != "parameter" and n not in hyper and n not in moments
     }
-    outputs = {f"output_{k}": list(g.node(nid).ty.shape) for k, nid in enumerate(g.outputs())}
+    outputs = {name: list(g.node(nid).ty.shape) for name, nid in g.named_outputs().items()}
     outputs.update({name: list(g.node(nid).ty.shape) for name, nid in extra.items() if name.startswith("grad.")})
     in_model = {n: list(v.ty.shape) for n, v in leaves.items() if v.op == "parameter"}
     return TrainProgram(model, data, in_model, [n for n in grads if n in in_model], moments, hyper, outputs, no_grad)

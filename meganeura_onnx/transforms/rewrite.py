@@ -61,7 +61,7 @@ def optimize(graph: Graph) -> tuple[Graph, OptimizeReport]:
             remap[n.id] = out.gemm(a, b, remap[n.inputs[1]], _FUSABLE[prod.op])
         else:
             remap[n.id] = out.add_node(n.op, tuple(remap[i] for i in n.inputs), n.ty, n.attrs)
-    out.set_outputs([remap[o] for o in graph.outputs()])
+    out.set_outputs({name: remap[o] for name, o in graph.named_outputs().items()})
     before_dce = len(out)
     pruned = out.toposort()
     report = OptimizeReport(
