@@ -14,6 +14,10 @@ The model-file contract for training
     ``--set`` values that ``data`` accepts are passed to it too.
 ``metric(outputs: list[np.ndarray], batch: dict[str, np.ndarray]) -> float`` (optional)
     A custom per-batch metric (averaged over the test batches), named by ``METRIC_NAME``.
+``PREDICTION = "logits"`` (optional; that is the default)
+    The name of the training graph's prediction output (``set_outputs({"loss": loss, "logits":
+    logits})``). ``--export`` writes the graph that computes only it, from the trained weights: no
+    loss, no label inputs, so the file runs with the model's data input alone.
 
 Every epoch: a tqdm bar with the loss and samples/s, then the test loss and metric. Batches are
 drawn from a seeded shuffle; a last partial batch is dropped in training and padded (with rows
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -66,6 +71,21 @@ def _feed(session: Any, graph: Any, batch: dict) -> None:
     u32 = {n for n, _ in graph.leaves("input_u32")}
     for name, value in batch.items():
         (session.set_input_u32 if name in u32 else session.set_input)(name, value)
+
+
+def inference_graph(graph: Any, module: Any) -> Any:
+    """The part of the training graph that computes the prediction output (see ``PREDICTION``)."""
+    name = getattr(module, "PREDICTION", "logits")
+    outs = graph.named_outputs()
+    if name not in outs:
+        raise click.BadParameter(
+            f"--export writes the inference graph, i.e. the training graph's output named {name!r}; its outputs are {list(outs)} "
+            f"(name it with set_outputs({{'loss': loss, {name!r}: ...}}), or set PREDICTION = '<output name>' in the model file)",
+            param_hint="--export",
+        )
+    pruned = graph.toposort()  # a copy: the training graph keeps its outputs
+    pruned.set_outputs({name: pruned.named_outputs()[name]})
+    return pruned.toposort()  # drops the loss and the label inputs
 
 
 def _evaluate(graph: Any, params: dict, test: dict, batch: int, module: Any, device: str) -> dict[str, float]:
@@ -121,7 +141,15 @@ def _evaluate(graph: Any, params: dict, test: dict, batch: int, module: Any, dev
 @click.option("--export", "export_path", type=click.Path(dir_okay=False), default=None, help="Write the trained model as ONNX.")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seeds the parameter init and the shuffle.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Arguments for build() (and data()), e.g. --set hidden=64.")
-def train(model, epochs, batch_size, optimizer, lr, weight_decay, clip, device, checkpoint, resume, export_path, seed, sets) -> None:
+@click.option(
+    "--nproc-per-node",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Data-parallel over N processes of this host (torchrun; one GPU each with --device cuda); --batch-size is the global batch.",
+)
+def train(
+    model, epochs, batch_size, optimizer, lr, weight_decay, clip, device, checkpoint, resume, export_path, seed, sets, nproc_per_node
+) -> None:
     """Train MODEL.py's graph on its data (see the module docstring for the model-file contract).
 
     MODEL.py is Python code that runs with your permissions: only pass files you trust.
@@ -130,6 +158,10 @@ def train(model, epochs, batch_size, optimizer, lr, weight_decay, clip, device, 
 
     from meganeura_onnx.runtime.training import build_session
 
+    from .dist_train import data_parallel_run, launch_torchrun
+
+    if nproc_per_node is not None and "LOCAL_RANK" not in os.environ:  # not yet inside torchrun
+        sys.exit(launch_torchrun(click.get_current_context(), nproc_per_node))
     kw = parse_sets(sets)
     if "batch" in kw and (isinstance(kw["batch"], bool) or not isinstance(kw["batch"], int) or kw["batch"] < 1):
         raise click.BadParameter(f"batch must be a positive integer, got {kw['batch']!r}", param_hint="--set")
@@ -138,8 +170,10 @@ def train(model, epochs, batch_size, optimizer, lr, weight_decay, clip, device, 
     if resume and (checkpoint is None or not Path(checkpoint).is_file()):
         raise click.BadParameter(f"--resume needs an existing --checkpoint file, got {checkpoint!r}", param_hint="--resume")
     module = load_module(model)
-    if callable(getattr(module, "build", None)) and "batch" in inspect.signature(module.build).parameters:
-        kw.setdefault("batch", batch_size)
+    takes_batch = callable(getattr(module, "build", None)) and "batch" in inspect.signature(module.build).parameters
+    dist = data_parallel_run(device, batch_size if takes_batch else None)  # None outside torchrun
+    if takes_batch:
+        kw.setdefault("batch", batch_size // dist.world_size if dist else batch_size)
     graph = build_graph(model, kw)
     if not callable(getattr(module, "data", None)):
         raise click.BadParameter(f"{model} defines no data() function (needed by train; see meganeura train --help)", param_hint="MODEL")
@@ -153,8 +187,13 @@ def train(model, epochs, batch_size, optimizer, lr, weight_decay, clip, device, 
         raise click.ClickException(f"data() in {model} returned {type(examples).__name__}, expected a dict")
     train_set, test_set = _split_data(examples, names)
     batch = graph.node(graph.leaves("input")[0][1]).ty.shape[0] if graph.leaves("input") else batch_size
+    predict = inference_graph(graph, module) if export_path else None  # fails before training, not after
 
-    session = build_session(graph, device, optimizer=optimizer, seed=seed, clip=clip is not None)
+    if dist:
+        session = dist.session(graph, optimizer=optimizer, seed=seed, clip=clip is not None)
+    else:
+        session = build_session(graph, device, optimizer=optimizer, seed=seed, clip=clip is not None)
+    main = not dist or dist.is_main
     lr = lr if lr is not None else (0.1 if optimizer == "sgd" else 1e-3)
     {
         "sgd": lambda: session.set_learning_rate(lr),
@@ -171,23 +210,28 @@ def train(model, epochs, batch_size, optimizer, lr, weight_decay, clip, device, 
         if not epoch_text.isdigit():
             raise click.ClickException(f"checkpoint {ckpt_path}: metadata 'epoch' must be a non-negative integer, got {epoch_text!r}")
         first_epoch = int(epoch_text) + 1
-        click.echo(f"resumed from {ckpt_path} (epoch {first_epoch - 1}, step {session.optimizer_step})")
+        if main:
+            click.echo(f"resumed from {ckpt_path} (epoch {first_epoch - 1}, step {session.optimizer_step})")
 
     n = len(next(iter(train_set.values())))
     epoch = first_epoch - 1
     try:
         for epoch in range(first_epoch, epochs + 1):
             order = np.random.default_rng([seed, epoch]).permutation(n)
-            bar = tqdm(total=n // batch * batch, desc=f"epoch {epoch}/{epochs}", unit="ex", leave=True, file=sys.stderr)
+            step_batch = batch * (dist.world_size if dist else 1)  # the global batch
+            total = n // step_batch * step_batch
+            bar = tqdm(total=total, desc=f"epoch {epoch}/{epochs}", unit="ex", leave=True, file=sys.stderr, disable=not main)
             t0, losses = time.perf_counter(), []
-            for k, (b, _) in enumerate(_batches(train_set, batch, order, pad=False)):
-                _feed(session, graph, b)
+            for k, (b, _) in enumerate(_batches(train_set, step_batch, order, pad=False)):
+                _feed(session, graph, dist.shard(b) if dist else b)
                 session.step()
                 if k % 10 == 0:  # reading the loss is a device->host copy: not every step
                     losses.append(session.read_loss())
-                    bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_s=f"{(k + 1) * batch / (time.perf_counter() - t0):.0f}")
-                bar.update(batch)
+                    bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_s=f"{(k + 1) * step_batch / (time.perf_counter() - t0):.0f}")
+                bar.update(step_batch)
             bar.close()
+            if not main:  # rank 0 evaluates, reports, writes the checkpoint
+                continue
             params = {name: session.read_param(name) for name in session.parameter_names()}
             res = _evaluate(graph, params, test_set, batch, module, device)
             shown = ", ".join(f"{k} {v:.2%}" if k == "accuracy" else f"{k} {v:.4f}" for k, v in res.items())
@@ -195,12 +239,16 @@ def train(model, epochs, batch_size, optimizer, lr, weight_decay, clip, device, 
             if ckpt_path:
                 session.save_checkpoint(ckpt_path, metadata={"epoch": str(epoch)})
     except KeyboardInterrupt:
+        if not main:
+            sys.exit(130)
         path = ckpt_path or Path(model).with_suffix(".interrupted.safetensors")
         session.save_checkpoint(path, metadata={"epoch": str(epoch - 1)})
         click.echo(f"\ninterrupted: checkpoint written to {path} (resume with --checkpoint {path} --resume)", err=True)
         sys.exit(130)
-    if export_path:
+    if export_path and main:
         from meganeura_onnx import export_onnx
 
-        export_onnx(graph, export_path, parameters={name: session.read_param(name) for name in session.parameter_names()})
-        click.echo(f"wrote {export_path}")
+        trained = {name: session.read_param(name) for name in predict.parameters()}
+        export_onnx(predict, export_path, parameters=trained)
+        inputs = [n for n, _ in predict.leaves("input") + predict.leaves("input_u32")]
+        click.echo(f"wrote {export_path} (inference graph: inputs {inputs}, outputs {predict.output_names()})")

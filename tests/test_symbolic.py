@@ -7,11 +7,14 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
+from meganeura_onnx.cli.model_file import load_module
 
 from meganeura_onnx import Graph, build_inference_session, build_session, export_onnx
+from meganeura_onnx.init import default_parameters
 from meganeura_onnx.ir import TensorType, dim, dim_add, dim_div, dim_mul
 from meganeura_onnx.reference import evaluate
 
@@ -142,13 +145,57 @@ def test_conflicting_sizes_in_one_step_raise_naming_both_inputs():
         s.step()
 
 
-def test_training_a_graph_with_symbolic_dims_raises_at_build_time():
+def mlp_loss(batch) -> Graph:
     g = Graph()
-    x, labels = g.input("x", ["batch", 6]), g.input("labels", ["batch", 3])
-    logits = g.matmul(x, g.parameter("w", [6, 3]))
-    g.set_outputs([g.cross_entropy_loss(logits, labels)])
-    with pytest.raises(ValueError, match=r"training needs static shapes; input 'x' has symbolic shape \['batch', 6\]"):
-        build_session(g, optimizer="sgd")
+    x, labels = g.input("x", [batch, 6]), g.input("labels", [batch, 3])
+    h = g.relu(g.bias_add(g.matmul(x, g.parameter("fc1.weight", [6, 8])), g.parameter("fc1.bias", [8])))
+    logits = g.matmul(h, g.parameter("fc2.weight", [8, 3]))
+    g.set_outputs([g.add(g.cross_entropy_loss(logits, labels), g.mse_loss(logits, labels))])
+    return g
+
+
+def sgd_step(g: Graph, params: dict, feeds: dict, session=None):
+    s = session or build_session(g, optimizer="sgd", parameters=params)
+    s.set_learning_rate(0.5)
+    for k, v in feeds.items():
+        s.set_input(k, v)
+    s.step()
+    return s, s.read_loss(), {k: s.read_param(k) for k in params}
+
+
+def test_training_with_a_symbolic_batch_equals_training_at_each_static_batch():
+    params = random_params(mlp_loss(4))
+    sym = None
+    for batch in (4, 7):  # one symbolic session; a static session per batch size from the same weights
+        rng = np.random.default_rng(batch)
+        feeds = {"x": rng.uniform(-1, 1, (batch, 6)), "labels": np.eye(3)[rng.integers(0, 3, batch)]}
+        _, want_loss, want = sgd_step(mlp_loss(batch), params, feeds)
+        sym, loss, got = sgd_step(mlp_loss("batch"), params, feeds, sym)
+        assert loss == pytest.approx(want_loss, rel=1e-6)
+        for k in params:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=1e-7)
+        params = want
+
+
+def test_llama_training_with_a_symbolic_sequence_length_equals_static_training():
+    llama = load_module(Path(__file__).resolve().parent.parent / "models" / "llama.py")
+    cfg = llama.load_config(preset="tiny")
+    sym_graph = llama.build_graph(cfg, "train", seq="seq")
+    params = default_parameters(sym_graph, seed=2)
+    sym = build_session(sym_graph, optimizer="sgd", parameters=params)
+    for seq in (5, 3):
+        rng = np.random.default_rng(seq)
+        feeds = {k: rng.integers(0, cfg.vocab_size, seq).astype(np.uint32) for k in ("input_ids", "labels")}
+        static = build_session(llama.build_graph(cfg, "train", seq=seq), optimizer="sgd", parameters=params)
+        for s in (static, sym):
+            s.set_learning_rate(0.1)
+            for k, v in feeds.items():
+                s.set_input_u32(k, v)
+            s.step()
+        assert sym.read_loss() == pytest.approx(static.read_loss(), rel=1e-5)
+        params = {k: static.read_param(k) for k in params}
+        for k in ("model.layers.0.self_attn.q_proj.weight", "model.embed_tokens.weight"):
+            np.testing.assert_allclose(sym.read_param(k), params[k], rtol=1e-5, atol=1e-6)
 
 
 # -- the file on its own ----------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Each op's first example (or the one named in VARIANTS) is rebuilt with one of its size arguments
 replaced by the name ``"n"``; float operands whose shape names ``n`` become graph inputs. Ops that
-only take static shapes (the flat-NCHW family, ``group_norm``, ``take``) must say so.
+only take static shapes (the flat-NCHW family, ``group_norm``) must say so.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ ROW_KEYS = ("m", "s", "seq", "t", "n", "rows")
 VARIANTS = {
     "reshape": (0, {"a": ["n", 4], "b": ["4*n"]}),
     "broadcast_to": (3, {"a": ["n", 1], "b": ["n", 6]}),
+    "scale_by_count": (0, {"shape": ["n", 5], "count": "5*n"}),
+    "take": (0, {"n": "n", "start": 0, "shape": ("n",)}),
 }
 STATIC_ONLY = {
     "conv2d",
@@ -38,7 +40,6 @@ STATIC_ONLY = {
     "upsample_2x",
     "sum_pool_2x",
     "group_norm",
-    "take",
 }
 
 

@@ -181,6 +181,28 @@ def hf_parameters(graph: Graph, path: str | os.PathLike, *, strict: bool = True,
     return values
 
 
+OPTIMIZER_STATE = (r"^adam_m\.", r"^adam_v\.")
+"""Tensors of our training checkpoints that are optimizer state, not parameters."""
+
+
+def parameters_from_file(
+    graph: Graph, path: str | os.PathLike, *, allow_missing: bool = False, ignore: Iterable[str] = ()
+) -> tuple[dict[str, np.ndarray], LoadReport]:
+    """Parameters of ``graph`` from a safetensors file: a Hugging Face checkpoint (tied weights and
+    HF buffers handled as in :func:`hf_parameters`) or our training checkpoint (Adam state skipped).
+
+    Every unexpected or mis-shaped tensor, and every missing parameter unless ``allow_missing``, is
+    listed in one :class:`WeightLoadError`. With ``allow_missing`` the report's ``missing`` names
+    the parameters the file lacks (the caller gives them a default). Only the tensors used are read.
+    """
+    expected = {name: ty.shape for name, ty in graph.parameters().items()}
+    pairs, report = match(expected, checkpoint_shapes(path), ignore=tuple(IGNORED) + OPTIMIZER_STATE + tuple(ignore))
+    if report.unexpected or report.mismatched or (report.missing and not allow_missing):
+        raise WeightLoadError(report.describe(str(path)), report)
+    tensors = read_safetensors(path, set(pairs.values()))
+    return {name: tensors[src] for name, src in pairs.items()}, report
+
+
 def load_safetensors(session: Session, path: str | os.PathLike, strict: bool = True, *, ignore: Iterable[str] = ()) -> LoadReport:
     """Upload the weights of a HF safetensors file into ``session``'s parameters, by name.
 

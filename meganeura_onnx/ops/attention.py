@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import NodeId, TensorType, dim_add, dim_div, dim_mul
+from ..ir import Dim, NodeId, TensorType, dim_add, dim_div, dim_mul
 from .onnx_util import NEG_INF, arange, attend
-from .table import bool_attr, dim_attr, examples, int_attr, op, optional, rank, require, shape_attr, static_shape
+from .table import bool_attr, dim_attr, examples, int_attr, op, optional, rank, require, shape_attr
 
 HEADS = (int_attr("num_heads", 1), int_attr("num_kv_heads", 1), int_attr("head_dim", 1))
 BATCH = optional(dim_attr("batch", doc="rows hold this many sequences stacked (an int or a symbolic dim)"), 1)
@@ -131,9 +131,9 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
             causal=_is_causal(a),
             batch=a.get("batch", 1),
         )
-        shapes = [g.node(i).ty.shape for i in (q, k, v)]
-        starts = np.cumsum([0] + [int(np.prod(sh)) for sh in shapes])
-        return [g.apply("take", packed, start=int(st), shape=sh) for st, sh in zip(starts, shapes, strict=False)]
+        types = [g.node(i).ty for i in (q, k, v)]
+        starts = [0, types[0].elements(), dim_add(types[0].elements(), types[1].elements())]  # symbolic with the rows
+        return [g.apply("take", packed, start=st, shape=t.shape) for st, t in zip(starts, types, strict=True)]
 
 
 _declare("causal_attention", causal=True, same_seq=True)
@@ -144,7 +144,7 @@ _declare("multi_head_attn", causal=True, same_seq=False)
 
 # -- backward (no VJP of its own: second-order gradients through attention stop here) --------------
 attention_backward = op("attention_backward", ("q", "k", "v", "dy"), differentiable=False, attrs=(*HEADS, bool_attr("causal"), BATCH))
-take = op("take", ("x",), differentiable=False, attrs=(int_attr("start", 0), shape_attr("shape")))
+take = op("take", ("x",), differentiable=False, attrs=(dim_attr("start", 0), shape_attr("shape", symbolic=True)))
 
 
 @attention_backward.shape
@@ -299,15 +299,14 @@ examples(
 
 
 @take.shape
-def _(x: TensorType, *, start: int, shape: tuple[int, ...]) -> TensorType:
-    static_shape("take", x, "x")
+def _(x: TensorType, *, start: Dim, shape: tuple[Dim, ...]) -> TensorType:
     out = TensorType(tuple(shape))
-    static_shape("take", out, "shape")
-    require(
-        isinstance(start, int) and 0 <= start and start + out.num_elements() <= x.num_elements(),
-        "take",
-        f"elements [{start}, {start} + {out.num_elements()}) do not fit in x {list(x.shape)}",
-    )
+    end = dim_add(start, out.elements())
+    if isinstance(start, int) and isinstance(end, int) and isinstance(x.elements(), int):
+        fits = 0 <= start and end <= x.num_elements()
+    else:  # symbolic offsets (the packed gradients of attention over symbolic rows): the slice is checked at run time
+        fits = isinstance(start, (int, str)) and not isinstance(start, bool)
+    require(fits, "take", f"elements [{start}, {end}) do not fit in x {list(x.shape)}")
     return out
 
 
@@ -316,9 +315,10 @@ take.numpy(lambda x, *, start, shape: x.reshape(-1)[start : start + int(np.prod(
 
 @take.onnx
 def _(ctx, node, x):
-    start, shape = node.attrs["start"], list(node.attrs["shape"])
+    start, shape = node.attrs["start"], list(node.ty.shape)
+    end = dim_add(start, node.ty.elements())
     flat = ctx.reshape(x, [-1])
-    return ctx.reshape(ctx.op("Slice", flat, ctx.ints([start]), ctx.ints([start + int(np.prod(shape))]), ctx.ints([0])), shape)
+    return ctx.reshape(ctx.op("Slice", flat, ctx.size(start), ctx.size(end), ctx.ints([0])), shape)
 
 
 examples(

@@ -7,8 +7,8 @@ import math
 import numpy as np
 from onnx import TensorProto
 
-from ..ir import NodeId, TensorType
-from .table import Feeds, examples, float_attr, op, rank, require, same_shape
+from ..ir import Dim, NodeId, TensorType
+from .table import Feeds, dim_attr, examples, float_attr, op, rank, require, same_shape
 
 SHAPES = ({"shape": [3, 5]}, {"shape": [2, 3, 4]})
 
@@ -204,6 +204,39 @@ examples(
     {"shape": [3, 5], "a": -1.5, "b": 2.0},
     {"shape": [4], "a": 0.25, "b": 0.0},
 )
+
+
+# -- x * scale / count with a count that may be symbolic (means over a symbolic batch in gradients) ----
+scale_by_count = op("scale_by_count", ("x",), attrs=(float_attr("scale"), dim_attr("count")))
+scale_by_count.shape(lambda x, *, scale, count: x)
+
+
+scale_by_count.numpy(lambda x, *, scale, count: x * x.dtype.type(scale / count))
+
+
+@scale_by_count.onnx
+def _(ctx, node, x):
+    scale, count = float(node.attrs["scale"]), node.attrs["count"]
+    if isinstance(count, int):
+        return ctx.op("Mul", x, ctx.const(scale / count))
+    y = x if scale == 1.0 else ctx.op("Mul", x, ctx.const(scale))
+    return ctx.op("Div", y, ctx.cast(ctx.size(count), TensorProto.FLOAT))  # the count is read at run time
+
+
+scale_by_count.vjp(lambda g, node, dy: [g.apply("scale_by_count", dy, **node.attrs)])
+examples(
+    scale_by_count,
+    lambda g, f, shape, scale, count: g.apply("scale_by_count", f.param(g, "x", shape), scale=scale, count=count),
+    {"shape": [3, 5], "scale": -1.5, "count": 4},
+    {"shape": [6], "scale": 1.0, "count": 3},
+)
+
+
+def mean_scale(g, x: NodeId, scale: float, count: Dim) -> NodeId:
+    """``x * scale / count`` as the gradient rules need it: an ``affine`` when the count is static."""
+    if isinstance(count, int):
+        return g.affine(x, scale * (1.0 / count), 0.0)
+    return g.apply("scale_by_count", x, scale=float(scale), count=count)
 
 
 def _scalar_op(name: str, np_fn, onnx_type: str, vjp) -> None:

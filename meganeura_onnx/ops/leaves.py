@@ -116,7 +116,8 @@ class LeafBuilders:
     def state_input(self, name: str, shape: Sequence[Dim]) -> NodeId:
         """An F32 input with a name from the reserved namespace (``opt.<h>``, ``adam_m.<p>``, ...).
 
-        For the toolchain's own inputs (the optimizer's hyper-parameters and moments); programs use
+        For the toolchain's own inputs (optimizer hyper-parameters and moments, gradients fed to an update
+        model); programs use
         :meth:`input`, which refuses those names so they can never shadow what the toolchain adds.
         """
         return self._named_leaf("input", name, shape, DType.F32, internal=True)

@@ -181,9 +181,9 @@ def int_attr(name: str, lo: int | None = None, hi: int | None = INT64_MAX, **kw:
     return Attr(name, "int", lo, hi, **kw)
 
 
-def dim_attr(name: str, **kw: Any) -> Attr:
-    """A size that may be symbolic: a positive int or a dimension name/expression (``"batch"``)."""
-    return Attr(name, "dim", 1, INT64_MAX, **kw)
+def dim_attr(name: str, lo: int = 1, **kw: Any) -> Attr:
+    """A size that may be symbolic: an int ``>= lo`` or a dimension name/expression (``"batch"``)."""
+    return Attr(name, "dim", lo, INT64_MAX, **kw)
 
 
 def float_attr(name: str, lo: float | None = None, hi: float | None = None, **kw: Any) -> Attr:

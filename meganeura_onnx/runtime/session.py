@@ -206,7 +206,9 @@ class Session:
 
     # -- buffers ----------------------------------------------------------------------------------
     def _device_value(self, arr: np.ndarray) -> ort.OrtValue:
-        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr), self._device, 0)
+        # A CPU OrtValue made from a numpy array shares its memory: copy, or steps would write into
+        # the caller's arrays (e.g. the ``parameters=`` given to build_session).
+        return ort.OrtValue.ortvalue_from_numpy(np.array(arr, order="C", copy=True), self._device, 0)
 
     def _alloc(self, name: str, ty: TensorType, kind: str, value: np.ndarray) -> None:
         self._types[name] = ty

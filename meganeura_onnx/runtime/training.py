@@ -193,7 +193,12 @@ class TrainingSession(Session):
         """(Re)build the ORT session for ``spec``, carrying parameters, moments and inputs over."""
         if hasattr(self, "_prog"):  # a recompile: copy the live values to the host once
             self._carry.update(
-                {n: self._values[n].numpy().copy() for n in self._types if self._kinds[n] in ("parameter", "optimizer", "input")}
+                {
+                    n: self._values[n].numpy().copy()
+                    for n in self._types
+                    if self._kinds[n] in ("parameter", "optimizer", "input")
+                    and n in self._values  # (a symbolic input not set yet has none)
+                }
             )
         prog = self._program(spec)
         carry = self._carry
@@ -219,7 +224,10 @@ class TrainingSession(Session):
             self._kinds[h] = "hyper"
         for n in prog.inputs:
             if n in carry:
-                self._values[n].update_inplace(np.ascontiguousarray(carry[n]))
+                if n in self._values:
+                    self._values[n].update_inplace(np.ascontiguousarray(carry[n]))
+                else:  # symbolic dims: set again as set_input would (binds its sizes)
+                    self._write(n, carry[n], self._types[n].dtype, "build_session")
         self._prog, self._spec, self._written, self._carry = prog, spec, {}, {}
 
     # -- optimizer settings ---------------------------------------------------------------------

@@ -42,12 +42,6 @@ def gradients(g, loss: NodeId, wrt: Sequence[NodeId], seed: NodeId | None = None
     """
     nodes = g.nodes()
     loss_ty = nodes[loss].ty
-    symbolic = next((n for n in nodes[: loss + 1] if not n.ty.is_static()), None)
-    if symbolic is not None:
-        # Gradient rules scale by element counts (means, 1/batch) and slice packed gradients at
-        # static offsets; train with static shapes and export the inference graph with symbols.
-        what = f"{symbolic.op} {symbolic.attrs['name']!r}" if "name" in symbolic.attrs else f"{symbolic.op} (node {symbolic.id})"
-        raise ValueError(f"gradients: training needs static shapes; {what} has symbolic shape {list(symbolic.ty.shape)}")
     if seed is None:
         if loss_ty.shape != (1,):
             raise ValueError(f"gradients: the loss must be a [1] node, got {loss_ty} (node {loss}); pass seed= for other shapes")
