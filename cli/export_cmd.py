@@ -110,7 +110,10 @@ def export(
     optimizer: str,
 ) -> None:
     """Export the Graph returned by MODEL's build() to ONNX (see the module docstring for MODEL,
-    --weights and the folder layout)."""
+    --weights and the folder layout).
+
+    MODEL.py is Python code that runs with your permissions: only pass files you trust.
+    """
     from meganeura_onnx import export_onnx
 
     if output is None and artifacts_dir is None:
@@ -151,10 +154,13 @@ def _export_folder(module, path: Path, out_dir: Path, weights, config, allow_mis
         raise click.BadParameter(f"{path} defines no export_folder(); give -o FILE.onnx for a single file", param_hint="-o")
     if weights is None:
         click.echo(f"note: no --weights: {out_dir} holds the default init (seed {seed}), not trained weights", err=True)
+    args = {"weights": weights, "config": config, "allow_missing": allow_missing, "seed": seed, "opset": opset, **kw}
     try:
-        written = fn(out_dir, weights=weights, config=config, allow_missing=allow_missing, seed=seed, opset=opset, **kw)
+        inspect.signature(fn).bind(out_dir, **args)
     except TypeError as e:
         raise click.BadParameter(f"export_folder() rejected the --set values {kw}: {e}", param_hint="--set") from e
+    try:
+        written = fn(out_dir, **args)
     except (OSError, ValueError) as e:
         raise click.ClickException(str(e)) from e
     click.echo(f"wrote {out_dir}: {', '.join(sorted(p.name for p in written))}")

@@ -8,6 +8,7 @@ from .ir import DType, GraphCore, NodeId, TensorType
 from .ops import OPS
 from .ops.attention import AttentionBuilders
 from .ops.conv import ConvBuilders
+from .ops.decoder import DecoderBuilders
 from .ops.elementwise import ElementwiseBuilders
 from .ops.embedding import EmbeddingBuilders
 from .ops.kv_cache import KvCacheBuilders
@@ -32,6 +33,7 @@ class Graph(
     AttentionBuilders,
     EmbeddingBuilders,
     KvCacheBuilders,
+    DecoderBuilders,
     ConvBuilders,
     ShapeBuilders,
 ):
@@ -63,15 +65,11 @@ class Graph(
         if not isinstance(op_name, str) or op_name not in OPS or OPS[op_name].leaf:
             raise ValueError(f"apply: unknown op {op_name!r} (leaves have their own builders: input, parameter, constant)")
         d = OPS[op_name]
-        required = [a for a in d.inputs if a not in d.optional_inputs]
-        if not len(required) <= len(inputs) <= len(d.inputs):
-            count = f"{len(required)} to {len(d.inputs)}" if len(required) != len(d.inputs) else str(len(d.inputs))
-            raise TypeError(f"{op_name}: takes {count} inputs ({', '.join(d.inputs) or 'none'}), got {len(inputs)}")
         ids, types = [], []
-        for arg, value in zip(d.inputs, inputs, strict=False):
+        for k, (arg, value) in enumerate(zip(d.input_names(len(inputs)), inputs, strict=True)):
             nid = self.handle(value, arg, op_name)
             ty = self._nodes[nid].ty
-            want = d.input_dtype(arg)
+            want = d.input_dtype(arg if k < len(d.inputs) else d.variadic[(k - len(d.inputs)) % len(d.variadic)])
             if ty.dtype is not want:
                 hint = " (use input_u32)" if want is DType.U32 else ""
                 raise TypeError(f"{op_name}: {arg} must be {want.name}{hint}, got {ty.dtype.name} {list(ty.shape)} (node {nid})")

@@ -29,8 +29,11 @@ from meganeura_onnx.ops.table import INT64_MAX, Attr, CustomOp
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "custom_ops"
 REGISTRY_FILES = ("cpu_kernels.cc", "cuda_ops.cc")
-ATTR_FILES = ("op_common.cc", "cpu_kernels.cc", "cuda_ops.cc")
+ATTR_FILES = ("op_common.cc", "cpu_kernels.cc", "cuda_ops.cc", "optim_kernels.cc")
 SCHEMAS = {d.custom.name: d.custom for d in OPS.values() if d.custom is not None}
+# Rows of variadic ops (AdamUpdate) are built in code, not in the one-line form parsed here; their
+# attributes and accepted values are still checked below, their arity by their own kernel tests.
+FIXED_ARITY = {name: s for name, s in SCHEMAS.items() if not s.variadic_inputs}
 C_TYPE = {"F32": "float", "ANY": "index"}
 
 ROW = re.compile(
@@ -97,7 +100,7 @@ def _sources(files) -> dict[str, str]:
 
 
 def test_kernel_registration_rows_match_the_op_table():
-    problems = [p for f, text in _sources(REGISTRY_FILES).items() for p in registry_disagreements(text, SCHEMAS, f)]
+    problems = [p for f, text in _sources(REGISTRY_FILES).items() for p in registry_disagreements(text, FIXED_ARITY, f)]
     assert not problems, "\n".join(problems)
 
 
@@ -182,17 +185,17 @@ def test_the_cpu_kernels_accept_exactly_the_attribute_values_the_table_accepts()
 # -- the checks catch a change on either side -----------------------------------------------------------
 def test_a_changed_registration_row_is_caught():
     text = (KERNEL_DIR / "cpu_kernels.cc").read_text()
-    assert not registry_disagreements(text, SCHEMAS, "cpu_kernels.cc")
+    assert not registry_disagreements(text, FIXED_ARITY, "cpu_kernels.cc")
     mutated = text.replace(
         'new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, true}', 'new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, false}', 1
     )
     assert mutated != text
-    assert any("Rope optional inputs" in p for p in registry_disagreements(mutated, SCHEMAS, "cpu_kernels.cc"))
+    assert any("Rope optional inputs" in p for p in registry_disagreements(mutated, FIXED_ARITY, "cpu_kernels.cc"))
 
 
 def test_a_changed_schema_is_caught_by_the_registry_and_attribute_checks():
     rope = SCHEMAS["Rope"]
-    extra_input = {**SCHEMAS, "Rope": dataclasses.replace(rope, inputs=(*rope.inputs, rope.inputs[0]))}
+    extra_input = {**FIXED_ARITY, "Rope": dataclasses.replace(rope, inputs=(*rope.inputs, rope.inputs[0]))}
     text = (KERNEL_DIR / "cpu_kernels.cc").read_text()
     assert any("Rope inputs" in p for p in registry_disagreements(text, extra_input, "cpu_kernels.cc"))
     renamed = {**SCHEMAS, "Rope": dataclasses.replace(rope, attrs=(dataclasses.replace(rope.attrs[0], name="base"), *rope.attrs[1:]))}

@@ -78,6 +78,7 @@ def to_model(
     extra_outputs: Mapping[str, NodeId] | None = None,
     model_name: str = "meganeura",
     deferred: dict[str, np.ndarray] | None = None,
+    int64_indices: bool = False,
 ) -> tuple[onnx.ModelProto, ExportSpec]:
     """Lower ``graph`` to ONNX.
 
@@ -86,6 +87,8 @@ def to_model(
     ``extra_outputs``: more named outputs (used by the training transform).
     ``deferred``: when given, parameter initializers are left without data (name, type and shape
     only) and their arrays are put in this dict, for :func:`save_model` to stream to the file.
+    ``int64_indices``: U32 inputs are declared int64 in the file (token ids, masks and positions are
+    int64 in the ONNX ecosystem's LLM files) and cast to uint32 on entry.
     """
     opset = DEFAULT_OPSET if opset is None else int(opset)
     if not 21 <= opset <= 24:
@@ -98,17 +101,21 @@ def to_model(
     names: dict[NodeId, str] = {}
     g_inputs: list[onnx.ValueInfoProto] = []
 
-    def vinfo(name: str, nid: NodeId) -> onnx.ValueInfoProto:
+    def vinfo(name: str, nid: NodeId, elem_type: int | None = None) -> onnx.ValueInfoProto:
         ty = graph.node(nid).ty
         # A symbolic dim is written as dim_param (its name, or the canonical expression "batch*seq").
-        return helper.make_tensor_value_info(name, ONNX_DTYPE[ty.dtype], list(ty.shape))
+        return helper.make_tensor_value_info(name, elem_type or ONNX_DTYPE[ty.dtype], list(ty.shape))
 
     for n in graph.nodes():  # where lowerings read each symbolic size (Shape of the first input naming it)
         for axis, d in enumerate(n.ty.shape if n.op in ("input", "input_u32") else ()):
             if isinstance(d, str):
                 ctx.symbols.setdefault(d, (n.attrs["name"], axis))
     for n in graph.nodes():
-        if n.op in ("input", "input_u32"):
+        if n.op == "input_u32" and int64_indices:
+            names[n.id] = ctx.op("Cast", n.attrs["name"], to=TensorProto.UINT32)
+            g_inputs.append(vinfo(n.attrs["name"], n.id, TensorProto.INT64))
+            spec.inputs.append(n.attrs["name"])
+        elif n.op in ("input", "input_u32"):
             names[n.id] = n.attrs["name"]
             g_inputs.append(vinfo(n.attrs["name"], n.id))
             spec.inputs.append(n.attrs["name"])
@@ -213,6 +220,8 @@ def export_onnx(
     parameters: Mapping[str, np.ndarray] | None = None,
     seed: int = 0,
     external_data: bool | None = None,
+    int64_indices: bool = False,
+    dim_names: Mapping[str, str] | None = None,
 ) -> onnx.ModelProto:
     """Export ``graph`` as a standalone inference model (parameters as initializers).
 
@@ -225,6 +234,10 @@ def export_onnx(
     ``external_data`` (default: parameters over 32 MiB) streams the weights to ``<path>.data``
     beside it (ONNX external data) instead of serialising them through protobuf; the returned
     model then refers to that file. The model passes ``onnx.checker.check_model(full_check=True)``.
+
+    ``int64_indices`` declares U32 inputs int64 (see :func:`to_model`); ``dim_names`` renames
+    symbolic dims of the graph's inputs and outputs in the file, e.g.
+    ``{"past_sequence_length+sequence_length": "total_sequence_length"}``.
     """
     from ..init import default_parameters
 
@@ -235,7 +248,9 @@ def export_onnx(
     values = default_parameters(graph, seed, skip=set(parameters or {}))
     values.update(parameters or {})
     deferred: dict[str, np.ndarray] = {}
-    model, _ = to_model(graph, opset=opset, parameters=values, with_state=True, deferred=deferred)
+    model, _ = to_model(graph, opset=opset, parameters=values, with_state=True, deferred=deferred, int64_indices=int64_indices)
+    if dim_names:
+        rename_dims(model, dim_names)
     if external_data is None:
         external_data = path is not None and sum(np.asarray(v).nbytes for v in deferred.values()) > EXTERNAL_DATA_BYTES
     if external_data and path is None:
@@ -245,6 +260,14 @@ def export_onnx(
     if path is not None:
         save_model(model, path, deferred if external_data else None)
     return model
+
+
+def rename_dims(model: onnx.ModelProto, names: Mapping[str, str]) -> None:
+    """Rename symbolic dims (``dim_param``) of the graph's inputs and outputs."""
+    for value in list(model.graph.input) + list(model.graph.output):
+        for d in value.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param in names:
+                d.dim_param = names[d.dim_param]
 
 
 def fill_initializers(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from ..ir import Dim, NodeId, TensorType
+from ..ir import NodeId, TensorType
 from .table import examples, int_attr, op, optional, rank, require
 
 SCALAR = TensorType((1,))
@@ -80,10 +80,12 @@ def _(logits, labels, dy, *, ignore_index=None):
     return (grad * (mask[:, None] * dy.reshape(()) / max(count, 1))).astype(logits.dtype)
 
 
-def _mask_and_count(ctx, labels64: str, ignore_index: int | None, rows: Dim) -> tuple[str | None, str]:
-    """(float mask [rows] or None when nothing is ignored, max(count, 1) as a [1] float)."""
-    if ignore_index is None:  # a symbolic row count is read at run time
-        return None, ctx.const([float(rows)]) if isinstance(rows, int) else ctx.cast(ctx.size(rows), TensorProto.FLOAT)
+def _mask_and_count(ctx, labels64: str, ignore_index: int | None) -> tuple[str | None, str]:
+    """(float mask [rows] or None when nothing is ignored, max(count, 1) as a [1] float).
+
+    The row count is read from the labels' shape at run time (the rows may be a symbolic dim)."""
+    if ignore_index is None:
+        return None, ctx.cast(ctx.op("Shape", labels64), TensorProto.FLOAT)
     keep = ctx.op("Not", ctx.op("Equal", labels64, ctx.const([ignore_index], np.int64)))
     mask = ctx.cast(keep, TensorProto.FLOAT)
     count = ctx.op("Max", ctx.op("ReduceSum", mask, ctx.ints([0]), keepdims=1), ctx.const([1.0]))
@@ -93,28 +95,32 @@ def _mask_and_count(ctx, labels64: str, ignore_index: int | None, rows: Dim) -> 
 @sparse_ce.onnx
 def _(ctx, node, logits, labels):
     ignore = node.attrs.get("ignore_index")
-    rows = ctx.input_types(node)[0].shape[0]
     labels64 = ctx.to_int64(labels)
     attrs = {} if ignore is None else {"ignore_index": ignore}
     total = ctx.op("SoftmaxCrossEntropyLoss", logits, labels64, reduction="sum", **attrs)
-    _, count = _mask_and_count(ctx, labels64, ignore, rows)
+    _, count = _mask_and_count(ctx, labels64, ignore)
     return ctx.op("Div", ctx.reshape(total, [1]), count)
 
 
 @sparse_ce_grad.onnx
 def _(ctx, node, logits, labels, dy):
     ignore = node.attrs.get("ignore_index")
-    rows = ctx.input_types(node)[0].shape[0]
     labels64 = ctx.to_int64(labels)
-    mask, count = _mask_and_count(ctx, labels64, ignore, rows)
+    mask, count = _mask_and_count(ctx, labels64, ignore)
     safe = labels64 if mask is None else ctx.op("Where", ctx.cast(mask, TensorProto.BOOL), labels64, ctx.const([0], np.int64))
     col = ctx.op("Unsqueeze", safe, ctx.ints([1]))
-    minus_one = ctx.op("Expand", ctx.const([[-1.0]]), ctx.shape_tensor([rows, 1]))
+    minus_one = ctx.op("ConstantOfShape", ctx.op("Shape", col), value=_minus_one())
     grad = ctx.op("ScatterElements", ctx.op("Softmax", logits, axis=-1), col, minus_one, axis=1, reduction="add")
     scale = ctx.op("Div", dy, count)  # [1]
     if mask is not None:
         scale = ctx.op("Unsqueeze", ctx.op("Mul", mask, scale), ctx.ints([1]))  # [rows, 1]
     return ctx.op("Mul", grad, scale)
+
+
+def _minus_one():
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(np.array([-1.0], np.float32))
 
 
 @sparse_ce.vjp

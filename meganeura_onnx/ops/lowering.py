@@ -31,6 +31,9 @@ class LoweringContext:
         self.prefix = prefix
         self.doc = ""
         self.graph: Any = None  # the Graph being lowered (None inside function bodies)
+        # Multi-output ONNX nodes already emitted, by key: the Graph IR has one output per node, so
+        # an op such as adam_update is several IR nodes lowered to ONE ONNX node (the first emits it).
+        self.shared: dict[Any, Any] = {}
         self.symbols: dict[str, tuple[str, int]] = {}
         """Symbolic dim name -> (graph input, axis) whose runtime size it is (read with ``Shape``)."""
         self._sizes: dict[Dim, str] = {}
@@ -144,15 +147,16 @@ class LoweringContext:
         self.functions[fn.name] = fn
 
 
-def function_body(schema: CustomOp, build: Any, opset: int) -> onnx.FunctionProto:
+def function_body(schema: CustomOp, build: Any, opset: int, arity: int = 1) -> onnx.FunctionProto:
     """Build the FunctionProto of a custom op (name, inputs, outputs and attributes from its schema
-    in the op table) whose body ``build(ctx, *inputs) -> outputs`` writes.
+    in the op table) whose body ``build(ctx, *inputs) -> outputs`` writes; ``arity``: how many times
+    a variadic input group repeats in this model.
 
     ``build`` returns the body's output names; they are renamed to the schema's outputs by Identity nodes.
     """
     name = schema.name
-    inputs = [t.name for t in schema.inputs]
-    outputs = [t.name for t in schema.outputs]
+    inputs = schema.input_names(arity)
+    outputs = schema.output_names(arity)
     attributes = [a.name for a in schema.attrs]
     ctx = LoweringContext(opset, in_function=True, prefix=f"{name}_")
     results = build(ctx, *inputs)

@@ -233,7 +233,18 @@ class CustomOp:
     """ONNX input whose buffer output 0 may reuse (the kernel writes it in place)."""
     relations: tuple[str, ...] = ()
     """Conditions between attributes the kernels check too, as Python expressions over their names."""
+    variadic_inputs: tuple[TensorArg, ...] = ()
+    """A group of inputs repeated one or more times after ``inputs`` (``AdamUpdate``'s p, g, m, v)."""
+    variadic_outputs: tuple[TensorArg, ...] = ()
+    """A group of outputs repeated as often as the input group (after ``outputs``)."""
     domain: str = CUSTOM_DOMAIN
+
+    def input_names(self, arity: int = 1) -> list[str]:
+        """ONNX input names; a variadic group's are numbered (``p0, g0, m0, v0, p1, ...``)."""
+        return [t.name for t in self.inputs] + [f"{t.name}{k}" for k in range(arity) for t in self.variadic_inputs]
+
+    def output_names(self, arity: int = 1) -> list[str]:
+        return [t.name for t in self.outputs] + [f"{t.name}{k}" for k in range(arity) for t in self.variadic_outputs]
 
 
 @dataclass(frozen=True)
@@ -284,6 +295,8 @@ class OpDef:
     """Inputs that must be U32; every other input must be F32."""
     optional_inputs: frozenset[str] = frozenset()
     """Trailing inputs that may be left out (``rope``'s dynamic offset)."""
+    variadic: tuple[str, ...] = ()
+    """A group of inputs repeated one or more times after ``inputs`` (``adam_update``'s p, g, m, v)."""
     attrs: tuple[Attr, ...] = ()
     """The static arguments ``apply`` accepts, each checked for type and range."""
     differentiable: bool = True
@@ -363,6 +376,23 @@ class OpDef:
     def input_dtype(self, arg: str) -> DType:
         return DType.U32 if arg in self.u32_inputs else DType.F32
 
+    def input_names(self, count: int) -> list[str]:
+        """Names of ``count`` inputs of a call: the declared ones, then the variadic group numbered
+        (``p0, g0, m0, v0, p1, ...``); ``TypeError`` naming the op when ``count`` does not fit."""
+        required = [a for a in self.inputs if a not in self.optional_inputs]
+        extra = count - len(self.inputs)
+        if self.variadic and extra > 0 and extra % len(self.variadic) == 0:
+            return list(self.inputs) + [f"{a}{k}" for k in range(extra // len(self.variadic)) for a in self.variadic]
+        if not self.variadic and len(required) <= count <= len(self.inputs):
+            return list(self.inputs[:count])
+        if self.variadic:
+            want = f"{len(self.inputs)} inputs ({', '.join(self.inputs)}) then one or more groups ({', '.join(self.variadic)})"
+        elif len(required) != len(self.inputs):
+            want = f"{len(required)} to {len(self.inputs)} inputs ({', '.join(self.inputs)})"
+        else:
+            want = f"{len(self.inputs)} inputs ({', '.join(self.inputs) or 'none'})"
+        raise TypeError(f"{self.name}: takes {want}, got {count}")
+
 
 OPS: dict[str, OpDef] = {}
 
@@ -379,9 +409,9 @@ def op(
     """Declare an op in the table (once)."""
     if name in OPS:
         raise RuntimeError(f"op {name!r} is declared twice")
-    d = OpDef(name, tuple(inputs), frozenset(u32), frozenset(optional_inputs), tuple(attrs), **kwargs)
+    d = OpDef(name, tuple(inputs), frozenset(u32), frozenset(optional_inputs), attrs=tuple(attrs), **kwargs)
     for field_name, names in (("u32", u32), ("optional_inputs", optional_inputs), ("init_roles", d.init_roles), ("fan_in", d.fan_in)):
-        stray = set(names) - set(inputs)
+        stray = set(names) - set(inputs) - set(d.variadic)
         if stray:
             raise RuntimeError(f"op {name!r}: {field_name} names {sorted(stray)}, which are not among its inputs {list(inputs)}")
     OPS[name] = d

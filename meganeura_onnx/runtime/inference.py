@@ -10,7 +10,7 @@ from ..export import to_model
 from ..graph import Graph
 from ..init import default_parameters
 from ..ops import OPS
-from .session import Session
+from .session import Session, checked_parameters
 
 U32_MAX = (1 << 32) - 1
 
@@ -46,6 +46,7 @@ def build_inference_session(
     opset: int | None = None,
     use_custom_ops: bool = True,
     cuda_graph: bool = False,
+    check_finite: bool = False,
 ) -> Session:
     """Compile ``graph`` for inference on ``device`` ("cpu" or "cuda").
 
@@ -55,15 +56,15 @@ def build_inference_session(
     The com.meganeura kernel library is registered when built (``use_custom_ops=False`` runs the
     function bodies instead). ``cuda_graph=True`` (CUDA only) captures the run as a CUDA graph on
     the first ``step()`` and replays it after, removing per-kernel launch cost; it needs every buffer
-    to stay put, i.e. KV caches updated in place by the CacheWrite kernel.
+    to stay put, i.e. KV caches updated in place by the CacheWrite kernel. ``parameters`` are
+    checked like ``set_parameter`` (name, shape, dtype, finite). ``check_finite=True`` makes every
+    ``step()`` check its inputs and outputs and raise ``FloatingPointError`` naming the first
+    non-finite one (it reads every buffer back: for debugging, not for speed).
     """
     model, spec = to_model(graph, opset=opset, params_as_inputs=True, with_state=True)
-    names = set(graph.parameters())
-    unknown = set(parameters or {}) - names
-    if unknown:
-        raise ValueError(f"build_inference_session: parameters {sorted(unknown)} are not in the graph (it has {sorted(names)})")
-    values = default_parameters(graph, seed, skip=set(parameters or {}))
-    values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
+    given = checked_parameters(parameters, graph.parameters(), "build_inference_session")
+    values = default_parameters(graph, seed, skip=set(given))
+    values.update(given)
     types = {n.attrs["name"]: n.ty for n in graph.nodes() if n.op in ("input", "input_u32")}
     for name in spec.state:
         if not types[name].is_static():
@@ -88,4 +89,5 @@ def build_inference_session(
         inplace_state=sorted(spec.inplace),
         cuda_graph=cuda_graph,
         position_limits=position_limits(graph),
+        check_finite=check_finite,
     )

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,7 +36,8 @@ from ..transforms.autodiff import gradients
 from ..transforms.optimizer import OptimizerSpec, append_update
 from ..transforms.rewrite import OptimizeReport, optimize
 from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
-from .session import Session
+from .safetensors_file import write_atomic
+from .session import Session, checked_parameters, parameter_array
 
 DEFAULT_HYPER = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01, "max_grad_norm": 1.0}
 CACHE_FORMAT = "meganeura-train-model-1"
@@ -112,16 +113,6 @@ def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
     return TrainProgram(model, data, in_model, [n for n in grads if n in in_model], moments, hyper, outputs, no_grad)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _cached_program(forward: Graph, spec: OptimizerSpec | None, opset: int | None, path: Path) -> TrainProgram:
     key = graph_key(forward, spec, opset)
     if path.is_file():
@@ -135,7 +126,7 @@ def _cached_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
             pass
     prog = compile_program(forward, spec, opset)
     onnx.helper.set_model_props(prog.model, {"meganeura.key": key, "meganeura.program": prog.meta()})
-    _write_atomic(path, prog.model.SerializeToString())
+    write_atomic(path, prog.model.SerializeToString())
     return prog
 
 
@@ -160,21 +151,23 @@ class TrainingSession(Session):
         use_custom_ops: bool = True,
         rewrite: bool = True,
         cache_path: str | os.PathLike | None = None,
+        check_finite: bool = False,
+        fused_optimizer: bool | None = None,
     ) -> None:
-        names = set(graph.parameters())
-        unknown = set(parameters or {}) - names
-        if unknown:
-            raise ValueError(f"build_session: parameters {sorted(unknown)} are not in the graph (it has {sorted(names)})")
-        values = default_parameters(graph, seed, skip=set(parameters or {}))  # on the user's graph: init reads matmul fan-in
-        values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
+        given = checked_parameters(parameters, graph.parameters(), "build_session")
+        values = default_parameters(graph, seed, skip=set(given))  # on the user's graph: init reads matmul fan-in
+        values.update(given)
         self._forward, self.report = optimize(graph) if rewrite else (graph, OptimizeReport(len(graph), len(graph)))
-        self._build = {"device": device, "providers": providers, "use_custom_ops": use_custom_ops}
+        self._build = {"device": device, "providers": providers, "use_custom_ops": use_custom_ops, "check_finite": check_finite}
         self._opset = opset
         self._cache_path = Path(cache_path) if cache_path is not None else None
         self._programs: dict[OptimizerSpec | None, TrainProgram] = {}
         self._hyper_values = dict(DEFAULT_HYPER)
         self._clip = clip
-        self._wanted: OptimizerSpec | None = OptimizerSpec(optimizer, clip) if optimizer else None
+        # One multi-tensor AdamUpdate node (our CPU kernel) by default on CPU; on CUDA the decomposed
+        # update stays on the GPU (the AdamUpdate kernel is CPU-only: it would pull every tensor to the host).
+        self._fused = (device == "cpu" and providers is None) if fused_optimizer is None else bool(fused_optimizer)
+        self._wanted: OptimizerSpec | None = self._spec_for(optimizer) if optimizer else None
         self._opt_steps = 0
         self._written: dict[str, float] = {}
         self._carry: dict[str, np.ndarray] = dict(values)
@@ -202,6 +195,8 @@ class TrainingSession(Session):
             )
         prog = self._program(spec)
         carry = self._carry
+        if prog.moments and not any(m in carry for m in prog.moments):
+            self._opt_steps = 0  # Adam starts from zero moments: its bias correction restarts at t = 1
         updated = prog.trainable if spec is not None else []  # gradients-only: parameters stay put
         state = {n: (f"{n}.next", carry[n]) for n in updated}
         state.update({m: (f"{m}.next", carry.get(m, np.zeros(prog.params[m.split(".", 1)[1]], np.float32))) for m in prog.moments})
@@ -231,50 +226,84 @@ class TrainingSession(Session):
         self._prog, self._spec, self._written, self._carry = prog, spec, {}, {}
 
     # -- optimizer settings ---------------------------------------------------------------------
+    def _spec_for(self, kind: str) -> OptimizerSpec:
+        return OptimizerSpec(kind, self._clip, fused=self._fused and kind != "sgd")
+
+    @staticmethod
+    def _hyper(what: str, **values: float) -> dict[str, float]:
+        """Hyper-parameters checked: real finite numbers (not bool) in their ranges."""
+        ranges = {
+            "lr": (0.0, None, "lr >= 0"),
+            "beta1": (0.0, 1.0, "0 <= beta1 < 1"),
+            "beta2": (0.0, 1.0, "0 <= beta2 < 1"),
+            "epsilon": (None, None, "epsilon > 0"),
+            "weight_decay": (0.0, None, "weight_decay >= 0"),
+            "max_norm": (None, None, "max_norm > 0"),
+        }
+        out = {}
+        for name, v in values.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise TypeError(f"{what}: {name} must be a number, got {type(v).__name__} {v!r}")
+            v = float(v)
+            low, high, rule = ranges[name]
+            positive = name in ("epsilon", "max_norm")
+            if not math.isfinite(v) or (low is not None and v < low) or (high is not None and v >= high) or (positive and v <= 0):
+                raise ValueError(f"{what}: {name} must be finite with {rule}, got {v}")
+            out[name] = v
+        return out
+
     def set_learning_rate(self, lr: float) -> None:
-        """Use SGD with learning rate ``lr`` for the updates fused into the next ``step()``."""
-        self._wanted = OptimizerSpec("sgd", self._clip)
-        self._hyper_values["lr"] = float(lr)
+        """Use SGD with learning rate ``lr`` (finite, >= 0) for the updates fused into the next ``step()``."""
+        h = self._hyper("set_learning_rate", lr=lr)
+        self._wanted = self._spec_for("sgd")
+        self._hyper_values["lr"] = h["lr"]
 
     def set_adam(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8) -> None:
-        """Use Adam (PyTorch's formula, bias-corrected) for the updates fused into the next ``step()``."""
-        self._wanted = OptimizerSpec("adam", self._clip)
-        self._hyper_values.update(lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(epsilon))
+        """Use Adam (PyTorch's formula, bias-corrected) for the updates fused into the next ``step()``.
+        ``lr >= 0``, ``0 <= beta < 1``, ``epsilon > 0``, all finite."""
+        h = self._hyper("set_adam", lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon)
+        self._wanted = self._spec_for("adam")
+        self._hyper_values.update(lr=h["lr"], beta1=h["beta1"], beta2=h["beta2"], eps=h["epsilon"])
 
     def set_adamw(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, weight_decay: float = 0.01) -> None:
-        """Use AdamW (decoupled weight decay, ``torch.optim.AdamW``'s formula). An extra of this port."""
-        self._wanted = OptimizerSpec("adamw", self._clip)
-        self._hyper_values.update(
-            lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(epsilon), weight_decay=float(weight_decay)
-        )
+        """Use AdamW (decoupled weight decay, ``torch.optim.AdamW``'s formula). An extra of this port.
+        Ranges as :meth:`set_adam`, and ``weight_decay >= 0``."""
+        h = self._hyper("set_adamw", lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon, weight_decay=weight_decay)
+        self._wanted = self._spec_for("adamw")
+        self._hyper_values.update(lr=h["lr"], beta1=h["beta1"], beta2=h["beta2"], eps=h["epsilon"], weight_decay=h["weight_decay"])
 
     def set_grad_clip(self, max_norm: float | None) -> None:
-        """Clip the global gradient L2 norm to ``max_norm`` before the update (None: no clipping)."""
-        self._clip = max_norm is not None
+        """Clip the global gradient L2 norm to ``max_norm`` (finite, > 0) before the update (None: no clipping)."""
         if max_norm is not None:
-            self._hyper_values["max_grad_norm"] = float(max_norm)
+            self._hyper_values["max_grad_norm"] = self._hyper("set_grad_clip", max_norm=max_norm)["max_norm"]
+        self._clip = max_norm is not None
         if self._wanted is not None:
-            self._wanted = OptimizerSpec(self._wanted.kind, self._clip)
+            self._wanted = self._spec_for(self._wanted.kind)
 
     @property
     def optimizer_step(self) -> int:
-        """Optimizer updates applied so far (Adam's t); saved in checkpoints."""
+        """Optimizer updates applied so far (Adam's t); saved in checkpoints. Switching from an
+        optimizer without moments (SGD, none) to Adam/AdamW restarts it at 0, as the moments do."""
         return self._opt_steps
 
     # -- running --------------------------------------------------------------------------------
     def step(self) -> None:
-        """Forward, backward and (if an optimizer is set) the update, in one ORT run."""
+        """Forward, backward and (if an optimizer is set) the update, in one ORT run.
+
+        A step that fails changes nothing: parameters, optimizer state and the step count stay.
+        """
         if self._wanted != self._spec:
             self._compile(self._wanted)
         if self._spec is not None:
-            self._opt_steps += 1
-            values = {**self._hyper_values, "step": float(self._opt_steps)}
+            values = {**self._hyper_values, "step": float(self._opt_steps + 1)}
             for h in self._prog.hyper:
                 v = values[h[4:]]
                 if self._written.get(h) != v:
                     self._values[h].update_inplace(np.array([v], np.float32))
                     self._written[h] = v
-        super().step()
+        super().step()  # raises before swapping anything if the run fails
+        if self._spec is not None:
+            self._opt_steps += 1
 
     def read_grad(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
         """Gradient of the loss wrt parameter ``name`` from the last ``step()`` (no optimizer set)."""
@@ -309,16 +338,23 @@ class TrainingSession(Session):
 
     def load_checkpoint(self, path: str | os.PathLike) -> dict[str, str]:
         """Restore parameters, Adam moments and the step count; the graph must match (names and
-        shapes). Returns the file's other metadata."""
+        shapes). Everything is validated before anything is written (no half-load). Returns the
+        file's other metadata."""
+        what = f"load_checkpoint({str(path)!r})"
         ckpt = load_checkpoint(path)
-        check_compatible(ckpt, {n: tuple(s) for n, s in self._prog.params.items()}, f"load_checkpoint({str(path)!r})")
-        for n, v in ckpt.params.items():
-            self.set_parameter(n, v)
+        check_compatible(ckpt, {n: tuple(s) for n, s in self._prog.params.items()}, what)
+        params = {n: parameter_array(n, v, self._types[n], what) for n, v in ckpt.params.items()}
         moments = {f"adam_m.{n}": v for n, v in ckpt.adam_m.items()} | {f"adam_v.{n}": v for n, v in ckpt.adam_v.items()}
-        for m in self._prog.moments:
-            self._values[m].update_inplace(np.ascontiguousarray(moments.get(m, np.zeros(self._types[m].shape, np.float32)), np.float32))
+        if self._prog.moments and moments and set(self._prog.moments) - set(moments):
+            raise ValueError(f"{what}: the checkpoint lacks Adam moments {sorted(set(self._prog.moments) - set(moments))}")
+        live = {m: np.ascontiguousarray(moments.get(m, np.zeros(self._types[m].shape, np.float32)), np.float32) for m in self._prog.moments}
+        # Validated: now write.
+        for n, v in params.items():
+            self._values[n].update_inplace(v)
+        for m, v in live.items():
+            self._values[m].update_inplace(v)
         self._carry.update(moments)  # kept for a later recompile to Adam
-        self._opt_steps = ckpt.step
+        self._opt_steps = ckpt.step if moments or not self._prog.moments else 0
         return ckpt.metadata
 
 
@@ -327,8 +363,10 @@ def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = 
 
     ``optimizer`` ("sgd", "adam", "adamw") compiles that update into the model now; set its
     hyper-parameters with ``set_learning_rate`` / ``set_adam`` / ``set_adamw``. Other keywords:
-    ``providers``, ``parameters`` (initial values by name; the rest use the default init with
-    ``seed``), ``clip``, ``opset``, ``use_custom_ops``, ``rewrite``.
+    ``providers``, ``parameters`` (initial values by name, checked like ``set_parameter``; the rest
+    use the default init with ``seed``), ``clip``, ``opset``, ``use_custom_ops``, ``rewrite``,
+    ``check_finite`` (every ``step()`` raises ``FloatingPointError`` naming the first non-finite
+    input, output or parameter update, and then changes nothing).
 
     ``backend="ort-training"`` trains through onnxruntime-training's artifacts instead
     (:mod:`meganeura_onnx.runtime.ort_training`; CPU, AdamW or SGD fixed at build time, its own venv:

@@ -11,6 +11,9 @@ The update follows PyTorch's ``torch.optim`` formulas exactly (so parity tests c
 - AdamW: p is first decayed, p <- p * (1 - lr * weight_decay), then the Adam update.
 - clip (any optimizer): g <- g * min(1, max_grad_norm / (||g||_2 + 1e-6)), the norm taken over all
   gradients together (``torch.nn.utils.clip_grad_norm_``).
+
+With ``fused=True`` the Adam/AdamW update of every parameter is ONE ``com.meganeura.AdamUpdate``
+node (``ops/optim.py``: our multi-tensor kernel, or its function body, which is the same formula).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class OptimizerSpec:
 
     kind: str
     clip: bool = False
+    fused: bool = False
+    """Adam/AdamW as one multi-tensor ``AdamUpdate`` node instead of ~13 ONNX nodes per parameter."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -82,6 +87,9 @@ def append_update(g, params: Mapping[str, NodeId], grads: Mapping[str, NodeId], 
             up.next_values[name] = g.sub(params[name], g.mul_scalar(gr, h["lr"]))
         return up
 
+    if spec.fused:
+        _append_fused_adam(g, params, grads, spec, h, up)
+        return up
     one_minus_b1, one_minus_b2 = g.affine(h["beta1"], -1.0, 1.0), g.affine(h["beta2"], -1.0, 1.0)
     bc1 = g.affine(_pow(g, h["beta1"], h["step"]), -1.0, 1.0)
     bc2 = g.affine(_pow(g, h["beta2"], h["step"]), -1.0, 1.0)
@@ -100,3 +108,19 @@ def append_update(g, params: Mapping[str, NodeId], grads: Mapping[str, NodeId], 
         up.next_values[f"adam_m.{name}"] = m2
         up.next_values[f"adam_v.{name}"] = v2
     return up
+
+
+def _append_fused_adam(g, params: Mapping[str, NodeId], grads: Mapping[str, NodeId], spec: OptimizerSpec, h: dict, up: UpdateGraph) -> None:
+    from ..ops.optim import HYPER
+
+    wd = h["weight_decay"] if spec.kind == "adamw" else g.scalar(0.0)  # p * (1 - lr * 0) == p exactly
+    ins = [h[k] for k in HYPER[:-1]] + [wd]
+    names = list(grads)
+    for name in names:
+        shape = g.node(params[name]).ty.shape
+        m = up.state[f"adam_m.{name}"] = g.state_input(f"adam_m.{name}", shape)
+        v = up.state[f"adam_v.{name}"] = g.state_input(f"adam_v.{name}", shape)
+        ins += [params[name], grads[name], m, v]
+    for k, name in enumerate(names):
+        for part, key in enumerate((name, f"adam_m.{name}", f"adam_v.{name}")):
+            up.next_values[key] = g.apply("adam_update", *ins, index=k, part=part)
