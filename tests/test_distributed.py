@@ -149,3 +149,9 @@ def test_train_cli_with_two_processes_matches_one_process(tmp_path):
     one, two = load_checkpoint(tmp_path / "one.safetensors"), load_checkpoint(tmp_path / "two.safetensors")
     assert two.step == one.step == 2 * (64 // 8) and two.metadata["world_size"] == "2"
     _assert_close(two.params, one.params, 1e-5)
+
+
+def test_train_cli_refuses_a_global_batch_that_does_not_split_before_starting_processes(tmp_path):
+    r = meganeura("train", str(ROOT / "tests" / "dist_worker.py"), "--batch-size", "7", "--nproc-per-node", "2", check=False)
+    assert r.returncode != 0 and "global batch 7 must be divisible by the 2 processes" in r.stderr, r.stderr
+    assert "torch.distributed.run" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
