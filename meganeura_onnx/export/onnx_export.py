@@ -125,7 +125,9 @@ def to_model(
             else:
                 if parameters is None or name not in parameters:
                     raise ValueError(f"export: no value for parameter {name!r}")
-                value = np.asarray(parameters[name], dtype=np.float32)
+                value = parameters[name]
+                if not (isinstance(value, np.ndarray) and value.dtype == np.float32):  # memory maps stay maps
+                    value = np.asarray(value, dtype=np.float32)
                 if value.shape != n.ty.shape:
                     raise ValueError(f"export: parameter {name!r} has shape {list(value.shape)}, expected {list(n.ty.shape)}")
                 if deferred is None:
@@ -305,6 +307,27 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike, weights: Mapping
     return path
 
 
+def _write_bytes(f, arr: np.ndarray) -> None:
+    """Append ``arr``'s bytes to ``f``; a memory map of a file (weights read with ``mapped=True``) is
+    copied file to file by the kernel (``copy_file_range``) without passing through this process."""
+    src = getattr(arr, "filename", None)
+    if isinstance(arr, np.memmap) and src and hasattr(os, "copy_file_range") and arr.dtype == np.dtype("<f4"):
+        f.flush()
+        with open(src, "rb") as s:
+            done, offset = 0, arr.offset
+            while done < arr.nbytes:
+                n = os.copy_file_range(s.fileno(), f.fileno(), arr.nbytes - done, offset + done)
+                if n <= 0:
+                    break
+                done += n
+        if done == arr.nbytes:
+            f.seek(0, os.SEEK_END)
+            return
+        f.seek(-done, os.SEEK_END)  # a filesystem that stopped early: write the bytes instead
+        f.truncate()
+    f.write(memoryview(arr).cast("B"))
+
+
 def _stream_weights(model: onnx.ModelProto, weights: Mapping[str, np.ndarray], f, location: str) -> None:
     """Write each weight's bytes straight from its array; large ones start at page-aligned offsets
     (ONNX Runtime can then map them)."""
@@ -312,12 +335,14 @@ def _stream_weights(model: onnx.ModelProto, weights: Mapping[str, np.ndarray], f
     for t in model.graph.initializer:
         if t.name not in weights:
             continue
-        arr = np.ascontiguousarray(weights[t.name], dtype="<f4")
+        arr = weights[t.name]
+        if not (arr.dtype == np.dtype("<f4") and arr.flags.c_contiguous):
+            arr = np.ascontiguousarray(arr, dtype="<f4")
         if arr.nbytes >= 1 << 20 and offset % 4096:
             pad = 4096 - offset % 4096
             f.write(b"\0" * pad)
             offset += pad
-        f.write(memoryview(arr).cast("B"))
+        _write_bytes(f, arr)
         del t.external_data[:]
         t.data_location = TensorProto.EXTERNAL
         for key, value in (("location", location), ("offset", str(offset)), ("length", str(arr.nbytes))):

@@ -93,11 +93,13 @@ def _read_header(path: Path) -> tuple[dict, int]:
     return header, 8 + n
 
 
-def read_safetensors(path: str | os.PathLike, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+def read_safetensors(path: str | os.PathLike, names: Iterable[str] | None = None, *, mapped: bool = False) -> dict[str, np.ndarray]:
     """Tensors of a safetensors file as float32 numpy arrays (all of them, or only ``names``).
 
     F32/F16/F64 go through the ``safetensors`` package; BF16 (which numpy cannot represent) is
-    read from the file's documented layout and widened to float32 bit-exactly.
+    read from the file's documented layout and widened to float32 bit-exactly. ``mapped``: F32
+    tensors are read-only memory maps of the file instead of copies (an exporter then copies their
+    bytes once, file to file).
     """
     from safetensors import safe_open
 
@@ -114,8 +116,11 @@ def read_safetensors(path: str | os.PathLike, names: Iterable[str] | None = None
             dtype = info["dtype"]
             if dtype not in _NUMPY_DTYPES:
                 continue  # integer buffers (position_ids, ...) are never parameters
+            begin, end = info["data_offsets"]
+            if mapped and dtype == "F32" and end > begin:
+                out[name] = np.memmap(path, dtype="<f4", mode="r", offset=data_start + begin, shape=tuple(info["shape"]))
+                continue
             if dtype == "BF16":
-                begin, end = info["data_offsets"]
                 bits = np.fromfile(path, dtype="<u2", count=(end - begin) // 2, offset=data_start + begin)
                 arr = (bits.astype(np.uint32) << 16).view(np.float32).reshape(info["shape"])
             else:
@@ -193,13 +198,14 @@ def parameters_from_file(
 
     Every unexpected or mis-shaped tensor, and every missing parameter unless ``allow_missing``, is
     listed in one :class:`WeightLoadError`. With ``allow_missing`` the report's ``missing`` names
-    the parameters the file lacks (the caller gives them a default). Only the tensors used are read.
+    the parameters the file lacks (the caller gives them a default). Only the tensors used are read;
+    F32 ones are read-only memory maps of the file (no copy until they are written somewhere).
     """
     expected = {name: ty.shape for name, ty in graph.parameters().items()}
     pairs, report = match(expected, checkpoint_shapes(path), ignore=tuple(IGNORED) + OPTIMIZER_STATE + tuple(ignore))
     if report.unexpected or report.mismatched or (report.missing and not allow_missing):
         raise WeightLoadError(report.describe(str(path)), report)
-    tensors = read_safetensors(path, set(pairs.values()))
+    tensors = read_safetensors(path, set(pairs.values()), mapped=True)
     return {name: tensors[src] for name, src in pairs.items()}, report
 
 
