@@ -146,37 +146,12 @@ def to_model(
 
     outputs: list[tuple[str, NodeId]] = list(graph.named_outputs().items())
     if with_state:
-        consumers: dict[NodeId, int] = {}
-        for n in graph.nodes():
-            for i in n.inputs:
-                consumers[i] = consumers.get(i, 0) + 1
-        leaf_ids = {n.attrs["name"]: n.id for n in graph.nodes() if n.op == "input"}
-        for name, nid in state_pairs(graph).items():
-            outputs.append((f"{name}.next", nid))
-            spec.state[name] = f"{name}.next"
-            if consumers[leaf_ids[name]] == 1 and graph.node(nid).inputs[1] == leaf_ids[name]:
-                spec.inplace.add(name)
+        outputs += _state_outputs(graph, spec)
     outputs += list((extra_outputs or {}).items())
     _check_output_names([name for name, _ in outputs], spec.inputs + spec.parameters)
-    # A graph output takes over the name of the value that computes it (no Identity copy: an
-    # in-place CacheWrite must write straight into the bound state buffer). Values that are graph
-    # inputs/initializers or already claimed by another output go through an Identity.
-    produced = {o for n in ctx.nodes for o in n.output}
-    renamed: dict[str, str] = {}
-    copies = []
-    g_outputs = []
-    for name, nid in outputs:
-        src = names[nid]
-        if src in produced and src not in renamed:
-            renamed[src] = name
-        else:
-            copies.append(helper.make_node("Identity", [renamed.get(src, src)], [name], name=f"{name}/Identity"))
-        g_outputs.append(vinfo(name, nid))
-        spec.outputs.append(name)
-    for n in ctx.nodes:
-        n.input[:] = [renamed.get(i, i) for i in n.input]
-        n.output[:] = [renamed.get(o, o) for o in n.output]
-    ctx.nodes += copies
+    g_outputs = [vinfo(name, nid) for name, nid in outputs]
+    spec.outputs += [name for name, _ in outputs]
+    _bind_outputs(ctx, [(name, names[nid]) for name, nid in outputs])
 
     onnx_graph = helper.make_graph(ctx.nodes, model_name, g_inputs, g_outputs, ctx.initializers)
     opsets = [helper.make_opsetid("", opset)]
@@ -188,6 +163,43 @@ def to_model(
     model.doc_string = "Exported by meganeura-onnx from a Graph."
     helper.set_model_props(model, {"meganeura.parameters": json.dumps(spec.parameters), "meganeura.graph_nodes": str(len(graph))})
     return model, spec
+
+
+def _state_outputs(graph: GraphCore, spec: ExportSpec) -> list[tuple[str, NodeId]]:
+    """``<cache>.next`` for every input that cache_write updates; records them in ``spec``."""
+    consumers: dict[NodeId, int] = {}
+    for n in graph.nodes():
+        for i in n.inputs:
+            consumers[i] = consumers.get(i, 0) + 1
+    leaf_ids = {n.attrs["name"]: n.id for n in graph.nodes() if n.op == "input"}
+    outputs = []
+    for name, nid in state_pairs(graph).items():
+        outputs.append((f"{name}.next", nid))
+        spec.state[name] = f"{name}.next"
+        if consumers[leaf_ids[name]] == 1 and graph.node(nid).inputs[1] == leaf_ids[name]:
+            spec.inplace.add(name)
+    return outputs
+
+
+def _bind_outputs(ctx: LoweringContext, outputs: list[tuple[str, str]]) -> None:
+    """Give each graph output (name, value computing it) its name in the node list.
+
+    A graph output takes over the name of the value that computes it (no Identity copy: an
+    in-place CacheWrite must write straight into the bound state buffer). Values that are graph
+    inputs/initializers or already claimed by another output go through an Identity.
+    """
+    produced = {o for n in ctx.nodes for o in n.output}
+    renamed: dict[str, str] = {}
+    copies = []
+    for name, src in outputs:
+        if src in produced and src not in renamed:
+            renamed[src] = name
+        else:
+            copies.append(helper.make_node("Identity", [renamed.get(src, src)], [name], name=f"{name}/Identity"))
+    for n in ctx.nodes:
+        n.input[:] = [renamed.get(i, i) for i in n.input]
+        n.output[:] = [renamed.get(o, o) for o in n.output]
+    ctx.nodes += copies
 
 
 def _check_output_names(outputs: list[str], leaves: list[str]) -> None:
