@@ -107,17 +107,16 @@ def finite_float(low: float | None = None, *, strict: bool = False):
 
 
 def check_writable_file(path: str | Path | None, param_hint: str) -> None:
-    """Fail now (not after training) if ``path`` cannot be written: missing or read-only folder, a directory."""
+    """Fail now (not after training) if ``path`` cannot be written: a directory, a read-only file,
+    or a folder that can neither be found nor created (a file in the way, no permission)."""
     if path is None:
         return
     p = Path(path)
     if p.is_dir():
         raise click.BadParameter(f"{p} is a directory, expected a file path", param_hint=param_hint)
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise click.BadParameter(f"cannot write {p}: folder {parent} does not exist", param_hint=param_hint)
-    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+    if p.exists() and not os.access(p, os.W_OK):
         raise click.BadParameter(f"cannot write {p}: permission denied", param_hint=param_hint)
+    check_writable_dir(p.parent if str(p.parent) else Path("."), param_hint)
 
 
 def check_writable_dir(path: str | Path | None, param_hint: str) -> None:
@@ -130,5 +129,7 @@ def check_writable_dir(path: str | Path | None, param_hint: str) -> None:
     probe = p
     while not probe.exists():
         probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise click.BadParameter(f"cannot write into {p}: {probe} is not a writable folder", param_hint=param_hint)
+    if not probe.is_dir():
+        raise click.BadParameter(f"cannot write into {p}: {probe} is not a folder", param_hint=param_hint)
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"cannot write into {p}: permission denied on {probe}", param_hint=param_hint)

@@ -110,7 +110,10 @@ def export(
     optimizer: str,
 ) -> None:
     """Export the Graph returned by MODEL's build() to ONNX (see the module docstring for MODEL,
-    --weights and the folder layout)."""
+    --weights and the folder layout).
+
+    MODEL.py is Python code that runs with your permissions: only pass files you trust.
+    """
     from meganeura_onnx import export_onnx
 
     if output is None and artifacts_dir is None:

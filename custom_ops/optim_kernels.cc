@@ -37,8 +37,8 @@ OrtStatus* ReadScalars(OrtKernelContext* ctx, Scalars* s) {
     h[i] = t.f32()[0];
   }
   const float lr = h[0], b1 = h[1], b2 = h[2], eps = h[3], step = h[4], wd = h[5];
-  if (!(b1 > 0.f && b1 < 1.f && b2 > 0.f && b2 < 1.f))
-    return MN_INVALID("%s: beta1 and beta2 must be in (0, 1), got %g and %g", kOp, b1, b2);
+  if (!(b1 >= 0.f && b1 < 1.f && b2 >= 0.f && b2 < 1.f))
+    return MN_INVALID("%s: beta1 and beta2 must be in [0, 1), got %g and %g", kOp, b1, b2);
   if (!(step >= 1.f)) return MN_INVALID("%s: step must be >= 1 (it counts updates from 1), got %g", kOp, step);
   const float bc1 = 1.f - std::exp(step * std::log(b1));
   const float bc2 = 1.f - std::exp(step * std::log(b2));

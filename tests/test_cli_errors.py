@@ -100,7 +100,7 @@ def _invalid_invocations(f: dict[str, str], out: Path) -> list[list[str]]:
         ["export", str(out / "missing.py"), "-o", o],
         ["export", tiny],
         ["export", tiny, "-o", f["dir"]],
-        ["export", tiny, "-o", str(out / "no_such_folder" / "x.onnx")],
+        ["export", tiny, "-o", f["plain"] + "/sub/x.onnx"],
         ["export", tiny, "-o", f["plain"] + "/x.onnx"],
         ["export", tiny, "--training-artifacts", f["plain"]],
         ["export", tiny, "--training-artifacts", f["plain"] + "/sub"],
@@ -134,10 +134,10 @@ def _invalid_invocations(f: dict[str, str], out: Path) -> list[list[str]]:
         ["train", str(out / "missing.py")],
         ["train", f["dir"]],
         ["train", tiny, "--checkpoint", f["dir"]],
-        ["train", tiny, "--checkpoint", str(out / "no_such_folder" / "c.safetensors")],
+        ["train", tiny, "--checkpoint", f["plain"] + "/sub/c.safetensors"],
         ["train", tiny, "--checkpoint", f["plain"] + "/c.safetensors"],
         ["train", tiny, "--export", f["dir"]],
-        ["train", tiny, "--export", str(out / "no_such_folder" / "m.onnx")],
+        ["train", tiny, "--export", f["plain"] + "/m.onnx"],
         ["train", tiny, "--resume"],
         ["train", tiny, "--resume", "--checkpoint", str(out / "missing.safetensors")],
     ]
@@ -215,7 +215,7 @@ def test_errors_name_the_option_and_the_value(tmp_path):
             ["train", files["tiny"], "--set", "batch=abc"],
             ["export", files["syntax.py"], "-o", str(tmp_path / "x.onnx")],
             ["inspect", files["garbage.onnx"]],
-            ["export", files["tiny"], "-o", str(tmp_path / "nope" / "x.onnx")],
+            ["train", files["tiny"], "--checkpoint", files["plain"] + "/c.safetensors"],
         ]
     )
     lr, batch, sets, syntax, garbage, path = (x["stderr"].strip().splitlines()[-1] for x in r)
@@ -224,7 +224,7 @@ def test_errors_name_the_option_and_the_value(tmp_path):
     assert "batch" in sets and "'abc'" in sets
     assert "syntax.py" in syntax and "line 1" in syntax
     assert "garbage.onnx" in garbage and "ONNX" in garbage
-    assert "nope" in path and "does not exist" in path
+    assert "--checkpoint" in path and "plain.txt exists and is not a folder" in path
 
 
 def test_debug_flag_and_environment_variable_show_the_traceback(tmp_path):

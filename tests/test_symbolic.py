@@ -134,6 +134,8 @@ def test_conflicting_sizes_in_one_step_raise_naming_both_inputs():
     s = build_inference_session(g)
     with pytest.raises(ValueError, match="set it before the first step"):
         s.step()
+    with pytest.raises(TypeError, match="takes numbers"):
+        s.set_input("x", np.full((2, 4), "a"))  # refused data fixes no size
     s.set_input("x", np.ones((3, 4)))
     with pytest.raises(ValueError, match=r"'labels' gives dimension 'batch' size 2, but 'x' fixed it to 3 in this step"):
         s.set_input("labels", np.ones((2, 4)))

@@ -16,19 +16,21 @@ from conftest import build_example, run_model
 
 from meganeura_onnx import Graph
 from meganeura_onnx.export import to_model
-from meganeura_onnx.ops import OPS, Feeds
+from meganeura_onnx.ops import OPS, Feeds, optim
 from meganeura_onnx.reference import evaluate
 from meganeura_onnx.runtime.custom_ops import custom_op_library
 
 SIZES = (2, 5)
 ROW_KEYS = ("m", "s", "seq", "t", "n", "rows")
-# op -> (example index, keyword arguments replacing the example's): where the default rule (the
-# example's leading rows, or shape[0], become "n") does not fit the op's arguments.
+# op -> (example index, keyword arguments replacing the example's), or a builder (g, f) -> NodeId:
+# where the default rule (the example's leading rows, or shape[0], become "n") does not fit.
 VARIANTS = {
     "reshape": (0, {"a": ["n", 4], "b": ["4*n"]}),
     "broadcast_to": (3, {"a": ["n", 1], "b": ["n", 6]}),
     "scale_by_count": (0, {"shape": ["n", 5], "count": "5*n"}),
     "take": (0, {"n": "n", "start": 0, "shape": ("n",)}),
+    # examples written as lambdas: the variant is a builder of its own
+    "adam_update": lambda g, f: optim._example(g, f, [["n", 3], [2]], part=1, index=0),
 }
 STATIC_ONLY = {
     "conv2d",
@@ -45,14 +47,18 @@ STATIC_ONLY = {
 
 def symbolic_variant(name: str):
     """The op's example with "n" in place of a size argument (a partial of the example function)."""
+    if callable(VARIANTS.get(name)):
+        return VARIANTS[name]
     index, override = VARIANTS.get(name, (0, None))
     ex = OPS[name].examples[index]
+    assert isinstance(ex, functools.partial), f"{name}: its example is no partial of keyword sizes; add a builder to VARIANTS"
     kw = dict(ex.keywords)
     if override is None:
         if "shape" in kw:
             override = {"shape": ["n", *kw["shape"][1:]]}
         else:
-            key = next(k for k in ROW_KEYS if k in kw)
+            key = next((k for k in ROW_KEYS if k in kw), None)
+            assert key is not None, f"{name}: no size argument to make symbolic in {kw}; add the op to VARIANTS or STATIC_ONLY"
             # self-attention examples tie query and key rows: both become "n"
             override = {k: "n" for k in (key, "skv") if k in kw and kw[k] == kw[key]}
     return functools.partial(ex.func, **{**kw, **override})

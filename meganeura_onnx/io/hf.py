@@ -18,18 +18,18 @@ Missing, unexpected and mis-shaped tensors are collected and reported together: 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from ..graph import Graph
-from ..runtime.session import Session
+from ..ir import TensorType
+from ..runtime.safetensors_file import read_header
+from ..runtime.session import Session, parameter_array
 
 TIED = {"lm_head.weight": "model.embed_tokens.weight"}
 """Parameter -> checkpoint tensor it falls back to when the checkpoint lacks it (tied weights)."""
@@ -37,7 +37,7 @@ TIED = {"lm_head.weight": "model.embed_tokens.weight"}
 IGNORED = (r"(^|\.)position_ids$", r"(^|\.)rotary_emb\.inv_freq$", r"(^|\.)masked_bias$", r"(^|\.)attn\.bias$")
 """Checkpoint tensors that are buffers, not parameters: never reported as unexpected."""
 
-_NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "BF16": np.uint16}
+_FLOAT_DTYPES = ("F32", "F16", "F64", "BF16")
 
 
 class WeightLoadError(ValueError):
@@ -81,59 +81,36 @@ class LoadReport:
         return "\n".join(lines)
 
 
-def _read_header(path: Path) -> tuple[dict, int]:
-    with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) != 8:
-            raise ValueError(f"{path} is not a safetensors file (shorter than 8 bytes)")
-        n = int.from_bytes(raw, "little")
-        if n > os.path.getsize(path) - 8:
-            raise ValueError(f"{path} is not a safetensors file (header length {n} exceeds the file)")
-        header = json.loads(f.read(n))
-    return header, 8 + n
-
-
 def read_safetensors(path: str | os.PathLike, names: Iterable[str] | None = None, *, mapped: bool = False) -> dict[str, np.ndarray]:
     """Tensors of a safetensors file as float32 numpy arrays (all of them, or only ``names``).
 
-    F32/F16/F64 go through the ``safetensors`` package; BF16 (which numpy cannot represent) is
-    read from the file's documented layout and widened to float32 bit-exactly. ``mapped``: F32
-    tensors are read-only memory maps of the file instead of copies (an exporter then copies their
-    bytes once, file to file).
+    The header is validated first (:func:`~meganeura_onnx.runtime.safetensors_file.read_header`:
+    errors name the file and the tensor). F32/F16/F64 are read as stored; BF16 (which numpy cannot
+    represent) is widened to float32 bit-exactly. Integer tensors are skipped (never parameters).
+    ``mapped``: F32 tensors are read-only memory maps of the file instead of copies (an exporter then
+    copies their bytes once, file to file).
     """
-    from safetensors import safe_open
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no safetensors file at {path}")
-    header, data_start = _read_header(path)
-    header.pop("__metadata__", None)
-    wanted = set(header) if names is None else set(names) & set(header)
+    header = read_header(path)
+    wanted = set(header.tensors) if names is None else set(names) & set(header.tensors)
     out: dict[str, np.ndarray] = {}
-    with safe_open(str(path), framework="numpy") as f:
-        for name in sorted(wanted):
-            info = header[name]
-            dtype = info["dtype"]
-            if dtype not in _NUMPY_DTYPES:
-                continue  # integer buffers (position_ids, ...) are never parameters
-            begin, end = info["data_offsets"]
-            if mapped and dtype == "F32" and end > begin:
-                out[name] = np.memmap(path, dtype="<f4", mode="r", offset=data_start + begin, shape=tuple(info["shape"]))
-                continue
-            if dtype == "BF16":
-                bits = np.fromfile(path, dtype="<u2", count=(end - begin) // 2, offset=data_start + begin)
-                arr = (bits.astype(np.uint32) << 16).view(np.float32).reshape(info["shape"])
-            else:
-                arr = f.get_tensor(name)
-            out[name] = np.ascontiguousarray(arr, dtype=np.float32)
+    for name in sorted(wanted):
+        dtype = header.tensors[name].dtype
+        if dtype not in _FLOAT_DTYPES:
+            continue  # integer buffers (position_ids, ...) are never parameters
+        info = header.tensors[name]
+        if mapped and dtype == "F32" and info.end > info.begin:
+            out[name] = np.memmap(path, dtype="<f4", mode="r", offset=header.data_start + info.begin, shape=info.shape)
+            continue
+        arr = header.read(name)
+        if dtype == "BF16":
+            arr = (arr.astype(np.uint32) << 16).view(np.float32)
+        out[name] = np.ascontiguousarray(arr, dtype=np.float32)
     return out
 
 
 def checkpoint_shapes(path: str | os.PathLike) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor in a safetensors file, without reading the data."""
-    header, _ = _read_header(Path(path))
-    header.pop("__metadata__", None)
-    return {k: tuple(v["shape"]) for k, v in header.items()}
+    return {name: info.shape for name, info in read_header(path).tensors.items()}
 
 
 def match(
@@ -174,6 +151,9 @@ def _resolve(
             raise WeightLoadError(message, report)
         warnings.warn(message + "\n  (strict=False: loading what matches)", stacklevel=3)
     tensors = read_safetensors(path, set(pairs.values()))
+    unreadable = sorted(name for name, src in pairs.items() if src not in tensors)
+    if unreadable:  # an integer tensor where a float parameter belongs
+        raise WeightLoadError(f"{path}: tensors {unreadable} are not floating point (F32/F16/BF16/F64)", report)
     return {name: tensors[src] for name, src in pairs.items()}, report
 
 
@@ -217,6 +197,9 @@ def load_safetensors(session: Session, path: str | os.PathLike, strict: bool = T
     """
     expected = {name: session.parameter_shape(name) for name in session.parameter_names()}
     values, report = _resolve(expected, path, strict, ignore)
-    for name, value in values.items():
+    # Every value checked (shape, finite) before the first is written: a bad tensor loads nothing.
+    types = {name: TensorType(tuple(shape)) for name, shape in expected.items()}
+    checked = {name: parameter_array(name, value, types[name], f"load_safetensors({str(path)!r})") for name, value in values.items()}
+    for name, value in checked.items():
         session.set_parameter(name, value)
     return report

@@ -9,7 +9,8 @@ import numpy as np
 from ..export import to_model
 from ..graph import Graph
 from ..init import default_parameters
-from .session import Session
+from ..transforms.rewrite import optimize as optimize_graph
+from .session import Session, checked_parameters
 
 
 def position_limits(graph: Graph) -> dict[str, int]:
@@ -46,6 +47,8 @@ def build_inference_session(
     opset: int | None = None,
     use_custom_ops: bool = True,
     cuda_graph: bool = False,
+    check_finite: bool = False,
+    optimize: bool = True,
 ) -> Session:
     """Compile ``graph`` for inference on ``device`` ("cpu" or "cuda").
 
@@ -55,15 +58,18 @@ def build_inference_session(
     The com.meganeura kernel library is registered when built (``use_custom_ops=False`` runs the
     function bodies instead). ``cuda_graph=True`` (CUDA only) captures the run as a CUDA graph on
     the first ``step()`` and replays it after, removing per-kernel launch cost; it needs every buffer
-    to stay put, i.e. KV caches updated in place by the CacheWrite kernel.
+    to stay put, i.e. KV caches updated in place by the CacheWrite kernel. ``parameters`` are
+    checked like ``set_parameter`` (name, shape, dtype, finite). ``check_finite=True`` makes every
+    ``step()`` check its inputs and outputs and raise ``FloatingPointError`` naming the first
+    non-finite one (it reads every buffer back: for debugging, not for speed). ``optimize`` (default
+    True) runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`); its report is
+    the session's ``report`` attribute (``None`` with ``optimize=False``).
     """
-    model, spec = to_model(graph, opset=opset, params_as_inputs=True, with_state=True)
-    names = set(graph.parameters())
-    unknown = set(parameters or {}) - names
-    if unknown:
-        raise ValueError(f"build_inference_session: parameters {sorted(unknown)} are not in the graph (it has {sorted(names)})")
-    values = default_parameters(graph, seed, skip=set(parameters or {}))
-    values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
+    compiled, report = optimize_graph(graph, stage="inference") if optimize else (graph, None)
+    model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
+    given = checked_parameters(parameters, graph.parameters(), "build_inference_session")
+    values = default_parameters(graph, seed, skip=set(given))
+    values.update(given)
     types = {n.attrs["name"]: n.ty for n in graph.nodes() if n.op in ("input", "input_u32")}
     for name in spec.state:
         if not types[name].is_static():
@@ -74,7 +80,7 @@ def build_inference_session(
     outputs = graph.output_names()
     output_types = {name: graph.node(nid).ty for name, nid in zip(outputs, graph.outputs(), strict=True)}
     output_types.update({out: types[name] for name, out in spec.state.items()})
-    return Session(
+    session = Session(
         model,
         inputs={k: v for k, v in types.items() if k not in spec.state},
         persistent=values,
@@ -88,4 +94,7 @@ def build_inference_session(
         inplace_state=sorted(spec.inplace),
         cuda_graph=cuda_graph,
         position_limits=position_limits(graph),
+        check_finite=check_finite,
     )
+    session.report = report
+    return session

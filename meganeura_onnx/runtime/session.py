@@ -101,6 +101,38 @@ def host_array(name: str, data: object, ty: TensorType, dtype: DType, what: str)
     return np.ascontiguousarray(arr.reshape(ty.shape), dtype=NUMPY[dtype])
 
 
+def parameter_array(name: str, data: object, ty: TensorType, what: str) -> np.ndarray:
+    """A parameter value checked like ``set_parameter``: numbers (not bool/complex/object), either
+    flat or of exactly the parameter's shape (a transposed weight is refused), all finite."""
+    arr = np.asarray(data)
+    if arr.ndim > 1 and tuple(arr.shape) != tuple(ty.shape):
+        raise ValueError(f"{what}: parameter {name!r} has shape {list(ty.shape)}, got an array of shape {list(arr.shape)}")
+    out = host_array(name, arr, ty, DType.F32, what)
+    if not np.isfinite(out).all():
+        bad = int(np.flatnonzero(~np.isfinite(out.reshape(-1)))[0])
+        raise ValueError(f"{what}: parameter {name!r} has a non-finite value ({out.reshape(-1)[bad]} at flat index {bad})")
+    return out
+
+
+def checked_parameters(given: Mapping[str, object] | None, types: Mapping[str, TensorType], what: str) -> dict[str, np.ndarray]:
+    """``parameters=`` of a session builder: every name a parameter of the graph, every value checked
+    by :func:`parameter_array`. Returns float32 arrays of the parameters' shapes."""
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(types))
+    if unknown:
+        raise ValueError(f"{what}: parameters {unknown} are not in the graph (it has {sorted(types)})")
+    return {name: parameter_array(name, value, types[name], what) for name, value in given.items()}
+
+
+def first_non_finite(arr: np.ndarray) -> str | None:
+    """``"nan at index 3"``-style description of the first non-finite element, or None."""
+    flat = np.asarray(arr).reshape(-1)
+    if not np.issubdtype(flat.dtype, np.floating):
+        return None
+    bad = np.flatnonzero(~np.isfinite(flat))
+    return f"{flat[bad[0]]} at flat index {int(bad[0])}" if bad.size else None
+
+
 def providers_for(device: str, providers: Sequence | None = None, cuda_graph: bool = False) -> tuple[list, str]:
     """ORT provider list and OrtValue device type for ``device`` ("cpu" or "cuda")."""
     if providers is not None:
@@ -141,7 +173,9 @@ class Session:
         inplace_state: Sequence[str] = (),
         cuda_graph: bool = False,
         position_limits: Mapping[str, int] | None = None,
+        check_finite: bool = False,
     ) -> None:
+        self.check_finite = bool(check_finite)
         if cuda_graph and device != "cuda":
             raise ValueError(f"cuda_graph=True needs device='cuda', got device={device!r}")
         self._providers, self._device = providers_for(device, providers, cuda_graph)
@@ -244,10 +278,12 @@ class Session:
         self._values[name].update_inplace(arr)
 
     def _write_symbolic(self, name: str, data: object, dtype: DType, what: str) -> None:
-        ty = self._types[name]
+        ty, found = self._types[name], {}
         if ty.dtype is dtype:  # (a dtype mismatch is reported by host_array below)
-            ty = TensorType(self._sizes.shape_of(name, data, what), dtype)
+            shape, found = self._sizes.shape_of(name, data, what)
+            ty = TensorType(shape, dtype)
         arr = host_array(name, data, ty, dtype, what)
+        self._sizes.commit(name, found)
         held = self._values.get(name)
         if held is not None and tuple(held.shape()) == arr.shape:
             held.update_inplace(arr)
@@ -299,13 +335,18 @@ class Session:
         self._write(name, data, DType.U32, "set_input_u32")
 
     def set_parameter(self, name: str, data: object) -> None:
-        """Overwrite a parameter (e.g. load pretrained weights)."""
+        """Overwrite a parameter (e.g. load pretrained weights): flat or of its exact shape, finite."""
         self._check_name(name, ("parameter",), "set_parameter")
-        self._write(name, data, DType.F32, "set_parameter")
+        self._values[name].update_inplace(parameter_array(name, data, self._types[name], "set_parameter"))
 
     # -- running ----------------------------------------------------------------------------------
     def step(self) -> None:
         """Run the model once with the current inputs; state buffers are swapped afterwards.
+
+        A step that fails (an ORT error, or a non-finite value found with ``check_finite=True``)
+        swaps nothing: parameters and optimizer state keep their values (the results went to the
+        spare buffers). Only KV caches updated in place by the CacheWrite kernel may already hold
+        the new rows.
 
         With symbolic dimensions, a step whose sizes differ from the previous step's allocates
         output buffers of the new shapes and rebuilds the two IOBindings (a device allocation per
@@ -314,11 +355,25 @@ class Session:
         if self._sizes is not None:
             self._prepare_sizes()
             self._sizes.end_step()
+        if self.check_finite:
+            self._check_finite(self._names_of(("input",)), "input", self._values)
         self._ort.run_with_iobinding(self._bindings[self._parity])
+        if self.check_finite:
+            self._check_finite(self._output_names, "output", self._outputs)
+            self._check_finite(self._finite_checked_state(), "update of", self._spare)
         if self._swapped:
             for name in self._swapped:
                 self._values[name], self._spare[name] = self._spare[name], self._values[name]
             self._parity ^= 1
+
+    def _finite_checked_state(self) -> list[str]:
+        return [n for n in self._pairs if self._kinds[n] in ("parameter", "optimizer") and n not in self._aliased]
+
+    def _check_finite(self, names: Sequence[str], what: str, values: Mapping[str, ort.OrtValue]) -> None:
+        for name in names:
+            bad = first_non_finite(values[name].numpy())
+            if bad is not None:
+                raise FloatingPointError(f"step (check_finite): {what} {name!r} is not finite: {bad}; nothing was updated")
 
     @property
     def position_limits(self) -> dict[str, int]:
@@ -412,9 +467,18 @@ class Session:
         arr = np.array(value.numpy(), copy=True)
         if out is None:
             return arr
-        if out.size != arr.size:
-            raise ValueError(f"{what} has {arr.size} elements (shape {list(arr.shape)}); out has {out.size}")
-        out.reshape(-1)[:] = arr.reshape(-1)
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"{what}: out must be a numpy array, got {type(out).__name__}")
+        if not out.flags.writeable:
+            raise ValueError(f"{what}: out is read-only")
+        if out.size != arr.size or (out.ndim > 1 and out.shape != arr.shape):
+            raise ValueError(
+                f"{what} has shape {list(arr.shape)} ({arr.size} elements); out has shape {list(out.shape)} (give that shape or a flat array)"
+            )
+        if not np.can_cast(arr.dtype, out.dtype, casting="same_kind"):
+            raise TypeError(f"{what} is {arr.dtype}; out is {out.dtype}")
+        # Any memory layout (Fortran order, strided views): fill element by element in C order.
+        out[...] = arr.reshape(out.shape)
         return out
 
     # -- inspection -------------------------------------------------------------------------------

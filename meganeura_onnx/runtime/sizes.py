@@ -25,8 +25,9 @@ class SymbolSizes:
         self.fixed: dict[str, tuple[int, str]] = {}
         """symbol -> (size, the input that fixed it) in the current step."""
 
-    def shape_of(self, name: str, data: object, what: str) -> tuple[int, ...]:
-        """The concrete shape ``data`` gives input ``name``; records the sizes it fixes.
+    def shape_of(self, name: str, data: object, what: str) -> tuple[tuple[int, ...], dict[str, int]]:
+        """The concrete shape ``data`` gives input ``name`` and the sizes it fixes (``commit`` them
+        once the data is accepted).
 
         ``data`` has the input's rank, or is flat when at most one symbol of the input is not yet
         fixed in this step (its size is then the element count divided by the rest).
@@ -54,10 +55,13 @@ class SymbolSizes:
                     f"{what}: {name!r} gives dimension {sym!r} size {size}, but {prev[1]!r} fixed it to {prev[0]} in this step "
                     f"(shape {list(ty.shape)} vs {list(self.types[prev[1]].shape)})"
                 )
+        return ty.resolve(found).shape, found
+
+    def commit(self, name: str, found: dict[str, int]) -> None:
+        """Record that ``name`` now holds a buffer of these sizes, fixed for the current step."""
         for sym, size in found.items():
             self.fixed[sym] = (size, name)
         self.held[name] = found
-        return ty.resolve(found).shape
 
     def _infer_flat(self, name: str, ty: TensorType, count: int, what: str) -> dict[str, int]:
         known = {s: v for s, (v, _) in self.fixed.items()}
