@@ -48,7 +48,7 @@ def _tokens(vocab: int, batch: int, seq: int, seed: int) -> tuple[np.ndarray, np
 
 
 # -- workers (one process each; the 2-GPU ones under torchrun) ---------------------------------------
-def worker_parity(out: Path) -> None:
+def worker_parity(out: Path, device: str) -> None:
     import tiny_llama
 
     from meganeura_onnx.init import default_parameters
@@ -58,13 +58,13 @@ def worker_parity(out: Path) -> None:
     params = default_parameters(tiny_llama.build(**TINY, seq=PARITY_SEQ, batch=PARITY_BATCH), 0)
     data = [_tokens(TINY["vocab"], PARITY_BATCH, PARITY_SEQ, seed=k % 4) for k in range(PARITY_STEPS)]
     if launched_by_torchrun():
-        ctx = init_distributed("cuda")
+        ctx = init_distributed(device)
         local = PARITY_BATCH // ctx.world_size
-        s = DataParallelSession(tiny_llama.build(**TINY, seq=PARITY_SEQ, batch=local), device="cuda", optimizer="adam", parameters=params)
+        s = DataParallelSession(tiny_llama.build(**TINY, seq=PARITY_SEQ, batch=local), device=device, optimizer="adam", parameters=params)
         rows = slice(ctx.rank * local * PARITY_SEQ, (ctx.rank + 1) * local * PARITY_SEQ)
         tag = f"ddp_rank{ctx.rank}"
     else:
-        s = build_session(tiny_llama.build(**TINY, seq=PARITY_SEQ, batch=PARITY_BATCH), "cuda", optimizer="adam", parameters=params)
+        s = build_session(tiny_llama.build(**TINY, seq=PARITY_SEQ, batch=PARITY_BATCH), device, optimizer="adam", parameters=params)
         rows, tag = slice(None), "single"
     s.set_adam(1e-3)
     losses = []
@@ -91,7 +91,7 @@ def _timed(step, steps: int, repeats: int, barrier=lambda: None) -> dict:
     return {"median_ms": statistics.median(medians), "min_ms": min(medians), "max_ms": max(medians), "repeat_medians_ms": medians}
 
 
-def worker_speed(out: Path, layers: int, steps: int, repeats: int, split: bool) -> None:
+def worker_speed(out: Path, device: str, layers: int, steps: int, repeats: int, split: bool) -> None:
     import tiny_llama
 
     from meganeura_onnx.init import default_parameters
@@ -100,6 +100,8 @@ def worker_speed(out: Path, layers: int, steps: int, repeats: int, split: bool) 
 
     batch, seq = 8, 256  # per GPU
     cfg = {**SMOL, "layers": layers}
+    if device == "cpu":  # the smoke run: the same code path on the tiny model
+        batch, seq, cfg = 2, PARITY_SEQ, TINY
     g = tiny_llama.build(**cfg, seq=seq, batch=batch)
     params = default_parameters(g, 0)
     barrier = lambda: None  # noqa: E731
@@ -107,15 +109,15 @@ def worker_speed(out: Path, layers: int, steps: int, repeats: int, split: bool) 
     if launched_by_torchrun():
         import torch.distributed as dist
 
-        ctx = init_distributed("cuda")
-        s = DataParallelSession(g, device="cuda", optimizer="adamw", parameters=params, context=ctx)
+        ctx = init_distributed(device)
+        s = DataParallelSession(g, device=device, optimizer="adamw", parameters=params, context=ctx)
         barrier, tag = dist.barrier, f"ddp{ctx.world_size}"
     elif split:
         ctx = DistContext(0, 1, 0, "nccl")
-        s, tag = DataParallelSession(g, device="cuda", optimizer="adamw", parameters=params, context=ctx), "split1"
+        s, tag = DataParallelSession(g, device=device, optimizer="adamw", parameters=params, context=ctx), "split1"
     else:
         ctx = DistContext(0, 1, 0, "none")
-        s, tag = build_session(g, "cuda", optimizer="adamw", parameters=params), "fused1"
+        s, tag = build_session(g, device, optimizer="adamw", parameters=params), "fused1"
     build_s = time.perf_counter() - t0
     s.set_adamw(1e-4, weight_decay=0.01)
     ids, labels = _tokens(cfg["vocab"], batch, seq, seed=ctx.rank)
@@ -160,24 +162,25 @@ def _parity_report(tmp: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="2-GPU data-parallel parity and throughput")
-    ap.add_argument("out_dir")
+    ap.add_argument("out_dir", nargs="?", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--layers", type=int, default=30)
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a smoke run of this script (gloo, 2 processes)")
     ap.add_argument("--worker", choices=["parity", "fused1", "split1", "ddp"], help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         tmp = Path(a.tmp)
         if a.worker == "parity":
-            worker_parity(tmp)
+            worker_parity(tmp, a.device)
         else:
-            worker_speed(tmp, a.layers, a.steps, a.repeats, split=a.worker == "split1")
+            worker_speed(tmp, a.device, a.layers, a.steps, a.repeats, split=a.worker == "split1")
         return
     import onnxruntime as ort
     import torch
 
-    if "CUDAExecutionProvider" not in ort.get_available_providers() or torch.cuda.device_count() < 2:
+    if a.device == "cuda" and ("CUDAExecutionProvider" not in ort.get_available_providers() or torch.cuda.device_count() < 2):
         sys.exit(
             f"needs onnxruntime-gpu and 2 CUDA GPUs: ORT providers {ort.get_available_providers()}, torch sees {torch.cuda.device_count()}"
         )
@@ -185,7 +188,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     me = str(Path(__file__).resolve())
     with tempfile.TemporaryDirectory() as d:
-        common = ["--tmp", d, "--steps", str(a.steps), "--repeats", str(a.repeats), "--layers", str(a.layers)]
+        common = ["--tmp", d, "--device", a.device, "--steps", str(a.steps), "--repeats", str(a.repeats), "--layers", str(a.layers)]
         _run([me, "--worker", "parity", *common], None)
         _run([me, "--worker", "parity", *common], 2)
         parity = _parity_report(Path(d))
@@ -195,10 +198,11 @@ def main() -> None:
         speed = {k: json.loads((Path(d) / f"speed_{k}.json").read_text()) for k in ("fused1", "split1", "ddp2")}
     scaling = speed["ddp2"]["tokens_per_s"] / speed["fused1"]["tokens_per_s"]
     report = {
+        "device": a.device,
         "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
         "onnxruntime": ort.__version__,
         "torch": torch.__version__,
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if a.device == "cuda" else None,
         "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
         "loadavg": os.getloadavg(),
         "env": {"NCCL_NVLS_ENABLE": "0"},
@@ -218,7 +222,7 @@ def main() -> None:
             "scaling_goal": 1.8,
         },
     }
-    path = out / "train_ddp.json"
+    path = out / ("train_ddp.json" if a.device == "cuda" else "train_ddp_cpu_smoke.json")
     path.write_text(json.dumps(report, indent=2) + "\n")
     print(
         f"parity (tiny LLaMA, 20 Adam steps): params rel {parity['param_max_rel_diff']:.2e}, losses rel {parity['loss_max_rel_diff']:.2e}, "
@@ -226,8 +230,10 @@ def main() -> None:
     )
     f1, sp, d2 = speed["fused1"], speed["split1"], speed["ddp2"]
     print(
-        f"SmolLM2-135M shape fp32 AdamW: 1 GPU 8x256 {f1['median_ms']:.1f} ms ({f1['tokens_per_s']:.0f} tok/s; split models {sp['median_ms']:.1f} ms), "
-        f"2 GPUs 16x256 {d2['median_ms']:.1f} ms ({d2['tokens_per_s']:.0f} tok/s): scaling {scaling:.2f}x (goal 1.8x)"
+        f"{'SmolLM2-135M shape' if a.device == 'cuda' else 'tiny LLaMA (CPU smoke run)'} fp32 AdamW: "
+        f"1 {a.device} batch {f1['global_batch']}x{f1['seq']} {f1['median_ms']:.1f} ms ({f1['tokens_per_s']:.0f} tok/s; "
+        f"split models {sp['median_ms']:.1f} ms), 2 x {a.device} {d2['global_batch']}x{d2['seq']} {d2['median_ms']:.1f} ms "
+        f"({d2['tokens_per_s']:.0f} tok/s): scaling {scaling:.2f}x (goal 1.8x)"
     )
     print(f"wrote {path}")
 

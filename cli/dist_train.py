@@ -39,8 +39,15 @@ def _argv(ctx: click.Context) -> list[str]:
     return args
 
 
-def launch_torchrun(ctx: click.Context, nproc: int) -> int:
-    """Run this ``train`` command in ``nproc`` processes under torchrun; returns its exit status."""
+def _check_batch(batch_size: int | None, world: int) -> None:
+    if batch_size is not None and batch_size % world:
+        raise click.BadParameter(f"the global batch {batch_size} must be divisible by the {world} processes", param_hint="--batch-size")
+
+
+def launch_torchrun(ctx: click.Context, nproc: int, batch_size: int | None) -> int:
+    """Run this ``train`` command in ``nproc`` processes under torchrun; returns its exit status.
+    ``batch_size``: the global batch when ``build`` takes one (checked here, before any start)."""
+    _check_batch(batch_size, nproc)
     try:
         import torch.distributed.run  # noqa: F401
     except ImportError as e:
@@ -91,7 +98,5 @@ def data_parallel_run(device: str, batch_size: int | None) -> DataParallelRun | 
 
     if not launched_by_torchrun():
         return None
-    world = int(os.environ["WORLD_SIZE"])
-    if batch_size is not None and batch_size % world:
-        raise click.BadParameter(f"the global batch {batch_size} must be divisible by the {world} processes", param_hint="--batch-size")
+    _check_batch(batch_size, int(os.environ["WORLD_SIZE"]))
     return DataParallelRun(init_distributed(device), device)

@@ -75,12 +75,14 @@ def test_flat_gradient_layout_is_parameter_order_then_the_loss():
     assert {o.name for o in model.graph.output} == {f"{n}.next" for n in [s.name for s in slots] + moments}
 
 
-@pytest.mark.parametrize("clip", [0.0, 0.5])
-def test_split_gradient_and_update_models_equal_the_fused_step_in_one_process(clip):
+@pytest.mark.parametrize("clip,fused", [(0.0, None), (0.5, None), (0.5, False)])
+def test_split_gradient_and_update_models_equal_the_one_model_step_in_one_process(clip, fused):
+    # fused=None: Adam as one AdamUpdate node on CPU (the default, as the reference); False: decomposed.
     case = _case(clip=clip)
     ref, ref_losses = _one_process(case)
+    ctx = DistContext(0, 1, 0, "gloo")
     s = DataParallelSession(
-        dist_worker.build(GLOBAL_BATCH), optimizer="adam", parameters=case["params"], context=DistContext(0, 1, 0, "gloo")
+        dist_worker.build(GLOBAL_BATCH), optimizer="adam", parameters=case["params"], context=ctx, fused_optimizer=fused
     )
     s.set_adam(case["lr"])
     if clip:
@@ -93,6 +95,7 @@ def test_split_gradient_and_update_models_equal_the_fused_step_in_one_process(cl
         losses.append(s.read_loss())
     _assert_close({n: s.read_param(n) for n in s.parameter_names()}, ref, 1e-6)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-6)
+    assert any(n.op_type == "AdamUpdate" for n in s.onnx_models()[1].graph.node) == (fused is None)
 
 
 @pytest.mark.parametrize("named", [False, True])
@@ -146,3 +149,9 @@ def test_train_cli_with_two_processes_matches_one_process(tmp_path):
     one, two = load_checkpoint(tmp_path / "one.safetensors"), load_checkpoint(tmp_path / "two.safetensors")
     assert two.step == one.step == 2 * (64 // 8) and two.metadata["world_size"] == "2"
     _assert_close(two.params, one.params, 1e-5)
+
+
+def test_train_cli_refuses_a_global_batch_that_does_not_split_before_starting_processes(tmp_path):
+    r = meganeura("train", str(ROOT / "tests" / "dist_worker.py"), "--batch-size", "7", "--nproc-per-node", "2", check=False)
+    assert r.returncode != 0 and "global batch 7 must be divisible by the 2 processes" in r.stderr, r.stderr
+    assert "torch.distributed.run" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

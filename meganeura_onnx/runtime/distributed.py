@@ -32,6 +32,7 @@ mixed precision are not offered on this path.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -107,7 +108,9 @@ def init_distributed(device: str = "cpu") -> DistContext:
             raise RuntimeError(f"init_distributed: LOCAL_RANK {local_rank} but torch sees {torch.cuda.device_count()} CUDA devices")
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
-        kw = {"device_id": torch.device("cuda", local_rank)} if device == "cuda" else {}
+        kw = {}
+        if device == "cuda" and "device_id" in inspect.signature(dist.init_process_group).parameters:  # torch >= 2.3
+            kw["device_id"] = torch.device("cuda", local_rank)  # binds the communicator (and barrier) to this GPU
         dist.init_process_group(backend, **kw)
     return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, dist.get_backend())
 
@@ -214,6 +217,7 @@ class DataParallelSession:
         rewrite: bool = True,
         context: DistContext | None = None,
         bucket_mb: float | None = None,
+        fused_optimizer: bool | None = None,
     ) -> None:
         names = set(graph.parameters())
         unknown = set(parameters or {}) - names
@@ -222,11 +226,14 @@ class DataParallelSession:
         if bucket_mb is not None and not bucket_mb > 0:
             raise ValueError(f"DataParallelSession: bucket_mb must be > 0 or None, got {bucket_mb!r}")
         self.context = context or init_distributed(device)
-        self._torch = _torch() if self.context.world_size > 1 or device == "cuda" else None
+        self._torch = _torch() if self.context.world_size > 1 else None  # one process: no torch needed
         values = default_parameters(graph, seed, skip=set(parameters or {}))
         values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
         forward = optimize(graph)[0] if rewrite else graph
         prog = compile_program(forward, None, opset)
+        symbolic = {n: shape for n, (shape, _) in prog.inputs.items() if not all(isinstance(d, int) for d in shape)}
+        if symbolic:
+            raise ValueError(f"DataParallelSession: inputs need static shapes (each rank's shard of the batch), got {symbolic}")
         self._prog, self._opset, self._bucket_mb = prog, opset, bucket_mb
         loss = next(iter(prog.outputs))  # output 0: "output_0" unless the graph names its outputs
         self._slots = flatten_gradients(prog.model, prog.trainable, prog.params, loss)
@@ -256,7 +263,10 @@ class DataParallelSession:
         self._moments: list[dict[str, ort.OrtValue]] = [{}, {}]
         self._hyper: dict[str, ort.OrtValue] = {}
         self._hyper_values, self._written = dict(DEFAULT_HYPER), {}
-        self._clip, self._wanted, self._spec = clip, OptimizerSpec(optimizer, clip), None
+        # As TrainingSession: Adam/AdamW as one multi-tensor AdamUpdate node (CPU kernel) by default on CPU.
+        self._fused = self._device == "cpu" if fused_optimizer is None else bool(fused_optimizer)
+        self._clip, self._spec = clip, None
+        self._wanted = self._spec_for(optimizer)
         self._parity, self._opt_steps = 0, 0
         self._build_update(self._wanted)
 
@@ -315,6 +325,7 @@ class DataParallelSession:
             b.bind_ortvalue_input(FLAT, self._flat)
             bindings.append(b)
         self._update_sess, self._update_bindings, self._moment_names, self._hyper_names = sess, bindings, moments, hyper
+        self._update_model = model
         self._spec, self._written = spec, {}
 
     # -- data in ----------------------------------------------------------------------------------
@@ -340,19 +351,22 @@ class DataParallelSession:
         value.update_inplace(host_array(name, data, TensorType(tuple(self._prog.params[name])), DType.F32, "set_parameter"))
 
     # -- optimizer settings (as TrainingSession) ------------------------------------------------
+    def _spec_for(self, kind: str) -> OptimizerSpec:
+        return OptimizerSpec(kind, self._clip, fused=self._fused and kind != "sgd")
+
     def set_learning_rate(self, lr: float) -> None:
         """Use SGD with learning rate ``lr``."""
-        self._wanted = OptimizerSpec("sgd", self._clip)
+        self._wanted = self._spec_for("sgd")
         self._hyper_values["lr"] = float(lr)
 
     def set_adam(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8) -> None:
         """Use Adam (PyTorch's formula)."""
-        self._wanted = OptimizerSpec("adam", self._clip)
+        self._wanted = self._spec_for("adam")
         self._hyper_values.update(lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(epsilon))
 
     def set_adamw(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, weight_decay: float = 0.01) -> None:
         """Use AdamW (``torch.optim.AdamW``'s formula)."""
-        self._wanted = OptimizerSpec("adamw", self._clip)
+        self._wanted = self._spec_for("adamw")
         self._hyper_values.update(
             lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(epsilon), weight_decay=float(weight_decay)
         )
@@ -362,7 +376,7 @@ class DataParallelSession:
         self._clip = max_norm is not None
         if max_norm is not None:
             self._hyper_values["max_grad_norm"] = float(max_norm)
-        self._wanted = OptimizerSpec(self._wanted.kind, self._clip)
+        self._wanted = self._spec_for(self._wanted.kind)
 
     @property
     def optimizer_step(self) -> int:
@@ -450,6 +464,10 @@ class DataParallelSession:
 
     def parameter_names(self) -> list[str]:
         return list(self._prog.params)
+
+    def onnx_models(self) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+        """The (gradient, update) ONNX models this session runs."""
+        return self._prog.model, self._update_model
 
     # -- checkpoints ------------------------------------------------------------------------------
     def save_checkpoint(self, path: str | os.PathLike, metadata: Mapping[str, str] | None = None) -> bool:
