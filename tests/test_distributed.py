@@ -141,12 +141,14 @@ def test_two_gloo_processes_give_the_parameters_of_one_process_on_the_same_globa
     _assert_close(ckpt.params, params[0], 0.0)
 
 
-def test_train_cli_with_two_processes_matches_one_process(tmp_path):
+def test_train_cli_with_two_processes_and_a_resume_matches_one_process(tmp_path):
     model = str(ROOT / "tests" / "dist_worker.py")
-    common = ["--epochs", "2", "--batch-size", "8", "--lr", "0.01"]
-    meganeura("train", model, *common, "--checkpoint", str(tmp_path / "one.safetensors"))
-    r = meganeura("train", model, *common, "--nproc-per-node", "2", "--checkpoint", str(tmp_path / "two.safetensors"))
-    assert r.stdout.count("epoch 2:") == 1, r.stdout  # only rank 0 reports
+    common = ["--batch-size", "8", "--lr", "0.01"]
+    meganeura("train", model, "--epochs", "2", *common, "--checkpoint", str(tmp_path / "one.safetensors"))
+    two = ["--nproc-per-node", "2", "--checkpoint", str(tmp_path / "two.safetensors")]
+    meganeura("train", model, "--epochs", "1", *common, *two)  # epoch 1, then every rank resumes from rank 0's file
+    r = meganeura("train", model, "--epochs", "2", *common, *two, "--resume")
+    assert r.stdout.count("epoch 2:") == 1 and "resumed from" in r.stdout, r.stdout  # only rank 0 reports
     one, two = load_checkpoint(tmp_path / "one.safetensors"), load_checkpoint(tmp_path / "two.safetensors")
     assert two.step == one.step == 2 * (64 // 8) and two.metadata["world_size"] == "2"
     _assert_close(two.params, one.params, 1e-5)
