@@ -8,7 +8,11 @@ The model-file contract for training
     An output 1 with the shape of a float input (e.g. logits beside one-hot labels) turns on the
     accuracy metric: ``argmax(output 1) == argmax(that input)`` per row.
 ``data(**kwargs) -> dict``
-    The examples, first axis = example. Either ``{"train": {input: array}, "test": {input: array}}``
+    The examples, first axis = example. An example may be a token window: ``input_ids`` and
+    ``labels`` as U32 ``[N, T]`` feed a graph whose inputs are ``[batch * T]`` (one step = ``batch``
+    whole windows; windows are shuffled, never the tokens inside them). The examples per step are
+    read from the graph (its first data input's size over one example's); ``--batch-size`` is
+    passed to ``build(batch=)`` when build takes it, and refused when it cannot be honoured. Either ``{"train": {input: array}, "test": {input: array}}``
     keyed by the graph's input names, or the supervised shorthand ``x_train, y_train, x_test,
     y_test`` which feeds the graph's first declared data input with x and its second with y.
     ``--set`` values that ``data`` accepts are passed to it too.
@@ -19,7 +23,11 @@ The model-file contract for training
     logits})``). ``--export`` writes the graph that computes only it, from the trained weights: no
     loss, no label inputs, so the file runs with the model's data input alone.
 
-Every epoch: a tqdm bar with the loss and samples/s, then the test loss and metric. Batches are
+Every epoch: a tqdm bar with the loss and samples/s, then the test loss and metric (also every
+``--eval-every`` updates). ``--lr-schedule constant|cosine|linear`` with ``--warmup`` updates sets
+the learning rate of every update (transformers' schedules with warm-up); ``--grad-accum K``
+averages the gradients of K batches per update (an epoch uses whole windows of K batches);
+``--precision`` accepts fp32 only today. Batches are
 drawn from a seeded shuffle; a last partial batch is dropped in training and padded (with rows
 from the start, not counted in the metric) in evaluation. ``--checkpoint`` is written after every
 epoch and on Ctrl-C (to ``--checkpoint``, or ``<model>.interrupted.safetensors`` without one) before
@@ -65,6 +73,29 @@ def _batches(arrays: dict, batch: int, order: np.ndarray, pad: bool):
                 return
             idx = np.concatenate([idx, order[: batch - real]])
         yield {k: v[idx] for k, v in arrays.items()}, real
+
+
+def _examples_per_step(graph: Any, train: dict, batch_size: int, takes_batch: bool) -> int:
+    """How many examples (first-axis entries of data()'s arrays) one step consumes: the graph's
+    first data input holds that many examples (e.g. ``input_ids [batch*seq]`` = batch windows of seq)."""
+    name, nid = next(((n, i) for n, i in graph.leaves("input") + graph.leaves("input_u32") if n in train), (None, None))
+    if name is None:
+        raise click.UsageError(f"data() has no array for any graph input; the graph's inputs are {[n for n, _ in graph.leaves('input')]}")
+    per_example = int(np.prod(np.shape(train[name])[1:], dtype=np.int64))
+    graph_elems = graph.node(nid).ty.num_elements()
+    if not isinstance(graph_elems, int) or per_example == 0 or graph_elems % per_example:
+        raise click.UsageError(
+            f"graph input {name!r} {list(graph.node(nid).ty.shape)} does not hold a whole number of data() examples of shape {list(np.shape(train[name])[1:])}"
+        )
+    batch = graph_elems // per_example
+    given = click.get_current_context().get_parameter_source("batch_size") is click.core.ParameterSource.COMMANDLINE
+    if not takes_batch and given and batch_size != batch:
+        raise click.BadParameter(
+            f"build() takes no batch argument, and its graph trains on {batch} examples per step ({name!r} is {list(graph.node(nid).ty.shape)}); "
+            f"--batch-size {batch_size} cannot be honoured (drop it, or add a batch parameter to build())",
+            param_hint="--batch-size",
+        )
+    return batch
 
 
 def _feed(session: Any, graph: Any, batch: dict) -> None:
@@ -142,13 +173,54 @@ def _evaluate(graph: Any, params: dict, test: dict, batch: int, module: Any, dev
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seeds the parameter init and the shuffle.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Arguments for build() (and data()), e.g. --set hidden=64.")
 @click.option(
+    "--lr-schedule",
+    type=click.Choice(["constant", "cosine", "linear"]),
+    default="constant",
+    show_default=True,
+    help="Learning rate over the run: constant, or a cosine / linear decay to 0 at the last update.",
+)
+@click.option("--warmup", type=click.IntRange(0), default=0, show_default=True, help="Updates of linear warm-up from lr 0.")
+@click.option(
+    "--grad-accum",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Average the gradients of K batches per update (an update sees K * batch examples).",
+)
+@click.option("--eval-every", type=click.IntRange(1), default=None, help="Also evaluate on the test set every N updates.")
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "tf32", "bf16", "fp16"]),
+    default="fp32",
+    show_default=True,
+    help="Compute precision (fp32 only today: the others are refused).",
+)
+@click.option(
     "--nproc-per-node",
     type=click.IntRange(min=1),
     default=None,
     help="Data-parallel over N processes of this host (torchrun; one GPU each with --device cuda); --batch-size is the global batch.",
 )
 def train(
-    model, epochs, batch_size, optimizer, lr, weight_decay, clip, device, checkpoint, resume, export_path, seed, sets, nproc_per_node
+    model,
+    epochs,
+    batch_size,
+    optimizer,
+    lr,
+    weight_decay,
+    clip,
+    device,
+    checkpoint,
+    resume,
+    export_path,
+    seed,
+    sets,
+    lr_schedule,
+    warmup,
+    grad_accum,
+    eval_every,
+    precision,
+    nproc_per_node,
 ) -> None:
     """Train MODEL.py's graph on its data (see the module docstring for the model-file contract).
 
@@ -156,10 +228,15 @@ def train(
     """
     from tqdm import tqdm
 
-    from meganeura_onnx.runtime.training import build_session
+    from meganeura_onnx.runtime.training import build_session, scheduled_lr
 
     from .dist_train import data_parallel_run, launch_torchrun
 
+    if precision != "fp32":
+        raise click.BadParameter(
+            f"{precision} training is not available on device {device!r} yet; this engine trains in strict fp32 (use --precision fp32)",
+            param_hint="--precision",
+        )
     kw = parse_sets(sets)
     if "batch" in kw and (isinstance(kw["batch"], bool) or not isinstance(kw["batch"], int) or kw["batch"] < 1):
         raise click.BadParameter(f"batch must be a positive integer, got {kw['batch']!r}", param_hint="--set")
@@ -186,7 +263,7 @@ def train(
     if not isinstance(examples, dict):
         raise click.ClickException(f"data() in {model} returned {type(examples).__name__}, expected a dict")
     train_set, test_set = _split_data(examples, names)
-    batch = graph.node(graph.leaves("input")[0][1]).ty.shape[0] if graph.leaves("input") else batch_size
+    batch = _examples_per_step(graph, train_set, batch_size, takes_batch)
     predict = inference_graph(graph, module) if export_path else None  # fails before training, not after
 
     if dist:
@@ -195,13 +272,18 @@ def train(
         session = build_session(graph, device, optimizer=optimizer, seed=seed, clip=clip is not None)
     main = not dist or dist.is_main
     lr = lr if lr is not None else (0.1 if optimizer == "sgd" else 1e-3)
-    {
-        "sgd": lambda: session.set_learning_rate(lr),
-        "adam": lambda: session.set_adam(lr),
-        "adamw": lambda: session.set_adamw(lr, weight_decay=weight_decay),
-    }[optimizer]()
+    set_lr = {
+        "sgd": lambda value: session.set_learning_rate(value),
+        "adam": lambda value: session.set_adam(value),
+        "adamw": lambda value: session.set_adamw(value, weight_decay=weight_decay),
+    }[optimizer]
+    set_lr(lr)
     if clip is not None:
         session.set_grad_clip(clip)
+    if grad_accum > 1:
+        if dist:
+            raise click.BadParameter("--grad-accum is not supported with --nproc-per-node yet", param_hint="--grad-accum")
+        session.set_grad_accumulation(grad_accum)
     ckpt_path = Path(checkpoint) if checkpoint else None
     first_epoch = 1
     if resume:
@@ -214,17 +296,28 @@ def train(
             click.echo(f"resumed from {ckpt_path} (epoch {first_epoch - 1}, step {session.optimizer_step})")
 
     n = len(next(iter(train_set.values())))
+    step_batch = batch * (dist.world_size if dist else 1)  # the global batch
+    micro_per_epoch = n // step_batch // grad_accum * grad_accum  # whole accumulation windows only
+    if micro_per_epoch == 0:
+        raise click.UsageError(f"{n} training examples do not fill one update of {grad_accum} x {step_batch} examples")
+    total_updates = epochs * micro_per_epoch // grad_accum
     epoch = first_epoch - 1
     try:
         for epoch in range(first_epoch, epochs + 1):
             order = np.random.default_rng([seed, epoch]).permutation(n)
-            step_batch = batch * (dist.world_size if dist else 1)  # the global batch
-            total = n // step_batch * step_batch
+            total = micro_per_epoch * step_batch
             bar = tqdm(total=total, desc=f"epoch {epoch}/{epochs}", unit="ex", leave=True, file=sys.stderr, disable=not main)
             t0, losses = time.perf_counter(), []
-            for k, (b, _) in enumerate(_batches(train_set, step_batch, order, pad=False)):
+            for k, (b, _) in enumerate(_batches(train_set, step_batch, order[:total], pad=False)):
                 _feed(session, graph, dist.shard(b) if dist else b)
+                if lr_schedule != "constant" or warmup:
+                    set_lr(scheduled_lr(lr_schedule, lr, session.optimizer_step, total_updates, warmup))
+                updates = session.optimizer_step
                 session.step()
+                if eval_every and main and session.optimizer_step != updates and session.optimizer_step % eval_every == 0:
+                    params = {name: session.read_param(name) for name in session.parameter_names()}
+                    res = _evaluate(graph, params, test_set, batch, module, device)
+                    bar.write(f"step {session.optimizer_step}: " + ", ".join(f"{k} {v:.4f}" for k, v in res.items()))
                 if k % 10 == 0:  # reading the loss is a device->host copy: not every step
                     losses.append(session.read_loss())
                     bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_s=f"{(k + 1) * step_batch / (time.perf_counter() - t0):.0f}")

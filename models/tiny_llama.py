@@ -58,6 +58,31 @@ def build(
     return g
 
 
+def data(seq: int = 8, vocab: int = 32, test_fraction: float = 0.1) -> dict:
+    """Next-character windows of a small English text shipped with scikit-learn (its datasets'
+    descriptions, ~80 KB of reStructuredText) for ``meganeura train``.
+
+    Characters are tokens: the ``vocab - 1`` most frequent get ids 1.., every other character id 0.
+    The text is cut into non-overlapping windows of ``seq + 1`` tokens; one example is one window
+    (``input_ids`` = its first ``seq`` tokens, ``labels`` = the next token at each position, both
+    U32 ``[N, seq]``), so batches are shuffled window by window, never token by token. The last
+    ``test_fraction`` of the windows (the end of the text) is the test set.
+    """
+    from collections import Counter
+    from importlib import resources
+
+    import numpy as np
+
+    descr = resources.files("sklearn.datasets") / "descr"
+    text = "".join(f.read_text(encoding="utf-8") for f in sorted(descr.iterdir(), key=lambda f: f.name) if f.name.endswith(".rst"))
+    ids = {c: i + 1 for i, (c, _) in enumerate(Counter(text).most_common(vocab - 1))}
+    tokens = np.array([ids.get(c, 0) for c in text], dtype=np.uint32)
+    windows = tokens[: len(tokens) // (seq + 1) * (seq + 1)].reshape(-1, seq + 1)
+    split = int(len(windows) * (1 - test_fraction))
+    pick = {"input_ids": windows[:, :-1], "labels": windows[:, 1:]}
+    return {"train": {k: v[:split] for k, v in pick.items()}, "test": {k: v[split:] for k, v in pick.items()}}
+
+
 def _rope(g: Graph, x: int, theta: float, hd: int, batch: int, seq: int) -> int:
     # Positions restart at 0 in every sequence: rope's `batch` attribute (rows r -> r % seq).
     if batch == 1:

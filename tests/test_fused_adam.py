@@ -83,5 +83,5 @@ def test_adam_update_kernel_rejects_a_beta_outside_zero_one_naming_the_op():
     opts = ort.SessionOptions()
     opts.register_custom_ops_library(LIB)
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    with pytest.raises(Exception, match=r"AdamUpdate: beta1 and beta2 must be in \(0, 1\), got 1.5"):
+    with pytest.raises(Exception, match=r"AdamUpdate: beta1 and beta2 must be in \[0, 1\), got 1.5"):
         sess.run(None, {**f.inputs, "beta1": np.array([1.5], np.float32)})

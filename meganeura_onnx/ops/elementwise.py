@@ -8,7 +8,7 @@ import numpy as np
 from onnx import TensorProto
 
 from ..ir import Dim, NodeId, TensorType, dim_symbols
-from .table import Feeds, examples, op, rank, require, same_shape
+from .table import OPS, Feeds, examples, op, rank, require, same_shape
 
 SHAPES = ({"shape": [3, 5]}, {"shape": [2, 3, 4]})
 
@@ -273,6 +273,21 @@ def _scalar_op(name: str, np_fn, onnx_type: str, vjp) -> None:
 
 _scalar_op("mul_scalar", np.multiply, "Mul", lambda g, node, dy: [g.mul_scalar(dy, node.inputs[1]), g.sum_all(g.mul(dy, node.inputs[0]))])
 _scalar_op("add_scalar", np.add, "Add", lambda g, node, dy: [dy, g.sum_all(dy)])
+
+# -- e-graph rules (the optimizer reads them here; each is exact in floating point) --------------------
+OPS["neg"].rewrite("double_negation", "(neg (neg ?x))", "?x")
+OPS["sub"].rewrite("add_neg_to_sub", "(add ?a (neg ?b))", "(sub ?a ?b)")
+OPS["sub"].rewrite("neg_add_to_sub", "(add (neg ?b) ?a)", "(sub ?a ?b)")
+OPS["sub"].rewrite("neg_of_sub", "(neg (sub ?a ?b))", "(sub ?b ?a)")
+OPS["add"].rewrite("sub_neg_to_add", "(sub ?a (neg ?b))", "(add ?a ?b)")
+OPS["relu"].rewrite("relu_idempotent", "(relu (relu ?x))", "(relu ?x)")
+OPS["abs"].rewrite("abs_idempotent", "(abs (abs ?x))", "(abs ?x)")
+OPS["abs"].rewrite("abs_of_neg", "(abs (neg ?x))", "(abs ?x)")
+# Fusions: one kernel where the unfused form launches two and writes the intermediate.
+OPS["silu"].rewrite("silu_from_sigmoid", "(mul ?x (sigmoid ?x))", "(silu ?x)")
+OPS["silu"].rewrite("silu_from_sigmoid_commuted", "(mul (sigmoid ?x) ?x)", "(silu ?x)")
+swiglu.rewrite("swiglu_from_silu", "(mul (silu ?g) ?u)", "(swiglu ?g ?u)")
+swiglu.rewrite("swiglu_from_silu_commuted", "(mul ?u (silu ?g))", "(swiglu ?g ?u)")
 
 
 class ElementwiseBuilders:

@@ -9,6 +9,7 @@ import numpy as np
 from ..export import to_model
 from ..graph import Graph
 from ..init import default_parameters
+from ..transforms.rewrite import optimize as optimize_graph
 from .session import Session, checked_parameters
 
 
@@ -47,6 +48,7 @@ def build_inference_session(
     use_custom_ops: bool = True,
     cuda_graph: bool = False,
     check_finite: bool = False,
+    optimize: bool = True,
 ) -> Session:
     """Compile ``graph`` for inference on ``device`` ("cpu" or "cuda").
 
@@ -59,9 +61,12 @@ def build_inference_session(
     to stay put, i.e. KV caches updated in place by the CacheWrite kernel. ``parameters`` are
     checked like ``set_parameter`` (name, shape, dtype, finite). ``check_finite=True`` makes every
     ``step()`` check its inputs and outputs and raise ``FloatingPointError`` naming the first
-    non-finite one (it reads every buffer back: for debugging, not for speed).
+    non-finite one (it reads every buffer back: for debugging, not for speed). ``optimize`` (default
+    True) runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`); its report is
+    the session's ``report`` attribute (``None`` with ``optimize=False``).
     """
-    model, spec = to_model(graph, opset=opset, params_as_inputs=True, with_state=True)
+    compiled, report = optimize_graph(graph, stage="inference") if optimize else (graph, None)
+    model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
     given = checked_parameters(parameters, graph.parameters(), "build_inference_session")
     values = default_parameters(graph, seed, skip=set(given))
     values.update(given)
@@ -75,7 +80,7 @@ def build_inference_session(
     outputs = graph.output_names()
     output_types = {name: graph.node(nid).ty for name, nid in zip(outputs, graph.outputs(), strict=True)}
     output_types.update({out: types[name] for name, out in spec.state.items()})
-    return Session(
+    session = Session(
         model,
         inputs={k: v for k, v in types.items() if k not in spec.state},
         persistent=values,
@@ -91,3 +96,5 @@ def build_inference_session(
         position_limits=position_limits(graph),
         check_finite=check_finite,
     )
+    session.report = report
+    return session

@@ -1,4 +1,5 @@
-"""Training sessions: forward graph -> rewrites -> autodiff -> optimizer update -> ONE ONNX model.
+"""Training sessions: forward graph -> e-graph optimizer -> autodiff -> optimizer update -> e-graph
+optimizer -> ONE ONNX model.
 
 The train-step model's inputs are the data inputs, the parameters, the optimizer state
 (``adam_m.<p>``, ``adam_v.<p>``) and the hyper-parameters (``opt.lr``, ``opt.beta1``, ...,
@@ -33,8 +34,9 @@ from ..graph import Graph
 from ..init import default_parameters
 from ..ir import DType, TensorType
 from ..transforms.autodiff import gradients
+from ..transforms.egraph import table_rules
 from ..transforms.optimizer import OptimizerSpec, append_update
-from ..transforms.rewrite import OptimizeReport, optimize
+from ..transforms.rewrite import Limits, OptimizeReport, optimize
 from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
 from .safetensors_file import write_atomic
 from .session import Session, checked_parameters, parameter_array
@@ -55,22 +57,26 @@ class TrainProgram:
     hyper: list[str]  # opt.<name>
     outputs: dict[str, list[int]]  # output name -> shape (loss, graph outputs, grads)
     no_grad: dict[str, str]  # parameter -> why it gets no gradient
+    report: OptimizeReport | None = None  # the train-step graph's optimization (None: loaded from a cache)
 
     def meta(self) -> str:
         d = asdict(self)
-        del d["model"]
+        del d["model"], d["report"]
         return json.dumps(d)
 
 
-def graph_key(graph: Graph, spec: OptimizerSpec | None, opset: int | None) -> str:
+def graph_key(graph: Graph, spec: OptimizerSpec | None, opset: int | None, optimize: bool = True) -> str:
     """Hash of everything the compiled model depends on: ops, wiring, shapes, dtypes, attributes
-    (eps, theta, constant values...), outputs, the optimizer and the toolchain versions."""
+    (eps, theta, constant values...), outputs, the optimizer, the opset, whether the e-graph optimizer
+    runs (and its rules and limits) and the toolchain versions."""
     import onnxruntime
 
     from .. import __version__
 
     h = hashlib.sha256()
     h.update(f"{CACHE_FORMAT}|{__version__}|onnx {onnx.__version__}|ort {onnxruntime.__version__}|{spec}|{opset}".encode())
+    if optimize:
+        h.update(f"|optimize {Limits()}|{[(r.name, r.lhs, r.rhs) for r in table_rules()]}".encode())
     for n in graph.nodes():
         attrs = {k: (v.tobytes().hex() if isinstance(v, np.ndarray) else v) for k, v in sorted(n.attrs.items())}
         h.update(f"{n.op}|{n.inputs}|{n.ty}|{attrs!r};".encode())
@@ -78,8 +84,9 @@ def graph_key(graph: Graph, spec: OptimizerSpec | None, opset: int | None) -> st
     return h.hexdigest()
 
 
-def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | None = None) -> TrainProgram:
-    """Autodiff + optimizer update + export of ``forward`` (whose output 0 is a ``[1]`` loss)."""
+def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | None = None, optimize_graph: bool = True) -> TrainProgram:
+    """Autodiff + optimizer update (+ the e-graph optimizer over the whole train step) + export of
+    ``forward`` (whose output 0 is a ``[1]`` loss)."""
     g = forward.toposort()  # a copy to extend
     if not g.outputs() or g.node(g.outputs()[0]).ty.shape != (1,):
         shape = list(g.node(g.outputs()[0]).ty.shape) if g.outputs() else None
@@ -97,24 +104,28 @@ def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
     named = g.named_outputs()
     g.set_outputs({**named, **extra})
     g = g.toposort()  # drops gradient nodes nothing needs (e.g. of the labels)
+    report = None
+    if optimize_graph:  # the backward and the update have their own patterns (and shared subterms)
+        g, report = optimize(g, stage="train step")
+        g = g.toposort()
     kept = g.named_outputs()
     g.set_outputs({name: kept[name] for name in named})
     extra = {name: kept[name] for name in extra}
     model, _ = to_model(g, opset=opset, params_as_inputs=True, extra_outputs=extra, model_name="meganeura_train_step")
     leaves = {n.attrs["name"]: n for n in g.nodes() if n.op in ("input", "input_u32", "parameter")}
     hyper = [n for n in leaves if n.startswith("opt.")]
-    moments = [n for n in leaves if n.startswith(("adam_m.", "adam_v.")) and leaves[n].op == "input"]
+    moments = [n for n in leaves if n.startswith(("adam_m.", "adam_v.", "grad_acc.")) and leaves[n].op == "input"]
     data = {
         n: (list(v.ty.shape), v.ty.dtype.value) for n, v in leaves.items() if v.op != "parameter" and n not in hyper and n not in moments
     }
     outputs = {name: list(g.node(nid).ty.shape) for name, nid in g.named_outputs().items()}
     outputs.update({name: list(g.node(nid).ty.shape) for name, nid in extra.items() if name.startswith("grad.")})
     in_model = {n: list(v.ty.shape) for n, v in leaves.items() if v.op == "parameter"}
-    return TrainProgram(model, data, in_model, [n for n in grads if n in in_model], moments, hyper, outputs, no_grad)
+    return TrainProgram(model, data, in_model, [n for n in grads if n in in_model], moments, hyper, outputs, no_grad, report)
 
 
-def _cached_program(forward: Graph, spec: OptimizerSpec | None, opset: int | None, path: Path) -> TrainProgram:
-    key = graph_key(forward, spec, opset)
+def _cached_program(forward: Graph, spec: OptimizerSpec | None, opset: int | None, path: Path, optimize_graph: bool) -> TrainProgram:
+    key = graph_key(forward, spec, opset, optimize_graph)
     if path.is_file():
         try:
             model = onnx.load_model(str(path))
@@ -124,7 +135,7 @@ def _cached_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
                 return TrainProgram(model, **meta)
         except Exception:  # noqa: BLE001 - an unreadable cache is rebuilt, never trusted
             pass
-    prog = compile_program(forward, spec, opset)
+    prog = compile_program(forward, spec, opset, optimize_graph)
     onnx.helper.set_model_props(prog.model, {"meganeura.key": key, "meganeura.program": prog.meta()})
     write_atomic(path, prog.model.SerializeToString())
     return prog
@@ -149,7 +160,7 @@ class TrainingSession(Session):
         seed: int = 0,
         opset: int | None = None,
         use_custom_ops: bool = True,
-        rewrite: bool = True,
+        optimize: bool = True,
         cache_path: str | os.PathLike | None = None,
         check_finite: bool = False,
         fused_optimizer: bool | None = None,
@@ -157,13 +168,15 @@ class TrainingSession(Session):
         given = checked_parameters(parameters, graph.parameters(), "build_session")
         values = default_parameters(graph, seed, skip=set(given))  # on the user's graph: init reads matmul fan-in
         values.update(given)
-        self._forward, self.report = optimize(graph) if rewrite else (graph, OptimizeReport(len(graph), len(graph)))
+        self._optimize = optimize
+        self._forward, self._forward_report = _optimize_forward(graph) if optimize else (graph, None)
         self._build = {"device": device, "providers": providers, "use_custom_ops": use_custom_ops, "check_finite": check_finite}
         self._opset = opset
         self._cache_path = Path(cache_path) if cache_path is not None else None
         self._programs: dict[OptimizerSpec | None, TrainProgram] = {}
         self._hyper_values = dict(DEFAULT_HYPER)
         self._clip = clip
+        self._accum, self._micro = 1, 0  # gradient accumulation: micro-batches per update, position in the window
         # One multi-tensor AdamUpdate node (our CPU kernel) by default on CPU; on CUDA the decomposed
         # update stays on the GPU (the AdamUpdate kernel is CPU-only: it would pull every tensor to the host).
         self._fused = (device == "cpu" and providers is None) if fused_optimizer is None else bool(fused_optimizer)
@@ -173,13 +186,22 @@ class TrainingSession(Session):
         self._carry: dict[str, np.ndarray] = dict(values)
         self._compile(self._wanted)
 
+    @property
+    def report(self) -> OptimizeReport | None:
+        """What the e-graph optimizer did to the forward graph and to the current train step
+        (:class:`~meganeura_onnx.transforms.rewrite.OptimizeReport`; ``None`` with ``optimize=False``)."""
+        if self._forward_report is None:
+            return None
+        stages = [self._forward_report] + ([self._prog.report] if self._prog.report is not None else [])
+        return OptimizeReport.combine(stages)
+
     # -- compiling ------------------------------------------------------------------------------
     def _program(self, spec: OptimizerSpec | None) -> TrainProgram:
         if spec not in self._programs:
             if self._cache_path is not None:
-                self._programs[spec] = _cached_program(self._forward, spec, self._opset, self._cache_path)
+                self._programs[spec] = _cached_program(self._forward, spec, self._opset, self._cache_path, self._optimize)
             else:
-                self._programs[spec] = compile_program(self._forward, spec, self._opset)
+                self._programs[spec] = compile_program(self._forward, spec, self._opset, self._optimize)
         return self._programs[spec]
 
     def _compile(self, spec: OptimizerSpec | None) -> None:
@@ -227,7 +249,18 @@ class TrainingSession(Session):
 
     # -- optimizer settings ---------------------------------------------------------------------
     def _spec_for(self, kind: str) -> OptimizerSpec:
-        return OptimizerSpec(kind, self._clip, fused=self._fused and kind != "sgd")
+        accumulate = self._accum > 1
+        return OptimizerSpec(kind, self._clip, fused=self._fused and kind != "sgd", accumulate=accumulate)
+
+    def set_grad_accumulation(self, steps: int) -> None:
+        """Average the gradients of ``steps`` consecutive ``step()`` calls (micro-batches) and update
+        the parameters once, on the last of them (1: update every step). The accumulators are
+        session state (``grad_acc.<param>``); ``optimizer_step`` counts updates, not micro-batches."""
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"set_grad_accumulation: steps must be a positive int, got {steps!r}")
+        self._accum, self._micro = steps, 0
+        if self._wanted is not None:
+            self._wanted = self._spec_for(self._wanted.kind)
 
     @staticmethod
     def _hyper(what: str, **values: float) -> dict[str, float]:
@@ -295,7 +328,9 @@ class TrainingSession(Session):
         if self._wanted != self._spec:
             self._compile(self._wanted)
         if self._spec is not None:
+            apply = not self._spec.accumulate or (self._micro + 1) % self._accum == 0
             values = {**self._hyper_values, "step": float(self._opt_steps + 1)}
+            values.update(apply=float(apply), accum_scale=1.0 / self._accum)
             for h in self._prog.hyper:
                 v = values[h[4:]]
                 if self._written.get(h) != v:
@@ -303,7 +338,8 @@ class TrainingSession(Session):
                     self._written[h] = v
         super().step()  # raises before swapping anything if the run fails
         if self._spec is not None:
-            self._opt_steps += 1
+            self._micro = (self._micro + 1) % self._accum if self._spec.accumulate else 0
+            self._opt_steps += apply
 
     def read_grad(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
         """Gradient of the loss wrt parameter ``name`` from the last ``step()`` (no optimizer set)."""
@@ -345,8 +381,9 @@ class TrainingSession(Session):
         check_compatible(ckpt, {n: tuple(s) for n, s in self._prog.params.items()}, what)
         params = {n: parameter_array(n, v, self._types[n], what) for n, v in ckpt.params.items()}
         moments = {f"adam_m.{n}": v for n, v in ckpt.adam_m.items()} | {f"adam_v.{n}": v for n, v in ckpt.adam_v.items()}
-        if self._prog.moments and moments and set(self._prog.moments) - set(moments):
-            raise ValueError(f"{what}: the checkpoint lacks Adam moments {sorted(set(self._prog.moments) - set(moments))}")
+        adam = [m for m in self._prog.moments if not m.startswith("grad_acc.")]  # accumulators restart at 0
+        if adam and moments and set(adam) - set(moments):
+            raise ValueError(f"{what}: the checkpoint lacks Adam moments {sorted(set(adam) - set(moments))}")
         live = {m: np.ascontiguousarray(moments.get(m, np.zeros(self._types[m].shape, np.float32)), np.float32) for m in self._prog.moments}
         # Validated: now write.
         for n, v in params.items():
@@ -354,8 +391,28 @@ class TrainingSession(Session):
         for m, v in live.items():
             self._values[m].update_inplace(v)
         self._carry.update(moments)  # kept for a later recompile to Adam
-        self._opt_steps = ckpt.step if moments or not self._prog.moments else 0
+        self._opt_steps = ckpt.step if moments or not adam else 0
+        self._micro = 0
         return ckpt.metadata
+
+
+LR_SCHEDULES = ("constant", "cosine", "linear")
+
+
+def scheduled_lr(schedule: str, base_lr: float, step: int, total_steps: int, warmup: int = 0) -> float:
+    """The learning rate of optimizer update ``step`` (0-based) of ``total_steps``: a linear warm-up
+    from 0 over ``warmup`` updates, then constant, or a cosine / linear decay to 0 at ``total_steps``.
+    The same multipliers as transformers' ``get_{constant,cosine,linear}_schedule_with_warmup``."""
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"lr schedule must be one of {LR_SCHEDULES}, got {schedule!r}")
+    if step < warmup:
+        return base_lr * step / max(1, warmup)
+    if schedule == "constant":
+        return base_lr
+    progress = (step - warmup) / max(1, total_steps - warmup)
+    if schedule == "linear":
+        return base_lr * max(0.0, 1.0 - progress)
+    return base_lr * max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = None, backend: str = "native", **kwargs) -> TrainingSession:
@@ -364,9 +421,10 @@ def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = 
     ``optimizer`` ("sgd", "adam", "adamw") compiles that update into the model now; set its
     hyper-parameters with ``set_learning_rate`` / ``set_adam`` / ``set_adamw``. Other keywords:
     ``providers``, ``parameters`` (initial values by name, checked like ``set_parameter``; the rest
-    use the default init with ``seed``), ``clip``, ``opset``, ``use_custom_ops``, ``rewrite``,
-    ``check_finite`` (every ``step()`` raises ``FloatingPointError`` naming the first non-finite
-    input, output or parameter update, and then changes nothing).
+    use the default init with ``seed``), ``clip``, ``opset``, ``use_custom_ops``, ``optimize``
+    (default True: the e-graph optimizer runs over the forward graph and again over the train step;
+    False skips it), ``check_finite`` (every ``step()`` raises ``FloatingPointError`` naming the first
+    non-finite input, output or parameter update, and then changes nothing).
 
     ``backend="ort-training"`` trains through onnxruntime-training's artifacts instead
     (:mod:`meganeura_onnx.runtime.ort_training`; CPU, AdamW or SGD fixed at build time, its own venv:
@@ -383,12 +441,17 @@ def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = 
 
 def build_session_cached(graph: Graph, cache_path: str | os.PathLike, device: str = "cpu", **kwargs) -> TrainingSession:
     """Like :func:`build_session`, reusing the train-step ONNX model stored at ``cache_path`` when
-    its key (a hash of the graph's ops, wiring, shapes and attributes, the optimizer and the
-    toolchain versions) matches; otherwise it compiles and (atomically) stores the model there."""
+    its key (a hash of the graph's ops, wiring, shapes and attributes, the optimizer, the opset, the
+    e-graph optimizer's setting, rules and limits, and the toolchain versions) matches; otherwise it compiles and (atomically) stores the model there."""
     return TrainingSession(graph, device=device, cache_path=cache_path, **kwargs)
 
 
-def build_session_with_report(graph: Graph, device: str = "cpu", **kwargs) -> tuple[TrainingSession, OptimizeReport]:
-    """Like :func:`build_session`, also returning what the rewrite pass did."""
+def _optimize_forward(graph: Graph) -> tuple[Graph, OptimizeReport]:
+    return optimize(graph, stage="forward")
+
+
+def build_session_with_report(graph: Graph, device: str = "cpu", **kwargs) -> tuple[TrainingSession, OptimizeReport | None]:
+    """Like :func:`build_session`, also returning what the e-graph optimizer did (``None`` with
+    ``optimize=False``)."""
     s = build_session(graph, device, **kwargs)
     return s, s.report
