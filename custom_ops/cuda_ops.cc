@@ -198,6 +198,7 @@ void AddCudaOps(std::vector<OpDef*>* ops) {
   ops->push_back(new OpDef("CachedAttention", ep, {F32, F32, F32, ANY}, {F32}, {false, false, false, false},
                            {false, false, false, false}, CachedAttentionCuda::Create, 0));
   ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {true, false}, ScatterAddCuda::Create, -1));
+  AddCudaOptimOps(ops);  // AdamUpdate (cuda_optim_ops.cc)
 }
 
 }  // namespace mn
