@@ -34,7 +34,7 @@ format: setup
 	$(VENV)/bin/ruff format .
 
 test: setup kernels lint asan
-	$(VENV)/bin/pytest -q
+	MEGANEURA_REQUIRE_KERNELS=1 $(VENV)/bin/pytest -q
 	$(MAKE) test-ort-training
 
 clean:

@@ -49,15 +49,18 @@ class ExportSpec:
 
 
 def state_pairs(graph: GraphCore) -> dict[str, NodeId]:
-    """Input leaves updated by ``cache_write`` -> the node holding their value after the step.
+    """Input leaves written in place by an op (the op table's ``inplace_input``: ``cache_write``'s
+    cache) -> the node holding their value after the step.
 
     A chain ``cache_write(.., cache_write(.., X, ..), ..)`` pairs X with the last write.
     """
     pairs: dict[str, NodeId] = {}
     final: dict[NodeId, NodeId] = {}
     for n in graph.nodes():
-        if n.op == "cache_write":
-            src = final.get(n.inputs[1], n.inputs[1])
+        written = OPS[n.op].inplace_input
+        if written is not None:
+            k = OPS[n.op].inputs.index(written)
+            src = final.get(n.inputs[k], n.inputs[k])
             leaf = graph.node(src)
             if leaf.op == "input":
                 final[n.id] = src
@@ -149,6 +152,7 @@ def to_model(
         outputs += _state_outputs(graph, spec)
     outputs += list((extra_outputs or {}).items())
     _check_output_names([name for name, _ in outputs], spec.inputs + spec.parameters)
+    _check_generated_names(ctx, [name for name, _ in outputs], spec.parameters)
     g_outputs = [vinfo(name, nid) for name, nid in outputs]
     spec.outputs += [name for name, _ in outputs]
     _bind_outputs(ctx, [(name, names[nid]) for name, nid in outputs])
@@ -166,7 +170,8 @@ def to_model(
 
 
 def _state_outputs(graph: GraphCore, spec: ExportSpec) -> list[tuple[str, NodeId]]:
-    """``<cache>.next`` for every input that cache_write updates; records them in ``spec``."""
+    """``<cache>.next`` for every input an op writes in place (the op table's ``inplace_input``:
+    cache_write's cache); records them in ``spec``."""
     consumers: dict[NodeId, int] = {}
     for n in graph.nodes():
         for i in n.inputs:
@@ -176,9 +181,21 @@ def _state_outputs(graph: GraphCore, spec: ExportSpec) -> list[tuple[str, NodeId
     for name, nid in state_pairs(graph).items():
         outputs.append((f"{name}.next", nid))
         spec.state[name] = f"{name}.next"
-        if consumers[leaf_ids[name]] == 1 and graph.node(nid).inputs[1] == leaf_ids[name]:
+        writer = graph.node(nid)
+        written = writer.inputs[OPS[writer.op].inputs.index(OPS[writer.op].inplace_input)]
+        if consumers[leaf_ids[name]] == 1 and written == leaf_ids[name]:
             spec.inplace.add(name)
     return outputs
+
+
+def _check_generated_names(ctx: LoweringContext, outputs: list[str], parameters: list[str]) -> None:
+    """An output may not take the name the exporter gave another value (a constant, a lowered node)."""
+    generated = {o for n in ctx.nodes for o in n.output} | {t.name for t in ctx.initializers if t.name not in parameters}
+    clash = next((name for name in outputs if name in generated), None)
+    if clash is not None:
+        raise ValueError(
+            f"export: output name {clash!r} is the name the exporter gives another value (a constant or a lowered node); rename the output"
+        )
 
 
 def _bind_outputs(ctx: LoweringContext, outputs: list[tuple[str, str]]) -> None:
