@@ -1,14 +1,14 @@
-"""``meganeura export MODEL.py -o OUT.onnx`` (and ``--training-artifacts DIR`` for onnxruntime-training)."""
+"""``meganeura export MODEL -o OUT.onnx`` (and ``--training-artifacts DIR`` for onnxruntime-training)."""
 
 from __future__ import annotations
 
 import click
 
-from .model_file import build_graph, parse_sets
+from .model_file import MODEL, build_graph, parse_sets
 
 
 @click.command()
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("model", type=MODEL)
 @click.option(
     "-o",
     "--output",
@@ -32,7 +32,8 @@ from .model_file import build_graph, parse_sets
 def export(
     model: str, output: str | None, opset: int | None, sets: tuple[str, ...], seed: int, artifacts_dir: str | None, optimizer: str
 ) -> None:
-    """Export the Graph returned by MODEL.py's build() to ONNX.
+    """Export the Graph returned by MODEL's build() to ONNX (MODEL: a .py file or a built-in model:
+    mnist_mlp, llama, tiny_llama, bert).
 
     Parameters are written as initializers with the default init (train or load weights through a
     Session to export trained values).

@@ -1,4 +1,4 @@
-"""``meganeura train MODEL.py``: train a model file's graph with the native engine.
+"""``meganeura train MODEL``: train a model file's graph with the native engine.
 
 The model-file contract for training
 ------------------------------------
@@ -34,7 +34,7 @@ from typing import Any
 import click
 import numpy as np
 
-from .model_file import build_graph, load_module, parse_sets
+from .model_file import MODEL, build_graph, load_module, parse_sets
 
 
 def _split_data(d: dict, names: list[str]) -> tuple[dict, dict]:
@@ -99,7 +99,7 @@ def _evaluate(graph: Any, params: dict, test: dict, batch: int, module: Any, dev
 
 
 @click.command("train")
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("model", type=MODEL)
 @click.option("--epochs", default=10, show_default=True, help="Passes over the training set.")
 @click.option("--batch-size", default=32, show_default=True, help="Examples per step (passed to build() as batch=).")
 @click.option("--optimizer", type=click.Choice(["sgd", "adam", "adamw"]), default="adam", show_default=True)
@@ -113,7 +113,8 @@ def _evaluate(graph: Any, params: dict, test: dict, batch: int, module: Any, dev
 @click.option("--seed", default=0, show_default=True, help="Seeds the parameter init and the shuffle.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Arguments for build() (and data()), e.g. --set hidden=64.")
 def train(model, epochs, batch_size, optimizer, lr, weight_decay, clip, device, checkpoint, resume, export_path, seed, sets) -> None:
-    """Train MODEL.py's graph on its data (see the module docstring for the model-file contract)."""
+    """Train MODEL's graph on its data (MODEL: a .py file or a built-in model such as mnist_mlp; see the
+    module docstring for the model-file contract)."""
     from tqdm import tqdm
 
     from meganeura_onnx.runtime.training import build_session
@@ -170,7 +171,7 @@ def train(model, epochs, batch_size, optimizer, lr, weight_decay, clip, device, 
             if ckpt_path:
                 session.save_checkpoint(ckpt_path, metadata={"epoch": str(epoch)})
     except KeyboardInterrupt:
-        path = ckpt_path or Path(model).with_suffix(".interrupted.safetensors")
+        path = ckpt_path or Path(model).with_suffix(".interrupted.safetensors")  # a built-in's name: the current folder
         session.save_checkpoint(path, metadata={"epoch": str(epoch - 1)})
         click.echo(f"\ninterrupted: checkpoint written to {path} (resume with --checkpoint {path} --resume)", err=True)
         sys.exit(130)
