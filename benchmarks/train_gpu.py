@@ -98,7 +98,7 @@ def ort_profile(out: Path) -> dict:
     sess = ort.InferenceSession(
         prog.model.SerializeToString(), opts, providers=[("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]
     )
-    feeds = {"input_ids": batches[0]["ids"], "labels": batches[0]["labels"], **params}
+    feeds = {"input_ids": batches[0]["ids"], "labels": batches[0]["labels"], **params}  # both U32 token ids
     feeds.update({m: np.zeros(params[m.split(".", 1)[1]].shape, np.float32) for m in prog.moments})
     feeds.update(
         {
@@ -151,7 +151,7 @@ def smollm(layers: int, steps: int, batch: int = 8, seq: int = 256) -> dict:
     res["ours_build_s"] = time.perf_counter() - t0
     s.set_adamw(1e-4, weight_decay=0.01)
     s.set_input_u32("input_ids", inp)
-    s.set_input("labels", onehot)
+    s.set_input_u32("labels", tgt.astype(np.uint32))
     ours = _time(s.step, steps, lambda: None)  # run_with_iobinding returns after the GPU finished
     res["ours_ms"] = {"median": statistics.median(ours), "min": min(ours), "all": ours, "loss": s.read_loss()}
     res["ours_memory"] = str(s.memory_summary())

@@ -45,8 +45,11 @@ def generate(
     device: str,
     as_json: bool,
 ) -> None:
-    """Continue a prompt with the causal LM of MODEL (a .py file or the built-in llama): prefill, then KV-cache
-    decode, streaming tokens as they come; tokens/s goes to stderr. Greedy at temperature 0."""
+    """Continue a prompt with the causal LM of MODEL (a .py file or the built-in llama): prefill, then
+    KV-cache decode, streaming tokens as they come; tokens/s goes to stderr. Greedy at temperature 0.
+
+    A MODEL.py file is Python code that runs with your permissions: only pass files you trust.
+    """
     from meganeura_onnx.generation import check_budget
     from meganeura_onnx.generation import generate as run
 
@@ -61,7 +64,10 @@ def generate(
     if tokenizer is not None:
         from tokenizers import Tokenizer
 
-        tok = Tokenizer.from_file(tokenizer)
+        try:
+            tok = Tokenizer.from_file(tokenizer)
+        except Exception as e:  # the tokenizers library raises a bare Exception on malformed files
+            raise click.BadParameter(f"cannot read {tokenizer} as a tokenizer.json: {e}", param_hint="--tokenizer") from e
         tok.no_padding()  # a tokenizer.json may pad to a fixed length (BERT's do); the prompt is exactly its tokens
         tok.no_truncation()  # too long is reported against the KV cache instead of silently cut
     if prompt is not None:

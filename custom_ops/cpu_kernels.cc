@@ -277,6 +277,7 @@ class CachedAttentionCpu : public Kernel {
     MN_RETURN_IF(CheckCachedAttention(a_, q, k, v, pos, &p));
     float* out = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, q.shape, &out));
+    if (p.T == 0) return nullptr;  // no query rows: an empty output (and no division by T below)
     const int64_t hd = p.hd, H = p.H, G = p.H / p.KVH, kvw = p.KVH * hd, qw = p.H * hd, T = p.T;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     const float *qs = q.f32(), *ks = k.f32(), *vs = v.f32();

@@ -108,26 +108,57 @@ OrtStatus* ReadScalarIndex(const char* op, const char* arg, const Tensor& t, int
   return nullptr;
 }
 
+// The ONNX type of attribute `name` as the C API can read it ("int", "float", "string", "ints",
+// "floats"), or nullptr when the node has no such attribute (or one of another type: tensor, graph).
+static const char* AttrKind(const OrtKernelInfo* info, const char* name) {
+  auto ok = [](OrtStatus* st) {
+    if (st == nullptr) return true;
+    g_api->ReleaseStatus(st);
+    return false;
+  };
+  int64_t i = 0;
+  float f = 0.f;
+  size_t n = 0;
+  if (ok(g_api->KernelInfoGetAttribute_int64(info, name, &i))) return "int";
+  if (ok(g_api->KernelInfoGetAttribute_float(info, name, &f))) return "float";
+  if (ok(g_api->KernelInfoGetAttribute_string(info, name, nullptr, &n))) return "string";
+  n = 0;
+  if (ok(g_api->KernelInfoGetAttributeArray_int64(info, name, nullptr, &n))) return "ints";
+  n = 0;
+  if (ok(g_api->KernelInfoGetAttributeArray_float(info, name, nullptr, &n))) return "floats";
+  return nullptr;
+}
+
+// A missing attribute takes `dflt` (or is an error without one); one of another type is an error
+// that says so (e.g. head_dim=64.0 is a float where an int belongs).
+static OrtStatus* AttrAbsentOrMistyped(const OrtKernelInfo* info, const char* op, const char* name, const char* want,
+                                       bool has_default) {
+  auto phrase = [](const char* k) -> const char* {
+    const std::string s = k;
+    return s == "int" ? "an int" : s == "float" ? "a float" : s == "string" ? "a string" : s == "ints" ? "a list of ints" : "a list of floats";
+  };
+  const char* kind = AttrKind(info, name);
+  if (kind != nullptr) return MN_INVALID("%s: attribute '%s' must be %s, got %s", op, name, phrase(want), phrase(kind));
+  if (has_default) return nullptr;
+  return MN_INVALID("%s: required %s attribute '%s' is missing", op, want, name);
+}
+
 OrtStatus* AttrInt(const OrtKernelInfo* info, const char* op, const char* name, int64_t* out, const int64_t* dflt) {
   OrtStatus* st = g_api->KernelInfoGetAttribute_int64(info, name, out);
   if (st == nullptr) return nullptr;
   g_api->ReleaseStatus(st);
-  if (dflt) {
-    *out = *dflt;
-    return nullptr;
-  }
-  return MN_INVALID("%s: required int attribute '%s' is missing", op, name);
+  MN_RETURN_IF(AttrAbsentOrMistyped(info, op, name, "int", dflt != nullptr));
+  *out = *dflt;
+  return nullptr;
 }
 
 OrtStatus* AttrFloat(const OrtKernelInfo* info, const char* op, const char* name, float* out, const float* dflt) {
   OrtStatus* st = g_api->KernelInfoGetAttribute_float(info, name, out);
   if (st == nullptr) return nullptr;
   g_api->ReleaseStatus(st);
-  if (dflt) {
-    *out = *dflt;
-    return nullptr;
-  }
-  return MN_INVALID("%s: required float attribute '%s' is missing", op, name);
+  MN_RETURN_IF(AttrAbsentOrMistyped(info, op, name, "float", dflt != nullptr));
+  *out = *dflt;
+  return nullptr;
 }
 
 // ---------------------------------------------------------------- Rope
@@ -140,7 +171,8 @@ OrtStatus* ReadRopeAttrs(const OrtKernelInfo* info, RopeAttrs* a) {
     return MN_INVALID("Rope: attribute head_dim must be even and in [2, 1024], got %lld", (long long)a->head_dim);
   if (!(a->theta > 0.0f) || !std::isfinite(a->theta))
     return MN_INVALID("Rope: attribute theta must be a positive finite number, got %g", (double)a->theta);
-  if (a->offset < 0) return MN_INVALID("Rope: attribute offset must be >= 0, got %lld", (long long)a->offset);
+  if (a->offset < 0 || a->offset > kMaxPosition)
+    return MN_INVALID("Rope: attribute offset must be in [0, 2^40], got %lld", (long long)a->offset);
   return nullptr;
 }
 
@@ -160,7 +192,7 @@ OrtStatus* CheckRope(const RopeAttrs& a, const Tensor& x, const Tensor& offset_d
   }
   if (offset_dyn.present) MN_RETURN_IF(ReadScalarIndex("Rope", "offset_dyn", offset_dyn, &dyn));
   if (dyn < 0) return MN_INVALID("Rope: offset_dyn must be >= 0, got %lld", (long long)dyn);
-  if (dyn > (int64_t(1) << 40)) return MN_INVALID("Rope: offset_dyn %lld is too large", (long long)dyn);
+  if (dyn > kMaxPosition) return MN_INVALID("Rope: offset_dyn %lld is too large (at most 2^40)", (long long)dyn);
   p->pos0 = a.offset + dyn;
   return nullptr;
 }
@@ -186,7 +218,11 @@ OrtStatus* CheckCacheWrite(const Tensor& nw, const Tensor& cache, const Tensor& 
   if (cache.shape[1] != p->dim)
     return MN_INVALID("CacheWrite: new has shape %s but cache has shape %s (row widths differ)",
                       ShapeStr(nw.shape).c_str(), ShapeStr(cache.shape).c_str());
-  if (host_positions && (p->kv_pos < 0 || p->kv_pos + p->T > p->max_seq))
+  // Never kv_pos + T > max_seq: kv_pos comes from the model and may be near 2^63 (signed overflow).
+  if (p->T > p->max_seq)
+    return MN_INVALID("CacheWrite: new has %lld rows, more than the cache length max_seq %lld", (long long)p->T,
+                      (long long)p->max_seq);
+  if (host_positions && (p->kv_pos < 0 || p->kv_pos > p->max_seq - p->T))
     return MN_INVALID("CacheWrite: kv_pos %lld + T %lld exceeds the cache length max_seq %lld", (long long)p->kv_pos,
                       (long long)p->T, (long long)p->max_seq);
   return nullptr;
@@ -197,8 +233,10 @@ OrtStatus* ReadAttnAttrs(const OrtKernelInfo* info, AttnAttrs* a) {
   MN_RETURN_IF(AttrInt(info, "CachedAttention", "num_heads", &a->num_heads, nullptr));
   MN_RETURN_IF(AttrInt(info, "CachedAttention", "num_kv_heads", &a->num_kv_heads, nullptr));
   MN_RETURN_IF(AttrInt(info, "CachedAttention", "head_dim", &a->head_dim, nullptr));
-  if (a->num_heads <= 0 || a->num_kv_heads <= 0 || a->head_dim <= 0 || a->head_dim > 1024)
-    return MN_INVALID("CachedAttention: num_heads %lld, num_kv_heads %lld must be > 0 and head_dim %lld in [1, 1024]",
+  // Bounded so that num_heads * head_dim cannot overflow.
+  if (a->num_heads <= 0 || a->num_kv_heads <= 0 || a->num_heads > kMaxHeads || a->num_kv_heads > kMaxHeads ||
+      a->head_dim <= 0 || a->head_dim > 1024)
+    return MN_INVALID("CachedAttention: num_heads %lld, num_kv_heads %lld must be in [1, 2^20] and head_dim %lld in [1, 1024]",
                       (long long)a->num_heads, (long long)a->num_kv_heads, (long long)a->head_dim);
   if (a->num_heads % a->num_kv_heads != 0)
     return MN_INVALID("CachedAttention: num_heads %lld is not a multiple of num_kv_heads %lld", (long long)a->num_heads,
@@ -232,7 +270,10 @@ OrtStatus* CheckCachedAttention(const AttnAttrs& a, const Tensor& q, const Tenso
   if (v.shape != k.shape)
     return MN_INVALID("%s: V_cache shape %s differs from K_cache shape %s", op, ShapeStr(v.shape).c_str(),
                       ShapeStr(k.shape).c_str());
-  if (host_positions && (p->kv_pos < 0 || p->kv_pos + p->T > p->max_seq))
+  if (p->T > p->max_seq)
+    return MN_INVALID("%s: Q has %lld rows, more than the cache length max_seq %lld", op, (long long)p->T,
+                      (long long)p->max_seq);
+  if (host_positions && (p->kv_pos < 0 || p->kv_pos > p->max_seq - p->T))
     return MN_INVALID("%s: kv_pos %lld + T %lld exceeds the cache length max_seq %lld", op, (long long)p->kv_pos,
                       (long long)p->T, (long long)p->max_seq);
   return nullptr;
@@ -249,6 +290,9 @@ OrtStatus* CheckScatterAdd(int64_t num_rows, const Tensor& idx, const Tensor& sr
   p->N = idx.shape[0];
   p->D = src.shape[1];
   p->num_rows = num_rows;
+  int64_t out_numel = 0;
+  if (__builtin_mul_overflow(num_rows, p->D, &out_numel) || out_numel > (int64_t(1) << 40))
+    return MN_INVALID("%s: output [num_rows %lld, %lld] is too large", op, (long long)num_rows, (long long)p->D);
   if (src.shape[0] != p->N)
     return MN_INVALID("%s: indices has %lld entries but src has shape %s", op, (long long)p->N,
                       ShapeStr(src.shape).c_str());
@@ -290,6 +334,29 @@ OrtStatus* ORT_API_CALL KernelComputeV2(void* kernel, OrtKernelContext* ctx) {
 
 void ORT_API_CALL KernelDestroy(void* kernel) { delete static_cast<Kernel*>(kernel); }
 
+// A dimension ORT knows neither the size nor the name of (e.g. the -1 of a Reshape between
+// symbolic dims) must not be copied to the output: ORT would give every such output the same empty
+// dim_param, and its memory planner then reuses a buffer of one such output for another of a
+// different size ("Shape mismatch attempting to re-use buffer"). Leave those outputs unknown.
+static bool AllDimsNamed(const OrtTensorTypeAndShapeInfo* info) {
+  size_t n = 0;
+  if (OrtStatus* st = g_api->GetDimensionsCount(info, &n)) {
+    g_api->ReleaseStatus(st);
+    return false;
+  }
+  std::vector<int64_t> dims(n);
+  std::vector<const char*> names(n, nullptr);
+  OrtStatus* st = g_api->GetDimensions(info, dims.data(), n);
+  if (!st) st = g_api->GetSymbolicDimensions(info, names.data(), n);
+  if (st) {
+    g_api->ReleaseStatus(st);
+    return false;
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (dims[i] < 0 && (names[i] == nullptr || names[i][0] == '\0')) return false;
+  return true;
+}
+
 // Static output shapes let ORT's memory planner apply the in-place hint (it needs equal,
 // known sizes) and give Netron/ORT typed outputs. Unknown input shapes are left unknown.
 OrtStatus* ORT_API_CALL InferShape(const OrtCustomOp* op, OrtShapeInferContext* ctx) {
@@ -302,6 +369,7 @@ OrtStatus* ORT_API_CALL InferShape(const OrtCustomOp* op, OrtShapeInferContext* 
       return nullptr;
     }
     // `info` belongs to the context (ORT releases it): do not release it here.
+    if (!AllDimsNamed(info)) return nullptr;
     return g_api->ShapeInferContext_SetOutputTypeShape(ctx, 0, info);
   }
   // ScatterAdd: [num_rows, src.shape[1]]
@@ -311,6 +379,7 @@ OrtStatus* ORT_API_CALL InferShape(const OrtCustomOp* op, OrtShapeInferContext* 
   OrtStatus* st = g_api->ShapeInferContext_GetAttribute(ctx, "num_rows", &attr);
   if (!st) st = g_api->ReadOpAttr(attr, ORT_OP_ATTR_INT, &num_rows, sizeof num_rows, &len);
   if (st) return st;  // missing attribute: fail at load time with ORT's message
+  if (num_rows < 0) return MN_INVALID("ScatterAdd: attribute num_rows must be >= 0, got %lld", (long long)num_rows);
   OrtTensorTypeAndShapeInfo* src = nullptr;
   st = g_api->ShapeInferContext_GetInputTypeShape(ctx, 1, &src);
   if (st) {
@@ -413,6 +482,7 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL Regist
   std::call_once(once, [&] {
     mn::g_api = api;
     mn::AddCpuOps(&ops);
+    mn::AddCpuOptimOps(&ops);
     mn::AddCudaOps(&ops);
   });
   OrtCustomOpDomain* domain = nullptr;  // owned by the process: it must outlive every session

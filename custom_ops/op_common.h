@@ -33,6 +33,11 @@ inline OrtStatus* Error(OrtErrorCode code, const char* fmt, ...) {
 
 std::string ShapeStr(const std::vector<int64_t>& s);
 
+// Largest position (Rope offset, offset_dyn) and head count the kernels accept: with these bounds no
+// position + row count and no heads * head_dim product can overflow int64.
+constexpr int64_t kMaxPosition = int64_t(1) << 40;
+constexpr int64_t kMaxHeads = int64_t(1) << 20;
+
 // One input tensor as the kernel sees it.
 struct Tensor {
   bool present = false;
@@ -135,5 +140,7 @@ void CountCacheCopy();
 // Appends the CPU op definitions (and, in the CUDA library, the CUDA ones).
 void AddCpuOps(std::vector<OpDef*>* ops);
 void AddCudaOps(std::vector<OpDef*>* ops);
+// AdamUpdate (optim_kernels.cc): the multi-tensor Adam/AdamW update on the CPU.
+void AddCpuOptimOps(std::vector<OpDef*>* ops);
 
 }  // namespace mn

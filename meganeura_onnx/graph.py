@@ -8,11 +8,13 @@ from .ir import DType, GraphCore, NodeId, TensorType
 from .ops import OPS
 from .ops.attention import AttentionBuilders
 from .ops.conv import ConvBuilders
+from .ops.decoder import DecoderBuilders
 from .ops.elementwise import ElementwiseBuilders
 from .ops.embedding import EmbeddingBuilders
 from .ops.kv_cache import KvCacheBuilders
 from .ops.leaves import LeafBuilders
 from .ops.linalg import LinalgBuilders
+from .ops.losses import LossBuilders
 from .ops.norm import NormBuilders
 from .ops.reduce import ReduceBuilders
 from .ops.rope import RopeBuilders
@@ -25,11 +27,13 @@ class Graph(
     LinalgBuilders,
     ElementwiseBuilders,
     ReduceBuilders,
+    LossBuilders,
     NormBuilders,
     RopeBuilders,
     AttentionBuilders,
     EmbeddingBuilders,
     KvCacheBuilders,
+    DecoderBuilders,
     ConvBuilders,
     ShapeBuilders,
 ):

@@ -44,6 +44,10 @@ def default_parameters(graph: GraphCore, seed: int = 0, skip: Collection[str] = 
         else:
             fan_in = next((shape[_FAN_IN[u]] for u in used if u in _FAN_IN), shape[-1])
             rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-            bound = 1.0 / np.sqrt(fan_in)
-            out[name] = rng.uniform(-bound, bound, size=shape).astype(np.float32)
+            bound = np.float32(1.0 / np.sqrt(fan_in))
+            # float32 draws in place: a 135M-parameter model initialises in a fraction of a second.
+            value = rng.random(shape, dtype=np.float32)
+            value *= 2 * bound
+            value -= bound
+            out[name] = value
     return out

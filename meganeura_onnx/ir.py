@@ -7,7 +7,8 @@ builder methods (``matmul``, ``rope``, ...) and their shape rules on top of :cla
 from __future__ import annotations
 
 import enum
-import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,38 +32,196 @@ class DType(enum.Enum):
         return np.float32 if self is DType.F32 else np.uint32
 
 
+# -- symbolic dimensions ------------------------------------------------------------------------------
+Dim = int | str
+"""One dimension: a positive ``int`` (static) or a ``str`` (symbolic).
+
+A symbolic dimension is a name (``"batch"``) or, when an op derives it from others, a polynomial
+in names with positive integer coefficients written canonically (``"batch*seq"``,
+``"past+seq"``, ``"2*batch"``): two dims are equal exactly when their canonical strings are, so
+``"seq*batch"`` and ``"batch*seq"`` are the same dim while ``"batch"`` and ``"n"``, or ``"batch"``
+and ``5``, never are (a static size is never silently equated with a name).
+"""
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_Poly = dict  # {sorted tuple of names (a monomial; () is the constant term): positive coefficient}
+
+
+def is_dim_name(value: object) -> bool:
+    """Whether ``value`` is a valid name for a symbolic dimension (identifier-like)."""
+    return isinstance(value, str) and bool(_NAME.match(value))
+
+
+def _parse(d: Dim) -> _Poly:
+    if isinstance(d, bool) or not isinstance(d, (int, str)):
+        raise ValueError(f"not a dimension: {d!r} (expected a positive int or a symbolic name)")
+    if isinstance(d, int):
+        return {(): d} if d else {}
+    poly: _Poly = {}
+    for term in d.replace(" ", "").split("+"):
+        coef, names = 1, []
+        for factor in term.split("*"):
+            if factor.isdigit() and factor.isascii():
+                coef *= int(factor)
+            elif is_dim_name(factor):
+                names.append(factor)
+            else:
+                raise ValueError(f"not a dimension expression: {d!r} (names, positive ints, '*' and '+')")
+        key = tuple(sorted(names))
+        poly[key] = poly.get(key, 0) + coef
+    return {k: c for k, c in poly.items() if c}
+
+
+def _format(poly: _Poly) -> Dim:
+    if not poly:
+        return 0
+    if set(poly) == {()}:
+        return poly[()]
+    terms = []
+    for names in sorted(poly, key=lambda k: (-len(k), k)):
+        coef = poly[names]
+        parts = ([str(coef)] if coef != 1 or not names else []) + list(names)
+        terms.append("*".join(parts))
+    return "+".join(terms)
+
+
+def dim(d: Dim) -> Dim:
+    """The canonical form of a dimension (``"seq * batch"`` -> ``"batch*seq"``, ``"3"`` -> ``3``)."""
+    return _format(_parse(d))
+
+
+def is_static(d: Dim) -> bool:
+    return isinstance(d, int)
+
+
+def dim_symbols(d: Dim) -> set[str]:
+    """The names a dimension depends on (empty for a static one)."""
+    return {n for names in _parse(d) for n in names}
+
+
+def dim_mul(a: Dim, b: Dim) -> Dim:
+    """``a * b`` (canonical)."""
+    out: _Poly = {}
+    for ka, ca in _parse(a).items():
+        for kb, cb in _parse(b).items():
+            key = tuple(sorted(ka + kb))
+            out[key] = out.get(key, 0) + ca * cb
+    return _format(out)
+
+
+def dim_prod(dims: Iterable[Dim]) -> Dim:
+    """The product of dimensions (1 for none)."""
+    out: Dim = 1
+    for d in dims:
+        out = dim_mul(out, d)
+    return out
+
+
+def dim_add(a: Dim, b: Dim) -> Dim:
+    """``a + b`` (canonical)."""
+    out = _parse(a)
+    for k, c in _parse(b).items():
+        out[k] = out.get(k, 0) + c
+    return _format(out)
+
+
+def dim_div(a: Dim, b: Dim) -> Dim | None:
+    """``a / b`` when it divides exactly as polynomials (``"batch*seq" / "batch" == "seq"``), else None."""
+    pa, pb = _parse(a), _parse(b)
+    if pa == pb:
+        return 1
+    if len(pb) != 1:
+        return None
+    (kb, cb), out = next(iter(pb.items())), {}
+    for ka, ca in pa.items():
+        rest = list(ka)
+        for n in kb:
+            if n not in rest:
+                return None
+            rest.remove(n)
+        if ca % cb:
+            return None
+        out[tuple(rest)] = ca // cb
+    return _format(out)
+
+
+def eval_dim(d: Dim, sizes: Mapping[str, int]) -> int:
+    """The value of a dimension once every name in it has a size; KeyError naming a missing one."""
+    total = 0
+    for names, coef in _parse(d).items():
+        term = coef
+        for n in names:
+            if n not in sizes:
+                raise KeyError(n)
+            term *= int(sizes[n])
+        total += term
+    return total
+
+
 @dataclass(frozen=True)
 class TensorType:
-    """Shape (outermost first) and element type of a node's output."""
+    """Shape (outermost first) and element type of a node's output.
 
-    shape: tuple[int, ...]
+    Each dimension is a positive ``int`` or a symbolic :data:`Dim` (``"batch"``, ``"batch*seq"``);
+    the size of a symbolic one is fixed when the model runs.
+    """
+
+    shape: tuple[Dim, ...]
     dtype: DType = DType.F32
 
     def __post_init__(self) -> None:
-        shape = tuple(int(d) for d in self.shape)
-        if any(d <= 0 for d in shape):
-            raise ValueError(f"TensorType: every dimension must be positive, got shape {list(shape)}")
-        object.__setattr__(self, "shape", shape)
+        shape = []
+        for d in self.shape:
+            if isinstance(d, bool) or not isinstance(d, (int, str)) and not hasattr(d, "__index__"):
+                raise ValueError(f"TensorType: every dimension must be a positive int or a symbolic name, got shape {list(self.shape)}")
+            c = dim(d) if isinstance(d, str) else int(d)
+            if isinstance(c, int) and c <= 0:
+                raise ValueError(f"TensorType: every dimension must be positive, got shape {list(self.shape)}")
+            shape.append(c)
+        object.__setattr__(self, "shape", tuple(shape))
 
     @staticmethod
-    def new(shape: list[int] | tuple[int, ...], dtype: DType) -> TensorType:
+    def new(shape: list[Dim] | tuple[Dim, ...], dtype: DType) -> TensorType:
         return TensorType(tuple(shape), dtype)
 
     @staticmethod
-    def f32(shape: list[int] | tuple[int, ...]) -> TensorType:
+    def f32(shape: list[Dim] | tuple[Dim, ...]) -> TensorType:
         return TensorType(tuple(shape), DType.F32)
 
+    def is_static(self) -> bool:
+        """True when every dimension is an int."""
+        return all(isinstance(d, int) for d in self.shape)
+
+    def symbols(self) -> set[str]:
+        """Names of the symbolic dimensions this shape depends on."""
+        return {n for d in self.shape for n in dim_symbols(d)}
+
+    def elements(self) -> Dim:
+        """The element count as a :data:`Dim` (an int when static, else e.g. ``"784*batch"``)."""
+        return dim_prod(self.shape)
+
     def num_elements(self) -> int:
-        return math.prod(self.shape)
+        """The element count; ``ValueError`` when the shape is symbolic (use :meth:`elements`)."""
+        n = self.elements()
+        if not isinstance(n, int):
+            raise ValueError(
+                f"TensorType {self}: the element count {n} is symbolic; it is known once the sizes of {sorted(self.symbols())} are"
+            )
+        return n
 
     def size_bytes(self) -> int:
+        """Bytes of one tensor of this type; ``ValueError`` when the shape is symbolic."""
         return self.num_elements() * self.dtype.size_bytes()
+
+    def resolve(self, sizes: Mapping[str, int]) -> TensorType:
+        """This type with every symbolic dimension replaced by its value; KeyError naming a missing size."""
+        return TensorType(tuple(d if isinstance(d, int) else eval_dim(d, sizes) for d in self.shape), self.dtype)
 
     def rank(self) -> int:
         return len(self.shape)
 
     def __str__(self) -> str:
-        return f"{self.dtype.value}{list(self.shape)}"
+        return f"{self.dtype.value}[{', '.join(map(str, self.shape))}]"
 
 
 @dataclass(frozen=True)
@@ -85,6 +244,7 @@ class GraphCore:
     def __init__(self) -> None:
         self._nodes: list[Node] = []
         self._outputs: list[NodeId] = []
+        self._output_names: list[str] = []
 
     # -- structure ------------------------------------------------------------------------------
     def nodes(self) -> list[Node]:
@@ -100,16 +260,37 @@ class GraphCore:
     def __len__(self) -> int:
         return len(self._nodes)
 
-    def set_outputs(self, ids: list[NodeId]) -> None:
-        """Mark nodes as graph outputs (index 0 is the primary output, e.g. the loss)."""
-        ids = list(ids)
+    def set_outputs(self, ids: Sequence[NodeId] | Mapping[str, NodeId]) -> None:
+        """Mark nodes as graph outputs (index 0 is the primary output, e.g. the loss).
+
+        A list names them ``output_0``, ``output_1``, ...; a dict ``{"loss": loss, "logits": logits}``
+        gives the names (in order) that the ONNX file, ``Session.read_output`` and the CLI use.
+        """
+        if isinstance(ids, Mapping):
+            names = list(ids.keys())
+            ids = list(ids.values())
+            for name in names:
+                if not isinstance(name, str) or not name:
+                    raise ValueError(f"set_outputs: output names must be non-empty strings, got {name!r}")
+        else:
+            ids = list(ids)
+            names = [f"output_{k}" for k in range(len(ids))]
         for i in ids:
             self.node(i)
         self._outputs = ids
+        self._output_names = names
 
     def outputs(self) -> list[NodeId]:
         """The output NodeIds set with :meth:`set_outputs`."""
         return list(self._outputs)
+
+    def output_names(self) -> list[str]:
+        """The output names, in output order (``output_<k>`` unless :meth:`set_outputs` got a dict)."""
+        return list(self._output_names)
+
+    def named_outputs(self) -> dict[str, NodeId]:
+        """Output name -> NodeId, in output order."""
+        return dict(zip(self._output_names, self._outputs, strict=True))
 
     def add_node(self, op: str, inputs: tuple[NodeId, ...], ty: TensorType, attrs: dict[str, Any]) -> NodeId:
         """Append a node whose type is already known. Builders call this after their shape rule."""
@@ -148,4 +329,5 @@ class GraphCore:
             n = self._nodes[nid]
             remap[nid] = out.add_node(n.op, tuple(remap[i] for i in n.inputs), n.ty, n.attrs)
         out._outputs = [remap[o] for o in self._outputs]
+        out._output_names = list(self._output_names)
         return out

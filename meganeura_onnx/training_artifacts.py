@@ -135,6 +135,12 @@ def check_trainable(graph: GraphCore) -> list[str]:
             f"training artifacts: output 0 must be the scalar loss (f32 [1], e.g. cross_entropy_loss or mse_loss), "
             f"got {_describe(graph, outs[0])}. ONNX Runtime training differentiates output 0; no loss is appended."
         )
+    symbolic = [_describe(graph, n.id) for n in graph.nodes() if n.op in ("input", "input_u32") and not n.ty.is_static()]
+    if symbolic:
+        raise TrainingArtifactsError(
+            f"training artifacts: inputs with symbolic dimensions ({'; '.join(symbolic)}) are not supported by the "
+            "onnxruntime-training backend; use static shapes here (the native engine, build_session(g), trains them)"
+        )
     params = [(n.attrs["name"], n.id) for n in graph.nodes() if n.op == "parameter"]
     if not params:
         raise TrainingArtifactsError("training artifacts: the graph has no parameters, so there is nothing to train")

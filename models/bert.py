@@ -28,6 +28,7 @@ from meganeura_onnx.nn import BertConfig, BertEmbeddings, BertLayer
 
 IGNORE = (r"^pooler\.",)
 """Checkpoint tensors the embedding model does not use (BertModel's pooler: sentence-transformers mean-pools)."""
+IGNORE_WEIGHTS = IGNORE  # the model-file contract's name (meganeura export --weights)
 
 
 def default_model_dir() -> Path:

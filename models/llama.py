@@ -1,6 +1,6 @@
 """LLaMA / SmolLM2 family (``LlamaForCausalLM``), with HF parameter names so checkpoints load by name.
 
-Three graphs share every parameter name:
+These graphs share every parameter name:
 
 - ``logits``: ``input_ids [T]`` -> logits ``[T, vocab]``, plain causal attention, no cache (parity
   checks, training, export).
@@ -10,6 +10,16 @@ Three graphs share every parameter name:
 - ``decode``: the same with ``T = 1``.
 - ``train``: the ``logits`` graph with a next-token cross-entropy loss (one-hot ``labels [T, vocab]``)
   as output 0, for ``build_session`` / ``meganeura train``.
+- ``past``: the decoder in the layout Hugging Face Optimum and onnxruntime-genai use (inputs
+  ``input_ids``, ``attention_mask``, ``position_ids`` ``[batch_size, ...]`` and
+  ``past_key_values.{i}.key/.value [batch_size, kv_heads, past_sequence_length, head_dim]``; outputs
+  ``logits [batch_size, sequence_length, vocab]`` and ``present.{i}.key/.value``), all sizes
+  symbolic; :func:`export_folder` writes it as ``model.onnx`` with int64 index inputs, beside
+  ``genai_config.json``, ``config.json`` and the tokenizer files.
+
+In an exported ``prefill``/``decode`` file each cache input ``model.layers.{i}.self_attn.k_cache`` /
+``v_cache`` ``[max_seq, kv_heads*head_dim]`` is also an output ``<name>.next``: the cache with this
+step's rows written at ``kv_pos``. Outside our Session, feed it back as the input of the next step.
 
 How prefill hands over to decode (:class:`LlamaRunner`): the prefill and decode sessions share the
 parameter buffers and the cache buffers on the device (``Session.share_buffers``), so nothing is
@@ -19,13 +29,15 @@ ending exactly at the prompt's end (it recomputes a few rows, writing the same k
 a prompt shorter than C is padded. Padded rows write cache rows past the prompt, but decode writes
 position p before it attends to rows [0, p], so those rows are overwritten before anyone reads them.
 
-Model-file contracts: ``build(**kwargs) -> Graph`` (``meganeura export``) and
-``load_generator(...)`` (``meganeura generate``).
+Model-file contracts: ``build(**kwargs) -> Graph`` and ``export_folder(...)`` (``meganeura
+export``), and ``load_generator(...)`` (``meganeura generate``).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,7 +46,7 @@ import numpy as np
 from meganeura_onnx import Graph, NodeId, Session, build_inference_session
 from meganeura_onnx.init import default_parameters
 from meganeura_onnx.io import hf_parameters, load_safetensors
-from meganeura_onnx.nn import Embedding, KvCache, Linear, LlamaConfig, LlamaDecoderLayer, RmsNorm
+from meganeura_onnx.nn import Embedding, KvCache, Linear, LlamaConfig, LlamaDecoderLayer, PastKv, RmsNorm
 
 PRESETS: dict[str, LlamaConfig] = {
     # HuggingFaceTB/SmolLM2-135M's config.json (GQA 9 query / 3 KV heads, tied embeddings).
@@ -95,7 +107,9 @@ class LlamaForCausalLM:
         else:
             self.lm_head = Linear.new(g, "lm_head", cfg.hidden_size, cfg.vocab_size, bias=False)
 
-    def forward(self, g: Graph, input_ids: NodeId, caches: list[KvCache] | None = None, last_row: NodeId | None = None) -> NodeId:
+    def forward(
+        self, g: Graph, input_ids: NodeId, caches: list[KvCache] | list[PastKv] | None = None, last_row: NodeId | None = None
+    ) -> NodeId:
         h = self.embed_tokens.forward(g, input_ids)
         for i, layer in enumerate(self.layers):
             h = layer.forward(g, h, caches[i] if caches else None)
@@ -111,19 +125,42 @@ def build_graph(cfg: LlamaConfig, mode: str = "logits", seq: int = 16, max_seq: 
     model = LlamaForCausalLM(g, cfg)
     if mode in ("logits", "train"):
         logits = model.forward(g, g.input_u32("input_ids", [seq]))
-        # train: next-token cross-entropy with one-hot labels [seq, vocab] (cross_entropy_loss's contract).
-        g.set_outputs([g.cross_entropy_loss(logits, g.input("labels", [seq, cfg.vocab_size]))] if mode == "train" else [logits])
+        # train: next-token cross-entropy over U32 token ids [seq] (sparse_cross_entropy_loss).
+        g.set_outputs([g.sparse_cross_entropy_loss(logits, g.input_u32("labels", [seq]))] if mode == "train" else [logits])
         return g
+    if mode == "past":
+        return _past_graph(g, model, cfg)
     if mode not in ("prefill", "decode"):
-        raise ValueError(f"build: mode must be 'logits', 'train', 'prefill' or 'decode', got {mode!r}")
+        raise ValueError(f"build: mode must be 'logits', 'train', 'prefill', 'decode' or 'past', got {mode!r}")
     rows = 1 if mode == "decode" else seq
-    if rows > max_seq:
+    if isinstance(rows, int) and rows > max_seq:  # seq may name a symbolic dim: any chunk length
         raise ValueError(f"build: a {mode} chunk of {rows} rows does not fit a KV cache of {max_seq} positions")
     ids = g.input_u32("input_ids", [rows])
     kv_pos = g.input_u32("kv_pos", [1])
     last = g.input_u32("last_row", [1]) if mode == "prefill" else None
     caches = [KvCache.new(g, f"model.layers.{i}.self_attn", max_seq, cfg.kv_dim, kv_pos) for i in range(cfg.num_hidden_layers)]
     g.set_outputs([model.forward(g, ids, caches, last)])
+    return g
+
+
+BATCH, SEQ, PAST, TOTAL = "batch_size", "sequence_length", "past_sequence_length", "total_sequence_length"
+
+
+def _past_graph(g: Graph, model: LlamaForCausalLM, cfg: LlamaConfig) -> Graph:
+    """The ``past`` graph (see the module docstring); inputs are created in the ecosystem's order."""
+    ids = g.input_u32("input_ids", [BATCH, SEQ])
+    mask = g.input_u32("attention_mask", [BATCH, TOTAL])
+    positions = g.input_u32("position_ids", [BATCH, SEQ])
+    shape = [BATCH, cfg.num_key_value_heads, PAST, cfg.head_dim]
+    pasts = [
+        PastKv(g.input(f"past_key_values.{i}.key", shape), g.input(f"past_key_values.{i}.value", shape), mask, positions)
+        for i in range(cfg.num_hidden_layers)
+    ]
+    logits = model.forward(g, g.flatten_ids(ids), pasts)
+    outputs = {"logits": g.reshape(logits, [BATCH, SEQ, cfg.vocab_size])}
+    for i, p in enumerate(pasts):
+        outputs[f"present.{i}.key"], outputs[f"present.{i}.value"] = p.present_k, p.present_v
+    g.set_outputs(outputs)
     return g
 
 
@@ -260,3 +297,118 @@ def stop_ids(cfg: LlamaConfig) -> set[int]:
 
 def save_config(cfg: LlamaConfig, path: str | Path) -> None:
     Path(path).write_text(json.dumps(cfg.to_dict(), indent=2))
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+
+
+def export_folder(
+    out_dir: str | Path,
+    *,
+    weights: str | Path | None = None,
+    config: str | Path | None = None,
+    allow_missing: bool = False,
+    seed: int = 0,
+    opset: int | None = None,
+    preset: str = "tiny",
+) -> list[Path]:
+    """Model-file entry point for ``meganeura export llama --weights DIR/model.safetensors -o OUT_DIR/``.
+
+    Writes the ``past`` graph as ``OUT_DIR/model.onnx`` (+ ``model.onnx.data``) with int64
+    ``input_ids``/``attention_mask``/``position_ids``, the present length named
+    ``total_sequence_length``; copies ``config.json`` (or writes the preset's) and the tokenizer
+    files found beside the weights; writes ``genai_config.json`` for onnxruntime-genai. Returns the
+    files written.
+    """
+    from meganeura_onnx import export_onnx
+    from meganeura_onnx.io import parameters_from_file
+
+    out = Path(out_dir)
+    if config is None and weights is not None:
+        config = config_beside(weights)
+        if not config.is_file():
+            raise FileNotFoundError(f"no config.json beside {weights}; pass --config")
+    cfg = load_config(config, None if config is not None else preset)
+    graph = build_graph(cfg, "past")
+    params: dict[str, np.ndarray] = {}
+    if weights is not None:
+        params, report = parameters_from_file(graph, weights, allow_missing=allow_missing)
+        if report.missing:
+            print(
+                f"note: {len(report.missing)} parameters are not in {weights} and take the default init: {report.missing[:8]}",
+                file=sys.stderr,
+            )
+    model_path = out / "model.onnx"
+    export_onnx(
+        graph,
+        model_path,
+        parameters=params,
+        seed=seed,
+        opset=opset,
+        external_data=True,
+        int64_indices=True,
+        dim_names={f"{PAST}+{SEQ}": TOTAL},
+    )
+    written = [model_path, out / "model.onnx.data"]
+    raw = json.loads(Path(config).read_text()) if config is not None else cfg.to_dict()
+    (out / "config.json").write_text(json.dumps(raw, indent=2))
+    (out / "genai_config.json").write_text(json.dumps(genai_config(cfg, raw), indent=2))
+    written += [out / "config.json", out / "genai_config.json"]
+    for name in TOKENIZER_FILES:
+        src = Path(weights).with_name(name) if weights is not None else None
+        if src is not None and src.is_file():
+            shutil.copyfile(src, out / name)
+            written.append(out / name)
+    return written
+
+
+def genai_config(cfg: LlamaConfig, raw: dict) -> dict:
+    """onnxruntime-genai's ``genai_config.json`` for the ``past`` model (the fields its model builder writes)."""
+    eos = raw.get("eos_token_id", cfg.eos_token_id)
+    eos = eos if eos is not None else 0
+    bos = raw.get("bos_token_id", cfg.bos_token_id)
+    pad = raw.get("pad_token_id")
+    pad = pad if pad is not None else eos[0] if isinstance(eos, list) else eos
+    return {
+        "model": {
+            "bos_token_id": bos if bos is not None else 1,
+            "context_length": cfg.max_position_embeddings,
+            "decoder": {
+                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+                "filename": "model.onnx",
+                "head_size": cfg.head_dim,
+                "hidden_size": cfg.hidden_size,
+                "inputs": {
+                    "input_ids": "input_ids",
+                    "attention_mask": "attention_mask",
+                    "position_ids": "position_ids",
+                    "past_key_names": "past_key_values.%d.key",
+                    "past_value_names": "past_key_values.%d.value",
+                },
+                "outputs": {"logits": "logits", "present_key_names": "present.%d.key", "present_value_names": "present.%d.value"},
+                "num_attention_heads": cfg.num_attention_heads,
+                "num_hidden_layers": cfg.num_hidden_layers,
+                "num_key_value_heads": cfg.num_key_value_heads,
+            },
+            "eos_token_id": eos,
+            "pad_token_id": pad,
+            "type": "llama",
+            "vocab_size": cfg.vocab_size,
+        },
+        "search": {
+            "diversity_penalty": 0.0,
+            "do_sample": False,
+            "early_stopping": True,
+            "length_penalty": 1.0,
+            "max_length": cfg.max_position_embeddings,
+            "min_length": 0,
+            "no_repeat_ngram_size": 0,
+            "num_beams": 1,
+            "num_return_sequences": 1,
+            "past_present_share_buffer": False,
+            "repetition_penalty": 1.0,
+            "temperature": 1.0,
+            "top_k": 1,
+            "top_p": 1.0,
+        },
+    }

@@ -2,8 +2,8 @@
 
 Model-file contract (``meganeura export/train``): ``build(**kwargs) -> Graph`` with the loss (or
 logits) as output 0; ``data()`` for ``meganeura train`` (see ``meganeura train --help``). The
-training graph also outputs the logits as output 1, from which ``meganeura train`` reports the
-test accuracy. Parameter names follow Hugging Face conventions (``fc1.weight`` ...).
+training graph also outputs the logits as output 1, named ``logits``: ``meganeura train`` reports
+the test accuracy from it, and ``--export`` writes the graph computing only it (input ``x``). Parameter names follow Hugging Face conventions (``fc1.weight`` ...).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ def build(batch: int = 32, hidden: int = 128, inputs: int = 784, classes: int = 
     logits = g.bias_add(g.matmul(h, w2), b2)
     if loss:
         labels = g.input("labels", [batch, classes])
-        g.set_outputs([g.cross_entropy_loss(logits, labels), logits])
+        g.set_outputs({"loss": g.cross_entropy_loss(logits, labels), "logits": logits})
     else:
-        g.set_outputs([logits])
+        g.set_outputs({"logits": logits})
     return g
 
 

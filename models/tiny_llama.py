@@ -7,7 +7,8 @@ positions input of each block, see below). Weights use Hugging Face names and ``
 (``matmul_bt``), so HF LLaMA checkpoints (e.g. SmolLM2) load unchanged.
 
 Model-file contract (``meganeura train``): ``build(**kw) -> Graph`` with the loss as output 0.
-Labels are one-hot ``[rows, vocab]`` (``cross_entropy_loss``'s contract).
+Labels are next-token ids ``[rows]`` (U32, ``sparse_cross_entropy_loss``); ``ignore_index`` marks
+rows that are not counted (padding).
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ def build(
     batch: int = 1,
     theta: float = 10000.0,
     eps: float = 1e-5,
+    ignore_index: int | None = None,
 ) -> Graph:
-    """The decoder with a cross-entropy loss over next-token one-hot labels as output 0."""
+    """The decoder with the mean cross entropy over next-token ids (U32 ``labels [rows]``) as output 0."""
     hd = hidden // heads
     rows = batch * seq
     g = Graph()
     tokens = g.input_u32("input_ids", [rows])
-    labels = g.input("labels", [rows, vocab])
+    labels = g.input_u32("labels", [rows])
     h = g.embedding(tokens, g.parameter("model.embed_tokens.weight", [vocab, hidden]))
     for i in range(layers):
         p = f"model.layers.{i}."
@@ -52,8 +54,33 @@ def build(
         h = g.add(h, g.matmul_bt(g.swiglu(gate, up), g.parameter(p + "mlp.down_proj.weight", [hidden, intermediate])))
     h = g.rms_norm(h, g.parameter("model.norm.weight", [hidden]), eps)
     logits = g.matmul_bt(h, g.parameter("lm_head.weight", [vocab, hidden]))
-    g.set_outputs([g.cross_entropy_loss(logits, labels)])
+    g.set_outputs([g.sparse_cross_entropy_loss(logits, labels, ignore_index=ignore_index)])
     return g
+
+
+def data(seq: int = 8, vocab: int = 32, test_fraction: float = 0.1) -> dict:
+    """Next-character windows of a small English text shipped with scikit-learn (its datasets'
+    descriptions, ~80 KB of reStructuredText) for ``meganeura train``.
+
+    Characters are tokens: the ``vocab - 1`` most frequent get ids 1.., every other character id 0.
+    The text is cut into non-overlapping windows of ``seq + 1`` tokens; one example is one window
+    (``input_ids`` = its first ``seq`` tokens, ``labels`` = the next token at each position, both
+    U32 ``[N, seq]``), so batches are shuffled window by window, never token by token. The last
+    ``test_fraction`` of the windows (the end of the text) is the test set.
+    """
+    from collections import Counter
+    from importlib import resources
+
+    import numpy as np
+
+    descr = resources.files("sklearn.datasets") / "descr"
+    text = "".join(f.read_text(encoding="utf-8") for f in sorted(descr.iterdir(), key=lambda f: f.name) if f.name.endswith(".rst"))
+    ids = {c: i + 1 for i, (c, _) in enumerate(Counter(text).most_common(vocab - 1))}
+    tokens = np.array([ids.get(c, 0) for c in text], dtype=np.uint32)
+    windows = tokens[: len(tokens) // (seq + 1) * (seq + 1)].reshape(-1, seq + 1)
+    split = int(len(windows) * (1 - test_fraction))
+    pick = {"input_ids": windows[:, :-1], "labels": windows[:, 1:]}
+    return {"train": {k: v[:split] for k, v in pick.items()}, "test": {k: v[split:] for k, v in pick.items()}}
 
 
 def _rope(g: Graph, x: int, theta: float, hd: int, batch: int, seq: int) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from meganeura_cli import meganeura
+from cli_launch import meganeura
 from meganeura_onnx.cli.model_file import load_module
 
 from meganeura_onnx.io import WeightLoadError

@@ -12,8 +12,8 @@ import numpy as np
 import onnx
 import pytest
 import tomllib
+from cli_launch import MEGANEURA, ROOT, meganeura
 from conftest import run_model
-from meganeura_cli import MEGANEURA, ROOT, meganeura
 
 import meganeura_onnx
 

@@ -70,14 +70,56 @@ def test_newer_opset_uses_rms_normalization_and_computes_the_same():
         export_onnx(g, opset=17)
 
 
-def test_large_models_store_weights_as_external_data(tmp_path, monkeypatch):
+def test_large_models_stream_weights_to_external_data(tmp_path, monkeypatch):
     monkeypatch.setattr(onnx_export, "EXTERNAL_DATA_BYTES", 1000)
-    path = tmp_path / "big.onnx"
-    export_onnx(llama_like_block(), path)
-    assert (tmp_path / "big.onnx.data").stat().st_size > 1000
+    path = tmp_path / "new" / "folder" / "big.onnx"  # missing folders are created
+    g = llama_like_block()
+    export_onnx(g, path)
+    assert (path.parent / "big.onnx.data").stat().st_size >= sum(v.nbytes for v in default_parameters(g).values())
+    assert path.stat().st_size < 20_000  # the weights are not in the protobuf
     onnx.checker.check_model(str(path), full_check=True)
-    feeds = {"tokens": np.arange(6, dtype=np.uint32)}
-    assert run_model(onnx.load(path), feeds)[0].shape == (6, 16)
+    feeds = {"tokens": np.array([1, 5, 2, 31, 0, 7], np.uint32)}
+    np.testing.assert_allclose(run_model(onnx.load(path), feeds)[0], run_model(export_onnx(g), feeds)[0], rtol=1e-6)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["big.onnx", "big.onnx.data"]  # no temporary file left
+
+
+def test_a_failed_write_leaves_no_file_behind(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(onnx_export, "_stream_weights", broken)
+    with pytest.raises(OSError, match="disk full"):
+        export_onnx(llama_like_block(), tmp_path / "m.onnx", external_data=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_given_parameters_are_not_drawn_from_the_default_init(monkeypatch):
+    from meganeura_onnx import init
+
+    g = llama_like_block()
+    given = default_parameters(g, seed=3)
+    drawn = []
+    real = init.default_parameters
+    monkeypatch.setattr(init, "default_parameters", lambda graph, seed=0, skip=(): drawn.append(set(skip)) or real(graph, seed, skip))
+    model = export_onnx(g, parameters=given)
+    assert drawn == [set(given)]
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    np.testing.assert_array_equal(inits["q.weight"], given["q.weight"])
+
+
+def test_exported_kv_cache_graph_outputs_every_cache_it_updates():
+    g = Graph()
+    pos = g.input_u32("kv_pos", [1])
+    cache = g.input("cache", [4, 2])
+    g.set_outputs({"y": g.relu(g.cache_write(g.input("new", [1, 2]), cache, pos))})
+    model = export_onnx(g)
+    assert [o.name for o in model.graph.output] == ["y", "cache.next"]
+    new = np.array([[1.0, -2.0]], np.float32)
+    y, nxt = run_model(model, {"kv_pos": np.array([2], np.uint32), "cache": np.zeros((4, 2), np.float32), "new": new})
+    want = np.zeros((4, 2), np.float32)
+    want[2] = new
+    np.testing.assert_array_equal(nxt, want)
+    np.testing.assert_array_equal(y, np.maximum(want, 0))
 
 
 def test_graph_without_outputs_is_rejected():
@@ -96,3 +138,51 @@ def test_rms_norm_lowering_is_fused_by_onnx_runtime_into_one_kernel(tmp_path):
     opts.optimized_model_filepath = str(tmp_path / "optimized.onnx")
     ort.InferenceSession(export_onnx(g).SerializeToString(), opts, providers=["CPUExecutionProvider"])
     assert [n.op_type for n in onnx.load(opts.optimized_model_filepath).graph.node] == ["SimplifiedLayerNormalization"]
+
+
+def test_named_outputs_reach_the_onnx_file_and_the_session():
+    from meganeura_onnx import build_inference_session
+
+    g = Graph()
+    x = g.input("x", [2, 3])
+    logits = g.matmul(x, g.parameter("w", [3, 4]))
+    g.set_outputs({"logits": logits, "probs": g.softmax(logits)})
+    model = export_onnx(g)
+    assert [o.name for o in model.graph.output] == ["logits", "probs"]
+    s = build_inference_session(g)
+    xv = np.arange(6, dtype=np.float32).reshape(2, 3)
+    s.set_input("x", xv)
+    s.step()
+    want = xv @ default_parameters(g)["w"]
+    np.testing.assert_allclose(s.read_output("logits"), want, rtol=1e-6)
+    np.testing.assert_allclose(s.read_output("probs").sum(axis=1), [1.0, 1.0], rtol=1e-6)
+    assert s.output_names() == ["logits", "probs"]
+    with pytest.raises(KeyError, match="no output named 'loss'"):
+        s.read_output("loss")
+
+
+def test_list_outputs_keep_their_positional_names_and_clashing_names_are_rejected():
+    g = Graph()
+    x = g.input("x", [2])
+    g.set_outputs([g.relu(x), g.neg(x)])
+    assert [o.name for o in export_onnx(g).graph.output] == ["output_0", "output_1"]
+    g.set_outputs({"x": g.relu(x)})
+    with pytest.raises(ValueError, match="output name 'x' is also the name of an input"):
+        export_onnx(g)
+    with pytest.raises(ValueError, match="non-empty strings"):
+        g.set_outputs({"": x})
+
+
+def test_training_session_keeps_output_names():
+    from meganeura_onnx import build_session
+
+    g = Graph()
+    x = g.input("x", [4, 3])
+    logits = g.matmul(x, g.parameter("w", [3, 2]))
+    g.set_outputs({"loss": g.mse_loss(logits, g.input("y", [4, 2])), "logits": logits})
+    s = build_session(g, optimizer=None)
+    xv = np.ones((4, 3), np.float32)
+    s.set_input("x", xv)
+    s.step()
+    assert s.output_names()[:2] == ["loss", "logits"]  # then the gradients, grad.<name>
+    np.testing.assert_allclose(s.read_output("logits"), xv @ s.read_param("w"), rtol=1e-6)

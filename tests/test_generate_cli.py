@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from meganeura_cli import ROOT, meganeura
+from cli_launch import ROOT, meganeura
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

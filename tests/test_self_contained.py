@@ -66,7 +66,7 @@ def test_no_tracked_file_refers_outside_the_repository():
         "see #" + "6 for the plan",
         "wrote /root" + "/out/x.json",
         "from the lead's tree: /work" + "/main/custom_ops",
-        "the notes in ../../" + "notes.txt",
+        "the notes in ../" + "../notes.txt",
     ],
 )
 def test_the_check_catches_each_kind_of_outside_reference(line):

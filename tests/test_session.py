@@ -221,3 +221,21 @@ def test_position_limits_cover_only_cache_positions():
     cfg = llama.PRESETS["tiny"]
     assert position_limits(llama.build_graph(cfg, "decode", 1, 32)) == {"kv_pos": 31}
     assert position_limits(llama.build_graph(cfg, "prefill", 8, 32)) == {"kv_pos": 24}
+
+
+def test_training_leaves_the_callers_parameter_arrays_unchanged():
+    # On CPU an OrtValue made from a numpy array shares its memory: the session must copy.
+    from meganeura_onnx.runtime.training import build_session
+
+    g = Graph()
+    w = g.parameter("w", [4, 2])
+    g.set_outputs([g.mse_loss(g.matmul(g.input("x", [3, 4]), w), g.input("y", [3, 2]))])
+    given = {"w": np.full((4, 2), 0.5, np.float32)}
+    s = build_session(g, optimizer="sgd", parameters=given)
+    s.set_learning_rate(0.1)
+    s.set_input("x", np.ones((3, 4)))
+    s.set_input("y", np.zeros((3, 2)))
+    for _ in range(3):
+        s.step()
+    assert not np.allclose(s.read_param("w"), 0.5)
+    np.testing.assert_array_equal(given["w"], np.full((4, 2), 0.5, np.float32))

@@ -12,7 +12,7 @@ import subprocess
 import time
 
 import onnx
-from meganeura_cli import MEGANEURA, ROOT
+from cli_launch import MEGANEURA, ROOT
 
 from meganeura_onnx.io import load_checkpoint
 

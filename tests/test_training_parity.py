@@ -57,15 +57,13 @@ def _llama_case(seed: int = 0):
             params[k] = rng.uniform(0.5, 1.5, params[k].shape).astype(np.float32)
     # Two sequences alternating: varied data, yet few enough that 20 steps visibly lower the loss.
     seqs = [rng.integers(0, LLAMA["vocab"], SEQ + 1) for _ in range(2)]
-    batches = [
-        {"ids": ids[:-1].astype(np.uint32), "labels": np.eye(LLAMA["vocab"], dtype=np.float32)[ids[1:]]} for ids in seqs * (STEPS // 2)
-    ]
+    batches = [{"ids": ids[:-1].astype(np.uint32), "labels": ids[1:].astype(np.uint32)} for ids in seqs * (STEPS // 2)]
     w, loss_fn = tiny_llama.torch_model(params, **LLAMA)
 
     def torch_loss(b):
-        return loss_fn(torch.tensor(b["ids"].astype(np.int64))[None], torch.tensor(b["labels"]))
+        return loss_fn(torch.tensor(b["ids"].astype(np.int64))[None], torch.tensor(b["labels"].astype(np.int64)))
 
-    return g, params, batches, w, torch_loss, lambda s, b: (s.set_input_u32("input_ids", b["ids"]), s.set_input("labels", b["labels"]))
+    return g, params, batches, w, torch_loss, _feed_tokens
 
 
 def _llama_batched_case(seed: int = 0, batch: int = 3):
@@ -74,13 +72,18 @@ def _llama_batched_case(seed: int = 0, batch: int = 3):
     params = default_parameters(g, seed)
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, LLAMA["vocab"], (batch, SEQ + 1))
-    b = {"ids": ids[:, :-1].reshape(-1).astype(np.uint32), "labels": np.eye(LLAMA["vocab"], dtype=np.float32)[ids[:, 1:].reshape(-1)]}
+    b = {"ids": ids[:, :-1].reshape(-1).astype(np.uint32), "labels": ids[:, 1:].reshape(-1).astype(np.uint32)}
     w, loss_fn = tiny_llama.torch_model(params, **LLAMA)
 
     def torch_loss(b):
-        return loss_fn(torch.tensor(b["ids"].astype(np.int64)).view(batch, SEQ), torch.tensor(b["labels"]))
+        return loss_fn(torch.tensor(b["ids"].astype(np.int64)).view(batch, SEQ), torch.tensor(b["labels"].astype(np.int64)))
 
-    return g, params, [b] * STEPS, w, torch_loss, lambda s, b: (s.set_input_u32("input_ids", b["ids"]), s.set_input("labels", b["labels"]))
+    return g, params, [b] * STEPS, w, torch_loss, _feed_tokens
+
+
+def _feed_tokens(s, b) -> None:
+    s.set_input_u32("input_ids", b["ids"])
+    s.set_input_u32("labels", b["labels"])  # next-token ids: F.cross_entropy on the PyTorch side
 
 
 CASES = {"mlp": _mlp_case, "llama_block": _llama_case, "llama_block_batch3": _llama_batched_case}

@@ -7,8 +7,10 @@ doc_string names the Graph node, so a Netron view leads back to the program.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +27,9 @@ DEFAULT_OPSET = 21
 """Portable default: loads in ORT 1.19 (the last onnxruntime-training) up to today's ORT."""
 IR_VERSION = 10
 """ORT accepts IR <= 13 (1.31) and <= 10 (1.19); onnx 1.23 would default to 14."""
-EXTERNAL_DATA_BYTES = 1 << 30
-"""Parameter bytes above which ``export_onnx`` writes weights to a side file (protobuf caps at 2 GiB)."""
+EXTERNAL_DATA_BYTES = 32 << 20
+"""Parameter bytes above which ``export_onnx`` streams weights to a side file (protobuf caps at 2 GiB,
+and serialising large weights through protobuf costs seconds)."""
 
 ONNX_DTYPE = {DType.F32: TensorProto.FLOAT, DType.U32: TensorProto.UINT32}
 
@@ -71,12 +74,18 @@ def to_model(
     with_state: bool = False,
     extra_outputs: Mapping[str, NodeId] | None = None,
     model_name: str = "meganeura",
+    deferred: dict[str, np.ndarray] | None = None,
+    int64_indices: bool = False,
 ) -> tuple[onnx.ModelProto, ExportSpec]:
     """Lower ``graph`` to ONNX.
 
     ``parameters``: values for initializers (required unless ``params_as_inputs``).
     ``with_state``: expose each cache_write'd input's next value as an output ``<name>.next``.
     ``extra_outputs``: more named outputs (used by the training transform).
+    ``deferred``: when given, parameter initializers are left without data (name, type and shape
+    only) and their arrays are put in this dict, for :func:`save_model` to stream to the file.
+    ``int64_indices``: U32 inputs are declared int64 in the file (token ids, masks and positions are
+    int64 in the ONNX ecosystem's LLM files) and cast to uint32 on entry.
     """
     opset = DEFAULT_OPSET if opset is None else int(opset)
     if not 21 <= opset <= 24:
@@ -89,12 +98,21 @@ def to_model(
     names: dict[NodeId, str] = {}
     g_inputs: list[onnx.ValueInfoProto] = []
 
-    def vinfo(name: str, nid: NodeId) -> onnx.ValueInfoProto:
+    def vinfo(name: str, nid: NodeId, elem_type: int | None = None) -> onnx.ValueInfoProto:
         ty = graph.node(nid).ty
-        return helper.make_tensor_value_info(name, ONNX_DTYPE[ty.dtype], list(ty.shape))
+        # A symbolic dim is written as dim_param (its name, or the canonical expression "batch*seq").
+        return helper.make_tensor_value_info(name, elem_type or ONNX_DTYPE[ty.dtype], list(ty.shape))
 
+    for n in graph.nodes():  # where lowerings read each symbolic size (Shape of the first input naming it)
+        for axis, d in enumerate(n.ty.shape if n.op in ("input", "input_u32") else ()):
+            if isinstance(d, str):
+                ctx.symbols.setdefault(d, (n.attrs["name"], axis))
     for n in graph.nodes():
-        if n.op in ("input", "input_u32"):
+        if n.op == "input_u32" and int64_indices:
+            names[n.id] = ctx.op("Cast", n.attrs["name"], to=TensorProto.UINT32)
+            g_inputs.append(vinfo(n.attrs["name"], n.id, TensorProto.INT64))
+            spec.inputs.append(n.attrs["name"])
+        elif n.op in ("input", "input_u32"):
             names[n.id] = n.attrs["name"]
             g_inputs.append(vinfo(n.attrs["name"], n.id))
             spec.inputs.append(n.attrs["name"])
@@ -110,7 +128,11 @@ def to_model(
                 value = np.asarray(parameters[name], dtype=np.float32)
                 if value.shape != n.ty.shape:
                     raise ValueError(f"export: parameter {name!r} has shape {list(value.shape)}, expected {list(n.ty.shape)}")
-                ctx.initializers.append(numpy_helper.from_array(value, name))
+                if deferred is None:
+                    ctx.initializers.append(numpy_helper.from_array(value, name))
+                else:
+                    deferred[name] = value
+                    ctx.initializers.append(TensorProto(name=name, data_type=TensorProto.FLOAT, dims=value.shape))
         elif n.op == "constant":
             names[n.id] = f"const_{n.id}"
             ctx.initializers.append(numpy_helper.from_array(n.attrs["value"].astype(np.float32), names[n.id]))
@@ -120,7 +142,7 @@ def to_model(
             names[n.id] = OPS[n.op].lowering(ctx, n, *(names[i] for i in n.inputs))
     ctx.prefix, ctx.doc = "", ""
 
-    outputs: list[tuple[str, NodeId]] = [(f"output_{k}", nid) for k, nid in enumerate(graph.outputs())]
+    outputs: list[tuple[str, NodeId]] = list(graph.named_outputs().items())
     if with_state:
         consumers: dict[NodeId, int] = {}
         for n in graph.nodes():
@@ -133,6 +155,7 @@ def to_model(
             if consumers[leaf_ids[name]] == 1 and graph.node(nid).inputs[1] == leaf_ids[name]:
                 spec.inplace.add(name)
     outputs += list((extra_outputs or {}).items())
+    _check_output_names([name for name, _ in outputs], spec.inputs + spec.parameters)
     # A graph output takes over the name of the value that computes it (no Identity copy: an
     # in-place CacheWrite must write straight into the bound state buffer). Values that are graph
     # inputs/initializers or already claimed by another output go through an Identity.
@@ -165,6 +188,17 @@ def to_model(
     return model, spec
 
 
+def _check_output_names(outputs: list[str], leaves: list[str]) -> None:
+    """ONNX value names are one namespace: an output may not repeat another output or a leaf's name."""
+    seen: set[str] = set()
+    for name in outputs:
+        if name in seen:
+            raise ValueError(f"export: output name {name!r} is used twice (outputs {outputs})")
+        if name in leaves:
+            raise ValueError(f"export: output name {name!r} is also the name of an input or parameter; rename the output")
+        seen.add(name)
+
+
 def export_onnx(
     graph: GraphCore,
     path: str | os.PathLike | None = None,
@@ -172,28 +206,120 @@ def export_onnx(
     opset: int | None = None,
     parameters: Mapping[str, np.ndarray] | None = None,
     seed: int = 0,
+    external_data: bool | None = None,
+    int64_indices: bool = False,
+    dim_names: Mapping[str, str] | None = None,
 ) -> onnx.ModelProto:
     """Export ``graph`` as a standalone inference model (parameters as initializers).
 
     ``parameters`` gives weights by name; missing ones take the documented default init
-    (:func:`meganeura_onnx.init.default_parameters` with ``seed``). With ``path`` the file is
-    written too; parameters over 1 GiB go to ``<path>.data`` beside it (ONNX external data).
-    The model passes ``onnx.checker.check_model(full_check=True)``.
+    (:func:`meganeura_onnx.init.default_parameters` with ``seed``; drawn only for those missing).
+    Every input that ``cache_write`` updates (a KV cache) is also an output ``<input>.next``: its
+    value after the step, to feed back as the input of the next step.
+
+    With ``path`` the file is written (missing folders are created; the file appears atomically).
+    ``external_data`` (default: parameters over 32 MiB) streams the weights to ``<path>.data``
+    beside it (ONNX external data) instead of serialising them through protobuf; the returned
+    model then refers to that file. The model passes ``onnx.checker.check_model(full_check=True)``.
+
+    ``int64_indices`` declares U32 inputs int64 (see :func:`to_model`); ``dim_names`` renames
+    symbolic dims of the graph's inputs and outputs in the file, e.g.
+    ``{"past_sequence_length+sequence_length": "total_sequence_length"}``.
     """
     from ..init import default_parameters
 
-    values = default_parameters(graph, seed)
-    unknown = set(parameters or {}) - set(values)
+    names = {n.attrs["name"] for n in graph.nodes() if n.op == "parameter"}
+    unknown = set(parameters or {}) - names
     if unknown:
-        raise ValueError(f"export_onnx: parameters {sorted(unknown)} are not in the graph (it has {sorted(values)})")
+        raise ValueError(f"export_onnx: parameters {sorted(unknown)} are not in the graph (it has {sorted(names)})")
+    values = default_parameters(graph, seed, skip=set(parameters or {}))
     values.update(parameters or {})
-    model, _ = to_model(graph, opset=opset, parameters=values)
+    deferred: dict[str, np.ndarray] = {}
+    model, _ = to_model(graph, opset=opset, parameters=values, with_state=True, deferred=deferred, int64_indices=int64_indices)
+    if dim_names:
+        rename_dims(model, dim_names)
+    if external_data is None:
+        external_data = path is not None and sum(np.asarray(v).nbytes for v in deferred.values()) > EXTERNAL_DATA_BYTES
+    if external_data and path is None:
+        raise ValueError("export_onnx: external_data=True needs a path to write the weights beside")
+    if not external_data:
+        fill_initializers(model, deferred)
     if path is not None:
-        path = Path(path)
-        large = sum(v.nbytes for v in values.values()) > EXTERNAL_DATA_BYTES
-        tmp = path.with_name(path.name + ".tmp")
-        onnx.save_model(
-            model, tmp, save_as_external_data=large, all_tensors_to_one_file=True, location=path.name + ".data", size_threshold=1024
-        )
-        os.replace(tmp, path)
+        save_model(model, path, deferred if external_data else None)
     return model
+
+
+def rename_dims(model: onnx.ModelProto, names: Mapping[str, str]) -> None:
+    """Rename symbolic dims (``dim_param``) of the graph's inputs and outputs."""
+    for value in list(model.graph.input) + list(model.graph.output):
+        for d in value.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param in names:
+                d.dim_param = names[d.dim_param]
+
+
+def fill_initializers(model: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> None:
+    """Put the data of ``values`` into the model's empty initializers of the same names."""
+    for t in model.graph.initializer:
+        if t.name in values:
+            t.raw_data = np.ascontiguousarray(values[t.name], dtype=np.float32).tobytes()
+
+
+def save_model(model: onnx.ModelProto, path: str | os.PathLike, weights: Mapping[str, np.ndarray] | None = None) -> Path:
+    """Write ``model`` to ``path``; with ``weights`` (name -> array of an empty initializer) stream
+    their bytes to ``<path>.data`` and point the initializers there (ONNX external data).
+
+    Missing folders are created. Both files are first written under unique temporary names in the
+    target folder and renamed into place, so a failure leaves no partial file and no fixed name
+    (e.g. ``OUT.tmp``) that a planted symlink could redirect.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temps: list[str] = []
+
+    umask = os.umask(0)
+    os.umask(umask)
+
+    def temp(name: str) -> tuple[int, str]:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=path.parent)
+        temps.append(tmp)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the result gets a normal file's mode
+        return fd, tmp
+
+    try:
+        data_tmp = None
+        if weights:
+            fd, data_tmp = temp(path.name + ".data")
+            with os.fdopen(fd, "wb") as f:
+                _stream_weights(model, weights, f, path.name + ".data")
+        fd, model_tmp = temp(path.name)
+        with os.fdopen(fd, "wb") as f:
+            f.write(model.SerializeToString())
+        if data_tmp is not None:
+            os.replace(data_tmp, path.with_name(path.name + ".data"))
+        os.replace(model_tmp, path)
+    except BaseException:
+        for tmp in temps:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        raise
+    return path
+
+
+def _stream_weights(model: onnx.ModelProto, weights: Mapping[str, np.ndarray], f, location: str) -> None:
+    """Write each weight's bytes straight from its array; large ones start at page-aligned offsets
+    (ONNX Runtime can then map them)."""
+    offset = 0
+    for t in model.graph.initializer:
+        if t.name not in weights:
+            continue
+        arr = np.ascontiguousarray(weights[t.name], dtype="<f4")
+        if arr.nbytes >= 1 << 20 and offset % 4096:
+            pad = 4096 - offset % 4096
+            f.write(b"\0" * pad)
+            offset += pad
+        f.write(memoryview(arr).cast("B"))
+        del t.external_data[:]
+        t.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", location), ("offset", str(offset)), ("length", str(arr.nbytes))):
+            t.external_data.add(key=key, value=value)
+        offset += arr.nbytes

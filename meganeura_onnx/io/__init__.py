@@ -3,7 +3,7 @@ checkpoints in Meganeura's layout (re-exported from :mod:`meganeura_onnx.runtime
 ``Session.save_checkpoint`` uses them: imports flow runtime -> io, never back)."""
 
 from ..runtime.checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
-from .hf import LoadReport, WeightLoadError, checkpoint_shapes, hf_parameters, load_safetensors, read_safetensors
+from .hf import LoadReport, WeightLoadError, checkpoint_shapes, hf_parameters, load_safetensors, parameters_from_file, read_safetensors
 
 __all__ = [
     "Checkpoint",
@@ -14,6 +14,7 @@ __all__ = [
     "hf_parameters",
     "load_checkpoint",
     "load_safetensors",
+    "parameters_from_file",
     "read_safetensors",
     "save_checkpoint",
 ]

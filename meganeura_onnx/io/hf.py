@@ -18,17 +18,16 @@ Missing, unexpected and mis-shaped tensors are collected and reported together: 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from ..graph import Graph
+from ..runtime.safetensors_file import read_header
 from ..runtime.session import Session
 
 TIED = {"lm_head.weight": "model.embed_tokens.weight"}
@@ -37,7 +36,7 @@ TIED = {"lm_head.weight": "model.embed_tokens.weight"}
 IGNORED = (r"(^|\.)position_ids$", r"(^|\.)rotary_emb\.inv_freq$", r"(^|\.)masked_bias$", r"(^|\.)attn\.bias$")
 """Checkpoint tensors that are buffers, not parameters: never reported as unexpected."""
 
-_NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "BF16": np.uint16}
+_FLOAT_DTYPES = ("F32", "F16", "F64", "BF16")
 
 
 class WeightLoadError(ValueError):
@@ -81,54 +80,30 @@ class LoadReport:
         return "\n".join(lines)
 
 
-def _read_header(path: Path) -> tuple[dict, int]:
-    with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) != 8:
-            raise ValueError(f"{path} is not a safetensors file (shorter than 8 bytes)")
-        n = int.from_bytes(raw, "little")
-        if n > os.path.getsize(path) - 8:
-            raise ValueError(f"{path} is not a safetensors file (header length {n} exceeds the file)")
-        header = json.loads(f.read(n))
-    return header, 8 + n
-
-
 def read_safetensors(path: str | os.PathLike, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     """Tensors of a safetensors file as float32 numpy arrays (all of them, or only ``names``).
 
-    F32/F16/F64 go through the ``safetensors`` package; BF16 (which numpy cannot represent) is
-    read from the file's documented layout and widened to float32 bit-exactly.
+    The header is validated first (:func:`~meganeura_onnx.runtime.safetensors_file.read_header`:
+    errors name the file and the tensor). F32/F16/F64 are read as stored; BF16 (which numpy cannot
+    represent) is widened to float32 bit-exactly. Integer tensors are skipped (never parameters).
     """
-    from safetensors import safe_open
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no safetensors file at {path}")
-    header, data_start = _read_header(path)
-    header.pop("__metadata__", None)
-    wanted = set(header) if names is None else set(names) & set(header)
+    header = read_header(path)
+    wanted = set(header.tensors) if names is None else set(names) & set(header.tensors)
     out: dict[str, np.ndarray] = {}
-    with safe_open(str(path), framework="numpy") as f:
-        for name in sorted(wanted):
-            info = header[name]
-            dtype = info["dtype"]
-            if dtype not in _NUMPY_DTYPES:
-                continue  # integer buffers (position_ids, ...) are never parameters
-            if dtype == "BF16":
-                begin, end = info["data_offsets"]
-                bits = np.fromfile(path, dtype="<u2", count=(end - begin) // 2, offset=data_start + begin)
-                arr = (bits.astype(np.uint32) << 16).view(np.float32).reshape(info["shape"])
-            else:
-                arr = f.get_tensor(name)
-            out[name] = np.ascontiguousarray(arr, dtype=np.float32)
+    for name in sorted(wanted):
+        dtype = header.tensors[name].dtype
+        if dtype not in _FLOAT_DTYPES:
+            continue  # integer buffers (position_ids, ...) are never parameters
+        arr = header.read(name)
+        if dtype == "BF16":
+            arr = (arr.astype(np.uint32) << 16).view(np.float32)
+        out[name] = np.ascontiguousarray(arr, dtype=np.float32)
     return out
 
 
 def checkpoint_shapes(path: str | os.PathLike) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every tensor in a safetensors file, without reading the data."""
-    header, _ = _read_header(Path(path))
-    header.pop("__metadata__", None)
-    return {k: tuple(v["shape"]) for k, v in header.items()}
+    return {name: info.shape for name, info in read_header(path).tensors.items()}
 
 
 def match(
@@ -169,6 +144,9 @@ def _resolve(
             raise WeightLoadError(message, report)
         warnings.warn(message + "\n  (strict=False: loading what matches)", stacklevel=3)
     tensors = read_safetensors(path, set(pairs.values()))
+    unreadable = sorted(name for name, src in pairs.items() if src not in tensors)
+    if unreadable:  # an integer tensor where a float parameter belongs
+        raise WeightLoadError(f"{path}: tensors {unreadable} are not floating point (F32/F16/BF16/F64)", report)
     return {name: tensors[src] for name, src in pairs.items()}, report
 
 
@@ -179,6 +157,28 @@ def hf_parameters(graph: Graph, path: str | os.PathLike, *, strict: bool = True,
     expected = {name: ty.shape for name, ty in graph.parameters().items()}
     values, _ = _resolve(expected, path, strict, ignore)
     return values
+
+
+OPTIMIZER_STATE = (r"^adam_m\.", r"^adam_v\.")
+"""Tensors of our training checkpoints that are optimizer state, not parameters."""
+
+
+def parameters_from_file(
+    graph: Graph, path: str | os.PathLike, *, allow_missing: bool = False, ignore: Iterable[str] = ()
+) -> tuple[dict[str, np.ndarray], LoadReport]:
+    """Parameters of ``graph`` from a safetensors file: a Hugging Face checkpoint (tied weights and
+    HF buffers handled as in :func:`hf_parameters`) or our training checkpoint (Adam state skipped).
+
+    Every unexpected or mis-shaped tensor, and every missing parameter unless ``allow_missing``, is
+    listed in one :class:`WeightLoadError`. With ``allow_missing`` the report's ``missing`` names
+    the parameters the file lacks (the caller gives them a default). Only the tensors used are read.
+    """
+    expected = {name: ty.shape for name, ty in graph.parameters().items()}
+    pairs, report = match(expected, checkpoint_shapes(path), ignore=tuple(IGNORED) + OPTIMIZER_STATE + tuple(ignore))
+    if report.unexpected or report.mismatched or (report.missing and not allow_missing):
+        raise WeightLoadError(report.describe(str(path)), report)
+    tensors = read_safetensors(path, set(pairs.values()))
+    return {name: tensors[src] for name, src in pairs.items()}, report
 
 
 def load_safetensors(session: Session, path: str | os.PathLike, strict: bool = True, *, ignore: Iterable[str] = ()) -> LoadReport:

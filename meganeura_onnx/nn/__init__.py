@@ -7,7 +7,7 @@ so a safetensors checkpoint loads by name (:mod:`meganeura_onnx.io.hf`).
 
 from .bert import BertAttention, BertConfig, BertEmbeddings, BertIntermediate, BertLayer, BertOutput, BertResidualOutput, BertSelfAttention
 from .layers import Embedding, LayerNorm, Linear, RmsNorm, join
-from .llama import KvCache, LlamaAttention, LlamaConfig, LlamaDecoderLayer, LlamaMLP
+from .llama import KvCache, LlamaAttention, LlamaConfig, LlamaDecoderLayer, LlamaMLP, PastKv
 
 __all__ = [
     "BertAttention",
@@ -26,6 +26,7 @@ __all__ = [
     "LlamaConfig",
     "LlamaDecoderLayer",
     "LlamaMLP",
+    "PastKv",
     "RmsNorm",
     "join",
 ]

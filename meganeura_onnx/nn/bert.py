@@ -1,19 +1,19 @@
 """BERT encoder blocks with Hugging Face ``BertModel`` names (``embeddings.*``, ``encoder.layer.N.*``).
 
 One graph holds one sentence of its true length, so no attention mask is needed: every token
-attends to every other (``full_attention``). Dropout is the identity at inference and is left out.
+attends to every other (``full_attention``); ``batch`` (an int or a symbolic dim) stacks sentences
+of one length in the rows. Dropout is the identity at inference and is left out.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from ..graph import Graph
-from ..ir import NodeId
-from .layers import Embedding, LayerNorm, Linear, join
+from ..ir import Dim, NodeId
+from .layers import Embedding, LayerNorm, Linear, join, read_config_json
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class BertConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> BertConfig:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        return cls.from_dict(read_config_json(path))
 
 
 @dataclass
@@ -95,9 +95,14 @@ class BertSelfAttention:
         q, k, v = (Linear.new(g, join(name, n), d, d) for n in ("query", "key", "value"))
         return cls(q, k, v, cfg.num_attention_heads, cfg.head_dim)
 
-    def forward(self, g: Graph, x: NodeId) -> NodeId:
+    def forward(self, g: Graph, x: NodeId, batch: Dim = 1) -> NodeId:
+        """``batch`` sequences of equal length stacked in the rows of x (an int or a symbolic dim)."""
         q, k, v = (p.forward(g, x) for p in (self.query, self.key, self.value))
-        return g.full_attention(q, k, v, self.num_heads, self.num_heads, self.head_dim)
+        if batch == 1:
+            return g.full_attention(q, k, v, self.num_heads, self.num_heads, self.head_dim)
+        return g.apply(
+            "full_attention", q, k, v, num_heads=self.num_heads, num_kv_heads=self.num_heads, head_dim=self.head_dim, batch=batch
+        )
 
 
 @dataclass
@@ -129,8 +134,8 @@ class BertAttention:
     def new(cls, g: Graph, name: str, cfg: BertConfig) -> BertAttention:
         return cls(BertSelfAttention.new(g, join(name, "self"), cfg), BertResidualOutput.new(g, join(name, "output"), cfg.hidden_size, cfg))
 
-    def forward(self, g: Graph, x: NodeId) -> NodeId:
-        return self.output.forward(g, self.self_attn.forward(g, x), x)
+    def forward(self, g: Graph, x: NodeId, batch: Dim = 1) -> NodeId:
+        return self.output.forward(g, self.self_attn.forward(g, x, batch), x)
 
 
 @dataclass
@@ -167,6 +172,7 @@ class BertLayer:
             BertResidualOutput.new(g, join(name, "output"), cfg.intermediate_size, cfg),
         )
 
-    def forward(self, g: Graph, x: NodeId) -> NodeId:
-        h = self.attention.forward(g, x)
+    def forward(self, g: Graph, x: NodeId, batch: Dim = 1) -> NodeId:
+        """x: the rows of ``batch`` sequences of equal length, one after the other."""
+        h = self.attention.forward(g, x, batch)
         return self.output.forward(g, self.intermediate.forward(g, h), h)

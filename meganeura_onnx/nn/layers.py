@@ -9,10 +9,24 @@ by name without any transposition: a Linear weight is ``[out, in]`` and is appli
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from ..graph import Graph
 from ..ir import NodeId
+
+
+def read_config_json(path: str | Path) -> dict[str, Any]:
+    """A HF ``config.json`` as a dict; ``ValueError`` naming the file if it is not a JSON object."""
+    try:
+        d = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not a JSON config file: {e}") from e
+    if not isinstance(d, dict):
+        raise ValueError(f"{path}: expected a JSON object (a HF config.json), got {type(d).__name__}")
+    return d
 
 
 def join(prefix: str, name: str) -> str:

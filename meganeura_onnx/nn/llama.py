@@ -1,25 +1,27 @@
 """LLaMA blocks with Hugging Face names: attention with GQA + rope, the SwiGLU MLP, the decoder layer.
 
-Every block runs in one of two modes, chosen by what ``forward`` is given:
+Every block runs in one of three modes, chosen by what ``forward`` is given:
 
 - ``cache=None``: plain causal self-attention over the graph's rows (row i at position i). Used for
   full-sequence logits and for training.
 - ``cache=KvCache(...)``: the rows are the tokens at positions ``kv_pos[0] + t``; their keys and
   values are written into per-layer cache inputs with ``cache_write`` and the queries attend to the
-  cache with ``cached_attention`` (DESIGN §3). Those cache inputs become Session state, so they
+  cache with ``cached_attention``. Those cache inputs become Session state, so they
   persist on the device between ``step()`` calls.
+- ``cache=PastKv(...)``: the layout of the ONNX ecosystem's decoder files: the rows are batch
+  sequences of new tokens at ``position_ids``; past keys/values come in as inputs and leave, with this
+  step's appended, as ``present`` outputs; an ``attention_mask`` hides (left) padding.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from ..graph import Graph
 from ..ir import NodeId
-from .layers import Linear, RmsNorm, join
+from .layers import Linear, RmsNorm, join, read_config_json
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ class LlamaConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> LlamaConfig:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        return cls.from_dict(read_config_json(path))
 
     def to_dict(self) -> dict[str, Any]:
         """A HF-style config dict (``model_type`` llama), loadable by ``transformers.LlamaConfig``."""
@@ -100,6 +102,21 @@ class KvCache:
     @classmethod
     def new(cls, g: Graph, name: str, max_seq: int, kv_dim: int, kv_pos: NodeId) -> KvCache:
         return cls(g.input(join(name, "k_cache"), [max_seq, kv_dim]), g.input(join(name, "v_cache"), [max_seq, kv_dim]), kv_pos)
+
+
+@dataclass
+class PastKv:
+    """One layer's past keys/values in the ONNX ecosystem's decoder layout (Optimum, onnxruntime-genai):
+    inputs ``[batch, kv_heads, past, head_dim]``, the step's ``attention_mask [batch, past + seq]``
+    and ``position_ids [batch, seq]``. ``forward`` fills in the ``present`` keys/values
+    ``[batch, kv_heads, past + seq, head_dim]`` (past followed by this step's)."""
+
+    k: NodeId
+    v: NodeId
+    attention_mask: NodeId
+    position_ids: NodeId
+    present_k: NodeId | None = None
+    present_v: NodeId | None = None
 
 
 @dataclass
@@ -131,10 +148,15 @@ class LlamaAttention:
             cfg.rope_theta,
         )
 
-    def forward(self, g: Graph, x: NodeId, cache: KvCache | None = None) -> NodeId:
+    def forward(self, g: Graph, x: NodeId, cache: KvCache | PastKv | None = None) -> NodeId:
         q, k, v = (p.forward(g, x) for p in (self.q_proj, self.k_proj, self.v_proj))
         heads = (self.num_heads, self.num_kv_heads, self.head_dim)
-        if cache is None:
+        if isinstance(cache, PastKv):  # rows = batch sequences of new tokens; keys/values grow by concat
+            q = g.rope_positions(q, cache.position_ids, self.rope_theta, self.head_dim)
+            k = g.rope_positions(k, cache.position_ids, self.rope_theta, self.head_dim)
+            cache.present_k, cache.present_v = g.kv_concat(cache.k, k), g.kv_concat(cache.v, v)
+            out = g.masked_causal_attention(q, cache.present_k, cache.present_v, cache.attention_mask, *heads)
+        elif cache is None:
             q, k = g.rope(q, self.rope_theta, self.head_dim), g.rope(k, self.rope_theta, self.head_dim)
             out = g.causal_attention(q, k, v, *heads)
         else:
@@ -185,6 +207,6 @@ class LlamaDecoderLayer:
             LlamaMLP.new(g, join(name, "mlp"), d, cfg.intermediate_size),
         )
 
-    def forward(self, g: Graph, x: NodeId, cache: KvCache | None = None) -> NodeId:
+    def forward(self, g: Graph, x: NodeId, cache: KvCache | PastKv | None = None) -> NodeId:
         h = g.add(x, self.self_attn.forward(g, self.input_layernorm.forward(g, x), cache))
         return g.add(h, self.mlp.forward(g, self.post_attention_layernorm.forward(g, h)))

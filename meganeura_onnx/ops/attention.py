@@ -13,9 +13,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import NodeId, TensorType
+from ..ir import Dim, NodeId, TensorType, dim_add, dim_div, dim_mul, dim_symbols
 from .onnx_util import NEG_INF, arange, attend
 from .table import examples, op, positive_int, rank, require
+
+
+def check_batch(name: str, batch: Dim) -> None:
+    """``batch`` (sequences stacked in the rows) is a positive int or a symbolic dim (``"batch"``)."""
+    if isinstance(batch, str):
+        try:
+            ok = bool(dim_symbols(batch))
+        except ValueError:
+            ok = False
+        require(ok, name, f"batch must be a positive int or a symbolic dim (a name such as 'batch'), got {batch!r}")
+    else:
+        positive_int(name, batch, "batch")
 
 
 def check_heads(name: str, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
@@ -58,9 +70,9 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
             f"k and v must both be [kv_seq, {num_kv_heads}*{head_dim}], got k {list(k.shape)} and v {list(v.shape)}",
         )
         batch = _.get("batch", 1)
-        positive_int(name, batch, "batch")
+        check_batch(name, batch)
         require(
-            q.shape[0] % batch == 0 and k.shape[0] % batch == 0,
+            dim_div(q.shape[0], batch) is not None and dim_div(k.shape[0], batch) is not None,
             name,
             f"batch={batch} must divide the rows of q {list(q.shape)} and k {list(k.shape)}",
         )
@@ -85,11 +97,11 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
     @d.onnx
     def _(ctx, node, q, k, v):
         a = node.attrs
-        if a.get("batch", 1) > 1:
+        if a.get("batch", 1) != 1:
             return _batched_attention(ctx, node, q, k, v, _is_causal(a))
         mask = None
         if _is_causal(a):
-            seq = ctx.input_types(node)[0].shape[0]
+            seq = ctx.scalar(ctx.input_types(node)[0].shape[0])
             mask = (arange(ctx, seq), arange(ctx, seq))
         return attend(ctx, q, k, v, a["head_dim"], a["num_heads"] // a["num_kv_heads"], mask)
 
@@ -130,9 +142,9 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
             causal=_is_causal(a),
             batch=a.get("batch", 1),
         )
-        shapes = [g.node(i).ty.shape for i in (q, k, v)]
-        starts = np.cumsum([0] + [int(np.prod(sh)) for sh in shapes])
-        return [g.apply("take", packed, start=int(st), shape=sh) for st, sh in zip(starts, shapes, strict=False)]
+        types = [g.node(i).ty for i in (q, k, v)]
+        starts = [0, types[0].elements(), dim_add(types[0].elements(), types[1].elements())]  # symbolic with the rows
+        return [g.apply("take", packed, start=st, shape=t.shape) for st, t in zip(starts, types, strict=True)]
 
 
 _declare("causal_attention", causal=True, same_seq=True)
@@ -160,8 +172,12 @@ def _(
     batch: int = 1,
 ) -> TensorType:
     check_heads("attention_backward", num_heads, num_kv_heads, head_dim)
-    positive_int("attention_backward", batch, "batch")
-    require(q.shape[0] % batch == 0 and k.shape[0] % batch == 0, "attention_backward", f"batch={batch} must divide the rows of q and k")
+    check_batch("attention_backward", batch)
+    require(
+        dim_div(q.shape[0], batch) is not None and dim_div(k.shape[0], batch) is not None,
+        "attention_backward",
+        f"batch={batch} must divide the rows of q and k",
+    )
     require(
         q.shape[1] == num_heads * head_dim and dy.shape == q.shape,
         "attention_backward",
@@ -177,7 +193,7 @@ def _(
         "attention_backward",
         f"causal needs q and k of the same length, got {q.shape[0]} and {k.shape[0]}",
     )
-    return TensorType((q.num_elements() + 2 * k.num_elements(),))
+    return TensorType((dim_add(q.elements(), dim_mul(2, k.elements())),))
 
 
 @attention_backward.numpy
@@ -227,7 +243,7 @@ class _Heads:
             return xh
         c, shape = self.ctx, [self.B, self.KVH, self.rep, rows, self.hd]
         return c.reshape(
-            c.op("Expand", c.reshape(xh, [self.B, self.KVH, 1, rows, self.hd]), c.ints(shape)), [self.B, self.H, rows, self.hd]
+            c.op("Expand", c.reshape(xh, [self.B, self.KVH, 1, rows, self.hd]), c.shape_tensor(shape)), [self.B, self.H, rows, self.hd]
         )
 
     def group_sum(self, xh, rows):
@@ -245,7 +261,8 @@ class _Heads:
         c = self.ctx
         scores = c.op("Mul", c.op("MatMul", qh, self.t(kh)), c.const(1.0 / np.sqrt(self.hd)))
         if causal:
-            hidden = c.op("Greater", c.op("Unsqueeze", arange(c, S), c.ints([0])), c.op("Unsqueeze", arange(c, T), c.ints([1])))
+            kpos, qpos = arange(c, c.scalar(S)), arange(c, c.scalar(T))
+            hidden = c.op("Greater", c.op("Unsqueeze", kpos, c.ints([0])), c.op("Unsqueeze", qpos, c.ints([1])))
             scores = c.op("Where", hidden, c.const(NEG_INF), scores)
         return c.op("Softmax", scores, axis=-1)
 
@@ -253,7 +270,7 @@ class _Heads:
 def _batched_attention(ctx, node, q, k, v, causal: bool) -> str:
     a = node.attrs
     B = a["batch"]
-    T, S = ctx.input_types(node)[0].shape[0] // B, ctx.input_types(node)[1].shape[0] // B
+    T, S = dim_div(ctx.input_types(node)[0].shape[0], B), dim_div(ctx.input_types(node)[1].shape[0], B)
     h = _Heads(ctx, B, a["num_heads"], a["num_kv_heads"], a["head_dim"])
     p = h.probs(h.split(q, h.H, T), h.expand(h.split(k, h.KVH, S), S), T, S, causal)
     return h.merge(ctx.op("MatMul", p, h.expand(h.split(v, h.KVH, S), S)), h.H * h.hd)
@@ -263,7 +280,7 @@ def _batched_attention(ctx, node, q, k, v, causal: bool) -> str:
 def _(ctx, node, q, k, v, dy):
     a = node.attrs
     B = a.get("batch", 1)
-    T, S = ctx.input_types(node)[0].shape[0] // B, ctx.input_types(node)[1].shape[0] // B
+    T, S = dim_div(ctx.input_types(node)[0].shape[0], B), dim_div(ctx.input_types(node)[1].shape[0], B)
     h = _Heads(ctx, B, a["num_heads"], a["num_kv_heads"], a["head_dim"])
     qh, doh = h.split(q, h.H, T), h.split(dy, h.H, T)
     kh, vh = h.expand(h.split(k, h.KVH, S), S), h.expand(h.split(v, h.KVH, S), S)
@@ -294,13 +311,14 @@ examples(
 
 
 @take.shape
-def _(x: TensorType, *, start: int, shape: tuple[int, ...]) -> TensorType:
+def _(x: TensorType, *, start: Dim, shape: tuple[Dim, ...]) -> TensorType:
     out = TensorType(tuple(shape))
-    require(
-        isinstance(start, int) and 0 <= start and start + out.num_elements() <= x.num_elements(),
-        "take",
-        f"elements [{start}, {start} + {out.num_elements()}) do not fit in x {list(x.shape)}",
-    )
+    end = dim_add(start, out.elements())
+    if isinstance(start, int) and isinstance(end, int) and isinstance(x.elements(), int):
+        fits = 0 <= start and end <= x.num_elements()
+    else:  # symbolic offsets (the packed gradients of attention over symbolic rows): the slice is checked at run time
+        fits = isinstance(start, (int, str)) and not isinstance(start, bool)
+    require(fits, "take", f"elements [{start}, {end}) do not fit in x {list(x.shape)}")
     return out
 
 
@@ -309,9 +327,10 @@ take.numpy(lambda x, *, start, shape: x.reshape(-1)[start : start + int(np.prod(
 
 @take.onnx
 def _(ctx, node, x):
-    start, shape = node.attrs["start"], list(node.attrs["shape"])
+    start, shape = node.attrs["start"], list(node.ty.shape)
+    end = dim_add(start, node.ty.elements())
     flat = ctx.reshape(x, [-1])
-    return ctx.reshape(ctx.op("Slice", flat, ctx.ints([start]), ctx.ints([start + int(np.prod(shape))]), ctx.ints([0])), shape)
+    return ctx.reshape(ctx.op("Slice", flat, ctx.size(start), ctx.size(end), ctx.ints([0])), shape)
 
 
 examples(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import NodeId, TensorType
-from .table import examples, op, positive_int, require
+from .table import examples, op, positive_int, require, static_shape
 
 conv2d = op("conv2d", ("x", "kernel"))
 concat = op("concat", ("a", "b"))
@@ -15,6 +15,7 @@ upsample_2x = op("upsample_2x", ("x",))
 
 
 def _elements(name: str, arg: str, t: TensorType, want: int, formula: str) -> None:
+    static_shape(name, t, arg)  # flat NCHW ops take their sizes as static ints
     require(t.num_elements() == want, name, f"{arg} must hold {formula} = {want} elements, got shape {list(t.shape)}")
 
 

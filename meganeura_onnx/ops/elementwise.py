@@ -7,8 +7,8 @@ import math
 import numpy as np
 from onnx import TensorProto
 
-from ..ir import NodeId, TensorType
-from .table import Feeds, examples, op, rank, require, same_shape
+from ..ir import Dim, NodeId, TensorType, dim_symbols
+from .table import OPS, Feeds, examples, op, rank, require, same_shape
 
 SHAPES = ({"shape": [3, 5]}, {"shape": [2, 3, 4]})
 
@@ -212,6 +212,51 @@ examples(
 )
 
 
+# -- x * scale / count with a count that may be symbolic (means over a symbolic batch in gradients) ----
+scale_by_count = op("scale_by_count", ("x",))
+
+
+@scale_by_count.shape
+def _(x: TensorType, *, scale: float, count: Dim) -> TensorType:
+    require(isinstance(scale, (int, float)) and not isinstance(scale, bool), "scale_by_count", f"scale must be a number, got {scale!r}")
+    ok = isinstance(count, int) and not isinstance(count, bool) and count > 0
+    if isinstance(count, str):
+        try:
+            ok = bool(dim_symbols(count))
+        except ValueError:
+            ok = False
+    require(ok, "scale_by_count", f"count must be a positive int or a symbolic dim, got {count!r}")
+    return x
+
+
+scale_by_count.numpy(lambda x, *, scale, count: x * x.dtype.type(scale / count))
+
+
+@scale_by_count.onnx
+def _(ctx, node, x):
+    scale, count = float(node.attrs["scale"]), node.attrs["count"]
+    if isinstance(count, int):
+        return ctx.op("Mul", x, ctx.const(scale / count))
+    y = x if scale == 1.0 else ctx.op("Mul", x, ctx.const(scale))
+    return ctx.op("Div", y, ctx.cast(ctx.size(count), TensorProto.FLOAT))  # the count is read at run time
+
+
+scale_by_count.vjp(lambda g, node, dy: [g.apply("scale_by_count", dy, **node.attrs)])
+examples(
+    scale_by_count,
+    lambda g, f, shape, scale, count: g.apply("scale_by_count", f.param(g, "x", shape), scale=scale, count=count),
+    {"shape": [3, 5], "scale": -1.5, "count": 4},
+    {"shape": [6], "scale": 1.0, "count": 3},
+)
+
+
+def mean_scale(g, x: NodeId, scale: float, count: Dim) -> NodeId:
+    """``x * scale / count`` as the gradient rules need it: an ``affine`` when the count is static."""
+    if isinstance(count, int):
+        return g.affine(x, scale * (1.0 / count), 0.0)
+    return g.apply("scale_by_count", x, scale=float(scale), count=count)
+
+
 def _scalar_op(name: str, np_fn, onnx_type: str, vjp) -> None:
     d = op(name, ("x", "s"))
 
@@ -228,6 +273,21 @@ def _scalar_op(name: str, np_fn, onnx_type: str, vjp) -> None:
 
 _scalar_op("mul_scalar", np.multiply, "Mul", lambda g, node, dy: [g.mul_scalar(dy, node.inputs[1]), g.sum_all(g.mul(dy, node.inputs[0]))])
 _scalar_op("add_scalar", np.add, "Add", lambda g, node, dy: [dy, g.sum_all(dy)])
+
+# -- e-graph rules (the optimizer reads them here; each is exact in floating point) --------------------
+OPS["neg"].rewrite("double_negation", "(neg (neg ?x))", "?x")
+OPS["sub"].rewrite("add_neg_to_sub", "(add ?a (neg ?b))", "(sub ?a ?b)")
+OPS["sub"].rewrite("neg_add_to_sub", "(add (neg ?b) ?a)", "(sub ?a ?b)")
+OPS["sub"].rewrite("neg_of_sub", "(neg (sub ?a ?b))", "(sub ?b ?a)")
+OPS["add"].rewrite("sub_neg_to_add", "(sub ?a (neg ?b))", "(add ?a ?b)")
+OPS["relu"].rewrite("relu_idempotent", "(relu (relu ?x))", "(relu ?x)")
+OPS["abs"].rewrite("abs_idempotent", "(abs (abs ?x))", "(abs ?x)")
+OPS["abs"].rewrite("abs_of_neg", "(abs (neg ?x))", "(abs ?x)")
+# Fusions: one kernel where the unfused form launches two and writes the intermediate.
+OPS["silu"].rewrite("silu_from_sigmoid", "(mul ?x (sigmoid ?x))", "(silu ?x)")
+OPS["silu"].rewrite("silu_from_sigmoid_commuted", "(mul (sigmoid ?x) ?x)", "(silu ?x)")
+swiglu.rewrite("swiglu_from_silu", "(mul (silu ?g) ?u)", "(swiglu ?g ?u)")
+swiglu.rewrite("swiglu_from_silu_commuted", "(mul ?u (silu ?g))", "(swiglu ?g ?u)")
 
 
 class ElementwiseBuilders:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import NodeId, TensorType
+from ..ir import Dim, NodeId, TensorType
 from .lowering import CUSTOM_DOMAIN, function_body
 from .onnx_util import dim, dims
 from .table import examples, op, positive_int, rank, require
@@ -18,31 +18,42 @@ def _check_indices(name: str, idx: np.ndarray, rows: int) -> None:
         raise ValueError(f"{name}: index {int(idx.max())} out of range for {rows} rows")
 
 
+def _index_rows(name: str, indices: TensorType) -> Dim:
+    """Indices are ``[S]`` or ``[B, S]`` (token ids of B sequences, e.g. ``["batch", "seq"]``): B*S rows."""
+    require(indices.rank() in (1, 2), name, f"indices must be 1-D [S] or 2-D [B, S], got shape {list(indices.shape)}")
+    return indices.elements()
+
+
 @embedding.shape
 def _(indices: TensorType, table: TensorType) -> TensorType:
-    rank("embedding", indices, 1, "indices")
+    rows = _index_rows("embedding", indices)
     rank("embedding", table, 2, "table")
-    return TensorType((indices.shape[0], table.shape[1]))
+    return TensorType((rows, table.shape[1]))
 
 
 @embedding.numpy
 def _(indices, table):
     _check_indices("embedding", indices, table.shape[0])
-    return table[indices.astype(np.int64)]
+    return table[indices.reshape(-1).astype(np.int64)]
 
 
-embedding.onnx(lambda ctx, node, idx, table: ctx.op("Gather", table, ctx.to_int64(idx), axis=0))
+def _flat_indices(ctx, node, idx: str) -> str:
+    idx = ctx.to_int64(idx)
+    return ctx.reshape(idx, [-1]) if ctx.input_types(node)[0].rank() == 2 else idx
+
+
+embedding.onnx(lambda ctx, node, idx, table: ctx.op("Gather", table, _flat_indices(ctx, node, idx), axis=0))
 
 
 @scatter_add.shape
 def _(indices: TensorType, src: TensorType, *, num_rows: int) -> TensorType:
-    rank("scatter_add", indices, 1, "indices")
+    rows = _index_rows("scatter_add", indices)
     rank("scatter_add", src, 2, "src")
     positive_int("scatter_add", num_rows, "num_rows")
     require(
-        indices.shape[0] == src.shape[0],
+        rows == src.shape[0],
         "scatter_add",
-        f"indices {list(indices.shape)} and src {list(src.shape)} must have the same number of rows",
+        f"indices {list(indices.shape)} must hold one index per row of src {list(src.shape)}",
     )
     return TensorType((num_rows, src.shape[1]))
 
@@ -51,7 +62,7 @@ def _(indices: TensorType, src: TensorType, *, num_rows: int) -> TensorType:
 def _(indices, src, *, num_rows):
     _check_indices("scatter_add", indices, num_rows)
     out = np.zeros((num_rows, src.shape[1]), dtype=src.dtype)
-    np.add.at(out, indices.astype(np.int64), src)
+    np.add.at(out, indices.reshape(-1).astype(np.int64), src)
     return out
 
 
@@ -73,7 +84,7 @@ def _zero():
 @scatter_add.onnx
 def _(ctx, node, indices, src):
     ctx.use_function(scatter_add_function(ctx.opset))
-    return ctx.op("ScatterAdd", ctx.to_int64(indices), src, domain=CUSTOM_DOMAIN, num_rows=node.attrs["num_rows"])
+    return ctx.op("ScatterAdd", _flat_indices(ctx, node, indices), src, domain=CUSTOM_DOMAIN, num_rows=node.attrs["num_rows"])
 
 
 # Embedding and scatter_add are each other's transpose; the U32 indices get no gradient.
@@ -96,7 +107,8 @@ examples(
 
 class EmbeddingBuilders:
     def embedding(self, indices: NodeId, table: NodeId) -> NodeId:
-        """Rows of table ``[V, D]`` picked by U32 indices ``[S]`` -> ``[S, D]``."""
+        """Rows of table ``[V, D]`` picked by U32 indices ``[S]`` -> ``[S, D]`` (indices ``[B, S]``
+        -> ``[B*S, D]``: the rows of B sequences, one after the other)."""
         return self.apply("embedding", indices, table)
 
     def scatter_add(self, indices: NodeId, src: NodeId, num_rows: int) -> NodeId:

@@ -21,7 +21,7 @@ cached_attention = op("cached_attention", ("q", "k_cache", "v_cache", "kv_pos"),
 
 
 def _kv_pos(name: str, t: TensorType) -> None:
-    require(t.num_elements() == 1, name, f"kv_pos must be a U32 [1] node, got {list(t.shape)}")
+    require(t.elements() == 1, name, f"kv_pos must be a U32 [1] node, got {list(t.shape)}")
 
 
 def check_kv_pos(name: str, kv_pos: int, rows: int, max_seq: int) -> None:
@@ -39,7 +39,9 @@ def _(new_kv: TensorType, cache: TensorType, kv_pos: TensorType) -> TensorType:
         "cache_write",
         f"new_kv {list(new_kv.shape)} and cache {list(cache.shape)} must have the same width",
     )
-    require(new_kv.shape[0] <= cache.shape[0], "cache_write", f"new_kv has {new_kv.shape[0]} rows, more than the cache's {cache.shape[0]}")
+    # A symbolic row count is checked at run time (the kernels and the session's position limits).
+    fits = not (isinstance(new_kv.shape[0], int) and isinstance(cache.shape[0], int)) or new_kv.shape[0] <= cache.shape[0]
+    require(fits, "cache_write", f"new_kv has {new_kv.shape[0]} rows, more than the cache's {cache.shape[0]}")
     return cache
 
 
@@ -79,7 +81,8 @@ def _(q: TensorType, k: TensorType, v: TensorType, kv_pos: TensorType, *, num_he
         name,
         f"k_cache and v_cache must both be [max_seq, {num_kv_heads}*{head_dim}], got {list(k.shape)} and {list(v.shape)}",
     )
-    require(q.shape[0] <= k.shape[0], name, f"q has {q.shape[0]} rows, more than the cache's {k.shape[0]}")
+    fits = not (isinstance(q.shape[0], int) and isinstance(k.shape[0], int)) or q.shape[0] <= k.shape[0]
+    require(fits, name, f"q has {q.shape[0]} rows, more than the cache's {k.shape[0]}")
     return q
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..ir import NodeId, TensorType
-from .table import OPS, examples, op, rank, require
+from .table import OPS, examples, op, rank, require, same_dim
 
 # name: (contracted dim of a, of b, output dims (from a, from b), numpy, which operand ONNX transposes)
 _MATMULS = {
@@ -18,7 +18,7 @@ for _name, (_sig, _ref, (_ka, _kb), (_ma, _nb), (_ta, _tb)) in _MATMULS.items():
     def _shape(a: TensorType, b: TensorType, _name=_name, _sig=_sig, _ka=_ka, _kb=_kb, _ma=_ma, _nb=_nb) -> TensorType:
         rank(_name, a, 2, "a")
         rank(_name, b, 2, "b")
-        require(a.shape[_ka] == b.shape[_kb], _name, f"expects {_sig}: inner dimensions differ, a {list(a.shape)} and b {list(b.shape)}")
+        same_dim(_name, a.shape[_ka], b.shape[_kb], f"expects {_sig}: inner dimensions differ, a {list(a.shape)} and b {list(b.shape)}")
         return TensorType((a.shape[_ma], b.shape[_nb]))
 
     _d.shape(_shape)
@@ -51,7 +51,7 @@ OPS["matmul_at"].vjp(lambda g, node, dy: [g.matmul_bt(node.inputs[1], dy), g.mat
 OPS["matmul_bt"].vjp(lambda g, node, dy: [g.matmul(dy, node.inputs[1]), g.matmul_at(dy, node.inputs[0])])
 
 
-# -- fused product + bias (what the rewrite pass turns matmul/matmul_bt + bias_add into) ------------
+# -- fused product + bias (what the e-graph optimizer turns matmul/matmul_bt + bias_add into) -------
 gemm = op("gemm", ("a", "b", "bias"))
 
 
@@ -62,6 +62,9 @@ def _(a: TensorType, b: TensorType, bias: TensorType, *, trans_b: bool) -> Tenso
     return out
 
 
+# One kernel instead of two, and the product never makes a round trip through memory.
+gemm.rewrite("matmul_bias_to_gemm", "(bias_add (matmul ?a ?b) ?bias)", '(gemm ?a ?b ?bias {"trans_b": False})')
+gemm.rewrite("matmul_bt_bias_to_gemm", "(bias_add (matmul_bt ?a ?b) ?bias)", '(gemm ?a ?b ?bias {"trans_b": True})')
 gemm.numpy(lambda a, b, bias, *, trans_b: (a @ (b.T if trans_b else b)) + bias.reshape(1, -1))
 gemm.onnx(lambda ctx, node, a, b, bias: ctx.op("Gemm", a, b, bias, transB=int(bool(node.attrs["trans_b"]))))
 
@@ -83,7 +86,7 @@ examples(gemm, _ex_gemm, {"m": 3, "k": 4, "n": 5, "trans_b": False}, {"m": 6, "k
 
 class LinalgBuilders:
     def gemm(self, a: NodeId, b: NodeId, bias: NodeId, trans_b: bool = False) -> NodeId:
-        """``a @ b + bias`` (``a @ b.T + bias`` with ``trans_b``): one ONNX Gemm. The rewrite pass
+        """``a @ b + bias`` (``a @ b.T + bias`` with ``trans_b``): one ONNX Gemm. The e-graph optimizer
         fuses ``bias_add(matmul(a, b), bias)`` into this."""
         return self.apply("gemm", a, b, bias, trans_b=bool(trans_b))
 

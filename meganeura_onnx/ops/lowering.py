@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..ir import Dim, dim
+
 CUSTOM_DOMAIN = "com.meganeura"
 
 
@@ -28,6 +30,12 @@ class LoweringContext:
         self.prefix = prefix
         self.doc = ""
         self.graph: Any = None  # the Graph being lowered (None inside function bodies)
+        # Multi-output ONNX nodes already emitted, by key: the Graph IR has one output per node, so
+        # an op such as adam_update is several IR nodes lowered to ONE ONNX node (the first emits it).
+        self.shared: dict[Any, Any] = {}
+        self.symbols: dict[str, tuple[str, int]] = {}
+        """Symbolic dim name -> (graph input, axis) whose runtime size it is (read with ``Shape``)."""
+        self._sizes: dict[Dim, str] = {}
 
     def input_types(self, node: Any) -> list:
         """TensorTypes of a Graph node's inputs (lowerings that need static sizes read them here)."""
@@ -79,7 +87,53 @@ class LoweringContext:
         self.nodes.append(node)
         return out
 
-    def reshape(self, x: str, shape: list[int] | tuple[int, ...]) -> str:
+    def size(self, d: Dim) -> str:
+        """A dimension as an int64 ``[1]`` tensor: a constant when static, else computed at run time
+        from the ``Shape`` of the graph input that names each symbol (``"batch*seq"`` -> Mul)."""
+        d = dim(d)
+        if isinstance(d, int):
+            return self.ints([d])
+        if d not in self._sizes:
+            total = None
+            for term in d.split("+"):
+                value = None
+                for factor in term.split("*"):
+                    part = self.ints([int(factor)]) if factor.isdigit() else self._symbol(factor)
+                    value = part if value is None else self.op("Mul", value, part)
+                total = value if total is None else self.op("Add", total, value)
+            self._sizes[d] = total
+        return self._sizes[d]
+
+    def scalar(self, d: Dim) -> int | str:
+        """A dimension as an int (static) or an int64 scalar tensor (symbolic), as the helpers of
+        :mod:`.onnx_util` (``arange``, ``dims``) take sizes."""
+        d = dim(d)
+        return d if isinstance(d, int) else self.op("Squeeze", self.size(d), self.ints([0]))
+
+    def _symbol(self, name: str) -> str:
+        if name not in self._sizes:
+            if name not in self.symbols:
+                raise ValueError(
+                    f"export: the symbolic dimension {name!r} is not a dimension of any graph input, so its size is unknown at run time"
+                )
+            src, axis = self.symbols[name]
+            self._sizes[name] = self.op("Shape", src, start=axis, end=axis + 1)
+        return self._sizes[name]
+
+    def shape_tensor(self, shape: list[Dim] | tuple[Dim, ...]) -> str:
+        """A 1-D int64 shape tensor; symbolic dims are read at run time (:meth:`size`)."""
+        if all(isinstance(d, int) for d in shape):
+            return self.ints(shape)
+        return self.op("Concat", *(self.size(d) for d in shape), axis=0)
+
+    def reshape(self, x: str, shape: list[Dim] | tuple[Dim, ...]) -> str:
+        """Reshape to ``shape`` (ints, -1 or symbolic dims). A single symbolic dim becomes -1, so
+        the shape stays a constant; more are computed from the inputs' ``Shape``."""
+        symbolic = [k for k, d in enumerate(shape) if not isinstance(d, int)]
+        if len(symbolic) == 1 and -1 not in shape:
+            shape = [-1 if k == symbolic[0] else d for k, d in enumerate(shape)]
+        elif symbolic:
+            return self.op("Reshape", x, self.shape_tensor(shape))
         return self.op("Reshape", x, self.ints(shape))
 
     def cast(self, x: str, to: int) -> str:

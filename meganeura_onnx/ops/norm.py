@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import NodeId, TensorType
-from .table import examples, op, positive_int, rank, require
+from .table import examples, op, positive_int, rank, require, static_shape
 
 rms_norm = op("rms_norm", ("x", "weight"))
 layer_norm = op("layer_norm", ("x", "weight", "bias"))
@@ -72,6 +72,7 @@ def _(
     x: TensorType, weight: TensorType, bias: TensorType, *, batch: int, channels: int, spatial: int, num_groups: int, eps: float
 ) -> TensorType:
     name = "group_norm"
+    static_shape(name, x, "x")
     for arg in ("batch", "channels", "spatial", "num_groups"):
         positive_int(name, locals()[arg], arg)
     _eps(name, eps)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
+from onnx import TensorProto
 
-from ..ir import NodeId, TensorType
+from ..ir import Dim, NodeId, TensorType
+from .elementwise import mean_scale
 from .table import examples, op, rank, same_shape, times_upstream
 
 SCALAR = TensorType((1,))
@@ -36,8 +36,8 @@ sum_all.vjp(lambda g, node, dy: [g.broadcast_to(dy, g.node(node.inputs[0]).ty.sh
 
 @mean_all.vjp
 def _(g, node, dy):
-    shape = g.node(node.inputs[0]).ty.shape
-    return [g.affine(g.broadcast_to(dy, shape), 1.0 / math.prod(shape), 0.0)]
+    ty = g.node(node.inputs[0]).ty
+    return [mean_scale(g, g.broadcast_to(dy, ty.shape), 1.0, ty.elements())]
 
 
 for _d in (sum_all, mean_all):
@@ -104,7 +104,10 @@ def _loss(name: str, pred: str, target: str, ref, lower, pred_range=(-2, 2), tar
 def _ce_lower(ctx, node, logits, labels):
     batch = ctx.input_types(node)[0].shape[0]
     prod = ctx.op("Mul", labels, ctx.op("LogSoftmax", logits, axis=-1))
-    return ctx.op("Mul", ctx.op("ReduceSum", prod, keepdims=0), ctx.const(-1.0 / batch))
+    total = ctx.op("ReduceSum", prod, keepdims=0)
+    if isinstance(batch, int):
+        return ctx.op("Mul", total, ctx.const(-1.0 / batch))
+    return ctx.op("Neg", ctx.op("Div", total, ctx.cast(ctx.size(batch), TensorProto.FLOAT)))  # a symbolic batch, read at run time
 
 
 def _ce_ref(logits, labels):
@@ -117,10 +120,10 @@ ce = _loss("cross_entropy_loss", "logits", "labels", _ce_ref, _ce_lower, rank2=T
 @ce.vjp
 def _(g, node, dy):
     logits, labels = node.inputs
-    inv_b = 1.0 / g.node(logits).ty.shape[0]
+    batch = g.node(logits).ty.shape[0]
     # Meganeura's form (labels need not sum to 1): (softmax * rowsum(labels) - labels) / B
-    dlogits = g.affine(g.sub(g.mul(g.softmax(logits), _rows(g, g.row_sum(labels), labels)), labels), inv_b, 0.0)
-    dlabels = g.affine(g.log_softmax(logits), -inv_b, 0.0)
+    dlogits = mean_scale(g, g.sub(g.mul(g.softmax(logits), _rows(g, g.row_sum(labels), labels)), labels), 1.0, batch)
+    dlabels = mean_scale(g, g.log_softmax(logits), -1.0, batch)
     return [times_upstream(g, dlogits, dy), times_upstream(g, dlabels, dy)]
 
 
@@ -136,16 +139,16 @@ bce = _loss(
 )
 
 
-def _inv_n(g, node) -> float:
-    return 1.0 / g.node(node.inputs[0]).ty.num_elements()
+def _count(g, node) -> Dim:
+    return g.node(node.inputs[0]).ty.elements()
 
 
 @bce.vjp
 def _(g, node, dy):
     p, t = node.inputs
     one_minus_p = g.affine(p, -1.0, 1.0)
-    dp = g.affine(g.div(g.sub(p, t), g.mul(p, one_minus_p)), _inv_n(g, node), 0.0)  # (p - t) / (p (1 - p)) / n
-    dt = g.affine(g.sub(g.log(one_minus_p), g.log(p)), _inv_n(g, node), 0.0)
+    dp = mean_scale(g, g.div(g.sub(p, t), g.mul(p, one_minus_p)), 1.0, _count(g, node))  # (p - t) / (p (1 - p)) / n
+    dt = mean_scale(g, g.sub(g.log(one_minus_p), g.log(p)), 1.0, _count(g, node))
     return [times_upstream(g, dp, dy), times_upstream(g, dt, dy)]
 
 
@@ -167,13 +170,13 @@ l1 = _loss(
 
 @mse.vjp
 def _(g, node, dy):
-    dp = times_upstream(g, g.affine(g.sub(*node.inputs), 2.0 * _inv_n(g, node), 0.0), dy)
+    dp = times_upstream(g, mean_scale(g, g.sub(*node.inputs), 2.0, _count(g, node)), dy)
     return [dp, g.neg(dp)]
 
 
 @l1.vjp
 def _(g, node, dy):
-    dp = times_upstream(g, g.affine(g.sign(g.sub(*node.inputs)), _inv_n(g, node), 0.0), dy)
+    dp = times_upstream(g, mean_scale(g, g.sign(g.sub(*node.inputs)), 1.0, _count(g, node)), dy)
     return [dp, g.neg(dp)]
 
 

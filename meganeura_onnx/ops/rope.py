@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from ..ir import NodeId, TensorType
+from ..ir import Dim, NodeId, TensorType, dim_div, dim_mul
 from .lowering import CUSTOM_DOMAIN, function_body
 from .onnx_util import arange, dim, dims, scalar_of
-from .table import examples, op, positive_int, rank, require
+from .table import examples, op, positive_int, rank, require, static_dim
 
 rope = op("rope", ("x", "offset"), u32=("offset",))
 
@@ -54,10 +54,12 @@ def _(
     period: int | None = None,
 ) -> TensorType:
     rank("rope", x, 2, "x")
+    static_dim("rope", x, 1, "x")
     if period is not None:  # rows = blocks of `period` sequences, positions restart in each
-        positive_int("rope", period, "period")
+        if not isinstance(period, str):
+            positive_int("rope", period, "period")
         require(
-            x.shape[0] % period == 0 and offset is None,
+            dim_div(x.shape[0], period) is not None and offset is None,
             "rope",
             f"period {period} must divide the rows of x {list(x.shape)} (static offsets only)",
         )
@@ -67,7 +69,7 @@ def _(
     require(isinstance(theta, (int, float)) and theta > 0, "rope", f"theta must be a positive number, got {theta!r}")
     require(isinstance(offset_static, int) and offset_static >= 0, "rope", f"pos_offset must be a non-negative int, got {offset_static!r}")
     if offset is not None:
-        require(offset.num_elements() == 1, "rope", f"offset must be a U32 [1] node, got {list(offset.shape)}")
+        require(offset.elements() == 1, "rope", f"offset must be a U32 [1] node, got {list(offset.shape)}")
     return x
 
 
@@ -108,18 +110,27 @@ def _(ctx, node, x, offset=None):
     rows, width = ctx.input_types(node)[0].shape
     period = a.get("period") or rows
     if period != rows:  # [B*S, D] -> [S, B*D]: row s of every sequence shares position s, one Rope
-        x = ctx.reshape(ctx.op("Transpose", ctx.reshape(x, [rows // period, period, width]), perm=[1, 0, 2]), [period, -1])
-        y = _rope_node(ctx, x, dyn, a, width * rows // period)
-        return ctx.reshape(ctx.op("Transpose", ctx.reshape(y, [period, rows // period, width]), perm=[1, 0, 2]), [rows, width])
+        blocks = dim_div(rows, period)
+        x = ctx.reshape(ctx.op("Transpose", ctx.reshape(x, [blocks, period, width]), perm=[1, 0, 2]), [period, -1])
+        y = _rope_node(ctx, x, dyn, a, dim_mul(width, blocks))
+        return ctx.reshape(ctx.op("Transpose", ctx.reshape(y, [period, blocks, width]), perm=[1, 0, 2]), [rows, width])
     return _rope_node(ctx, x, dyn, a, width)
 
 
-def _rope_node(ctx, x, dyn, a, width: int) -> str:
+def _rope_node(ctx, x, dyn, a, width: Dim) -> str:
     if not a.get("inverse", False):
         return ctx.op("Rope", x, dyn, domain=CUSTOM_DOMAIN, theta=float(a["theta"]), head_dim=a["head_dim"], offset=a["offset_static"])
     # Negated angle through the same Rope op: per (i, i + hd/2) pair, R(-a) = S R(a) S with
     # S = diag(1, -1) (negate the second half of every head), so the custom kernel serves both.
     half = a["head_dim"] // 2
+    if not isinstance(width, int):  # a symbolic number of blocks: signs per head, x seen as [rows, heads, hd]
+        signs = ctx.const(np.r_[np.ones(half), -np.ones(half)].astype(np.float32))
+
+        def flip(t: str) -> str:
+            return ctx.op("Reshape", ctx.op("Mul", ctx.reshape(t, [0, -1, a["head_dim"]]), signs), ctx.op("Shape", t))
+
+        y = ctx.op("Rope", flip(x), dyn, domain=CUSTOM_DOMAIN, theta=float(a["theta"]), head_dim=a["head_dim"], offset=a["offset_static"])
+        return flip(y)
     signs = ctx.const(np.tile(np.r_[np.ones(half), -np.ones(half)], width // a["head_dim"]).astype(np.float32))
     y = ctx.op(
         "Rope",

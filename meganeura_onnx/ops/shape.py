@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 from onnx import numpy_helper
 
-from ..ir import NodeId, TensorType
+from ..ir import Dim, NodeId, TensorType, dim_prod, dim_symbols
 from .table import examples, op, rank, require
 
 reshape = op("reshape", ("x",))
@@ -23,28 +23,39 @@ row_sum = op("row_sum", ("x",))
 zeros = op("zeros", (), differentiable=False)
 
 
-def _shape_attr(name: str, shape: Sequence[int]) -> tuple[int, ...]:
-    ok = isinstance(shape, (list, tuple)) and shape and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)
-    require(bool(ok), name, f"shape must be a non-empty list of positive ints, got {shape!r}")
-    return tuple(shape)
+def _valid_dim(d: object) -> bool:
+    if isinstance(d, str):
+        try:
+            return bool(dim_symbols(d))
+        except ValueError:
+            return False
+    return isinstance(d, int) and not isinstance(d, bool) and d > 0
+
+
+def _shape_attr(name: str, shape: Sequence[Dim]) -> tuple[Dim, ...]:
+    ok = isinstance(shape, (list, tuple)) and shape and all(_valid_dim(d) for d in shape)
+    require(bool(ok), name, f"shape must be a non-empty list of positive ints or symbolic dims ('batch', 'batch*seq'), got {shape!r}")
+    return TensorType(tuple(shape)).shape
 
 
 @reshape.shape
-def _(x: TensorType, *, shape: tuple[int, ...]) -> TensorType:
+def _(x: TensorType, *, shape: tuple[Dim, ...]) -> TensorType:
     shp = _shape_attr("reshape", shape)
-    require(math.prod(shp) == x.num_elements(), "reshape", f"cannot reshape {list(x.shape)} ({x.num_elements()} elements) to {list(shp)}")
+    # Symbolic counts must be equal as expressions: [batch, seq, 4] -> ["batch*seq", 4] works.
+    n, want = x.elements(), dim_prod(shp)
+    require(want == n, "reshape", f"cannot reshape {list(x.shape)} ({n} elements) to {list(shp)} ({want} elements)")
     return TensorType(shp)
 
 
 reshape.numpy(lambda x, *, shape: x.reshape(shape))
-reshape.onnx(lambda ctx, node, x: ctx.reshape(x, list(node.attrs["shape"])))
+reshape.onnx(lambda ctx, node, x: ctx.reshape(x, list(node.ty.shape)))
 reshape.vjp(lambda g, node, dy: [g.reshape(dy, g.node(node.inputs[0]).ty.shape)])
 examples(reshape, lambda g, f, a, b: g.reshape(f.param(g, "x", a), b), {"a": [3, 4], "b": [12]}, {"a": [2, 6], "b": [4, 3]})
 
 
-def _broadcast_kind(x: tuple[int, ...], out: tuple[int, ...]) -> str:
+def _broadcast_kind(x: tuple[Dim, ...], out: tuple[Dim, ...]) -> str:
     """Which of the supported broadcasts ``x -> out`` is: scalar, row vector, [1, N] or [M, 1]."""
-    if math.prod(x) == 1:
+    if dim_prod(x) == 1:
         return "scalar"
     if len(out) == 2 and x == (out[1],):
         return "row"
@@ -56,7 +67,7 @@ def _broadcast_kind(x: tuple[int, ...], out: tuple[int, ...]) -> str:
 
 
 @broadcast_to.shape
-def _(x: TensorType, *, shape: tuple[int, ...]) -> TensorType:
+def _(x: TensorType, *, shape: tuple[Dim, ...]) -> TensorType:
     shp = _shape_attr("broadcast_to", shape)
     require(
         bool(_broadcast_kind(x.shape, shp)),
@@ -75,9 +86,9 @@ def _(x, *, shape):
 
 @broadcast_to.onnx
 def _(ctx, node, x):
-    if math.prod(ctx.input_types(node)[0].shape) == 1:
+    if ctx.input_types(node)[0].elements() == 1:
         x = ctx.reshape(x, [1])
-    return ctx.op("Expand", x, ctx.ints(list(node.attrs["shape"])))
+    return ctx.op("Expand", x, ctx.shape_tensor(node.ty.shape))
 
 
 @broadcast_to.vjp
@@ -130,7 +141,7 @@ for _d in (col_sum, row_sum):
 
 
 @zeros.shape
-def _(*, shape: tuple[int, ...]) -> TensorType:
+def _(*, shape: tuple[Dim, ...]) -> TensorType:
     return TensorType(_shape_attr("zeros", shape))
 
 
@@ -139,7 +150,7 @@ zeros.numpy(lambda *, shape: np.zeros(shape, np.float32))
 
 @zeros.onnx
 def _(ctx, node):
-    return ctx.op("ConstantOfShape", ctx.ints(list(node.attrs["shape"])), value=numpy_helper.from_array(np.zeros(1, np.float32)))
+    return ctx.op("ConstantOfShape", ctx.shape_tensor(node.ty.shape), value=numpy_helper.from_array(np.zeros(1, np.float32)))
 
 
 # zeros has no operand; the example adds a parameter so the exported model has an input.
@@ -147,13 +158,14 @@ examples(zeros, lambda g, f, shape: g.add(g.zeros(shape), f.param(g, "x", shape)
 
 
 class ShapeBuilders:
-    def reshape(self, x: NodeId, shape: Sequence[int]) -> NodeId:
-        """The same elements in a new shape (row-major)."""
-        return self.apply("reshape", x, shape=tuple(int(d) for d in shape))
+    def reshape(self, x: NodeId, shape: Sequence[Dim]) -> NodeId:
+        """The same elements in a new shape (row-major). Symbolic dims are allowed where the element
+        counts agree as expressions: ``["batch", "seq", 64]`` -> ``["batch*seq", 64]``."""
+        return self.apply("reshape", x, shape=_dims(shape))
 
-    def broadcast_to(self, x: NodeId, shape: Sequence[int]) -> NodeId:
+    def broadcast_to(self, x: NodeId, shape: Sequence[Dim]) -> NodeId:
         """Repeat x to ``shape``: ``[1]`` -> any shape; ``[N]``, ``[1, N]`` or ``[M, 1]`` -> ``[M, N]``."""
-        return self.apply("broadcast_to", x, shape=tuple(int(d) for d in shape))
+        return self.apply("broadcast_to", x, shape=_dims(shape))
 
     def col_sum(self, x: NodeId) -> NodeId:
         """Sum over rows: ``[M, N] -> [N]`` (the gradient of a bias)."""
@@ -163,6 +175,11 @@ class ShapeBuilders:
         """Sum over each row: ``[M, N] -> [M, 1]``."""
         return self.apply("row_sum", x)
 
-    def zeros(self, shape: Sequence[int]) -> NodeId:
+    def zeros(self, shape: Sequence[Dim]) -> NodeId:
         """An F32 tensor of zeros (no gradient)."""
-        return self.apply("zeros", shape=tuple(int(d) for d in shape))
+        return self.apply("zeros", shape=_dims(shape))
+
+
+def _dims(shape: Sequence[Dim]) -> tuple[Dim, ...]:
+    """Builder arguments as attribute values: numpy ints become ints, symbolic dims stay strings."""
+    return tuple(d if isinstance(d, (str, bool)) or not hasattr(d, "__index__") else int(d) for d in shape)

@@ -24,12 +24,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ir import DType, TensorType
+from ..ir import Dim, DType, TensorType
 
 ShapeRule = Callable[..., TensorType]
 NumpyRef = Callable[..., Any]
 Lowering = Callable[..., str]
 VjpRule = Callable[..., list]
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """An e-graph rewrite rule: ``lhs`` and ``rhs`` are s-expressions over op names of the table.
+
+    ``?name`` is a pattern variable; an op's attributes are an optional last argument written as a
+    Python dict literal (``(gemm ?a ?b ?bias {"trans_b": True})``) or a variable (``?attrs``);
+    left out, they match any attributes on the left and mean ``{}`` on the right. A rule may
+    produce terms that fail a shape rule: the optimizer never extracts those.
+    """
+
+    name: str
+    lhs: str
+    rhs: str
 
 
 @dataclass
@@ -49,6 +64,8 @@ class OpDef:
     lowering: Lowering | None = None
     vjp_rule: VjpRule | None = None
     examples: list[Callable] = field(default_factory=list)
+    rewrites: list[Rewrite] = field(default_factory=list)
+    """E-graph rules stated next to this op (the fused op they produce, or the algebra of this op)."""
 
     def shape(self, fn: ShapeRule) -> ShapeRule:
         self.shape_rule = fn
@@ -65,6 +82,10 @@ class OpDef:
     def vjp(self, fn: VjpRule) -> VjpRule:
         self.vjp_rule = fn
         return fn
+
+    def rewrite(self, name: str, lhs: str, rhs: str) -> None:
+        """Declare the e-graph rule ``lhs -> rhs`` (see :class:`Rewrite`; ``name`` is global, used in reports)."""
+        self.rewrites.append(Rewrite(name, lhs, rhs))
 
     def example(self, fn: Callable) -> Callable:
         """Register ``fn(g, rng) -> (NodeId, feeds)``: a small graph using this op, with its data."""
@@ -89,9 +110,35 @@ def require(cond: bool, op_name: str, message: str) -> None:
         raise ValueError(f"{op_name}: {message}")
 
 
+def _mixed_hint(x: Dim, y: Dim) -> str:
+    if isinstance(x, int) != isinstance(y, int):
+        return " (a static size and a symbolic one are never equated: use the same name, or static sizes on both)"
+    return ""
+
+
 def same_shape(op_name: str, a: TensorType, b: TensorType, names: tuple[str, str] = ("a", "b")) -> TensorType:
-    require(a.shape == b.shape, op_name, f"{names[0]} and {names[1]} must have identical shapes, got {list(a.shape)} and {list(b.shape)}")
+    """Shapes must be identical; symbolic dims agree when they are the same name/expression."""
+    if a.shape != b.shape:
+        hint = next((_mixed_hint(x, y) for x, y in zip(a.shape, b.shape, strict=False) if x != y), "")
+        require(False, op_name, f"{names[0]} and {names[1]} must have identical shapes, got {list(a.shape)} and {list(b.shape)}{hint}")
     return a
+
+
+def same_dim(op_name: str, x: Dim, y: Dim, message: str) -> None:
+    """``x == y`` (symbolic dims by name); the error is ``message`` plus why an int and a name differ."""
+    require(x == y, op_name, message + _mixed_hint(x, y))
+
+
+def static_dim(op_name: str, t: TensorType, axis: int, arg: str) -> int:
+    """``t.shape[axis]``, which this op needs at build time; ValueError naming the argument and dim."""
+    d = t.shape[axis]
+    require(isinstance(d, int), op_name, f"{arg} needs a static size in dimension {axis}, got {d!r} (shape {list(t.shape)})")
+    return d
+
+
+def static_shape(op_name: str, t: TensorType, arg: str) -> None:
+    """Ops that only take static shapes (each says so in its docstring) call this first."""
+    require(t.is_static(), op_name, f"{arg} must have a static shape (this op takes no symbolic dimensions), got {list(t.shape)}")
 
 
 def rank(op_name: str, t: TensorType, r: int, arg: str) -> None:
@@ -119,30 +166,38 @@ class Feeds:
 
     Examples create float operands as parameters (so the gradient tests can differentiate them),
     targets as inputs and indices as U32 inputs, each drawn from a range where the op is defined.
+    A shape may name symbolic dims (``["n", 4]``): the data then has the size ``sizes`` gives each
+    name, and a float operand becomes an input (parameters are static).
     """
 
-    def __init__(self, rng: Any) -> None:
+    def __init__(self, rng: Any, sizes: dict[str, int] | None = None) -> None:
         self.rng = rng
+        self.sizes = dict(sizes or {})
         self.inputs: dict[str, Any] = {}
         self.params: dict[str, Any] = {}
 
-    def _uniform(self, shape: list[int], lo: float, hi: float) -> Any:
+    def _size(self, shape: list) -> list[int]:
+        return [self.sizes[d] if isinstance(d, str) else d for d in shape]
+
+    def _uniform(self, shape: list, lo: float, hi: float) -> Any:
         import numpy as np
 
-        return self.rng.uniform(lo, hi, size=shape).astype(np.float32)
+        return self.rng.uniform(lo, hi, size=self._size(shape)).astype(np.float32)
 
-    def param(self, g: Any, name: str, shape: list[int], lo: float = -1.0, hi: float = 1.0) -> int:
+    def param(self, g: Any, name: str, shape: list, lo: float = -1.0, hi: float = 1.0) -> int:
+        if any(isinstance(d, str) for d in shape):
+            return self.input(g, name, shape, lo, hi)
         self.params[name] = self._uniform(shape, lo, hi)
         return g.parameter(name, shape)
 
-    def input(self, g: Any, name: str, shape: list[int], lo: float = -1.0, hi: float = 1.0) -> int:
+    def input(self, g: Any, name: str, shape: list, lo: float = -1.0, hi: float = 1.0) -> int:
         self.inputs[name] = self._uniform(shape, lo, hi)
         return g.input(name, shape)
 
-    def u32(self, g: Any, name: str, shape: list[int], high: int) -> int:
+    def u32(self, g: Any, name: str, shape: list, high: int) -> int:
         import numpy as np
 
-        self.inputs[name] = self.rng.integers(0, high, size=shape).astype(np.uint32)
+        self.inputs[name] = self.rng.integers(0, high, size=self._size(shape)).astype(np.uint32)
         return g.input_u32(name, shape)
 
 

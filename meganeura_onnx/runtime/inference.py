@@ -9,7 +9,8 @@ import numpy as np
 from ..export import to_model
 from ..graph import Graph
 from ..init import default_parameters
-from .session import Session
+from ..transforms.rewrite import optimize as optimize_graph
+from .session import Session, checked_parameters
 
 
 def position_limits(graph: Graph) -> dict[str, int]:
@@ -17,6 +18,8 @@ def position_limits(graph: Graph) -> dict[str, int]:
     ``cached_attention``: ``max_seq - T`` (rows ``[kv_pos, kv_pos + T)`` must lie in the cache).
 
     ``rope_dynamic_offset`` has no limit a U32 can exceed (its kernels accept offsets up to 2**40).
+    With a symbolic T (a prefill graph of any length) the limit is ``max_seq - 1`` and the kernels
+    check the rest when they run.
     """
     names = {n.id: n.attrs["name"] for n in graph.nodes() if n.op == "input_u32"}
     limits: dict[str, int] = {}
@@ -28,7 +31,8 @@ def position_limits(graph: Graph) -> dict[str, int]:
         else:
             continue
         if pos in names:
-            limit = graph.node(cache).ty.shape[0] - graph.node(rows).ty.shape[0]
+            t = graph.node(rows).ty.shape[0]
+            limit = graph.node(cache).ty.shape[0] - (t if isinstance(t, int) else 1)
             limits[names[pos]] = min(limit, limits.get(names[pos], limit))
     return limits
 
@@ -43,6 +47,8 @@ def build_inference_session(
     opset: int | None = None,
     use_custom_ops: bool = True,
     cuda_graph: bool = False,
+    check_finite: bool = False,
+    optimize: bool = True,
 ) -> Session:
     """Compile ``graph`` for inference on ``device`` ("cpu" or "cuda").
 
@@ -52,21 +58,29 @@ def build_inference_session(
     The com.meganeura kernel library is registered when built (``use_custom_ops=False`` runs the
     function bodies instead). ``cuda_graph=True`` (CUDA only) captures the run as a CUDA graph on
     the first ``step()`` and replays it after, removing per-kernel launch cost; it needs every buffer
-    to stay put, i.e. KV caches updated in place by the CacheWrite kernel.
+    to stay put, i.e. KV caches updated in place by the CacheWrite kernel. ``parameters`` are
+    checked like ``set_parameter`` (name, shape, dtype, finite). ``check_finite=True`` makes every
+    ``step()`` check its inputs and outputs and raise ``FloatingPointError`` naming the first
+    non-finite one (it reads every buffer back: for debugging, not for speed). ``optimize`` (default
+    True) runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`); its report is
+    the session's ``report`` attribute (``None`` with ``optimize=False``).
     """
-    model, spec = to_model(graph, opset=opset, params_as_inputs=True, with_state=True)
-    names = set(graph.parameters())
-    unknown = set(parameters or {}) - names
-    if unknown:
-        raise ValueError(f"build_inference_session: parameters {sorted(unknown)} are not in the graph (it has {sorted(names)})")
-    values = default_parameters(graph, seed, skip=set(parameters or {}))
-    values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
+    compiled, report = optimize_graph(graph, stage="inference") if optimize else (graph, None)
+    model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
+    given = checked_parameters(parameters, graph.parameters(), "build_inference_session")
+    values = default_parameters(graph, seed, skip=set(given))
+    values.update(given)
     types = {n.attrs["name"]: n.ty for n in graph.nodes() if n.op in ("input", "input_u32")}
+    for name in spec.state:
+        if not types[name].is_static():
+            raise ValueError(
+                f"build_inference_session: KV-cache input {name!r} must have a static shape (it is session state), got {list(types[name].shape)}"
+            )
     state = {name: (out, np.zeros(types[name].shape, np.float32)) for name, out in spec.state.items()}
-    outputs = [f"output_{k}" for k in range(len(graph.outputs()))]
+    outputs = graph.output_names()
     output_types = {name: graph.node(nid).ty for name, nid in zip(outputs, graph.outputs(), strict=True)}
     output_types.update({out: types[name] for name, out in spec.state.items()})
-    return Session(
+    session = Session(
         model,
         inputs={k: v for k, v in types.items() if k not in spec.state},
         persistent=values,
@@ -80,4 +94,7 @@ def build_inference_session(
         inplace_state=sorted(spec.inplace),
         cuda_graph=cuda_graph,
         position_limits=position_limits(graph),
+        check_finite=check_finite,
     )
+    session.report = report
+    return session

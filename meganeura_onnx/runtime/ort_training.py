@@ -168,6 +168,17 @@ class OrtTrainingSession:
     def num_outputs(self) -> int:
         return len(self._output_types)
 
+    def output_names(self) -> list[str]:
+        """The graph's output names in order."""
+        return self._graph.output_names()
+
+    def read_output(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
+        """The output called ``name`` of the last step."""
+        names = self._graph.output_names()
+        if name not in names:
+            raise KeyError(f"read_output: no output named {name!r}; the session has {names}")
+        return self.read_output_by_index(names.index(name), out)
+
     def read_output_by_index(self, index: int, out: np.ndarray | None = None) -> np.ndarray:
         """Output ``index`` of the last step (0 = the loss)."""
         if not isinstance(index, int) or not 0 <= index < len(self._outputs):

@@ -17,6 +17,7 @@ import onnxruntime as ort
 
 from ..ir import DType, TensorType
 from . import custom_ops
+from .sizes import SymbolSizes
 
 NUMPY = {DType.F32: np.float32, DType.U32: np.uint32}
 
@@ -100,6 +101,38 @@ def host_array(name: str, data: object, ty: TensorType, dtype: DType, what: str)
     return np.ascontiguousarray(arr.reshape(ty.shape), dtype=NUMPY[dtype])
 
 
+def parameter_array(name: str, data: object, ty: TensorType, what: str) -> np.ndarray:
+    """A parameter value checked like ``set_parameter``: numbers (not bool/complex/object), either
+    flat or of exactly the parameter's shape (a transposed weight is refused), all finite."""
+    arr = np.asarray(data)
+    if arr.ndim > 1 and tuple(arr.shape) != tuple(ty.shape):
+        raise ValueError(f"{what}: parameter {name!r} has shape {list(ty.shape)}, got an array of shape {list(arr.shape)}")
+    out = host_array(name, arr, ty, DType.F32, what)
+    if not np.isfinite(out).all():
+        bad = int(np.flatnonzero(~np.isfinite(out.reshape(-1)))[0])
+        raise ValueError(f"{what}: parameter {name!r} has a non-finite value ({out.reshape(-1)[bad]} at flat index {bad})")
+    return out
+
+
+def checked_parameters(given: Mapping[str, object] | None, types: Mapping[str, TensorType], what: str) -> dict[str, np.ndarray]:
+    """``parameters=`` of a session builder: every name a parameter of the graph, every value checked
+    by :func:`parameter_array`. Returns float32 arrays of the parameters' shapes."""
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(types))
+    if unknown:
+        raise ValueError(f"{what}: parameters {unknown} are not in the graph (it has {sorted(types)})")
+    return {name: parameter_array(name, value, types[name], what) for name, value in given.items()}
+
+
+def first_non_finite(arr: np.ndarray) -> str | None:
+    """``"nan at index 3"``-style description of the first non-finite element, or None."""
+    flat = np.asarray(arr).reshape(-1)
+    if not np.issubdtype(flat.dtype, np.floating):
+        return None
+    bad = np.flatnonzero(~np.isfinite(flat))
+    return f"{flat[bad[0]]} at flat index {int(bad[0])}" if bad.size else None
+
+
 def providers_for(device: str, providers: Sequence | None = None, cuda_graph: bool = False) -> tuple[list, str]:
     """ORT provider list and OrtValue device type for ``device`` ("cpu" or "cuda")."""
     if providers is not None:
@@ -140,7 +173,9 @@ class Session:
         inplace_state: Sequence[str] = (),
         cuda_graph: bool = False,
         position_limits: Mapping[str, int] | None = None,
+        check_finite: bool = False,
     ) -> None:
+        self.check_finite = bool(check_finite)
         if cuda_graph and device != "cuda":
             raise ValueError(f"cuda_graph=True needs device='cuda', got device={device!r}")
         self._providers, self._device = providers_for(device, providers, cuda_graph)
@@ -168,8 +203,19 @@ class Session:
         )
         self._aliased = {n for n in inplace_state if n in self._pairs} if cache_write_kernel else set()
         self._spare: dict[str, ort.OrtValue] = {}
+        # Inputs with symbolic dims get their buffer at set_input; outputs whose shape depends on
+        # them are (re)allocated when a step runs with sizes that differ from the last ones.
+        symbolic = {name: ty for name, ty in inputs.items() if not ty.is_static()}
+        self._sizes = SymbolSizes(symbolic) if symbolic else None
+        self._bound_sizes: dict[str, int] | None = None
+        self._rebind = False
+        if symbolic and cuda_graph:
+            raise ValueError(f"cuda_graph=True replays fixed buffer shapes; inputs {sorted(symbolic)} have symbolic dimensions")
         for name, ty in inputs.items():
-            self._alloc(name, ty, "input", np.zeros(ty.shape, NUMPY[ty.dtype]))
+            if name in symbolic:
+                self._types[name], self._kinds[name] = ty, "input"
+            else:
+                self._alloc(name, ty, "input", np.zeros(ty.shape, NUMPY[ty.dtype]))
         for name, value in persistent.items():
             self._alloc(name, TensorType(value.shape), "parameter" if name in self._parameter_names else "constant", value)
         for name, (_out, value) in state.items():
@@ -180,7 +226,7 @@ class Session:
         self._output_names = list(outputs)
         self._outputs: dict[str, ort.OrtValue] = {}
         for name, ty in output_types.items():
-            if name not in self._pairs.values():
+            if name not in self._pairs.values() and ty.is_static():
                 self._outputs[name] = self._device_value(np.zeros(ty.shape, NUMPY[ty.dtype]))
         self._output_types = dict(output_types)
         self._bind()
@@ -194,7 +240,9 @@ class Session:
 
     # -- buffers ----------------------------------------------------------------------------------
     def _device_value(self, arr: np.ndarray) -> ort.OrtValue:
-        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr), self._device, 0)
+        # A CPU OrtValue made from a numpy array shares its memory: copy, or steps would write into
+        # the caller's arrays (e.g. the ``parameters=`` given to build_session).
+        return ort.OrtValue.ortvalue_from_numpy(np.array(arr, order="C", copy=True), self._device, 0)
 
     def _alloc(self, name: str, ty: TensorType, kind: str, value: np.ndarray) -> None:
         self._types[name] = ty
@@ -218,6 +266,8 @@ class Session:
         self._swapped = [n for n in self._pairs if n not in self._aliased]
 
     def _write(self, name: str, data: object, dtype: DType, what: str) -> None:
+        if self._sizes is not None and name in self._sizes.types:
+            return self._write_symbolic(name, data, dtype, what)
         arr = host_array(name, data, self._types[name], dtype, what)
         limit = self._position_limits.get(name) if dtype is DType.U32 else None
         if limit is not None and arr.size and int(arr.max()) > limit:
@@ -226,6 +276,42 @@ class Session:
                 f"(cache length minus the rows written/attended per step)"
             )
         self._values[name].update_inplace(arr)
+
+    def _write_symbolic(self, name: str, data: object, dtype: DType, what: str) -> None:
+        ty, found = self._types[name], {}
+        if ty.dtype is dtype:  # (a dtype mismatch is reported by host_array below)
+            shape, found = self._sizes.shape_of(name, data, what)
+            ty = TensorType(shape, dtype)
+        arr = host_array(name, data, ty, dtype, what)
+        self._sizes.commit(name, found)
+        held = self._values.get(name)
+        if held is not None and tuple(held.shape()) == arr.shape:
+            held.update_inplace(arr)
+        else:  # a new size: a new device buffer, bound before the next step
+            self._values[name] = self._device_value(arr)
+            self._rebind = True
+
+    def _prepare_sizes(self) -> None:
+        """Before a step with symbolic inputs: check their sizes agree and, when they changed since
+        the last step, allocate outputs of the new shapes and rebuild the IOBindings."""
+        sizes = self._sizes.resolve()
+        if sizes != self._bound_sizes:
+            for name, ty in self._output_types.items():
+                if name in self._pairs.values() or ty.is_static():
+                    continue
+                shape = ty.resolve(sizes).shape
+                if name not in self._outputs or tuple(self._outputs[name].shape()) != shape:
+                    self._outputs[name] = self._device_value(np.zeros(shape, NUMPY[ty.dtype]))
+            self._bound_sizes, self._rebind = sizes, True
+        if self._rebind:
+            self._bind()
+            self._rebind = False
+
+    def _type_of(self, name: str) -> TensorType:
+        """The concrete type of the buffer held under ``name`` (symbolic dims at their current sizes)."""
+        ty = self._types.get(name) or self._output_types[name]
+        value = self._values[name] if name in self._values else self._outputs.get(name)
+        return ty if ty.is_static() or value is None else TensorType(tuple(value.shape()), ty.dtype)
 
     def _names_of(self, kinds: tuple[str, ...]) -> list[str]:
         return [n for n, k in self._kinds.items() if k in kinds]
@@ -249,18 +335,45 @@ class Session:
         self._write(name, data, DType.U32, "set_input_u32")
 
     def set_parameter(self, name: str, data: object) -> None:
-        """Overwrite a parameter (e.g. load pretrained weights)."""
+        """Overwrite a parameter (e.g. load pretrained weights): flat or of its exact shape, finite."""
         self._check_name(name, ("parameter",), "set_parameter")
-        self._write(name, data, DType.F32, "set_parameter")
+        self._values[name].update_inplace(parameter_array(name, data, self._types[name], "set_parameter"))
 
     # -- running ----------------------------------------------------------------------------------
     def step(self) -> None:
-        """Run the model once with the current inputs; state buffers are swapped afterwards."""
+        """Run the model once with the current inputs; state buffers are swapped afterwards.
+
+        A step that fails (an ORT error, or a non-finite value found with ``check_finite=True``)
+        swaps nothing: parameters and optimizer state keep their values (the results went to the
+        spare buffers). Only KV caches updated in place by the CacheWrite kernel may already hold
+        the new rows.
+
+        With symbolic dimensions, a step whose sizes differ from the previous step's allocates
+        output buffers of the new shapes and rebuilds the two IOBindings (a device allocation per
+        output); steps at unchanged sizes re-bind nothing.
+        """
+        if self._sizes is not None:
+            self._prepare_sizes()
+            self._sizes.end_step()
+        if self.check_finite:
+            self._check_finite(self._names_of(("input",)), "input", self._values)
         self._ort.run_with_iobinding(self._bindings[self._parity])
+        if self.check_finite:
+            self._check_finite(self._output_names, "output", self._outputs)
+            self._check_finite(self._finite_checked_state(), "update of", self._spare)
         if self._swapped:
             for name in self._swapped:
                 self._values[name], self._spare[name] = self._spare[name], self._values[name]
             self._parity ^= 1
+
+    def _finite_checked_state(self) -> list[str]:
+        return [n for n in self._pairs if self._kinds[n] in ("parameter", "optimizer") and n not in self._aliased]
+
+    def _check_finite(self, names: Sequence[str], what: str, values: Mapping[str, ort.OrtValue]) -> None:
+        for name in names:
+            bad = first_non_finite(values[name].numpy())
+            if bad is not None:
+                raise FloatingPointError(f"step (check_finite): {what} {name!r} is not finite: {bad}; nothing was updated")
 
     @property
     def position_limits(self) -> dict[str, int]:
@@ -308,15 +421,30 @@ class Session:
     def num_outputs(self) -> int:
         return len(self._output_names)
 
+    def output_names(self) -> list[str]:
+        """The graph's output names in order (``set_outputs({"loss": ..., "logits": ...})``; ``output_<k>`` for a list)."""
+        return list(self._output_names)
+
+    def read_output(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
+        """The output called ``name`` as a numpy array (or copied into ``out``)."""
+        if name not in self._output_names:
+            raise KeyError(f"read_output: no output named {name!r}; the session has {self._output_names}")
+        return self._read_output(name, out, "read_output", f"output {name!r}")
+
     def read_output_by_index(self, index: int, out: np.ndarray | None = None) -> np.ndarray:
         """Output ``index`` (0 = primary) as a numpy array, or copied into ``out`` when given."""
         if not isinstance(index, int) or not 0 <= index < len(self._output_names):
             raise IndexError(f"read_output_by_index: index {index!r} out of range; the session has {len(self._output_names)} outputs")
-        return self._read(self._outputs[self._output_names[index]], out, f"output {index}")
+        return self._read_output(self._output_names[index], out, "read_output_by_index", f"output {index}")
+
+    def _read_output(self, name: str, out: np.ndarray | None, what: str, label: str) -> np.ndarray:
+        if name not in self._outputs:  # a symbolic shape: the buffer comes with the first step
+            raise RuntimeError(f"{what}: {label} has symbolic shape {list(self._output_types[name].shape)}; run step() first")
+        return self._read(self._outputs[name], out, label)
 
     def read_loss(self) -> float:
         """Output 0 as a float when it is a scalar ``[1]`` (a loss), else 0.0 as in Meganeura."""
-        if not self._output_names or self._output_types[self._output_names[0]].num_elements() != 1:
+        if not self._output_names or self._output_types[self._output_names[0]].elements() != 1:
             return 0.0
         return float(self.read_output_by_index(0).reshape(-1)[0])
 
@@ -339,9 +467,18 @@ class Session:
         arr = np.array(value.numpy(), copy=True)
         if out is None:
             return arr
-        if out.size != arr.size:
-            raise ValueError(f"{what} has {arr.size} elements (shape {list(arr.shape)}); out has {out.size}")
-        out.reshape(-1)[:] = arr.reshape(-1)
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"{what}: out must be a numpy array, got {type(out).__name__}")
+        if not out.flags.writeable:
+            raise ValueError(f"{what}: out is read-only")
+        if out.size != arr.size or (out.ndim > 1 and out.shape != arr.shape):
+            raise ValueError(
+                f"{what} has shape {list(arr.shape)} ({arr.size} elements); out has shape {list(out.shape)} (give that shape or a flat array)"
+            )
+        if not np.can_cast(arr.dtype, out.dtype, casting="same_kind"):
+            raise TypeError(f"{what} is {arr.dtype}; out is {out.dtype}")
+        # Any memory layout (Fortran order, strided views): fill element by element in C order.
+        out[...] = arr.reshape(out.shape)
         return out
 
     # -- inspection -------------------------------------------------------------------------------
@@ -355,9 +492,10 @@ class Session:
         return self._types[name].shape
 
     def buffers(self) -> list[Buffer]:
-        bufs = [Buffer(n, self._types[n], self._kinds[n]) for n in self._types]
+        """Every device buffer the session holds (symbolic shapes at their current sizes)."""
+        bufs = [Buffer(n, self._type_of(n), self._kinds[n]) for n in self._types if n in self._values]
         bufs += [Buffer(f"{n} (spare)", self._types[n], self._kinds[n]) for n in self._spare if n not in self._aliased]
-        bufs += [Buffer(n, self._output_types[n], "output") for n in self._outputs]
+        bufs += [Buffer(n, self._type_of(n), "output") for n in self._outputs]
         return bufs
 
     def plan(self) -> ExecutionPlan:

@@ -1,8 +1,9 @@
-"""Training sessions: forward graph -> rewrites -> autodiff -> optimizer update -> ONE ONNX model.
+"""Training sessions: forward graph -> e-graph optimizer -> autodiff -> optimizer update -> e-graph
+optimizer -> ONE ONNX model.
 
 The train-step model's inputs are the data inputs, the parameters, the optimizer state
 (``adam_m.<p>``, ``adam_v.<p>``) and the hyper-parameters (``opt.lr``, ``opt.beta1``, ...,
-``opt.step`` as ``[1]`` inputs); its outputs are the loss (``output_0``), the graph's other
+``opt.step`` as ``[1]`` inputs); its outputs are the loss (output 0, ``output_0`` unless named), the graph's other
 outputs, and the next value of every parameter and state tensor (``<name>.next``). With no
 optimizer set, the outputs are the gradients ``grad.<p>`` instead and parameters stay put.
 
@@ -19,8 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,10 +34,12 @@ from ..graph import Graph
 from ..init import default_parameters
 from ..ir import DType, TensorType
 from ..transforms.autodiff import gradients
+from ..transforms.egraph import table_rules
 from ..transforms.optimizer import OptimizerSpec, append_update
-from ..transforms.rewrite import OptimizeReport, optimize
+from ..transforms.rewrite import Limits, OptimizeReport, optimize
 from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
-from .session import Session
+from .safetensors_file import write_atomic
+from .session import Session, checked_parameters, parameter_array
 
 DEFAULT_HYPER = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01, "max_grad_norm": 1.0}
 CACHE_FORMAT = "meganeura-train-model-1"
@@ -54,31 +57,36 @@ class TrainProgram:
     hyper: list[str]  # opt.<name>
     outputs: dict[str, list[int]]  # output name -> shape (loss, graph outputs, grads)
     no_grad: dict[str, str]  # parameter -> why it gets no gradient
+    report: OptimizeReport | None = None  # the train-step graph's optimization (None: loaded from a cache)
 
     def meta(self) -> str:
         d = asdict(self)
-        del d["model"]
+        del d["model"], d["report"]
         return json.dumps(d)
 
 
-def graph_key(graph: Graph, spec: OptimizerSpec | None, opset: int | None) -> str:
+def graph_key(graph: Graph, spec: OptimizerSpec | None, opset: int | None, optimize: bool = True) -> str:
     """Hash of everything the compiled model depends on: ops, wiring, shapes, dtypes, attributes
-    (eps, theta, constant values...), outputs, the optimizer and the toolchain versions."""
+    (eps, theta, constant values...), outputs, the optimizer, the opset, whether the e-graph optimizer
+    runs (and its rules and limits) and the toolchain versions."""
     import onnxruntime
 
     from .. import __version__
 
     h = hashlib.sha256()
     h.update(f"{CACHE_FORMAT}|{__version__}|onnx {onnx.__version__}|ort {onnxruntime.__version__}|{spec}|{opset}".encode())
+    if optimize:
+        h.update(f"|optimize {Limits()}|{[(r.name, r.lhs, r.rhs) for r in table_rules()]}".encode())
     for n in graph.nodes():
         attrs = {k: (v.tobytes().hex() if isinstance(v, np.ndarray) else v) for k, v in sorted(n.attrs.items())}
         h.update(f"{n.op}|{n.inputs}|{n.ty}|{attrs!r};".encode())
-    h.update(repr(graph.outputs()).encode())
+    h.update(repr(graph.named_outputs()).encode())
     return h.hexdigest()
 
 
-def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | None = None) -> TrainProgram:
-    """Autodiff + optimizer update + export of ``forward`` (whose output 0 is a ``[1]`` loss)."""
+def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | None = None, optimize_graph: bool = True) -> TrainProgram:
+    """Autodiff + optimizer update (+ the e-graph optimizer over the whole train step) + export of
+    ``forward`` (whose output 0 is a ``[1]`` loss)."""
     g = forward.toposort()  # a copy to extend
     if not g.outputs() or g.node(g.outputs()[0]).ty.shape != (1,):
         shape = list(g.node(g.outputs()[0]).ty.shape) if g.outputs() else None
@@ -93,37 +101,31 @@ def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
     else:
         up = append_update(g, params, grads, spec)
         extra = {f"{n}.next": nid for n, nid in up.next_values.items()}
-    n_out = len(g.outputs())
-    g.set_outputs(g.outputs() + list(extra.values()))
+    named = g.named_outputs()
+    g.set_outputs({**named, **extra})
     g = g.toposort()  # drops gradient nodes nothing needs (e.g. of the labels)
-    ids = g.outputs()
-    g.set_outputs(ids[:n_out])
-    extra = dict(zip(extra, ids[n_out:], strict=True))
+    report = None
+    if optimize_graph:  # the backward and the update have their own patterns (and shared subterms)
+        g, report = optimize(g, stage="train step")
+        g = g.toposort()
+    kept = g.named_outputs()
+    g.set_outputs({name: kept[name] for name in named})
+    extra = {name: kept[name] for name in extra}
     model, _ = to_model(g, opset=opset, params_as_inputs=True, extra_outputs=extra, model_name="meganeura_train_step")
     leaves = {n.attrs["name"]: n for n in g.nodes() if n.op in ("input", "input_u32", "parameter")}
     hyper = [n for n in leaves if n.startswith("opt.")]
-    moments = [n for n in leaves if n.startswith(("adam_m.", "adam_v.")) and leaves[n].op == "input"]
+    moments = [n for n in leaves if n.startswith(("adam_m.", "adam_v.", "grad_acc.")) and leaves[n].op == "input"]
     data = {
         n: (list(v.ty.shape), v.ty.dtype.value) for n, v in leaves.items() if v.op != "parameter" and n not in hyper and n not in moments
     }
-    outputs = {f"output_{k}": list(g.node(nid).ty.shape) for k, nid in enumerate(g.outputs())}
+    outputs = {name: list(g.node(nid).ty.shape) for name, nid in g.named_outputs().items()}
     outputs.update({name: list(g.node(nid).ty.shape) for name, nid in extra.items() if name.startswith("grad.")})
     in_model = {n: list(v.ty.shape) for n, v in leaves.items() if v.op == "parameter"}
-    return TrainProgram(model, data, in_model, [n for n in grads if n in in_model], moments, hyper, outputs, no_grad)
+    return TrainProgram(model, data, in_model, [n for n in grads if n in in_model], moments, hyper, outputs, no_grad, report)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _cached_program(forward: Graph, spec: OptimizerSpec | None, opset: int | None, path: Path) -> TrainProgram:
-    key = graph_key(forward, spec, opset)
+def _cached_program(forward: Graph, spec: OptimizerSpec | None, opset: int | None, path: Path, optimize_graph: bool) -> TrainProgram:
+    key = graph_key(forward, spec, opset, optimize_graph)
     if path.is_file():
         try:
             model = onnx.load_model(str(path))
@@ -133,9 +135,9 @@ def _cached_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
                 return TrainProgram(model, **meta)
         except Exception:  # noqa: BLE001 - an unreadable cache is rebuilt, never trusted
             pass
-    prog = compile_program(forward, spec, opset)
+    prog = compile_program(forward, spec, opset, optimize_graph)
     onnx.helper.set_model_props(prog.model, {"meganeura.key": key, "meganeura.program": prog.meta()})
-    _write_atomic(path, prog.model.SerializeToString())
+    write_atomic(path, prog.model.SerializeToString())
     return prog
 
 
@@ -158,45 +160,65 @@ class TrainingSession(Session):
         seed: int = 0,
         opset: int | None = None,
         use_custom_ops: bool = True,
-        rewrite: bool = True,
+        optimize: bool = True,
         cache_path: str | os.PathLike | None = None,
+        check_finite: bool = False,
+        fused_optimizer: bool | None = None,
     ) -> None:
-        names = set(graph.parameters())
-        unknown = set(parameters or {}) - names
-        if unknown:
-            raise ValueError(f"build_session: parameters {sorted(unknown)} are not in the graph (it has {sorted(names)})")
-        values = default_parameters(graph, seed, skip=set(parameters or {}))  # on the user's graph: init reads matmul fan-in
-        values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
-        self._forward, self.report = optimize(graph) if rewrite else (graph, OptimizeReport(len(graph), len(graph)))
-        self._build = {"device": device, "providers": providers, "use_custom_ops": use_custom_ops}
+        given = checked_parameters(parameters, graph.parameters(), "build_session")
+        values = default_parameters(graph, seed, skip=set(given))  # on the user's graph: init reads matmul fan-in
+        values.update(given)
+        self._optimize = optimize
+        self._forward, self._forward_report = _optimize_forward(graph) if optimize else (graph, None)
+        self._build = {"device": device, "providers": providers, "use_custom_ops": use_custom_ops, "check_finite": check_finite}
         self._opset = opset
         self._cache_path = Path(cache_path) if cache_path is not None else None
         self._programs: dict[OptimizerSpec | None, TrainProgram] = {}
         self._hyper_values = dict(DEFAULT_HYPER)
         self._clip = clip
-        self._wanted: OptimizerSpec | None = OptimizerSpec(optimizer, clip) if optimizer else None
+        self._accum, self._micro = 1, 0  # gradient accumulation: micro-batches per update, position in the window
+        # One multi-tensor AdamUpdate node (our CPU kernel) by default on CPU; on CUDA the decomposed
+        # update stays on the GPU (the AdamUpdate kernel is CPU-only: it would pull every tensor to the host).
+        self._fused = (device == "cpu" and providers is None) if fused_optimizer is None else bool(fused_optimizer)
+        self._wanted: OptimizerSpec | None = self._spec_for(optimizer) if optimizer else None
         self._opt_steps = 0
         self._written: dict[str, float] = {}
         self._carry: dict[str, np.ndarray] = dict(values)
         self._compile(self._wanted)
 
+    @property
+    def report(self) -> OptimizeReport | None:
+        """What the e-graph optimizer did to the forward graph and to the current train step
+        (:class:`~meganeura_onnx.transforms.rewrite.OptimizeReport`; ``None`` with ``optimize=False``)."""
+        if self._forward_report is None:
+            return None
+        stages = [self._forward_report] + ([self._prog.report] if self._prog.report is not None else [])
+        return OptimizeReport.combine(stages)
+
     # -- compiling ------------------------------------------------------------------------------
     def _program(self, spec: OptimizerSpec | None) -> TrainProgram:
         if spec not in self._programs:
             if self._cache_path is not None:
-                self._programs[spec] = _cached_program(self._forward, spec, self._opset, self._cache_path)
+                self._programs[spec] = _cached_program(self._forward, spec, self._opset, self._cache_path, self._optimize)
             else:
-                self._programs[spec] = compile_program(self._forward, spec, self._opset)
+                self._programs[spec] = compile_program(self._forward, spec, self._opset, self._optimize)
         return self._programs[spec]
 
     def _compile(self, spec: OptimizerSpec | None) -> None:
         """(Re)build the ORT session for ``spec``, carrying parameters, moments and inputs over."""
         if hasattr(self, "_prog"):  # a recompile: copy the live values to the host once
             self._carry.update(
-                {n: self._values[n].numpy().copy() for n in self._types if self._kinds[n] in ("parameter", "optimizer", "input")}
+                {
+                    n: self._values[n].numpy().copy()
+                    for n in self._types
+                    if self._kinds[n] in ("parameter", "optimizer", "input")
+                    and n in self._values  # (a symbolic input not set yet has none)
+                }
             )
         prog = self._program(spec)
         carry = self._carry
+        if prog.moments and not any(m in carry for m in prog.moments):
+            self._opt_steps = 0  # Adam starts from zero moments: its bias correction restarts at t = 1
         updated = prog.trainable if spec is not None else []  # gradients-only: parameters stay put
         state = {n: (f"{n}.next", carry[n]) for n in updated}
         state.update({m: (f"{m}.next", carry.get(m, np.zeros(prog.params[m.split(".", 1)[1]], np.float32))) for m in prog.moments})
@@ -219,54 +241,105 @@ class TrainingSession(Session):
             self._kinds[h] = "hyper"
         for n in prog.inputs:
             if n in carry:
-                self._values[n].update_inplace(np.ascontiguousarray(carry[n]))
+                if n in self._values:
+                    self._values[n].update_inplace(np.ascontiguousarray(carry[n]))
+                else:  # symbolic dims: set again as set_input would (binds its sizes)
+                    self._write(n, carry[n], self._types[n].dtype, "build_session")
         self._prog, self._spec, self._written, self._carry = prog, spec, {}, {}
 
     # -- optimizer settings ---------------------------------------------------------------------
+    def _spec_for(self, kind: str) -> OptimizerSpec:
+        accumulate = self._accum > 1
+        return OptimizerSpec(kind, self._clip, fused=self._fused and kind != "sgd", accumulate=accumulate)
+
+    def set_grad_accumulation(self, steps: int) -> None:
+        """Average the gradients of ``steps`` consecutive ``step()`` calls (micro-batches) and update
+        the parameters once, on the last of them (1: update every step). The accumulators are
+        session state (``grad_acc.<param>``); ``optimizer_step`` counts updates, not micro-batches."""
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"set_grad_accumulation: steps must be a positive int, got {steps!r}")
+        self._accum, self._micro = steps, 0
+        if self._wanted is not None:
+            self._wanted = self._spec_for(self._wanted.kind)
+
+    @staticmethod
+    def _hyper(what: str, **values: float) -> dict[str, float]:
+        """Hyper-parameters checked: real finite numbers (not bool) in their ranges."""
+        ranges = {
+            "lr": (0.0, None, "lr >= 0"),
+            "beta1": (0.0, 1.0, "0 <= beta1 < 1"),
+            "beta2": (0.0, 1.0, "0 <= beta2 < 1"),
+            "epsilon": (None, None, "epsilon > 0"),
+            "weight_decay": (0.0, None, "weight_decay >= 0"),
+            "max_norm": (None, None, "max_norm > 0"),
+        }
+        out = {}
+        for name, v in values.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise TypeError(f"{what}: {name} must be a number, got {type(v).__name__} {v!r}")
+            v = float(v)
+            low, high, rule = ranges[name]
+            positive = name in ("epsilon", "max_norm")
+            if not math.isfinite(v) or (low is not None and v < low) or (high is not None and v >= high) or (positive and v <= 0):
+                raise ValueError(f"{what}: {name} must be finite with {rule}, got {v}")
+            out[name] = v
+        return out
+
     def set_learning_rate(self, lr: float) -> None:
-        """Use SGD with learning rate ``lr`` for the updates fused into the next ``step()``."""
-        self._wanted = OptimizerSpec("sgd", self._clip)
-        self._hyper_values["lr"] = float(lr)
+        """Use SGD with learning rate ``lr`` (finite, >= 0) for the updates fused into the next ``step()``."""
+        h = self._hyper("set_learning_rate", lr=lr)
+        self._wanted = self._spec_for("sgd")
+        self._hyper_values["lr"] = h["lr"]
 
     def set_adam(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8) -> None:
-        """Use Adam (PyTorch's formula, bias-corrected) for the updates fused into the next ``step()``."""
-        self._wanted = OptimizerSpec("adam", self._clip)
-        self._hyper_values.update(lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(epsilon))
+        """Use Adam (PyTorch's formula, bias-corrected) for the updates fused into the next ``step()``.
+        ``lr >= 0``, ``0 <= beta < 1``, ``epsilon > 0``, all finite."""
+        h = self._hyper("set_adam", lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon)
+        self._wanted = self._spec_for("adam")
+        self._hyper_values.update(lr=h["lr"], beta1=h["beta1"], beta2=h["beta2"], eps=h["epsilon"])
 
     def set_adamw(self, lr: float, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8, weight_decay: float = 0.01) -> None:
-        """Use AdamW (decoupled weight decay, ``torch.optim.AdamW``'s formula). An extra of this port."""
-        self._wanted = OptimizerSpec("adamw", self._clip)
-        self._hyper_values.update(
-            lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(epsilon), weight_decay=float(weight_decay)
-        )
+        """Use AdamW (decoupled weight decay, ``torch.optim.AdamW``'s formula). An extra of this port.
+        Ranges as :meth:`set_adam`, and ``weight_decay >= 0``."""
+        h = self._hyper("set_adamw", lr=lr, beta1=beta1, beta2=beta2, epsilon=epsilon, weight_decay=weight_decay)
+        self._wanted = self._spec_for("adamw")
+        self._hyper_values.update(lr=h["lr"], beta1=h["beta1"], beta2=h["beta2"], eps=h["epsilon"], weight_decay=h["weight_decay"])
 
     def set_grad_clip(self, max_norm: float | None) -> None:
-        """Clip the global gradient L2 norm to ``max_norm`` before the update (None: no clipping)."""
-        self._clip = max_norm is not None
+        """Clip the global gradient L2 norm to ``max_norm`` (finite, > 0) before the update (None: no clipping)."""
         if max_norm is not None:
-            self._hyper_values["max_grad_norm"] = float(max_norm)
+            self._hyper_values["max_grad_norm"] = self._hyper("set_grad_clip", max_norm=max_norm)["max_norm"]
+        self._clip = max_norm is not None
         if self._wanted is not None:
-            self._wanted = OptimizerSpec(self._wanted.kind, self._clip)
+            self._wanted = self._spec_for(self._wanted.kind)
 
     @property
     def optimizer_step(self) -> int:
-        """Optimizer updates applied so far (Adam's t); saved in checkpoints."""
+        """Optimizer updates applied so far (Adam's t); saved in checkpoints. Switching from an
+        optimizer without moments (SGD, none) to Adam/AdamW restarts it at 0, as the moments do."""
         return self._opt_steps
 
     # -- running --------------------------------------------------------------------------------
     def step(self) -> None:
-        """Forward, backward and (if an optimizer is set) the update, in one ORT run."""
+        """Forward, backward and (if an optimizer is set) the update, in one ORT run.
+
+        A step that fails changes nothing: parameters, optimizer state and the step count stay.
+        """
         if self._wanted != self._spec:
             self._compile(self._wanted)
         if self._spec is not None:
-            self._opt_steps += 1
-            values = {**self._hyper_values, "step": float(self._opt_steps)}
+            apply = not self._spec.accumulate or (self._micro + 1) % self._accum == 0
+            values = {**self._hyper_values, "step": float(self._opt_steps + 1)}
+            values.update(apply=float(apply), accum_scale=1.0 / self._accum)
             for h in self._prog.hyper:
                 v = values[h[4:]]
                 if self._written.get(h) != v:
                     self._values[h].update_inplace(np.array([v], np.float32))
                     self._written[h] = v
-        super().step()
+        super().step()  # raises before swapping anything if the run fails
+        if self._spec is not None:
+            self._micro = (self._micro + 1) % self._accum if self._spec.accumulate else 0
+            self._opt_steps += apply
 
     def read_grad(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
         """Gradient of the loss wrt parameter ``name`` from the last ``step()`` (no optimizer set)."""
@@ -301,17 +374,45 @@ class TrainingSession(Session):
 
     def load_checkpoint(self, path: str | os.PathLike) -> dict[str, str]:
         """Restore parameters, Adam moments and the step count; the graph must match (names and
-        shapes). Returns the file's other metadata."""
+        shapes). Everything is validated before anything is written (no half-load). Returns the
+        file's other metadata."""
+        what = f"load_checkpoint({str(path)!r})"
         ckpt = load_checkpoint(path)
-        check_compatible(ckpt, {n: tuple(s) for n, s in self._prog.params.items()}, f"load_checkpoint({str(path)!r})")
-        for n, v in ckpt.params.items():
-            self.set_parameter(n, v)
+        check_compatible(ckpt, {n: tuple(s) for n, s in self._prog.params.items()}, what)
+        params = {n: parameter_array(n, v, self._types[n], what) for n, v in ckpt.params.items()}
         moments = {f"adam_m.{n}": v for n, v in ckpt.adam_m.items()} | {f"adam_v.{n}": v for n, v in ckpt.adam_v.items()}
-        for m in self._prog.moments:
-            self._values[m].update_inplace(np.ascontiguousarray(moments.get(m, np.zeros(self._types[m].shape, np.float32)), np.float32))
+        adam = [m for m in self._prog.moments if not m.startswith("grad_acc.")]  # accumulators restart at 0
+        if adam and moments and set(adam) - set(moments):
+            raise ValueError(f"{what}: the checkpoint lacks Adam moments {sorted(set(adam) - set(moments))}")
+        live = {m: np.ascontiguousarray(moments.get(m, np.zeros(self._types[m].shape, np.float32)), np.float32) for m in self._prog.moments}
+        # Validated: now write.
+        for n, v in params.items():
+            self._values[n].update_inplace(v)
+        for m, v in live.items():
+            self._values[m].update_inplace(v)
         self._carry.update(moments)  # kept for a later recompile to Adam
-        self._opt_steps = ckpt.step
+        self._opt_steps = ckpt.step if moments or not adam else 0
+        self._micro = 0
         return ckpt.metadata
+
+
+LR_SCHEDULES = ("constant", "cosine", "linear")
+
+
+def scheduled_lr(schedule: str, base_lr: float, step: int, total_steps: int, warmup: int = 0) -> float:
+    """The learning rate of optimizer update ``step`` (0-based) of ``total_steps``: a linear warm-up
+    from 0 over ``warmup`` updates, then constant, or a cosine / linear decay to 0 at ``total_steps``.
+    The same multipliers as transformers' ``get_{constant,cosine,linear}_schedule_with_warmup``."""
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"lr schedule must be one of {LR_SCHEDULES}, got {schedule!r}")
+    if step < warmup:
+        return base_lr * step / max(1, warmup)
+    if schedule == "constant":
+        return base_lr
+    progress = (step - warmup) / max(1, total_steps - warmup)
+    if schedule == "linear":
+        return base_lr * max(0.0, 1.0 - progress)
+    return base_lr * max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = None, backend: str = "native", **kwargs) -> TrainingSession:
@@ -319,8 +420,11 @@ def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = 
 
     ``optimizer`` ("sgd", "adam", "adamw") compiles that update into the model now; set its
     hyper-parameters with ``set_learning_rate`` / ``set_adam`` / ``set_adamw``. Other keywords:
-    ``providers``, ``parameters`` (initial values by name; the rest use the default init with
-    ``seed``), ``clip``, ``opset``, ``use_custom_ops``, ``rewrite``.
+    ``providers``, ``parameters`` (initial values by name, checked like ``set_parameter``; the rest
+    use the default init with ``seed``), ``clip``, ``opset``, ``use_custom_ops``, ``optimize``
+    (default True: the e-graph optimizer runs over the forward graph and again over the train step;
+    False skips it), ``check_finite`` (every ``step()`` raises ``FloatingPointError`` naming the first
+    non-finite input, output or parameter update, and then changes nothing).
 
     ``backend="ort-training"`` trains through onnxruntime-training's artifacts instead
     (:mod:`meganeura_onnx.runtime.ort_training`; CPU, AdamW or SGD fixed at build time, its own venv:
@@ -337,12 +441,17 @@ def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = 
 
 def build_session_cached(graph: Graph, cache_path: str | os.PathLike, device: str = "cpu", **kwargs) -> TrainingSession:
     """Like :func:`build_session`, reusing the train-step ONNX model stored at ``cache_path`` when
-    its key (a hash of the graph's ops, wiring, shapes and attributes, the optimizer and the
-    toolchain versions) matches; otherwise it compiles and (atomically) stores the model there."""
+    its key (a hash of the graph's ops, wiring, shapes and attributes, the optimizer, the opset, the
+    e-graph optimizer's setting, rules and limits, and the toolchain versions) matches; otherwise it compiles and (atomically) stores the model there."""
     return TrainingSession(graph, device=device, cache_path=cache_path, **kwargs)
 
 
-def build_session_with_report(graph: Graph, device: str = "cpu", **kwargs) -> tuple[TrainingSession, OptimizeReport]:
-    """Like :func:`build_session`, also returning what the rewrite pass did."""
+def _optimize_forward(graph: Graph) -> tuple[Graph, OptimizeReport]:
+    return optimize(graph, stage="forward")
+
+
+def build_session_with_report(graph: Graph, device: str = "cpu", **kwargs) -> tuple[TrainingSession, OptimizeReport | None]:
+    """Like :func:`build_session`, also returning what the e-graph optimizer did (``None`` with
+    ``optimize=False``)."""
     s = build_session(graph, device, **kwargs)
     return s, s.report

@@ -11,6 +11,16 @@ The update follows PyTorch's ``torch.optim`` formulas exactly (so parity tests c
 - AdamW: p is first decayed, p <- p * (1 - lr * weight_decay), then the Adam update.
 - clip (any optimizer): g <- g * min(1, max_grad_norm / (||g||_2 + 1e-6)), the norm taken over all
   gradients together (``torch.nn.utils.clip_grad_norm_``).
+
+With ``accumulate=True`` (gradient accumulation over K micro-batches) each parameter gets a state
+input ``grad_acc.<param>`` and two more hyper-parameters: ``opt.accum_scale`` (1/K) and ``opt.apply``
+(1 on the K-th micro-batch, else 0). The update uses g = (grad_acc + grad) * accum_scale; every
+updated value is gated, ``new * apply + old * (1 - apply)`` (exactly ``new`` or ``old``), and
+``grad_acc' = (grad_acc + grad) * (1 - apply)``. The K-1 other micro-batches compute the update
+and keep the old values: one elementwise pass more per tensor, no second model or host round trip.
+
+With ``fused=True`` the Adam/AdamW update of every parameter is ONE ``com.meganeura.AdamUpdate``
+node (``ops/optim.py``: our multi-tensor kernel, or its function body, which is the same formula).
 """
 
 from __future__ import annotations
@@ -29,6 +39,10 @@ class OptimizerSpec:
 
     kind: str
     clip: bool = False
+    fused: bool = False
+    """Adam/AdamW as one multi-tensor ``AdamUpdate`` node instead of ~13 ONNX nodes per parameter."""
+    accumulate: bool = False
+    """Gradient accumulation: ``grad_acc.<p>`` state, ``opt.accum_scale`` and ``opt.apply`` inputs."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -39,7 +53,7 @@ class OptimizerSpec:
         names = ("lr",) if self.kind == "sgd" else ("lr", "beta1", "beta2", "eps", "step")
         if self.kind == "adamw":
             names += ("weight_decay",)
-        return names + (("max_grad_norm",) if self.clip else ())
+        return names + (("max_grad_norm",) if self.clip else ()) + (("accum_scale", "apply") if self.accumulate else ())
 
     @property
     def uses_moments(self) -> bool:
@@ -69,6 +83,23 @@ def append_update(g, params: Mapping[str, NodeId], grads: Mapping[str, NodeId], 
         up.hyper[f"opt.{name}"] = g.input(f"opt.{name}", [1])
     h = {name: up.hyper[f"opt.{name}"] for name in spec.hyper_parameters}
     grads = dict(grads)
+    if spec.accumulate:
+        keep = g.affine(h["apply"], -1.0, 1.0)  # 1 - apply
+        for name, gr in list(grads.items()):
+            acc = up.state[f"grad_acc.{name}"] = g.input(f"grad_acc.{name}", g.node(params[name]).ty.shape)
+            total = g.add(acc, gr)
+            up.next_values[f"grad_acc.{name}"] = g.mul_scalar(total, keep)
+            grads[name] = g.mul_scalar(total, h["accum_scale"])
+    _update(g, params, grads, spec, h, up)
+    if spec.accumulate:  # keep the old values except on the K-th micro-batch
+        old = {**params, **up.state}
+        for key, new in list(up.next_values.items()):
+            if not key.startswith("grad_acc."):
+                up.next_values[key] = g.add(g.mul_scalar(new, h["apply"]), g.mul_scalar(old[key], keep))
+    return up
+
+
+def _update(g, params: Mapping[str, NodeId], grads: dict, spec: OptimizerSpec, h: dict, up: UpdateGraph) -> None:
     if spec.clip:
         sq = [g.sum_all(g.mul(gr, gr)) for gr in grads.values()]
         total = sq[0]
@@ -80,8 +111,11 @@ def append_update(g, params: Mapping[str, NodeId], grads: Mapping[str, NodeId], 
     if spec.kind == "sgd":
         for name, gr in grads.items():
             up.next_values[name] = g.sub(params[name], g.mul_scalar(gr, h["lr"]))
-        return up
+        return
 
+    if spec.fused:
+        _append_fused_adam(g, params, grads, spec, h, up)
+        return
     one_minus_b1, one_minus_b2 = g.affine(h["beta1"], -1.0, 1.0), g.affine(h["beta2"], -1.0, 1.0)
     bc1 = g.affine(_pow(g, h["beta1"], h["step"]), -1.0, 1.0)
     bc2 = g.affine(_pow(g, h["beta2"], h["step"]), -1.0, 1.0)
@@ -99,4 +133,19 @@ def append_update(g, params: Mapping[str, NodeId], grads: Mapping[str, NodeId], 
         up.next_values[name] = g.sub(p, g.mul_scalar(g.div(m2, denom), step_size))
         up.next_values[f"adam_m.{name}"] = m2
         up.next_values[f"adam_v.{name}"] = v2
-    return up
+
+
+def _append_fused_adam(g, params: Mapping[str, NodeId], grads: Mapping[str, NodeId], spec: OptimizerSpec, h: dict, up: UpdateGraph) -> None:
+    from ..ops.optim import HYPER
+
+    wd = h["weight_decay"] if spec.kind == "adamw" else g.scalar(0.0)  # p * (1 - lr * 0) == p exactly
+    ins = [h[k] for k in HYPER[:-1]] + [wd]
+    names = list(grads)
+    for name in names:
+        shape = g.node(params[name]).ty.shape
+        m = up.state[f"adam_m.{name}"] = g.input(f"adam_m.{name}", shape)
+        v = up.state[f"adam_v.{name}"] = g.input(f"adam_v.{name}", shape)
+        ins += [params[name], grads[name], m, v]
+    for k, name in enumerate(names):
+        for part, key in enumerate((name, f"adam_m.{name}", f"adam_v.{name}")):
+            up.next_values[key] = g.apply("adam_update", *ins, index=k, part=part)

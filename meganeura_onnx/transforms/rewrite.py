@@ -1,70 +1,321 @@
-"""A simple rewrite pass over a forward Graph, reported as an :class:`OptimizeReport`.
+"""The e-graph optimizer: a Graph in, an equivalent Graph with fewer kernels out, and its report.
 
-Rewrites (each counted in the report):
-- ``matmul_bias``: ``bias_add(matmul(a, b), bias)`` and ``bias_add(matmul_bt(a, b), bias)`` become one
-  ``gemm`` node (one ONNX Gemm; its VJP also yields the bias gradient as one column sum), when the
-  product has no other user and is not a graph output.
-- ``dead_nodes``: nodes no output depends on are dropped (Graph.toposort).
-Meganeura's e-graph optimizer will replace this pass later; the report's shape stays.
+:func:`optimize` puts the graph into an egglog e-graph (:mod:`.egraph`), saturates it with the op
+table's rewrite rules (``OpDef.rewrite``: algebra such as double negation, and fusions such as
+``bias_add(matmul(a, b), c) -> gemm``), extracts the cheapest equivalent graph and rebuilds it through
+``Graph.apply``, so every node is validated again by its op's shape rule.
+
+Cost model (what extraction minimises). Each op node is one launched kernel that reads its inputs and
+writes its output once::
+
+    cost(node) = KERNEL_BYTES + bytes(inputs) + bytes(output)        leaves: 0
+
+(a symbolic dimension counts as ``SYMBOLIC_DIM`` = 64).
+``KERNEL_BYTES`` (8 MiB) prices a launch as the memory traffic an H200-class GPU moves in the few
+microseconds a launch and its synchronisation take, so one fewer kernel outweighs any traffic a fusion
+adds on the small tensors of a decode step, while among equal kernel counts the plan that moves fewer
+bytes wins. E-nodes whose shape rule rejects their input types are never extracted (a rule may build
+them). Extraction is two bottom-up passes: the first prices each e-class as a tree; the second counts
+the e-classes the first plan computes anyway as free, so a fusion that would recompute a product
+still used elsewhere loses to the unfused node. The result is kept only if its total (DAG) cost is no
+higher than the input graph's.
+
+Preserved: every leaf (inputs, parameters, constants, in creation order, reachable or not), the
+outputs (same order), and in-place ops (``cache_write``: never merged, never rewritten away).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import time
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from ..graph import Graph
-from ..ir import NodeId
+from ..ir import DType, Node, TensorType
+from ..ops import OPS
+from .egraph import ENode, Limits, Saturated, saturate, table_rules
 
-_FUSABLE = {"matmul": False, "matmul_bt": True}  # product op -> gemm's trans_b
+KERNEL_BYTES = 8 << 20
+__all__ = ["KERNEL_BYTES", "Limits", "OptimizeReport", "optimize"]
 
 
 @dataclass
 class OptimizeReport:
-    """What the optimizer did: node counts, rewrites applied (name -> count) and the time taken."""
+    """What the e-graph optimizer did to one graph (Meganeura's report fields).
 
-    nodes_before: int
-    nodes_after: int
-    rewrites: dict[str, int] = field(default_factory=dict)
+    ``rules_fired``: egglog's match count per rule, summed over iterations (a match found again in a
+    later round counts again). ``fusions``: op -> how many more nodes of that op the result has than the
+    input (the fused ops the rules produced). ``kept_input``: the input graph was returned (no rule
+    matched and no subterm was shared, or extraction found nothing cheaper).
+    """
+
+    stage: str = "forward"
+    nodes_before: int = 0
+    nodes_after: int = 0
+    eclasses: int = 0
+    enodes: int = 0
+    iterations: int = 0
+    stop_reason: str = "not run"
+    rules_fired: dict[str, int] = field(default_factory=dict)
+    fusions: dict[str, int] = field(default_factory=dict)
+    removed: dict[str, int] = field(default_factory=dict)
+    cost_before: int = 0
+    cost_after: int = 0
+    saturation_seconds: float = 0.0
+    extraction_seconds: float = 0.0
     seconds: float = 0.0
+    kept_input: bool = False
+    program: str = ""
+    stages: list[OptimizeReport] = field(default_factory=list)
+    """For a training session: the forward stage and the train-step stage this report sums up."""
+
+    @property
+    def rewrites(self) -> dict[str, int]:
+        """Rules that matched, with their counts (the placeholder pass's field name)."""
+        return {k: v for k, v in self.rules_fired.items() if v}
+
+    @staticmethod
+    def combine(stages: list[OptimizeReport]) -> OptimizeReport:
+        """One report over several runs: counts and times summed, node counts of the last stage."""
+        total = OptimizeReport(stage=" + ".join(r.stage for r in stages), stages=list(stages))
+        last = stages[-1]
+        total.nodes_before, total.nodes_after, total.stop_reason = last.nodes_before, last.nodes_after, last.stop_reason
+        total.cost_before, total.cost_after, total.kept_input = last.cost_before, last.cost_after, last.kept_input
+        for r in stages:
+            for mine, theirs in ((total.rules_fired, r.rules_fired), (total.fusions, r.fusions), (total.removed, r.removed)):
+                for k, v in theirs.items():
+                    mine[k] = mine.get(k, 0) + v
+            total.eclasses += r.eclasses
+            total.enodes += r.enodes
+            total.iterations += r.iterations
+            total.saturation_seconds += r.saturation_seconds
+            total.extraction_seconds += r.extraction_seconds
+            total.seconds += r.seconds
+        total.program = "\n".join(f";; ---- stage: {r.stage}\n{r.program}" for r in stages)
+        return total
+
+    def summary(self) -> str:
+        if self.stages:
+            return "\n".join(r.summary() for r in self.stages) + f"\ntotal: {self.seconds * 1e3:.1f} ms"
+        fired = ", ".join(f"{k} x{v}" for k, v in self.rewrites.items()) or "none"
+        fused = ", ".join(f"{k} +{v}" for k, v in self.fusions.items()) or "none"
+        removed = ", ".join(f"{k} -{v}" for k, v in self.removed.items()) or "none"
+        return "\n".join(
+            [
+                f"OptimizeReport ({self.stage}): {self.nodes_before} -> {self.nodes_after} nodes in {self.seconds * 1e3:.1f} ms",
+                f"  e-graph: {self.eclasses} e-classes, {self.enodes} e-nodes, {self.iterations} iteration(s) ({self.stop_reason})",
+                f"  rules fired: {fired}",
+                f"  fusions applied: {fused}; ops removed: {removed}",
+                f"  cost: {self.cost_before} -> {self.cost_after}" + (" (kept the input graph)" if self.kept_input else ""),
+                f"  saturation {self.saturation_seconds * 1e3:.1f} ms, extraction {self.extraction_seconds * 1e3:.1f} ms",
+            ]
+        )
 
     def __str__(self) -> str:
-        fired = ", ".join(f"{name} x{count}" for name, count in self.rewrites.items() if count) or "no rewrites"
-        return f"OptimizeReport: {self.nodes_before} -> {self.nodes_after} nodes ({fired}) in {self.seconds * 1e3:.1f} ms"
+        return self.summary()
 
 
-def optimize(graph: Graph) -> tuple[Graph, OptimizeReport]:
-    """A new graph with the rewrites applied (the input graph is not modified), and the report."""
+# -- cost model -------------------------------------------------------------------------------------
+SYMBOLIC_DIM = 64
+"""The size the cost model assumes for a symbolic dimension (``"batch"``, ``"seq"``)."""
+
+
+@functools.lru_cache(maxsize=65536)
+def tensor_bytes(t: TensorType) -> int:
+    if t.is_static():
+        return math.prod(t.shape) * t.dtype.size_bytes()
+    return t.resolve(dict.fromkeys(t.symbols(), SYMBOLIC_DIM)).size_bytes()
+
+
+@functools.lru_cache(maxsize=65536)
+def node_cost(inputs: tuple[TensorType, ...], out: TensorType) -> int:
+    return KERNEL_BYTES + sum(tensor_bytes(t) for t in inputs) + tensor_bytes(out)
+
+
+def _typecheck(sat: Saturated, nodes: list[Node]) -> tuple[dict[int, TensorType], list[int | None]]:
+    """E-class types (from the graph's nodes, then the shape rules) and each e-node's own cost
+    (None where its shape rule rejects it)."""
+    types = {sat.node_class[n.id]: n.ty for n in nodes}
+    # An e-node that is a node of the graph (same op, input e-classes and attributes) is valid as is.
+    known = {(n.op, tuple(sat.node_class[i] for i in n.inputs), sat.node_keys[n.id]): n.ty for n in nodes if n.id in sat.node_keys}
+    costs: list[int | None] = [None] * len(sat.enodes)
+    pending = list(range(len(sat.enodes)))
+    while pending:
+        progress, later = False, []
+        for k in pending:
+            e = sat.enodes[k]
+            if e.op is None:
+                costs[k], progress = 0, True
+                continue
+            if any(c not in types for c in e.children):
+                later.append(k)
+                continue
+            progress = True
+            out = known.get((e.op, e.children, e.attrs_key)) or _infer(e, [types[c] for c in e.children], sat)
+            if out is None or types.setdefault(e.eclass, out) != out:
+                continue
+            costs[k] = node_cost(tuple(types[c] for c in e.children), out)
+        if not progress:
+            break
+        pending = later
+    return types, costs
+
+
+def _infer(e: ENode, child_types: list[TensorType], sat: Saturated) -> TensorType | None:
+    d = OPS[e.op]
+    for k, t in enumerate(child_types):
+        want = DType.U32 if k < len(d.inputs) and d.inputs[k] in d.u32_inputs else DType.F32
+        if t.dtype is not want:
+            return None
+    try:
+        return d.shape_rule(*child_types, **sat.keys.attrs(e.attrs_key))
+    except (ValueError, TypeError):
+        return None
+
+
+# -- extraction -------------------------------------------------------------------------------------
+def _extract(sat: Saturated, costs: list[int | None], free: set[int]) -> dict[int, int]:
+    """E-class -> chosen e-node: cheapest tree cost, where e-classes in ``free`` cost their parents 0."""
+    parents: dict[int, list[int]] = {}
+    queue: deque[int] = deque()
+    for k, e in enumerate(sat.enodes):
+        if costs[k] is None:
+            continue
+        for c in e.children:
+            parents.setdefault(c, []).append(k)
+        if not e.children:
+            queue.append(k)
+    # Exact integers: tree costs double-count shared inputs, so on a deep graph with a residual
+    # stream they grow like 2**depth (a float overflows; a Python int does not, and the choices
+    # only compare alternatives over the same inputs).
+    best: dict[int, int] = {}
+    choice: dict[int, int] = {}
+    while queue:
+        k = queue.popleft()
+        e = sat.enodes[k]
+        total = costs[k]
+        for c in e.children:
+            if c not in best:
+                total = None
+                break
+            total += 0 if c in free else best[c]
+        if total is not None and (e.eclass not in best or total < best[e.eclass]):
+            best[e.eclass], choice[e.eclass] = total, k
+            queue.extend(parents.get(e.eclass, ()))
+    return choice
+
+
+def _plan(sat: Saturated, choice: dict[int, int], roots: list[int]) -> list[int] | None:
+    """The e-classes the plan computes, inputs first; None if the choices form a cycle."""
+    order: list[int] = []
+    state: dict[int, int] = {}
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            c, done = stack.pop()
+            if done:
+                state[c] = 2
+                order.append(c)
+                continue
+            if state.get(c) == 2:
+                continue
+            if state.get(c) == 1 or c not in choice:
+                return None
+            state[c] = 1
+            stack.append((c, True))
+            stack.extend((k, False) for k in reversed(sat.enodes[choice[c]].children) if state.get(k) != 2)
+    return order
+
+
+def _choose(sat: Saturated, costs: list[int | None], roots: list[int]) -> tuple[dict[int, int], list[int]]:
+    choice = _extract(sat, costs, set())
+    order = _plan(sat, choice, roots)
+    if order is None:
+        raise RuntimeError("optimize: the extracted graph has a cycle or misses an output (a bug in the optimizer)")
+    if len(sat.enodes) == sat.num_classes:  # one e-node per e-class: nothing to choose
+        return choice, order
+    for _ in range(3):  # sharing-aware passes: what the current plan computes anyway is free
+        shared = _extract(sat, costs, set(order))
+        shared_order = _plan(sat, shared, roots)
+        if shared_order is None or _dag_cost(sat, costs, shared, shared_order) >= _dag_cost(sat, costs, choice, order):
+            break
+        choice, order = shared, shared_order
+    return choice, order
+
+
+def _dag_cost(sat: Saturated, costs: list[int | None], choice: dict[int, int], order: list[int]) -> int:
+    return sum(costs[choice[c]] for c in order)
+
+
+# -- the public pass --------------------------------------------------------------------------------
+def optimize(graph: Graph, *, limits: Limits | None = None, stage: str = "forward") -> tuple[Graph, OptimizeReport]:
+    """A new graph with the op table's rewrites applied, and the report. ``graph`` is not modified; it is
+    returned itself when no rule matched or extraction finds nothing cheaper. Node counts in the
+    report are of the nodes the outputs depend on."""
     t0 = time.perf_counter()
     nodes = graph.nodes()
-    users: dict[NodeId, int] = {}
-    for n in nodes:
-        for i in n.inputs:
-            users[i] = users.get(i, 0) + 1
-    outputs = set(graph.outputs())
-    fuse: dict[NodeId, NodeId] = {}  # bias_add id -> product id
-    for n in nodes:
-        if n.op == "bias_add":
-            prod = nodes[n.inputs[0]]
-            if prod.op in _FUSABLE and users.get(prod.id) == 1 and prod.id not in outputs:
-                fuse[n.id] = prod.id
-    fused_products = set(fuse.values())
-
-    out = Graph()
-    remap: dict[NodeId, NodeId] = {}
-    for n in nodes:
-        if n.id in fused_products:
-            continue
-        if n.id in fuse:
-            prod = nodes[fuse[n.id]]
-            a, b = (remap[i] for i in prod.inputs)
-            remap[n.id] = out.gemm(a, b, remap[n.inputs[1]], _FUSABLE[prod.op])
-        else:
-            remap[n.id] = out.add_node(n.op, tuple(remap[i] for i in n.inputs), n.ty, n.attrs)
-    out.set_outputs([remap[o] for o in graph.outputs()])
-    before_dce = len(out)
-    pruned = out.toposort()
+    sat = saturate(nodes, table_rules(), limits or Limits())
+    t1 = time.perf_counter()
+    live = _live(nodes, graph.outputs())
+    before = sum(node_cost(tuple(nodes[i].ty for i in n.inputs), n.ty) for n in live if not OPS[n.op].leaf)
+    ops_before = Counter(n.op for n in live if not OPS[n.op].leaf)
+    out, after, ops_after, nodes_after = graph, before, ops_before, len(live)
+    if any(sat.matches.values()) or sat.num_classes < len(nodes):  # a rewrite or a shared subterm
+        _, costs = _typecheck(sat, nodes)
+        choice, order = _choose(sat, costs, [sat.node_class[o] for o in graph.outputs()])
+        cost = _dag_cost(sat, costs, choice, order)
+        if cost <= before:
+            out, after, nodes_after = _rebuild(graph, sat, choice, order), cost, len(order)
+            ops_after = Counter(op for op in (sat.enodes[choice[c]].op for c in order) if op is not None)
+    t2 = time.perf_counter()
     report = OptimizeReport(
-        len(nodes), len(pruned), {"matmul_bias": len(fuse), "dead_nodes": before_dce - len(pruned)}, time.perf_counter() - t0
+        stage=stage,
+        nodes_before=len(live),
+        nodes_after=nodes_after,
+        eclasses=sat.num_classes,
+        enodes=len(sat.enodes),
+        iterations=sat.iterations,
+        stop_reason=sat.stop_reason,
+        rules_fired=sat.matches,
+        cost_before=before,
+        cost_after=after,
+        saturation_seconds=sat.seconds,
+        extraction_seconds=t2 - t1,
+        seconds=t2 - t0,
+        kept_input=out is graph,
+        program=sat.program,
     )
-    return pruned, report
+    report.fusions = {op: ops_after[op] - ops_before[op] for op in sorted(ops_after) if ops_after[op] > ops_before[op]}
+    report.removed = {op: ops_before[op] - ops_after[op] for op in sorted(ops_before) if ops_before[op] > ops_after[op]}
+    return out, report
+
+
+def _live(nodes: list[Node], outputs: list[int]) -> list[Node]:
+    """The nodes the outputs depend on."""
+    seen, stack = set(outputs), list(outputs)
+    while stack:
+        for i in nodes[stack.pop()].inputs:
+            if i not in seen:
+                seen.add(i)
+                stack.append(i)
+    return [nodes[i] for i in sorted(seen)]
+
+
+def _rebuild(graph: Graph, sat: Saturated, choice: dict[int, int], order: list[int]) -> Graph:
+    """The extracted plan as a Graph: leaves first (all of them, in their order), then ``apply``."""
+    out = Graph()
+    new_id: dict[int, int] = {}
+    leaf_of: dict[int, int] = {}
+    for n in graph.nodes():
+        if OPS[n.op].leaf:
+            leaf_of[n.id] = out.add_node(n.op, (), n.ty, n.attrs)
+    for c in order:
+        e = sat.enodes[choice[c]]
+        if e.op is None:
+            new_id[c] = leaf_of[e.leaf_id]
+        else:
+            new_id[c] = out.apply(e.op, *(new_id[k] for k in e.children), **sat.keys.attrs(e.attrs_key))
+    out.set_outputs({name: new_id[sat.node_class[o]] for name, o in graph.named_outputs().items()})
+    return out

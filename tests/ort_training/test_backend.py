@@ -116,7 +116,7 @@ def test_checkpoint_layout_and_exact_resume(tmp_path):
         tensors, meta = list(f.keys()), f.metadata()
     names = list(default_parameters(graph))
     assert sorted(tensors) == sorted(names + [f"adam_m.{n}" for n in names] + [f"adam_v.{n}" for n in names])
-    assert meta["step"] == "3" and meta["format"] == "meganeura-checkpoint-1"
+    assert meta["step"] == "3" and meta["format"] == "meganeura-checkpoint-2"
 
     resumed = build_ort_training_session(graph, seed=7)  # other initial weights: the checkpoint must replace them
     resumed.set_adamw(1e-2)

@@ -1,0 +1,87 @@
+"""The fused multi-tensor optimizer (``com.meganeura.AdamUpdate``) equals the decomposed update.
+
+Three ways to run the same Adam/AdamW steps of the MNIST MLP, from the same parameters and data:
+the decomposed ONNX update (~13 nodes per parameter), the AdamUpdate node run by our CPU kernel,
+and the AdamUpdate node run by its function body (no kernel library). Losses and parameters must
+agree to float32 rounding (rtol 1e-6): the kernel does the same float32 operations in the same order.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from conftest import build_example
+
+import meganeura_onnx
+from meganeura_onnx.export import to_model
+from meganeura_onnx.init import default_parameters
+from meganeura_onnx.ops import OPS
+from meganeura_onnx.runtime.training import build_session
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+import mnist_mlp  # noqa: E402
+
+LIB = meganeura_onnx.custom_op_library("cpu")
+needs_kernels = pytest.mark.skipif(LIB is None, reason="custom-op library not built (make -C custom_ops)")
+
+
+def _run(optimizer: str, steps: int = 8, clip: bool = False, **kw):
+    g = mnist_mlp.build(batch=8)
+    params = default_parameters(g, 0)
+    rng = np.random.default_rng(1)
+    s = build_session(g, optimizer=optimizer, parameters=params, clip=clip, **kw)
+    if optimizer == "adamw":
+        s.set_adamw(3e-3, 0.85, 0.99, 1e-7, weight_decay=0.1)
+    else:
+        s.set_adam(3e-3)
+    if clip:
+        s.set_grad_clip(0.5)
+    losses = []
+    for _ in range(steps):
+        s.set_input("x", rng.normal(size=(8, 784)).astype(np.float32))
+        s.set_input("labels", np.eye(10, dtype=np.float32)[rng.integers(0, 10, 8)])
+        s.step()
+        losses.append(s.read_loss())
+    return s, np.array(losses)
+
+
+@needs_kernels
+@pytest.mark.parametrize("optimizer,clip", [("adam", False), ("adamw", True)])
+def test_fused_adam_kernel_and_function_body_equal_the_decomposed_update(optimizer, clip):
+    ref, ref_losses = _run(optimizer, clip=clip, fused_optimizer=False)
+    kernel, kernel_losses = _run(optimizer, clip=clip, fused_optimizer=True)
+    body, body_losses = _run(optimizer, clip=clip, fused_optimizer=True, use_custom_ops=False)
+    assert kernel.plan().kernels() == {"AdamUpdate": "kernel"}
+    assert body.plan().kernels() == {"AdamUpdate": "function"}
+    assert ref.plan().kernels() == {}
+    adam_nodes = [n for n in kernel.onnx_model().graph.node if n.op_type == "AdamUpdate"]
+    assert len(adam_nodes) == 1 and len(adam_nodes[0].output) == 3 * 4  # every parameter in one node
+    for other, losses in ((kernel, kernel_losses), (body, body_losses)):
+        np.testing.assert_allclose(losses, ref_losses, rtol=1e-6)
+        for name in ref.parameter_names():
+            np.testing.assert_allclose(other.read_param(name), ref.read_param(name), rtol=1e-6, atol=1e-8, err_msg=name)
+    for m in kernel._prog.moments:  # moments near 0 carry float32 rounding of the clip coefficient: 1e-6 of the scale
+        want = ref._values[m].numpy()
+        np.testing.assert_allclose(kernel._values[m].numpy(), want, rtol=1e-5, atol=1e-6 * np.abs(want).max(), err_msg=m)
+
+
+def test_fused_adam_is_the_default_on_cpu_only():
+    s, _ = _run("adam", steps=1)
+    assert any(n.op_type == "AdamUpdate" for n in s.onnx_model().graph.node)
+    s, _ = _run("adam", steps=1, fused_optimizer=False)
+    assert not any(n.op_type == "AdamUpdate" for n in s.onnx_model().graph.node)
+
+
+@needs_kernels
+def test_adam_update_kernel_rejects_a_beta_outside_zero_one_naming_the_op():
+    g, f = build_example(OPS["adam_update"].examples[0])
+    model, _ = to_model(g, parameters=f.params)
+    opts = ort.SessionOptions()
+    opts.register_custom_ops_library(LIB)
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match=r"AdamUpdate: beta1 and beta2 must be in \[0, 1\), got 1.5"):
+        sess.run(None, {**f.inputs, "beta1": np.array([1.5], np.float32)})
