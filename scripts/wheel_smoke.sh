@@ -50,8 +50,11 @@ install() {
 if ! install 2>/dev/null; then
   echo "filling the wheelhouse $WHEELHOUSE (once: later runs install offline)"
   mkdir -p "$WHEELHOUSE"
-  "$PYTHON" -m pip download --quiet --disable-pip-version-check --dest "$WHEELHOUSE" --constraint "$WORK/constraints.txt" \
-    "$WHEEL[hf,data]" 2>&1 | grep -v "^WARNING: Location" || true
+  if ! "$PYTHON" -m pip download --quiet --disable-pip-version-check --dest "$WHEELHOUSE" --constraint "$WORK/constraints.txt" \
+    "$WHEEL[hf,data]" > "$WORK/download.txt" 2>&1; then
+    cat "$WORK/download.txt" >&2
+    fail "pip download of the dependencies failed"
+  fi
   rm -f "$WHEELHOUSE"/meganeura_onnx-*.whl
   install
 fi
