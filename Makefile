@@ -41,7 +41,7 @@ wheel-smoke: setup
 	scripts/wheel_smoke.sh $(abspath $(PY))
 
 test: setup kernels lint asan
-	$(VENV)/bin/pytest -q
+	MEGANEURA_REQUIRE_KERNELS=1 $(VENV)/bin/pytest -q
 	$(MAKE) test-ort-training
 	$(MAKE) wheel-smoke
 

@@ -15,8 +15,8 @@
    (tokens/s on 2 GPUs) / (tokens/s of the fused 1-GPU step); goal >= 1.8.
 
 Every phase runs in its own processes (``torchrun --standalone`` for the 2-GPU ones, with
-``NCCL_NVLS_ENABLE=0``); the result is ``OUT_DIR/train_ddp.json`` with the machine, the commit
-and the load average.
+``NCCL_NVLS_ENABLE=0``); the result is ``OUT_DIR/train_ddp_<gpu>x2.json`` (e.g. ``train_ddp_h200x2.json``) with the
+machine, the commit and the load average.
 """
 
 from __future__ import annotations
@@ -222,7 +222,8 @@ def main() -> None:
             "scaling_goal": 1.8,
         },
     }
-    path = out / ("train_ddp.json" if a.device == "cuda" else "train_ddp_cpu_smoke.json")
+    gpu = torch.cuda.get_device_name(0).split()[-1].lower() if a.device == "cuda" else ""
+    path = out / (f"train_ddp_{gpu}x2.json" if a.device == "cuda" else "train_ddp_cpu_smoke.json")
     path.write_text(json.dumps(report, indent=2) + "\n")
     print(
         f"parity (tiny LLaMA, 20 Adam steps): params rel {parity['param_max_rel_diff']:.2e}, losses rel {parity['loss_max_rel_diff']:.2e}, "

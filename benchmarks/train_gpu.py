@@ -1,23 +1,29 @@
 """GPU training evidence in one command (run it on the CUDA machine):
 
-    python benchmarks/train_gpu.py OUT_DIR [--layers 30] [--steps 20]
+    python benchmarks/train_gpu.py OUT_DIR [--layers 30] [--steps 10] [--repeats 5] [--skip-parity]
 
 1. Parity on CUDAExecutionProvider: the MNIST MLP and the LLaMA-style block (tests/
    test_training_parity.py's cases) train 20 Adam steps with parameters resident on the GPU; the
    losses are compared with PyTorch CPU (rel 1e-4) and the step-1 gradients (1e-4 of each tensor's
-   scale). The execution plan's node placement (ORT's EP assignment record) and an ORT profile
-   (per-node provider from ``enable_profiling``) are written.
-2. Speed: a SmolLM2-135M-shaped decoder (30 layers, hidden 576, 9 heads, 3 KV heads, intermediate
-   1536, vocab 49152; untied LM head) at batch 8 x seq 256, fp32, one AdamW step, next to PyTorch
-   eager on the same GPU in the same run. Strict fp32 on both sides: ``use_tf32=0`` in the CUDA EP
-   options (our default) and ``torch.backends.cuda.matmul.allow_tf32 = False``.
+   scale); the execution plan's node placement is written.
+2. Speed, one AdamW step (forward + backward + update) of a SmolLM2-135M-shaped decoder (30 layers,
+   hidden 576, 9 heads, 3 KV heads, intermediate 1536, vocab 49152, untied LM head) at batch 8 x
+   seq 256, index labels (next-token ids) on every side, the same initial weights everywhere:
+   - ours fp32 (strict: ``use_tf32=0``) and ours tf32 (``use_tf32=1``);
+   - Hugging Face ``LlamaForCausalLM`` (its default SDPA attention, no compilation) fp32 strict,
+     and bf16 autocast (fp32 master weights, as mixed-precision training runs);
+   - the same model under ``torch.compile``, bf16 autocast.
+   The HF loss is ``F.cross_entropy`` over its logits (upcast to fp32, as HF's own loss does) against
+   the same targets as ours. Every variant: 3 warm-up steps, then ``--repeats`` repeats of
+   ``--steps`` steps; the report gives each repeat's mean step, the median and the spread (min/max),
+   the peak GPU memory (PyTorch: ``max_memory_allocated``; ours: the device memory ORT holds after
+   the steps, from ``cudaMemGetInfo``, measured before PyTorch allocates anything) and the first loss
+   (the fp32 sides start from the same weights and data: their losses must agree).
+3. Where our step's time goes: one profiled step (ORT ``enable_profiling``), kernel time by op type.
 
 Layout: rows = batch * seq = 2048; the attention ops get ``batch=8`` (each block of 256 rows is its
-own causal sequence; no cross-sequence attention, no wasted block-diagonal work) and rope gets
-``period=256`` (positions restart per sequence). Labels are one-hot [2048, 49152] (the graph's
-cross_entropy_loss contract); PyTorch is timed with the same one-hot loss and, for reference, with
-``F.cross_entropy`` on class indices. Data is uploaded once; a step = forward + backward + AdamW.
-Results: ``OUT_DIR/train_gpu.json`` (+ ``placement.txt``, ``ort_profile*.json``).
+own causal sequence) and rope gets ``period=256``. Data is uploaded once.
+Results: ``OUT_DIR/train_gpu.json`` (+ ``placement_*.txt``, ``ort_profile*.json``).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ for p in (ROOT, ROOT / "models", ROOT / "tests"):
     sys.path.insert(0, str(p))
 
 SMOL = {"vocab": 49152, "hidden": 576, "heads": 9, "kv_heads": 3, "intermediate": 1536, "layers": 30}
+BATCH, SEQ, LR, WD = 8, 256, 1e-4, 0.01
 
 
 def parity(out: Path) -> dict:
@@ -82,113 +89,206 @@ def parity(out: Path) -> dict:
     return res
 
 
-def ort_profile(out: Path) -> dict:
-    """One LLaMA-block step under ORT's profiler: per-node provider as ORT recorded it."""
-    import onnxruntime as ort
-    import test_training_parity as tp
-
-    from meganeura_onnx.runtime.training import compile_program
-    from meganeura_onnx.transforms.optimizer import OptimizerSpec
-
-    g, params, batches, *_ = tp._llama_case()
-    prog = compile_program(g, OptimizerSpec("adam"))
-    opts = ort.SessionOptions()
-    opts.enable_profiling = True
-    opts.profile_file_prefix = str(out / "ort_profile")
-    sess = ort.InferenceSession(
-        prog.model.SerializeToString(), opts, providers=[("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]
-    )
-    feeds = {"input_ids": batches[0]["ids"], "labels": batches[0]["labels"], **params}  # both U32 token ids
-    feeds.update({m: np.zeros(params[m.split(".", 1)[1]].shape, np.float32) for m in prog.moments})
-    feeds.update(
-        {
-            h: np.array([v], np.float32)
-            for h, v in {"opt.lr": 1e-3, "opt.beta1": 0.9, "opt.beta2": 0.999, "opt.eps": 1e-8, "opt.step": 1.0}.items()
-        }
-    )
-    sess.run(None, feeds)
-    events = json.loads(Path(sess.end_profiling()).read_text())
-    by_ep: dict[str, int] = {}
-    for e in events:
-        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
-            ep = e.get("args", {}).get("provider", "?")
-            by_ep[ep] = by_ep.get(ep, 0) + 1
-    return {"kernel_events_by_provider": by_ep}
-
-
-def _time(fn, steps: int, sync) -> list[float]:
-    fn()
-    fn()
+def _repeats(step, steps: int, repeats: int, sync) -> dict:
+    for _ in range(3):
+        step()
     sync()
-    times = []
-    for _ in range(steps):
+    runs = []
+    for _ in range(repeats):
         t0 = time.perf_counter()
-        fn()
+        for _ in range(steps):
+            step()
         sync()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return times
+        runs.append((time.perf_counter() - t0) / steps * 1e3)
+    return {"median_ms": statistics.median(runs), "min_ms": min(runs), "max_ms": max(runs), "repeats_ms": runs}
 
 
-def smollm(layers: int, steps: int, batch: int = 8, seq: int = 256) -> dict:
+def _data(cfg: dict):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, cfg["vocab"], (BATCH, SEQ + 1))
+    return ids[:, :-1].reshape(-1).astype(np.uint32), ids[:, 1:].reshape(-1).astype(np.uint32)
+
+
+def ours(cfg: dict, params: dict, steps: int, repeats: int, tf32: bool) -> dict:
     import tiny_llama
     import torch
 
-    from meganeura_onnx.init import default_parameters
     from meganeura_onnx.runtime.training import build_session
 
-    cfg = {**SMOL, "layers": layers}
-    g = tiny_llama.build(**cfg, seq=seq, batch=batch)
-    params = default_parameters(g, 0)
-    rng = np.random.default_rng(0)
-    ids = rng.integers(0, cfg["vocab"], (batch, seq + 1))
-    inp, tgt = ids[:, :-1].reshape(-1), ids[:, 1:].reshape(-1)
-    onehot = np.zeros((batch * seq, cfg["vocab"]), np.float32)
-    onehot[np.arange(batch * seq), tgt] = 1.0
-    res = {"config": {**cfg, "batch": batch, "seq": seq, "parameters": int(sum(v.size for v in params.values()))}}
-
+    inp, tgt = _data(cfg)
+    free0 = torch.cuda.mem_get_info()[0]
+    providers = [("CUDAExecutionProvider", {"use_tf32": "1" if tf32 else "0"}), "CPUExecutionProvider"]
     t0 = time.perf_counter()
-    s = build_session(g, "cuda", optimizer="adamw", parameters=params)
-    res["ours_build_s"] = time.perf_counter() - t0
-    s.set_adamw(1e-4, weight_decay=0.01)
+    s = build_session(tiny_llama.build(**cfg, seq=SEQ, batch=BATCH), "cuda", optimizer="adamw", parameters=params, providers=providers)
+    build_s = time.perf_counter() - t0
+    s.set_adamw(LR, weight_decay=WD)
     s.set_input_u32("input_ids", inp)
-    s.set_input_u32("labels", tgt.astype(np.uint32))
-    ours = _time(s.step, steps, lambda: None)  # run_with_iobinding returns after the GPU finished
-    res["ours_ms"] = {"median": statistics.median(ours), "min": min(ours), "all": ours, "loss": s.read_loss()}
-    res["ours_memory"] = str(s.memory_summary())
-    res["ours_onnx_nodes"] = len(s.onnx_model().graph.node)
+    s.set_input_u32("labels", tgt)
+    s.step()
+    first_loss = s.read_loss()
+    res = _repeats(s.step, steps, repeats, lambda: None)  # run_with_iobinding returns after the GPU finished
+    res.update(
+        first_loss=first_loss,
+        build_s=build_s,
+        peak_memory_gb=(free0 - torch.cuda.mem_get_info()[0]) / 1e9,
+        memory_note="device memory ORT holds after the steps (cudaMemGetInfo delta; its arena keeps the peak)",
+        onnx_nodes=len(s.onnx_model().graph.node),
+        buffers=str(s.memory_summary()),
+    )
     del s
+    return res
+
+
+def hf_model(cfg: dict, params: dict):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    conf = LlamaConfig(
+        vocab_size=cfg["vocab"],
+        hidden_size=cfg["hidden"],
+        intermediate_size=cfg["intermediate"],
+        num_hidden_layers=cfg["layers"],
+        num_attention_heads=cfg["heads"],
+        num_key_value_heads=cfg["kv_heads"],
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(conf)
+    missing, unexpected = model.load_state_dict({k: torch.tensor(v) for k, v in params.items()}, strict=False)
+    if unexpected or [m for m in missing if "rotary" not in m]:
+        raise RuntimeError(f"HF model does not take our weights: missing {missing}, unexpected {unexpected}")
+    return model.cuda().train()
+
+
+def hf(cfg: dict, params: dict, steps: int, repeats: int, bf16: bool, compiled: bool) -> dict:
+    import torch
+    import torch.nn.functional as F
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    w, loss_fn = tiny_llama.torch_model(params, **cfg, device="cuda")
-    opt = torch.optim.AdamW(w.values(), lr=1e-4, weight_decay=0.01)
-    ids_t = torch.tensor(inp, device="cuda").view(batch, seq)
-    for name, labels in (("torch_onehot_ms", torch.tensor(onehot, device="cuda")), ("torch_index_ce_ms", torch.tensor(tgt, device="cuda"))):
+    inp, tgt = _data(cfg)
+    ids = torch.tensor(inp.astype(np.int64), device="cuda").view(BATCH, SEQ)
+    labels = torch.tensor(tgt.astype(np.int64), device="cuda")
+    import gc
 
-        def step(labels=labels):
-            opt.zero_grad(set_to_none=True)
-            loss_fn(ids_t, labels).backward()
-            opt.step()
+    gc.collect()  # the previous variant's model and optimizer state
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    model = hf_model(cfg, params)
+    fwd = torch.compile(model) if compiled else model
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WD)
+    losses = []
 
-        t = _time(step, steps, torch.cuda.synchronize)
-        res[name] = {"median": statistics.median(t), "min": min(t), "all": t}
-    res["ratio_ours_over_torch_onehot"] = res["ours_ms"]["median"] / res["torch_onehot_ms"]["median"]
-    res["ratio_ours_over_torch_index_ce"] = res["ours_ms"]["median"] / res["torch_index_ce_ms"]["median"]
-    res["torch_peak_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            logits = fwd(input_ids=ids).logits
+        loss = F.cross_entropy(logits.float().view(-1, cfg["vocab"]), labels)
+        loss.backward()
+        opt.step()
+        if not losses:
+            losses.append(loss.item())
+
+    t0 = time.perf_counter()
+    step()
+    first_step_s = time.perf_counter() - t0  # includes compilation under torch.compile
+    res = _repeats(step, steps, repeats, torch.cuda.synchronize)
+    res.update(
+        first_loss=losses[0],
+        first_step_s=first_step_s,
+        peak_memory_gb=torch.cuda.max_memory_allocated() / 1e9,
+        attention=model.config._attn_implementation,
+    )
+    return res  # the model, optimizer and compiled graph are freed with this frame
+
+
+def ort_profile(cfg: dict, params: dict, out: Path) -> dict:
+    """One profiled step of our model: kernel time by op type (and the top nodes)."""
+    import onnxruntime as ort
+    import tiny_llama
+
+    import meganeura_onnx
+    from meganeura_onnx.runtime.training import compile_program
+    from meganeura_onnx.transforms.optimizer import OptimizerSpec
+
+    prog = compile_program(tiny_llama.build(**cfg, seq=SEQ, batch=BATCH), OptimizerSpec("adamw"))
+    opts = ort.SessionOptions()
+    opts.enable_profiling = True
+    opts.profile_file_prefix = str(out / "ort_profile")
+    lib = meganeura_onnx.custom_op_library("cuda")
+    if lib:
+        opts.register_custom_ops_library(lib)
+    sess = ort.InferenceSession(
+        prog.model.SerializeToString(), opts, providers=[("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]
+    )
+    inp, tgt = _data(cfg)
+    feeds = {"input_ids": inp, "labels": tgt, **params}
+    feeds.update({m: np.zeros(params[m.split(".", 1)[1]].shape, np.float32) for m in prog.moments})
+    hyper = {"opt.lr": LR, "opt.beta1": 0.9, "opt.beta2": 0.999, "opt.eps": 1e-8, "opt.step": 1.0, "opt.weight_decay": WD}
+    feeds.update({h: np.array([hyper[h]], np.float32) for h in prog.hyper})
+    for _ in range(2):
+        sess.run(None, feeds)
+    events = json.loads(Path(sess.end_profiling()).read_text())
+    by_op: dict[str, float] = {}
+    by_node: dict[str, float] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
+            op = e.get("args", {}).get("op_name", "?")
+            by_op[op] = by_op.get(op, 0.0) + e["dur"] / 2e3  # two runs, us -> ms per step
+            by_node[e["name"]] = by_node.get(e["name"], 0.0) + e["dur"] / 2e3
+    table = sorted(by_op.items(), key=lambda kv: -kv[1])
+    return {
+        "kernel_ms_by_op_type": dict(table),
+        "total_kernel_ms": sum(by_op.values()),
+        "top_nodes_ms": dict(sorted(by_node.items(), key=lambda kv: -kv[1])[:25]),
+        "note": "one step of the profiled session (session.run with host feeds: the feeds' copies are not kernel time)",
+    }
+
+
+def speed(layers: int, steps: int, repeats: int, out: Path) -> dict:
+    import tiny_llama
+
+    from meganeura_onnx.init import default_parameters
+
+    cfg = {**SMOL, "layers": layers}
+    params = default_parameters(tiny_llama.build(**cfg, seq=SEQ, batch=BATCH), 0)
+    res: dict = {"config": {**cfg, "batch": BATCH, "seq": SEQ, "parameters": int(sum(v.size for v in params.values()))}}
+    runs = {
+        "ours_fp32": lambda: ours(cfg, params, steps, repeats, tf32=False),  # first: before PyTorch holds memory
+        "ours_tf32": lambda: ours(cfg, params, steps, repeats, tf32=True),
+        "hf_eager_fp32": lambda: hf(cfg, params, steps, repeats, bf16=False, compiled=False),
+        "hf_eager_bf16_autocast": lambda: hf(cfg, params, steps, repeats, bf16=True, compiled=False),
+        "hf_torch_compile_bf16_autocast": lambda: hf(cfg, params, steps, repeats, bf16=True, compiled=True),
+    }
+    for name, fn in runs.items():
+        try:
+            res[name] = fn()
+        except Exception as e:  # noqa: BLE001 - one failing variant must not hide the others' numbers
+            res[name] = {"error": f"{type(e).__name__}: {e}"}
+        r = res[name]
+        print(name, {k: round(v, 3) if isinstance(v, float) else v for k, v in r.items() if k not in ("repeats_ms", "buffers")})
+    ok = {k: v["median_ms"] for k, v in res.items() if isinstance(v, dict) and "median_ms" in v}
+    if "ours_fp32" in ok:
+        res["ratios_ours_fp32_over"] = {k: ok["ours_fp32"] / v for k, v in ok.items() if k != "ours_fp32"}
+    res["ort_profile"] = ort_profile(cfg, params, out)
     return res
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description="GPU training parity, placement and SmolLM2-135M-shaped step time")
+    ap = argparse.ArgumentParser(description="GPU training parity, placement and SmolLM2-135M-shaped step time vs Hugging Face")
     ap.add_argument("out_dir")
     ap.add_argument("--layers", type=int, default=30)
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=10, help="steps per repeat")
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--skip-parity", action="store_true")
     a = ap.parse_args()
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     import onnxruntime as ort
     import torch
+    import transformers
 
     if "CUDAExecutionProvider" not in ort.get_available_providers() or not torch.cuda.is_available():
         sys.exit(
@@ -198,21 +298,24 @@ def main() -> None:
         "gpu": torch.cuda.get_device_name(0),
         "onnxruntime": ort.__version__,
         "torch": torch.__version__,
-        "precision": "strict fp32 (ORT CUDA EP use_tf32=0; torch allow_tf32=False)",
+        "transformers": transformers.__version__,
         "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
-        "pytorch_anchor_h200_eager_fp32_ms": 74.5,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
     if not a.skip_parity:
         report["parity"] = parity(out)
-        report["ort_profile"] = ort_profile(out)
-    report["smollm2_135m_shape"] = smollm(a.layers, a.steps)
-    r = report["smollm2_135m_shape"]
-    print(
-        f"SmolLM2-135M shape, batch 8 x seq 256, fp32 AdamW step on {report['gpu']}: ours {r['ours_ms']['median']:.1f} ms, "
-        f"PyTorch eager {r['torch_onehot_ms']['median']:.1f} ms (one-hot CE) / {r['torch_index_ce_ms']['median']:.1f} ms (index CE); "
-        f"ratio {r['ratio_ours_over_torch_onehot']:.2f}x / {r['ratio_ours_over_torch_index_ce']:.2f}x"
-    )
+    report["smollm2_135m_shape"] = r = speed(a.layers, a.steps, a.repeats, out)
     (out / "train_gpu.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nSmolLM2-135M shape, batch {BATCH} x seq {SEQ}, one AdamW step on {report['gpu']} (median of {a.repeats} repeats, min-max):")
+    for name, v in r.items():
+        if isinstance(v, dict) and "median_ms" in v:
+            print(
+                f"  {name:<32} {v['median_ms']:8.1f} ms  ({v['min_ms']:.1f}-{v['max_ms']:.1f})  peak {v['peak_memory_gb']:.2f} GB  loss {v['first_loss']:.4f}"
+            )
+        elif isinstance(v, dict) and "error" in v:
+            print(f"  {name:<32} failed: {v['error']}")
+    top = list(r["ort_profile"]["kernel_ms_by_op_type"].items())[:12]
+    print("ours fp32, kernel time by op type (ms/step): " + ", ".join(f"{k} {v:.1f}" for k, v in top))
     print(f"wrote {out / 'train_gpu.json'}")
 
 

@@ -1,14 +1,18 @@
 """Benchmark: one Adam training step of the MNIST MLP (784-128-10, batch 32, fp32, CPU).
 
-Side by side in one run: this project's native engine (one fused train-step ONNX model on ORT,
-parameters and Adam state bound with IOBinding), PyTorch eager (torch.optim.Adam, foreach), and
-onnxruntime-training 1.19 (its artifacts + TrainingSession) when its virtual environment
-``.venv-ort-training`` exists at the repository root (otherwise the JSON says it was not measured).
-Step = upload one batch + forward + backward + update; same threads (ORT and torch default to
-all cores). Per engine: warm-up, then ``--repeats`` runs of ``--steps`` steps; the median is
-reported. Writes ``benchmarks/results/train_mlp_cpu.json`` (machine, git commit, versions).
+Side by side in one run: this project's native engine (one train-step ONNX model on ORT,
+parameters and Adam state bound with IOBinding, the fused AdamUpdate kernel), onnxruntime-training
+1.19 (its artifacts + TrainingSession, in its own venv ``.venv-ort-training``: ``make
+ort-training``; otherwise the JSON says it was not measured) and PyTorch eager (torch.optim.Adam).
 
-    python benchmarks/train_mlp.py [--steps 500] [--repeats 5]
+Both ORT engines are timed the same way: per step (ours: upload the batch + forward + backward +
+update; onnxruntime-training: its ``train_step`` on inputs set once), ``--steps`` steps per repeat,
+the repeat's median step. The repeats interleave the engines (A B A B ...) so that load from other
+processes hits both alike; the report gives the median over repeats, the spread (min / max) and
+the load average (``os.getloadavg``) around every repeat. Default threads on every engine.
+Writes ``benchmarks/results/train_mlp_cpu.json`` (machine, git commit, versions).
+
+    python benchmarks/train_mlp.py [--steps 300] [--repeats 9]
 """
 
 from __future__ import annotations
@@ -37,25 +41,23 @@ def _data(n: int):
     return [(rng.normal(size=(BATCH, 784)).astype(np.float32), np.eye(10, dtype=np.float32)[rng.integers(0, 10, BATCH)]) for _ in range(n)]
 
 
-def _time(step, data, steps: int, repeats: int) -> list[float]:
-    for x, y in data[:50]:
-        step(x, y)
-    runs = []
-    for _ in range(repeats):
+def _median_step_ms(step, data, steps: int) -> float:
+    times = []
+    for i in range(steps):
+        x, y = data[i % len(data)]
         t0 = time.perf_counter()
-        for i in range(steps):
-            x, y = data[i % len(data)]
-            step(x, y)
-        runs.append((time.perf_counter() - t0) / steps * 1e3)
-    return runs
+        step(x, y)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
 
 
-def bench_native(data, steps, repeats):
+def native(fused: bool = True):
+    """(step(x, y), info) of our engine."""
     import mnist_mlp
 
     from meganeura_onnx.runtime.training import build_session
 
-    s = build_session(mnist_mlp.build(batch=BATCH), optimizer="adam")
+    s = build_session(mnist_mlp.build(batch=BATCH), optimizer="adam", fused_optimizer=fused)
     s.set_adam(LR)
 
     def step(x, y):
@@ -63,8 +65,7 @@ def bench_native(data, steps, repeats):
         s.set_input("labels", y)
         s.step()
 
-    runs = _time(step, data, steps, repeats)
-    return runs, {"onnx_nodes": len(s.onnx_model().graph.node), "final_loss": s.read_loss()}
+    return step, {"onnx_nodes": len(s.onnx_model().graph.node), "kernels": s.plan().kernels()}
 
 
 def bench_torch(data, steps, repeats):
@@ -84,22 +85,55 @@ def bench_torch(data, steps, repeats):
         loss.backward()
         opt.step()
 
-    runs = _time(step, data, steps, repeats)
+    for x, y in data[:50]:
+        step(x, y)
+    runs = [_median_step_ms(step, data, steps) for _ in range(repeats)]
     return runs, {"torch": torch.__version__, "threads": torch.get_num_threads()}
 
 
-def bench_ort_training(steps, repeats):
-    """onnxruntime-training 1.19 (artifacts + TrainingSession, AdamW with weight decay 0) in its own venv."""
-    py = ROOT / ".venv-ort-training" / "bin" / "python"
-    if not py.exists():
-        return None, {"skipped": f"{py.relative_to(ROOT)} does not exist (make ort-training); not measured"}
+ORT_TRAINING_PY = ROOT / ".venv-ort-training" / "bin" / "python"
+
+
+def ort_training_repeat(steps: int) -> tuple[float, dict]:
+    """One repeat of onnxruntime-training 1.19 (artifacts + TrainingSession, AdamW with weight decay
+    0 = Adam) in its own venv: the median step in ms, and its record."""
     from meganeura_onnx.runtime.ort_training import ort_training_step_time_subprocess
 
-    runs, info = [], {}
+    info = ort_training_step_time_subprocess(ORT_TRAINING_PY, ROOT / "models" / "mnist_mlp.py", {"batch": BATCH}, steps=steps)
+    return info.pop("step_s") * 1e3, info
+
+
+def interleaved(data, steps: int, repeats: int) -> dict:
+    """Ours (fused Adam), ours (decomposed Adam) and onnxruntime-training, A B C A B C ..."""
+    engines = {"meganeura_onnx": native(True), "meganeura_onnx_decomposed_adam": native(False)}
+    for step, _ in engines.values():
+        for x, y in data[:50]:
+            step(x, y)
+    have_ort_training = ORT_TRAINING_PY.exists()
+    runs: dict[str, list[float]] = {k: [] for k in [*engines, "onnxruntime_training"]}
+    loads, ort_info = [], {}
     for _ in range(repeats):
-        info = ort_training_step_time_subprocess(py, ROOT / "models" / "mnist_mlp.py", {"batch": BATCH}, steps=steps)
-        runs.append(info.pop("step_s") * 1e3)
-    return runs, info
+        loads.append(os.getloadavg()[0])
+        for name, (step, _) in engines.items():
+            runs[name].append(_median_step_ms(step, data, steps))
+        if have_ort_training:
+            ms, ort_info = ort_training_repeat(steps)
+            runs["onnxruntime_training"].append(ms)
+    loads.append(os.getloadavg()[0])
+    out = {name: {"runs_ms": r, **_summary(r), **info} for name, (_, info) in engines.items() for r in [runs[name]]}
+    if have_ort_training:
+        out["onnxruntime_training"] = {"runs_ms": runs["onnxruntime_training"], **_summary(runs["onnxruntime_training"]), **ort_info}
+    else:
+        out["onnxruntime_training"] = {
+            "step_ms": None,
+            "skipped": f"{ORT_TRAINING_PY.relative_to(ROOT)} does not exist (make ort-training); not measured",
+        }
+    out["_load_average_1min"] = loads
+    return out
+
+
+def _summary(runs: list[float]) -> dict:
+    return {"step_ms": statistics.median(runs), "min_ms": min(runs), "max_ms": max(runs)}
 
 
 def machine() -> dict:
@@ -125,27 +159,24 @@ def machine() -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=500)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "train_mlp_cpu.json"))
     a = ap.parse_args()
     import onnxruntime
 
     data = _data(64)
-    results = {}
-    for name, fn in (
-        ("meganeura_onnx", lambda: bench_native(data, a.steps, a.repeats)),
-        ("pytorch", lambda: bench_torch(data, a.steps, a.repeats)),
-    ):
-        runs, info = fn()
-        results[name] = {"step_ms": statistics.median(runs), "runs_ms": runs, **info}
-    runs, info = bench_ort_training(a.steps, a.repeats)
-    results["onnxruntime_training"] = {"step_ms": statistics.median(runs) if runs else None, "runs_ms": runs, **info}
+    results = interleaved(data, a.steps, a.repeats)
+    loads = results.pop("_load_average_1min")
+    runs, info = bench_torch(data, a.steps, a.repeats)
+    results["pytorch"] = {"runs_ms": runs, **_summary(runs), **info}
 
     ours = results["meganeura_onnx"]["step_ms"]
     ratios = {f"vs_{k}": ours / v["step_ms"] for k, v in results.items() if k != "meganeura_onnx" and v["step_ms"]}
     report = {
         "benchmark": "MLP 784-128-10, batch 32, fp32, Adam lr 1e-3, one step = upload batch + forward + backward + update",
+        "method": "per repeat the median of --steps single-step times; ORT engines interleaved per repeat; step_ms = median over repeats",
+        "load_average_1min_around_repeats": loads,
         "machine": machine(),
         "onnxruntime": onnxruntime.__version__,
         "steps": a.steps,
@@ -153,9 +184,13 @@ def main() -> None:
         "results": results,
         "ratio_ours_over": ratios,
     }
-    print(f"{'engine':<22}{'step (ms)':>12}")
+    print(f"load average (1 min) around the repeats: {[round(x, 1) for x in loads]}")
+    print(f"{'engine':<34}{'median ms':>10}{'min':>8}{'max':>8}")
     for k, v in results.items():
-        print(f"{k:<22}{v['step_ms'] if v['step_ms'] is None else round(v['step_ms'], 4)!s:>12}  {v.get('skipped', '')}")
+        if v["step_ms"] is None:
+            print(f"{k:<34}{'-':>10}  {v.get('skipped', '')}")
+        else:
+            print(f"{k:<34}{v['step_ms']:>10.4f}{v['min_ms']:>8.3f}{v['max_ms']:>8.3f}")
     for k, v in ratios.items():
         print(f"meganeura_onnx / {k[3:]}: {v:.2f}x")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

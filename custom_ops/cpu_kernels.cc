@@ -350,7 +350,7 @@ class ScatterAddCpu : public Kernel {
   static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
     int64_t n = 0;
     MN_RETURN_IF(AttrInt(info, "ScatterAdd", "num_rows", &n, nullptr));
-    if (n < 0) return MN_INVALID("ScatterAdd: attribute num_rows must be >= 0, got %lld", (long long)n);
+    if (n < 1) return MN_INVALID("ScatterAdd: attribute num_rows must be >= 1, got %lld", (long long)n);
     *out = new ScatterAddCpu(n);
     return nullptr;
   }

@@ -58,6 +58,13 @@ int mn_cuda_cached_attention_f32(const float* q, const float* k, const float* v,
 int mn_cuda_scatter_add_f32(const int64_t* idx_host, const float* src, float* out, int64_t N, int64_t D,
                             int64_t num_rows, void* stream);
 
+// AdamUpdate for one parameter of n elements: hyper = device pointers to the [1] lr, beta1, beta2,
+// eps, step, weight_decay (read on the device: nothing is copied to the host, CUDA-graph capturable);
+// the same float32 operations as the CPU kernel (optim_kernels.cc). Hyper-parameters are not
+// validated here (the session validates them when they are set).
+int mn_cuda_adam_update_f32(const float* const hyper[6], const float* p, const float* g, const float* m, const float* v,
+                            float* p2, float* m2, float* v2, int64_t n, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

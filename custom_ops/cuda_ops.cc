@@ -164,7 +164,7 @@ class ScatterAddCuda : public Kernel {
   static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
     int64_t n = 0;
     MN_RETURN_IF(AttrInt(info, "ScatterAdd", "num_rows", &n, nullptr));
-    if (n < 0) return MN_INVALID("ScatterAdd: attribute num_rows must be >= 0, got %lld", (long long)n);
+    if (n < 1) return MN_INVALID("ScatterAdd: attribute num_rows must be >= 1, got %lld", (long long)n);
     *out = new ScatterAddCuda(n);
     return nullptr;
   }
@@ -198,6 +198,7 @@ void AddCudaOps(std::vector<OpDef*>* ops) {
   ops->push_back(new OpDef("CachedAttention", ep, {F32, F32, F32, ANY}, {F32}, {false, false, false, false},
                            {false, false, false, false}, CachedAttentionCuda::Create, 0));
   ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {true, false}, ScatterAddCuda::Create, -1));
+  AddCudaOptimOps(ops);  // AdamUpdate (cuda_optim_ops.cc)
 }
 
 }  // namespace mn

@@ -3,6 +3,7 @@
 # GPU machine, onnxruntime-gpu already installed). Writes everything under ${OUT:-out/gpu_check}:
 #   pytest_gpu.txt / junit_gpu.xml   GPU + CPU kernel tests (placement, parity, in-place, bad input)
 #   memcheck.txt                     compute-sanitizer --tool memcheck over the GPU tests
+#   fuzz_memcheck.txt                tests/kernel_fuzz.py (hostile models) on CUDA under memcheck
 #   attn_check.txt                   build/attn_check (when built): CUDA attention vs host reference, event timing
 #   bench_cuda.json / bench_cuda.txt benchmarks/custom_ops.py on the GPU (extra arguments: BENCH_ARGS)
 # The libraries are normally built on the dev machine and carried (custom_ops/build); if they are
@@ -43,6 +44,13 @@ if [ -n "${SAN:-}" ]; then
   rc=${PIPESTATUS[0]}
   echo "compute-sanitizer exit code: $rc" | tee -a "$OUT/memcheck.txt"
   grep -E "ERROR SUMMARY|passed|failed" "$OUT/memcheck.txt"
+  [ "$rc" -eq 0 ] || status=1
+  # The hostile-model fuzz on the CUDA kernels: every model refused or run, no memory error.
+  timeout ${MEMCHECK_TIMEOUT:-240} "$SAN" --tool memcheck --error-exitcode 99 \
+    $PY tests/kernel_fuzz.py --device cuda --count ${FUZZ_COUNT:-300} --seed 1 2>"$OUT/fuzz_memcheck.log" | tee "$OUT/fuzz_memcheck.txt"
+  rc=${PIPESTATUS[0]}
+  grep -E "ERROR SUMMARY" "$OUT/fuzz_memcheck.log" | tee -a "$OUT/fuzz_memcheck.txt"
+  echo "fuzz compute-sanitizer exit code: $rc" | tee -a "$OUT/fuzz_memcheck.txt"
   [ "$rc" -eq 0 ] || status=1
 else
   echo "compute-sanitizer not found" | tee "$OUT/memcheck.txt"

@@ -140,7 +140,10 @@ void CountCacheCopy();
 // Appends the CPU op definitions (and, in the CUDA library, the CUDA ones).
 void AddCpuOps(std::vector<OpDef*>* ops);
 void AddCudaOps(std::vector<OpDef*>* ops);
-// AdamUpdate (optim_kernels.cc): the multi-tensor Adam/AdamW update on the CPU.
+// AdamUpdate (optim_kernels.cc): the multi-tensor Adam/AdamW update on the CPU; the op descriptor
+// (variadic inputs/outputs, output shapes) for any EP's kernel (the CUDA one: cuda_optim_ops.cc).
 void AddCpuOptimOps(std::vector<OpDef*>* ops);
+OpDef* NewAdamUpdateOpDef(const char* ep, KernelFactory factory);
+void AddCudaOptimOps(std::vector<OpDef*>* ops);
 
 }  // namespace mn

@@ -142,11 +142,11 @@ constexpr ONNXTensorElementDataType F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 
 }  // namespace
 
-void AddCpuOptimOps(std::vector<OpDef*>* ops) {
-  // Six [1] hyper-parameters (read on the host), then the variadic (p, g, m, v) tensors.
+OpDef* NewAdamUpdateOpDef(const char* ep, KernelFactory factory) {
+  // Six [1] hyper-parameters, then the variadic (p, g, m, v) tensors; every input in the EP's memory.
   std::vector<ONNXTensorElementDataType> in(kHyper + 1, F32);
-  OpDef* adam = new OpDef(kOp, "CPUExecutionProvider", in, {F32}, std::vector<bool>(kHyper + 1, false),
-                          std::vector<bool>(kHyper + 1, false), AdamUpdateCpu::Create, 0);
+  OpDef* adam = new OpDef(kOp, ep, in, {F32}, std::vector<bool>(kHyper + 1, false), std::vector<bool>(kHyper + 1, false),
+                          factory, 0);
   adam->GetInputCharacteristic = [](const OrtCustomOp*, size_t i) {
     return i < kHyper ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_VARIADIC;
   };
@@ -154,7 +154,9 @@ void AddCpuOptimOps(std::vector<OpDef*>* ops) {
   adam->GetVariadicInputMinArity = [](const OrtCustomOp*) { return 4; };
   adam->GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 3; };
   adam->InferOutputShapeFn = InferAdamShapes;
-  ops->push_back(adam);
+  return adam;
 }
+
+void AddCpuOptimOps(std::vector<OpDef*>* ops) { ops->push_back(NewAdamUpdateOpDef("CPUExecutionProvider", AdamUpdateCpu::Create)); }
 
 }  // namespace mn

@@ -56,27 +56,28 @@ class Graph(
     def apply(self, op_name: str, *inputs: NodeId, **attrs: Any) -> NodeId:
         """Append a node of any op of the table: ``g.apply("silu", x)``, ``g.apply("gemm", a, b, bias, trans_b=True)``.
 
-        The inputs are checked against the op's declaration and shape rule exactly as the named
-        builders (which call this) check them; an unknown op raises ``ValueError`` naming it.
+        Every named builder calls this, so they all check the same way: the number of inputs, that
+        each is a NodeId of this graph with the declared dtype, every attribute against its
+        declaration in the op table (type, range, finiteness; a bool is not a number), then the
+        op's shape rule. Errors are ``TypeError``/``ValueError`` naming the op, the argument, what
+        it accepts and what was given; an unknown op raises ``ValueError`` naming it.
         """
-        if op_name not in OPS or OPS[op_name].leaf:
+        if not isinstance(op_name, str) or op_name not in OPS or OPS[op_name].leaf:
             raise ValueError(f"apply: unknown op {op_name!r} (leaves have their own builders: input, parameter, constant)")
         d = OPS[op_name]
-        types = []
-        for k, nid in enumerate(inputs):
-            arg = d.inputs[k] if k < len(d.inputs) else f"input {k}"
-            if isinstance(nid, bool) or not isinstance(nid, int):
-                raise TypeError(f"{op_name}: {arg} must be a NodeId (int), got {type(nid).__name__} {nid!r}")
-            if not 0 <= nid < len(self._nodes):
-                raise ValueError(f"{op_name}: {arg} refers to node {nid}, but the graph has {len(self._nodes)} nodes")
+        ids, types = [], []
+        for k, (arg, value) in enumerate(zip(d.input_names(len(inputs)), inputs, strict=True)):
+            nid = self.handle(value, arg, op_name)
             ty = self._nodes[nid].ty
-            want = DType.U32 if arg in d.u32_inputs else DType.F32
+            want = d.input_dtype(arg if k < len(d.inputs) else d.variadic[(k - len(d.inputs)) % len(d.variadic)])
             if ty.dtype is not want:
                 hint = " (use input_u32)" if want is DType.U32 else ""
                 raise TypeError(f"{op_name}: {arg} must be {want.name}{hint}, got {ty.dtype.name} {list(ty.shape)} (node {nid})")
+            ids.append(nid)
             types.append(ty)
+        attrs = d.check_attrs(attrs)
         out = d.shape_rule(*types, **attrs)
-        return self.add_node(op_name, tuple(inputs), out, attrs)
+        return self.add_node(op_name, tuple(ids), out, attrs)
 
     # -- conveniences used by sessions and exporters ----------------------------------------------
     def leaves(self, op: str) -> list[tuple[str, NodeId]]:

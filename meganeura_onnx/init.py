@@ -1,9 +1,10 @@
 """Default parameter initialisation (documented, seeded, independent of creation order).
 
-- 1-D parameters used as a normalisation scale (``rms_norm``/``layer_norm``/``group_norm`` weight): ones.
+- 1-D parameters used as a normalisation scale (an input the op table marks ``init_roles={"weight":
+  "ones"}``: the ``rms_norm``/``layer_norm``/``group_norm`` weight): ones.
 - Other 1-D parameters (biases): zeros.
 - Everything else: uniform in ``[-a, a]``, ``a = 1/sqrt(fan_in)``, where fan_in is the contracted
-  dimension of the first matmul that uses the parameter, else the last dimension (PyTorch's
+  dimension (the op table's ``fan_in`` axis) of the first matmul that uses the parameter, else the last dimension (PyTorch's
   ``nn.Linear`` bias-free default). Each parameter draws from ``numpy.random.default_rng`` seeded by
   ``seed`` and the CRC32 of its name, so adding a parameter never changes another's values.
 """
@@ -16,10 +17,17 @@ from collections.abc import Collection
 import numpy as np
 
 from .ir import GraphCore
+from .ops import OPS
 
-_SCALE_OF = {"rms_norm": 1, "layer_norm": 1, "group_norm": 1}
-# op -> (input position of the parameter, axis of its shape that is contracted)
-_FAN_IN = {("matmul", 1): 0, ("matmul", 0): 1, ("matmul_bt", 1): 1, ("matmul_bt", 0): 1, ("matmul_at", 0): 0, ("matmul_at", 1): 0}
+
+def _role(op: str, pos: int) -> str | None:
+    d = OPS[op]
+    return d.init_roles.get(d.inputs[pos]) if pos < len(d.inputs) else None
+
+
+def _fan_in_axis(op: str, pos: int) -> int | None:
+    d = OPS[op]
+    return d.fan_in.get(d.inputs[pos]) if pos < len(d.inputs) else None
 
 
 def default_parameters(graph: GraphCore, seed: int = 0, skip: Collection[str] = ()) -> dict[str, np.ndarray]:
@@ -37,12 +45,12 @@ def default_parameters(graph: GraphCore, seed: int = 0, skip: Collection[str] = 
         if name in skip:
             continue
         used = uses.get(n.id, [])
-        if len(shape) == 1 and any(_SCALE_OF.get(op) == pos for op, pos in used):
+        if len(shape) == 1 and any(_role(op, pos) == "ones" for op, pos in used):
             out[name] = np.ones(shape, np.float32)
         elif len(shape) == 1:
             out[name] = np.zeros(shape, np.float32)
         else:
-            fan_in = next((shape[_FAN_IN[u]] for u in used if u in _FAN_IN), shape[-1])
+            fan_in = next((shape[axis] for op, pos in used if (axis := _fan_in_axis(op, pos)) is not None), shape[-1])
             rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
             bound = np.float32(1.0 / np.sqrt(fan_in))
             # float32 draws in place: a 135M-parameter model initialises in a fraction of a second.

@@ -7,13 +7,50 @@ builder methods (``matmul``, ``rope``, ...) and their shape rules on top of :cla
 from __future__ import annotations
 
 import enum
+import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from numbers import Integral as _Integral
 from typing import Any
 
-NodeId = int
-"""A stable handle to a node: its index in :meth:`GraphCore.nodes` (Meganeura's ``u32`` alias)."""
+
+class NodeId(int):
+    """A stable handle to a node: its index in :meth:`GraphCore.nodes` (Meganeura's ``u32`` alias).
+
+    It is an ``int`` (usable as an index, in arithmetic, as a dict key equal to the plain int) that
+    also remembers which graph made it, so passing it to another graph is refused instead of being
+    read as whatever node has the same index there. Plain ints are still accepted as indices.
+    """
+
+    graph: object
+
+    def __new__(cls, index: int, graph: object = None) -> NodeId:
+        self = super().__new__(cls, index)
+        object.__setattr__(self, "graph", graph)  # the owning graph's token (see GraphCore.token)
+        return self
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("NodeId is immutable")
+
+    def __reduce__(self) -> tuple:
+        return (int, (int(self),))  # pickles/copies as the plain index
+
+    __repr__ = int.__repr__
+    __str__ = int.__repr__
+
+
+class _GraphToken:
+    """The identity a graph stamps on its NodeIds (numbered, so error messages can tell graphs apart)."""
+
+    _count = itertools.count(1)
+    __slots__ = ("number",)
+
+    def __init__(self) -> None:
+        self.number = next(self._count)
+
+    def __repr__(self) -> str:
+        return f"graph #{self.number}"
 
 
 class DType(enum.Enum):
@@ -245,17 +282,36 @@ class GraphCore:
         self._nodes: list[Node] = []
         self._outputs: list[NodeId] = []
         self._output_names: list[str] = []
+        self._token = _GraphToken()
 
     # -- structure ------------------------------------------------------------------------------
     def nodes(self) -> list[Node]:
         """All nodes, indexed by their NodeId."""
         return list(self._nodes)
 
+    def handle(self, value: Any, what: str = "node", op_name: str = "node") -> NodeId:
+        """``value`` as a NodeId of this graph.
+
+        ``TypeError`` when it is not an int (a bool is not a node id); ``ValueError`` when it is a
+        NodeId of another Graph or no node of this one. ``op_name``/``what`` name the call and the
+        argument in the message.
+        """
+        if isinstance(value, bool) or not isinstance(value, (int, _Integral)):
+            raise TypeError(f"{op_name}: {what} must be a NodeId (int), got {value!r} ({type(value).__name__})")
+        owner = getattr(value, "graph", None)
+        if owner is not None and owner is not self._token:
+            raise ValueError(
+                f"{op_name}: {what} is node {int(value)} of another Graph ({owner}), not of this one ({self._token}); "
+                "build every node of a graph with that graph's methods"
+            )
+        index = int(value)
+        if not 0 <= index < len(self._nodes):
+            raise ValueError(f"{op_name}: {what} refers to node {index}, but the graph has {len(self._nodes)} nodes")
+        return self._nodes[index].id
+
     def node(self, id: NodeId) -> Node:
-        """The node with this id; ``IndexError`` naming the graph size when it does not exist."""
-        if not isinstance(id, int) or not 0 <= id < len(self._nodes):
-            raise IndexError(f"node: no node {id!r} in a graph of {len(self._nodes)} nodes")
-        return self._nodes[id]
+        """The node with this id (``TypeError``/``ValueError`` naming the graph size when there is none)."""
+        return self._nodes[self.handle(id, "id", "node")]
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -265,19 +321,22 @@ class GraphCore:
 
         A list names them ``output_0``, ``output_1``, ...; a dict ``{"loss": loss, "logits": logits}``
         gives the names (in order) that the ONNX file, ``Session.read_output`` and the CLI use.
+        Each id must be a NodeId of this graph (``TypeError``/``ValueError`` naming the output).
         """
-        if isinstance(ids, Mapping):
+        named = isinstance(ids, Mapping)
+        if named:
             names = list(ids.keys())
             ids = list(ids.values())
             for name in names:
                 if not isinstance(name, str) or not name:
                     raise ValueError(f"set_outputs: output names must be non-empty strings, got {name!r}")
+        elif isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+            raise TypeError(f"set_outputs: expects a list of NodeIds or a dict name -> NodeId, got {ids!r} ({type(ids).__name__})")
         else:
             ids = list(ids)
             names = [f"output_{k}" for k in range(len(ids))]
-        for i in ids:
-            self.node(i)
-        self._outputs = ids
+        labels = [f"output {n!r}" for n in names] if named else [f"output {k}" for k in range(len(ids))]
+        self._outputs = [self.handle(i, label, "set_outputs") for i, label in zip(ids, labels, strict=True)]
         self._output_names = names
 
     def outputs(self) -> list[NodeId]:
@@ -294,8 +353,9 @@ class GraphCore:
 
     def add_node(self, op: str, inputs: tuple[NodeId, ...], ty: TensorType, attrs: dict[str, Any]) -> NodeId:
         """Append a node whose type is already known. Builders call this after their shape rule."""
-        nid = len(self._nodes)
-        self._nodes.append(Node(nid, op, tuple(inputs), ty, dict(attrs)))
+        ins = tuple(self.handle(i, f"input {k}", op) for k, i in enumerate(inputs))
+        nid = NodeId(len(self._nodes), self._token)
+        self._nodes.append(Node(nid, op, ins, ty, dict(attrs)))
         return nid
 
     def toposort(self) -> GraphCore:
@@ -305,7 +365,7 @@ class GraphCore:
         no output depends on are dropped too, as Meganeura drops dead nodes. With no outputs set,
         every node is kept.
         """
-        roots = self._outputs or list(range(len(self._nodes)))
+        roots = self._outputs or [n.id for n in self._nodes]
         order: list[NodeId] = []
         state: dict[NodeId, int] = {}
         for root in roots:

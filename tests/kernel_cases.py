@@ -1,8 +1,9 @@
 """Shared helpers for the com.meganeura kernel tests: test models, numpy references, sessions.
 
-Models are built with ``onnx.helper`` (IR 10, opset 21, ``com.meganeura`` v1). When the
-package's op table provides the model-local function bodies (``*_function(opset)``), they are
-attached, so the same model runs the kernel (library registered) or the function body (not).
+Models are built with ``onnx.helper`` (IR 10, opset 21, ``com.meganeura`` v1) with the op table's
+model-local function body attached, so the same model runs the kernel (library registered) or the
+function body (not). A function body that fails to build fails the tests that use it: nothing here
+turns a broken module of ours into a skip.
 """
 
 from __future__ import annotations
@@ -12,18 +13,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
-try:
-    import onnx
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-except ImportError:  # pragma: no cover - the tests skip
-    onnx = ort = None
+import onnxruntime as ort
+from onnx import TensorProto, helper
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from meganeura_onnx.ops import OPS  # noqa: E402
 from meganeura_onnx.runtime.custom_ops import custom_op_library  # noqa: E402
 
 DOMAIN = "com.meganeura"
@@ -31,44 +28,44 @@ OPSET = 21
 
 
 def kernel_library(device: str = "cpu") -> str | None:
-    """The library under test. ``make -C custom_ops asan-test`` points the tests at the
-    AddressSanitizer build through MEGANEURA_TEST_KERNEL_LIB (a test-only switch)."""
+    """The library under test, or None when it is not built (its tests then skip).
+
+    ``make -C custom_ops asan-test`` points the tests at the AddressSanitizer build through
+    MEGANEURA_TEST_KERNEL_LIB (a test-only switch). ``make test`` builds the CPU library first and
+    sets MEGANEURA_REQUIRE_KERNELS=1: a CPU library that is missing then fails instead of skipping.
+    """
     override = os.environ.get("MEGANEURA_TEST_KERNEL_LIB")
     if override and device == "cpu":
         return override
-    return custom_op_library(device)
+    lib = custom_op_library(device)
+    if lib is None and device == "cpu" and os.environ.get("MEGANEURA_REQUIRE_KERNELS") == "1":
+        raise RuntimeError("MEGANEURA_REQUIRE_KERNELS=1 but the CPU custom-op library is not built (make -C custom_ops cpu)")
+    return lib
 
 
 # ----------------------------------------------------------------- function bodies
+# ONNX op name -> the op table entry that declares it (its schema and function body).
+CUSTOM_OPS = {d.custom.name: d for d in OPS.values() if d.custom is not None}
+
+
 def function_proto(op: str):
-    """The op table's FunctionProto for ``op``, or None while it is not importable."""
-    try:
-        if op == "Rope":
-            from meganeura_onnx.ops.rope import rope_function as f
-        elif op == "CacheWrite":
-            from meganeura_onnx.ops.kv_cache import cache_write_function as f
-        elif op == "CachedAttention":
-            from meganeura_onnx.ops.kv_cache import cached_attention_function as f
-        elif op == "ScatterAdd":
-            from meganeura_onnx.ops.embedding import scatter_add_function as f
-        else:
-            return None
-        return f(OPSET)
-    except Exception:  # noqa: BLE001 - not there yet (or broken): only the function comparison skips
-        return None
+    """The op table's FunctionProto for the com.meganeura op ``op`` (``ValueError`` for an op the
+    table does not declare; whatever building the body raises propagates and fails the test)."""
+    if op not in CUSTOM_OPS:
+        raise ValueError(f"{op!r} is not a com.meganeura op of the table (it has {sorted(CUSTOM_OPS)})")
+    d = CUSTOM_OPS[op]
+    if d.custom_function is None:
+        raise ValueError(f"op table: {d.name} ({op}) declares no function body")
+    return d.custom_function(OPSET)
 
 
 # ----------------------------------------------------------------- models
-_NP2ONNX = (
-    {
-        np.dtype(np.float32): TensorProto.FLOAT,
-        np.dtype(np.int64): TensorProto.INT64,
-        np.dtype(np.uint32): TensorProto.UINT32,
-        np.dtype(np.int32): TensorProto.INT32,
-    }
-    if onnx
-    else {}
-)
+_NP2ONNX = {
+    np.dtype(np.float32): TensorProto.FLOAT,
+    np.dtype(np.int64): TensorProto.INT64,
+    np.dtype(np.uint32): TensorProto.UINT32,
+    np.dtype(np.int32): TensorProto.INT32,
+}
 
 
 def make_model(
@@ -90,11 +87,7 @@ def make_model(
     node = helper.make_node(op, names, ["Y"], domain=DOMAIN, name=f"{op}_0", **attrs)
     out = helper.make_tensor_value_info("Y", TensorProto.FLOAT, out_shape)
     graph = helper.make_graph([node], f"test_{op}", vis, [out])
-    functions = []
-    if with_function:
-        fn = function_proto(op)
-        if fn is not None:
-            functions.append(fn)
+    functions = [function_proto(op)] if with_function else []
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(DOMAIN, 1)], functions=functions)
     model.ir_version = 10
     return model.SerializeToString()

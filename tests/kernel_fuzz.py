@@ -42,7 +42,11 @@ OPS = {  # op -> (input names, attributes with a plausible value)
     "CacheWrite": (["new", "cache", "kv_pos"], {}),
     "CachedAttention": (["Q", "K_cache", "V_cache", "kv_pos"], {"num_heads": 2, "num_kv_heads": 1, "head_dim": 8}),
     "ScatterAdd": (["indices", "src"], {"num_rows": 4}),
+    # The fused optimizer: 6 [1] hyper-parameters, then (p, g, m, v) per parameter; 3 outputs each.
+    "AdamUpdate": (["lr", "beta1", "beta2", "eps", "step", "weight_decay", "p0", "g0", "m0", "v0", "p1", "g1", "m1", "v1"], {}),
 }
+HYPER = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "step": 1.0, "weight_decay": 0.01}
+BAD_FLOATS = [0.0, -1.0, 1.0, float("nan"), float("inf"), -float("inf"), 1e38, 0.5]
 INDEX_INPUTS = {"offset_dyn", "kv_pos", "indices"}
 
 
@@ -68,6 +72,11 @@ def _plausible_shapes(op: str, rng: np.random.Generator) -> dict[str, list[int]]
         return {"new": [T, 16], "cache": [max_seq, 16], "kv_pos": [1]}
     if op == "CachedAttention":
         return {"Q": [T, 2 * hd], "K_cache": [max_seq, hd], "V_cache": [max_seq, hd], "kv_pos": [1]}
+    if op == "AdamUpdate":
+        shapes = {h: [1] for h in HYPER}
+        for k, shape in enumerate(([T, 3], [max_seq])):
+            shapes.update({f"{t}{k}": list(shape) for t in "pgmv"})
+        return shapes
     return {"indices": [T], "src": [T, 4]}
 
 
@@ -87,6 +96,8 @@ def random_case(rng: np.random.Generator) -> tuple[str, dict[str, np.ndarray], d
     index value, an attribute, an input left out)."""
     op = list(OPS)[int(rng.integers(len(OPS)))]
     names, good_attrs = OPS[op]
+    if op == "AdamUpdate":  # one or two parameters, or a count that is not a multiple of four
+        names = names[: int(rng.choice([10, 10, 14, 14, 12, 6]))]
     shapes = _plausible_shapes(op, rng)
     dtypes = {n: (np.int64 if rng.random() < 0.6 else np.uint32) if n in INDEX_INPUTS else np.float32 for n in names}
     attrs: dict = dict(good_attrs)
@@ -114,7 +125,9 @@ def random_case(rng: np.random.Generator) -> tuple[str, dict[str, np.ndarray], d
     inputs = {}
     for n in names:
         index = n in INDEX_INPUTS
-        if index and not extreme_index and np.issubdtype(dtypes[n], np.integer):
+        if n in HYPER and dtypes[n] is np.float32:  # a plausible value, or a hostile one
+            inputs[n] = np.array([HYPER[n] if rng.random() < 0.8 else BAD_FLOATS[int(rng.integers(len(BAD_FLOATS)))]], np.float32)
+        elif index and not extreme_index and np.issubdtype(dtypes[n], np.integer):
             limit = 4 if n != "indices" else int(good_attrs.get("num_rows", 4))
             inputs[n] = rng.integers(0, limit + 2, size=shapes[n]).astype(dtypes[n])  # valid, or just past the end
         else:
@@ -125,11 +138,13 @@ def random_case(rng: np.random.Generator) -> tuple[str, dict[str, np.ndarray], d
 
 def build(op: str, inputs: dict[str, np.ndarray], attrs: dict, input_names: list[str], unknown_shapes: bool) -> bytes:
     used = [n for n in input_names if n]
+    # AdamUpdate has 3 outputs per parameter (p', m', v'), counted from its (p, g, m, v) inputs
+    outputs = [f"Y{i}" for i in range(3 * max(1, (len(input_names) - len(HYPER)) // 4))] if op == "AdamUpdate" else ["Y"]
     vis = [
         helper.make_tensor_value_info(n, ONNX_TYPE[inputs[n].dtype.type], None if unknown_shapes else list(inputs[n].shape)) for n in used
     ]
-    node = helper.make_node(op, input_names, ["Y"], domain=kc.DOMAIN, name=f"{op}_0", **attrs)
-    graph = helper.make_graph([node], f"fuzz_{op}", vis, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    node = helper.make_node(op, input_names, outputs, domain=kc.DOMAIN, name=f"{op}_0", **attrs)
+    graph = helper.make_graph([node], f"fuzz_{op}", vis, [helper.make_tensor_value_info(y, TensorProto.FLOAT, None) for y in outputs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", kc.OPSET), helper.make_opsetid(kc.DOMAIN, 1)])
     model.ir_version = 10
     return model.SerializeToString()
@@ -147,6 +162,7 @@ def run(device: str, count: int, seed: int) -> dict:
         raise SystemExit(f"the {device} kernel library is not built")
     providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
     rng = np.random.default_rng(seed)
+    by_op = {op: {"ran": 0, "refused_at_load": 0, "refused_at_run": 0} for op in OPS}
     summary = {"device": device, "models": 0, "ran": 0, "refused_at_load": 0, "refused_at_run": 0, "seed": seed}
     for i in range(count):
         op, inputs, attrs, input_names, unknown = random_case(rng)
@@ -157,6 +173,7 @@ def run(device: str, count: int, seed: int) -> dict:
             sess = kc.session(model, library=library, providers=providers)
         except Exception as e:  # noqa: BLE001 - ORT's own exception classes: any is a clean refusal
             summary["refused_at_load"] += 1
+            by_op[op]["refused_at_load"] += 1
             print(f"    refused at load: {str(e)[:160]}", file=sys.stderr, flush=True)
             continue
         feeds = {n: inputs[n] for n in input_names if n}
@@ -164,6 +181,7 @@ def run(device: str, count: int, seed: int) -> dict:
             sess.run(None, feeds)
         except Exception as e:  # noqa: BLE001 - any Python-level error is a clean refusal; a crash kills us
             summary["refused_at_run"] += 1
+            by_op[op]["refused_at_run"] += 1
             msg = str(e)
             print(f"    refused at run: {msg[:160]}", file=sys.stderr, flush=True)
             if "com.meganeura" in msg or f"{op}_0" in msg or op in msg:
@@ -171,6 +189,8 @@ def run(device: str, count: int, seed: int) -> dict:
             summary.setdefault("unnamed_errors", []).append(msg[:200])
             continue
         summary["ran"] += 1
+        by_op[op]["ran"] += 1
+    summary["by_op"] = by_op
     return summary
 
 

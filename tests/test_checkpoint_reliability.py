@@ -252,3 +252,27 @@ def test_checkpoints_record_a_checksum_and_meganeura_files_without_one_still_loa
     save_file({"w": np.arange(3.0, dtype=np.float32)}, str(path), metadata={"step": "4"})
     c = load_checkpoint(path)
     assert c.step == 4 and np.array_equal(c.params["w"], np.arange(3.0))
+
+
+def test_malformed_onnxruntime_training_checkpoints_are_refused_naming_the_file(tmp_path):
+    from meganeura_onnx.runtime.ort_checkpoint import OrtCheckpoint, read_ort_checkpoint, write_ort_checkpoint
+
+    good = tmp_path / "good.ckpt"
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    write_ort_checkpoint(good, OrtCheckpoint({"w": w}, {"w": (w + 1, w + 2)}, step=5, learning_rate=0.1, has_optimizer_group=True))
+    back = read_ort_checkpoint(good)
+    assert back.step == 5 and np.array_equal(back.parameters["w"], w) and np.array_equal(back.moments["w"][1], w + 2)
+    blob = good.read_bytes()
+    rng = np.random.default_rng(0)
+    bad = tmp_path / "bad.ckpt"
+    cases = [blob[:k] for k in rng.choice(len(blob), 60, replace=False)]
+    for _ in range(150):
+        b = bytearray(blob)
+        b[int(rng.integers(8, len(b)))] ^= 1 << int(rng.integers(0, 8))
+        cases.append(bytes(b))
+    for blob_case in cases:
+        bad.write_bytes(blob_case)
+        try:
+            read_ort_checkpoint(bad)
+        except ValueError as e:
+            assert str(bad) in str(e)

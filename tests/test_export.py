@@ -186,3 +186,19 @@ def test_training_session_keeps_output_names():
     s.step()
     assert s.output_names()[:2] == ["loss", "logits"]  # then the gradients, grad.<name>
     np.testing.assert_allclose(s.read_output("logits"), xv @ s.read_param("w"), rtol=1e-6)
+
+
+def test_weights_mapped_from_a_safetensors_file_are_copied_file_to_file_exactly(tmp_path):
+    from safetensors.numpy import save_file
+
+    from meganeura_onnx.io import read_safetensors
+
+    g = llama_like_block()
+    values = default_parameters(g, seed=5)
+    save_file(values, str(tmp_path / "w.safetensors"))
+    mapped = read_safetensors(tmp_path / "w.safetensors", mapped=True)
+    assert all(isinstance(v, np.memmap) for v in mapped.values())
+    export_onnx(g, tmp_path / "m.onnx", parameters=mapped, external_data=True)
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(tmp_path / "m.onnx").graph.initializer}
+    for name, value in values.items():
+        np.testing.assert_array_equal(inits[name], value)

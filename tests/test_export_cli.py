@@ -88,3 +88,23 @@ def test_minilm_exported_with_weights_matches_transformers_in_plain_onnxruntime(
         ref = model(torch.tensor([ids])).last_hidden_state.mean(dim=1).numpy().reshape(-1)
     cos = float(ours @ ref / np.linalg.norm(ours) / np.linalg.norm(ref))
     assert cos >= 0.9999, cos
+
+
+def test_train_export_without_a_prediction_output_fails_before_training(tmp_path):
+    model = tmp_path / "loss_only.py"
+    model.write_text(
+        "from meganeura_onnx import Graph\n"
+        "import numpy as np\n"
+        "def build(batch=4):\n"
+        "    g = Graph()\n"
+        "    y = g.matmul(g.input('x', [batch, 3]), g.parameter('w', [3, 2]))\n"
+        "    g.set_outputs([g.mse_loss(y, g.input('t', [batch, 2]))])\n"
+        "    return g\n"
+        "def data():\n"
+        "    x = np.zeros((8, 3), np.float32)\n"
+        "    return {'x_train': x, 'y_train': x[:, :2], 'x_test': x, 'y_test': x[:, :2]}\n"
+    )
+    r = meganeura("train", str(model), "--export", str(tmp_path / "m.onnx"), "--batch-size", "4", check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "output named 'logits'" in r.stderr and "['output_0']" in r.stderr
+    assert "epoch" not in r.stdout

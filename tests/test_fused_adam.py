@@ -85,3 +85,19 @@ def test_adam_update_kernel_rejects_a_beta_outside_zero_one_naming_the_op():
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     with pytest.raises(Exception, match=r"AdamUpdate: beta1 and beta2 must be in \[0, 1\), got 1.5"):
         sess.run(None, {**f.inputs, "beta1": np.array([1.5], np.float32)})
+
+
+def _cuda() -> bool:
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs onnxruntime-gpu with CUDAExecutionProvider")
+def test_fused_adam_on_cuda_runs_our_cuda_kernel_and_equals_the_decomposed_update():
+    ref, ref_losses = _run("adamw", clip=True, fused_optimizer=False, device="cuda")
+    fused, losses = _run("adamw", clip=True, fused_optimizer=True, device="cuda")
+    assert fused.plan().providers_of("AdamUpdate", "com.meganeura") == {"CUDAExecutionProvider"}
+    assert fused.plan().kernels() == {"AdamUpdate": "kernel"}
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-6)
+    for name in ref.parameter_names():
+        np.testing.assert_allclose(fused.read_param(name), ref.read_param(name), rtol=1e-6, atol=1e-8, err_msg=name)

@@ -121,8 +121,6 @@ def test_kernel_matches_numpy_reference(op, make, case, tol):
 
 @pytest.mark.parametrize("op,make,case,tol", ALL, ids=IDS)
 def test_kernel_matches_function_body(op, make, case, tol):
-    if kc.function_proto(op) is None:
-        pytest.skip(f"{op} function body not importable from meganeura_onnx yet")
     inputs, attrs, names, _ = make(*case)
     if names is not None:
         pytest.skip("the function body takes offset_dyn; absent-input form is kernel-only")
@@ -166,7 +164,7 @@ def test_profile_shows_custom_kernel_on_cpu(op, make, case, tol, tmp_path):
     nodes = kc.profiled_nodes(sess)
     assert [(n["name"], n["op_name"], n["provider"]) for n in nodes] == [(f"{op}_0", op, "CPUExecutionProvider")]
 
-    if kc.function_proto(op) is not None and names is None:
+    if names is None:
         # Without the library the same model runs its function body: standard ops, not the node.
         sess = kc.session(model, library=None, profile_prefix=str(tmp_path / "function"))
         sess.run(None, inputs)

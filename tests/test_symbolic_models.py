@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
+import pytest
 from meganeura_onnx.cli.model_file import load_module
 
 from meganeura_onnx import Graph, build_inference_session
@@ -17,12 +19,24 @@ from meganeura_onnx.reference import evaluate
 llama = load_module(Path(__file__).resolve().parent.parent / "models" / "llama.py")
 
 
-def test_llama_prefill_with_symbolic_chunk_length_continues_the_cache_across_lengths():
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=pytest.mark.skipif(
+            "CUDAExecutionProvider" not in ort.get_available_providers(), reason="no CUDAExecutionProvider (onnxruntime-gpu) here"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_llama_prefill_with_symbolic_chunk_length_continues_the_cache_across_lengths(device):
     cfg = llama.load_config(preset="tiny")
     prefill = llama.build_graph(cfg, "prefill", seq="seq", max_seq=16)
     assert prefill.node(prefill.leaves("input_u32")[0][1]).ty.shape == ("seq",)
     params = default_parameters(prefill, seed=3)
-    s = build_inference_session(prefill, parameters=params)
+    s = build_inference_session(prefill, device, parameters=params)
     tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, 9).astype(np.uint32)
     pos = 0
     for chunk in (tokens[:5], tokens[5:8], tokens[8:]):  # lengths 5, 3, 1: one session, one file

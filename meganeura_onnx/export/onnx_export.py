@@ -49,15 +49,18 @@ class ExportSpec:
 
 
 def state_pairs(graph: GraphCore) -> dict[str, NodeId]:
-    """Input leaves updated by ``cache_write`` -> the node holding their value after the step.
+    """Input leaves written in place by an op (the op table's ``inplace_input``: ``cache_write``'s
+    cache) -> the node holding their value after the step.
 
     A chain ``cache_write(.., cache_write(.., X, ..), ..)`` pairs X with the last write.
     """
     pairs: dict[str, NodeId] = {}
     final: dict[NodeId, NodeId] = {}
     for n in graph.nodes():
-        if n.op == "cache_write":
-            src = final.get(n.inputs[1], n.inputs[1])
+        written = OPS[n.op].inplace_input
+        if written is not None:
+            k = OPS[n.op].inputs.index(written)
+            src = final.get(n.inputs[k], n.inputs[k])
             leaf = graph.node(src)
             if leaf.op == "input":
                 final[n.id] = src
@@ -125,7 +128,9 @@ def to_model(
             else:
                 if parameters is None or name not in parameters:
                     raise ValueError(f"export: no value for parameter {name!r}")
-                value = np.asarray(parameters[name], dtype=np.float32)
+                value = parameters[name]
+                if not (isinstance(value, np.ndarray) and value.dtype == np.float32):  # memory maps stay maps
+                    value = np.asarray(value, dtype=np.float32)
                 if value.shape != n.ty.shape:
                     raise ValueError(f"export: parameter {name!r} has shape {list(value.shape)}, expected {list(n.ty.shape)}")
                 if deferred is None:
@@ -144,37 +149,13 @@ def to_model(
 
     outputs: list[tuple[str, NodeId]] = list(graph.named_outputs().items())
     if with_state:
-        consumers: dict[NodeId, int] = {}
-        for n in graph.nodes():
-            for i in n.inputs:
-                consumers[i] = consumers.get(i, 0) + 1
-        leaf_ids = {n.attrs["name"]: n.id for n in graph.nodes() if n.op == "input"}
-        for name, nid in state_pairs(graph).items():
-            outputs.append((f"{name}.next", nid))
-            spec.state[name] = f"{name}.next"
-            if consumers[leaf_ids[name]] == 1 and graph.node(nid).inputs[1] == leaf_ids[name]:
-                spec.inplace.add(name)
+        outputs += _state_outputs(graph, spec)
     outputs += list((extra_outputs or {}).items())
     _check_output_names([name for name, _ in outputs], spec.inputs + spec.parameters)
-    # A graph output takes over the name of the value that computes it (no Identity copy: an
-    # in-place CacheWrite must write straight into the bound state buffer). Values that are graph
-    # inputs/initializers or already claimed by another output go through an Identity.
-    produced = {o for n in ctx.nodes for o in n.output}
-    renamed: dict[str, str] = {}
-    copies = []
-    g_outputs = []
-    for name, nid in outputs:
-        src = names[nid]
-        if src in produced and src not in renamed:
-            renamed[src] = name
-        else:
-            copies.append(helper.make_node("Identity", [renamed.get(src, src)], [name], name=f"{name}/Identity"))
-        g_outputs.append(vinfo(name, nid))
-        spec.outputs.append(name)
-    for n in ctx.nodes:
-        n.input[:] = [renamed.get(i, i) for i in n.input]
-        n.output[:] = [renamed.get(o, o) for o in n.output]
-    ctx.nodes += copies
+    _check_generated_names(ctx, [name for name, _ in outputs], spec.parameters)
+    g_outputs = [vinfo(name, nid) for name, nid in outputs]
+    spec.outputs += [name for name, _ in outputs]
+    _bind_outputs(ctx, [(name, names[nid]) for name, nid in outputs])
 
     onnx_graph = helper.make_graph(ctx.nodes, model_name, g_inputs, g_outputs, ctx.initializers)
     opsets = [helper.make_opsetid("", opset)]
@@ -186,6 +167,56 @@ def to_model(
     model.doc_string = "Exported by meganeura-onnx from a Graph."
     helper.set_model_props(model, {"meganeura.parameters": json.dumps(spec.parameters), "meganeura.graph_nodes": str(len(graph))})
     return model, spec
+
+
+def _state_outputs(graph: GraphCore, spec: ExportSpec) -> list[tuple[str, NodeId]]:
+    """``<cache>.next`` for every input an op writes in place (the op table's ``inplace_input``:
+    cache_write's cache); records them in ``spec``."""
+    consumers: dict[NodeId, int] = {}
+    for n in graph.nodes():
+        for i in n.inputs:
+            consumers[i] = consumers.get(i, 0) + 1
+    leaf_ids = {n.attrs["name"]: n.id for n in graph.nodes() if n.op == "input"}
+    outputs = []
+    for name, nid in state_pairs(graph).items():
+        outputs.append((f"{name}.next", nid))
+        spec.state[name] = f"{name}.next"
+        writer = graph.node(nid)
+        written = writer.inputs[OPS[writer.op].inputs.index(OPS[writer.op].inplace_input)]
+        if consumers[leaf_ids[name]] == 1 and written == leaf_ids[name]:
+            spec.inplace.add(name)
+    return outputs
+
+
+def _check_generated_names(ctx: LoweringContext, outputs: list[str], parameters: list[str]) -> None:
+    """An output may not take the name the exporter gave another value (a constant, a lowered node)."""
+    generated = {o for n in ctx.nodes for o in n.output} | {t.name for t in ctx.initializers if t.name not in parameters}
+    clash = next((name for name in outputs if name in generated), None)
+    if clash is not None:
+        raise ValueError(
+            f"export: output name {clash!r} is the name the exporter gives another value (a constant or a lowered node); rename the output"
+        )
+
+
+def _bind_outputs(ctx: LoweringContext, outputs: list[tuple[str, str]]) -> None:
+    """Give each graph output (name, value computing it) its name in the node list.
+
+    A graph output takes over the name of the value that computes it (no Identity copy: an
+    in-place CacheWrite must write straight into the bound state buffer). Values that are graph
+    inputs/initializers or already claimed by another output go through an Identity.
+    """
+    produced = {o for n in ctx.nodes for o in n.output}
+    renamed: dict[str, str] = {}
+    copies = []
+    for name, src in outputs:
+        if src in produced and src not in renamed:
+            renamed[src] = name
+        else:
+            copies.append(helper.make_node("Identity", [renamed.get(src, src)], [name], name=f"{name}/Identity"))
+    for n in ctx.nodes:
+        n.input[:] = [renamed.get(i, i) for i in n.input]
+        n.output[:] = [renamed.get(o, o) for o in n.output]
+    ctx.nodes += copies
 
 
 def _check_output_names(outputs: list[str], leaves: list[str]) -> None:
@@ -305,6 +336,27 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike, weights: Mapping
     return path
 
 
+def _write_bytes(f, arr: np.ndarray) -> None:
+    """Append ``arr``'s bytes to ``f``; a memory map of a file (weights read with ``mapped=True``) is
+    copied file to file by the kernel (``copy_file_range``) without passing through this process."""
+    src = getattr(arr, "filename", None)
+    if isinstance(arr, np.memmap) and src and hasattr(os, "copy_file_range") and arr.dtype == np.dtype("<f4"):
+        f.flush()
+        with open(src, "rb") as s:
+            done, offset = 0, arr.offset
+            while done < arr.nbytes:
+                n = os.copy_file_range(s.fileno(), f.fileno(), arr.nbytes - done, offset + done)
+                if n <= 0:
+                    break
+                done += n
+        if done == arr.nbytes:
+            f.seek(0, os.SEEK_END)
+            return
+        f.seek(-done, os.SEEK_END)  # a filesystem that stopped early: write the bytes instead
+        f.truncate()
+    f.write(memoryview(arr).cast("B"))
+
+
 def _stream_weights(model: onnx.ModelProto, weights: Mapping[str, np.ndarray], f, location: str) -> None:
     """Write each weight's bytes straight from its array; large ones start at page-aligned offsets
     (ONNX Runtime can then map them)."""
@@ -312,12 +364,14 @@ def _stream_weights(model: onnx.ModelProto, weights: Mapping[str, np.ndarray], f
     for t in model.graph.initializer:
         if t.name not in weights:
             continue
-        arr = np.ascontiguousarray(weights[t.name], dtype="<f4")
+        arr = weights[t.name]
+        if not (arr.dtype == np.dtype("<f4") and arr.flags.c_contiguous):
+            arr = np.ascontiguousarray(arr, dtype="<f4")
         if arr.nbytes >= 1 << 20 and offset % 4096:
             pad = 4096 - offset % 4096
             f.write(b"\0" * pad)
             offset += pad
-        f.write(memoryview(arr).cast("B"))
+        _write_bytes(f, arr)
         del t.external_data[:]
         t.data_location = TensorProto.EXTERNAL
         for key, value in (("location", location), ("offset", str(offset)), ("length", str(arr.nbytes))):

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..graph import Graph
+from ..ir import TensorType
 from ..runtime.safetensors_file import read_header
-from ..runtime.session import Session
+from ..runtime.session import Session, parameter_array
 
 TIED = {"lm_head.weight": "model.embed_tokens.weight"}
 """Parameter -> checkpoint tensor it falls back to when the checkpoint lacks it (tied weights)."""
@@ -80,12 +81,14 @@ class LoadReport:
         return "\n".join(lines)
 
 
-def read_safetensors(path: str | os.PathLike, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+def read_safetensors(path: str | os.PathLike, names: Iterable[str] | None = None, *, mapped: bool = False) -> dict[str, np.ndarray]:
     """Tensors of a safetensors file as float32 numpy arrays (all of them, or only ``names``).
 
     The header is validated first (:func:`~meganeura_onnx.runtime.safetensors_file.read_header`:
     errors name the file and the tensor). F32/F16/F64 are read as stored; BF16 (which numpy cannot
     represent) is widened to float32 bit-exactly. Integer tensors are skipped (never parameters).
+    ``mapped``: F32 tensors are read-only memory maps of the file instead of copies (an exporter then
+    copies their bytes once, file to file).
     """
     header = read_header(path)
     wanted = set(header.tensors) if names is None else set(names) & set(header.tensors)
@@ -94,6 +97,10 @@ def read_safetensors(path: str | os.PathLike, names: Iterable[str] | None = None
         dtype = header.tensors[name].dtype
         if dtype not in _FLOAT_DTYPES:
             continue  # integer buffers (position_ids, ...) are never parameters
+        info = header.tensors[name]
+        if mapped and dtype == "F32" and info.end > info.begin:
+            out[name] = np.memmap(path, dtype="<f4", mode="r", offset=header.data_start + info.begin, shape=info.shape)
+            continue
         arr = header.read(name)
         if dtype == "BF16":
             arr = (arr.astype(np.uint32) << 16).view(np.float32)
@@ -171,13 +178,14 @@ def parameters_from_file(
 
     Every unexpected or mis-shaped tensor, and every missing parameter unless ``allow_missing``, is
     listed in one :class:`WeightLoadError`. With ``allow_missing`` the report's ``missing`` names
-    the parameters the file lacks (the caller gives them a default). Only the tensors used are read.
+    the parameters the file lacks (the caller gives them a default). Only the tensors used are read;
+    F32 ones are read-only memory maps of the file (no copy until they are written somewhere).
     """
     expected = {name: ty.shape for name, ty in graph.parameters().items()}
     pairs, report = match(expected, checkpoint_shapes(path), ignore=tuple(IGNORED) + OPTIMIZER_STATE + tuple(ignore))
     if report.unexpected or report.mismatched or (report.missing and not allow_missing):
         raise WeightLoadError(report.describe(str(path)), report)
-    tensors = read_safetensors(path, set(pairs.values()))
+    tensors = read_safetensors(path, set(pairs.values()), mapped=True)
     return {name: tensors[src] for name, src in pairs.items()}, report
 
 
@@ -189,6 +197,9 @@ def load_safetensors(session: Session, path: str | os.PathLike, strict: bool = T
     """
     expected = {name: session.parameter_shape(name) for name in session.parameter_names()}
     values, report = _resolve(expected, path, strict, ignore)
-    for name, value in values.items():
+    # Every value checked (shape, finite) before the first is written: a bad tensor loads nothing.
+    types = {name: TensorType(tuple(shape)) for name, shape in expected.items()}
+    checked = {name: parameter_array(name, value, types[name], f"load_safetensors({str(path)!r})") for name, value in values.items()}
+    for name, value in checked.items():
         session.set_parameter(name, value)
     return report

@@ -13,27 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Dim, NodeId, TensorType, dim_add, dim_div, dim_mul, dim_symbols
+from ..ir import Dim, NodeId, TensorType, dim_add, dim_div, dim_mul
 from .onnx_util import NEG_INF, arange, attend
-from .table import examples, op, positive_int, rank, require
+from .table import bool_attr, dim_attr, examples, int_attr, op, optional, rank, require, shape_attr
 
-
-def check_batch(name: str, batch: Dim) -> None:
-    """``batch`` (sequences stacked in the rows) is a positive int or a symbolic dim (``"batch"``)."""
-    if isinstance(batch, str):
-        try:
-            ok = bool(dim_symbols(batch))
-        except ValueError:
-            ok = False
-        require(ok, name, f"batch must be a positive int or a symbolic dim (a name such as 'batch'), got {batch!r}")
-    else:
-        positive_int(name, batch, "batch")
+HEADS = (int_attr("num_heads", 1), int_attr("num_kv_heads", 1), int_attr("head_dim", 1))
+BATCH = optional(dim_attr("batch", doc="rows hold this many sequences stacked (an int or a symbolic dim)"), 1)
 
 
 def check_heads(name: str, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
-    positive_int(name, num_heads, "num_heads")
-    positive_int(name, num_kv_heads, "num_kv_heads")
-    positive_int(name, head_dim, "head_dim")
+    """The relation between the (already type-checked) head counts."""
     require(num_heads % num_kv_heads == 0, name, f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})")
 
 
@@ -55,7 +44,8 @@ def attention_ref(q, k, v, num_heads: int, num_kv_heads: int, head_dim: int, q_p
 
 
 def _declare(name: str, causal: bool, same_seq: bool) -> None:
-    d = op(name, ("q", "k", "v"))
+    extra = (optional(bool_attr("is_cross"), False),) if name == "multi_head_attn" else ()
+    d = op(name, ("q", "k", "v"), attrs=(*HEADS, BATCH, *extra))
 
     @d.shape
     def _(q: TensorType, k: TensorType, v: TensorType, num_heads: int, num_kv_heads: int, head_dim: int, **_: object) -> TensorType:
@@ -70,13 +60,12 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
             f"k and v must both be [kv_seq, {num_kv_heads}*{head_dim}], got k {list(k.shape)} and v {list(v.shape)}",
         )
         batch = _.get("batch", 1)
-        check_batch(name, batch)
         require(
             dim_div(q.shape[0], batch) is not None and dim_div(k.shape[0], batch) is not None,
             name,
             f"batch={batch} must divide the rows of q {list(q.shape)} and k {list(k.shape)}",
         )
-        if same_seq:
+        if same_seq or (name == "multi_head_attn" and not _.get("is_cross", False)):
             require(
                 q.shape[0] == k.shape[0],
                 name,
@@ -154,8 +143,8 @@ _declare("multi_head_attn", causal=True, same_seq=False)
 
 
 # -- backward (no VJP of its own: second-order gradients through attention stop here) --------------
-attention_backward = op("attention_backward", ("q", "k", "v", "dy"), differentiable=False)
-take = op("take", ("x",), differentiable=False)
+attention_backward = op("attention_backward", ("q", "k", "v", "dy"), differentiable=False, attrs=(*HEADS, bool_attr("causal"), BATCH))
+take = op("take", ("x",), differentiable=False, attrs=(dim_attr("start", 0), shape_attr("shape", symbolic=True)))
 
 
 @attention_backward.shape
@@ -172,7 +161,6 @@ def _(
     batch: int = 1,
 ) -> TensorType:
     check_heads("attention_backward", num_heads, num_kv_heads, head_dim)
-    check_batch("attention_backward", batch)
     require(
         dim_div(q.shape[0], batch) is not None and dim_div(k.shape[0], batch) is not None,
         "attention_backward",
@@ -357,11 +345,4 @@ class AttentionBuilders:
     def multi_head_attn(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int, head_dim: int, is_cross: bool) -> NodeId:
         """Meganeura's differentiable attention: causal self-attention when ``is_cross`` is False
         (q and k/v of the same length), unmasked cross-attention when True."""
-        if not isinstance(is_cross, bool):
-            raise TypeError(f"multi_head_attn: is_cross must be a bool, got {is_cross!r}")
-        if not is_cross:
-            q_len, k_len = self.node(q).ty.shape[0], self.node(k).ty.shape[0]
-            require(
-                q_len == k_len, "multi_head_attn", f"is_cross=False needs q and k with the same sequence length, got {q_len} and {k_len}"
-            )
         return self.apply("multi_head_attn", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, is_cross=is_cross)

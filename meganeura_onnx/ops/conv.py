@@ -5,23 +5,21 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import NodeId, TensorType
-from .table import examples, op, positive_int, require, static_shape
+from .table import dims, examples, int_attr, op, require, static_shape
 
-conv2d = op("conv2d", ("x", "kernel"))
-concat = op("concat", ("a", "b"))
-split_a = op("split_a", ("x",))
-split_b = op("split_b", ("x",))
-upsample_2x = op("upsample_2x", ("x",))
+CONV = (*dims("batch", "in_channels", "in_h", "in_w", "out_channels", "kernel_h", "kernel_w", "stride"), int_attr("padding", 0))
+CHANNEL_PAIR = dims("batch", "channels_a", "channels_b", "spatial")
+IMAGE = dims("batch", "channels", "in_h", "in_w")
+conv2d = op("conv2d", ("x", "kernel"), attrs=CONV)
+concat = op("concat", ("a", "b"), attrs=CHANNEL_PAIR)
+split_a = op("split_a", ("x",), attrs=CHANNEL_PAIR)
+split_b = op("split_b", ("x",), attrs=CHANNEL_PAIR)
+upsample_2x = op("upsample_2x", ("x",), attrs=IMAGE)
 
 
 def _elements(name: str, arg: str, t: TensorType, want: int, formula: str) -> None:
     static_shape(name, t, arg)  # flat NCHW ops take their sizes as static ints
     require(t.num_elements() == want, name, f"{arg} must hold {formula} = {want} elements, got shape {list(t.shape)}")
-
-
-def _ints(name: str, **values: int) -> None:
-    for arg, v in values.items():
-        positive_int(name, v, arg)
 
 
 def conv_out_hw(in_h: int, in_w: int, kernel_h: int, kernel_w: int, stride: int, padding: int) -> tuple[int, int]:
@@ -30,18 +28,6 @@ def conv_out_hw(in_h: int, in_w: int, kernel_h: int, kernel_w: int, stride: int,
 
 @conv2d.shape
 def _(x, kernel, *, batch, in_channels, in_h, in_w, out_channels, kernel_h, kernel_w, stride, padding):
-    _ints(
-        "conv2d",
-        batch=batch,
-        in_channels=in_channels,
-        in_h=in_h,
-        in_w=in_w,
-        out_channels=out_channels,
-        kernel_h=kernel_h,
-        kernel_w=kernel_w,
-        stride=stride,
-    )
-    require(isinstance(padding, int) and padding >= 0, "conv2d", f"padding must be a non-negative int, got {padding!r}")
     _elements("conv2d", "x", x, batch * in_channels * in_h * in_w, "batch*in_channels*in_h*in_w")
     _elements("conv2d", "kernel", kernel, out_channels * in_channels * kernel_h * kernel_w, "out_channels*in_channels*kernel_h*kernel_w")
     oh, ow = conv_out_hw(in_h, in_w, kernel_h, kernel_w, stride, padding)
@@ -90,7 +76,6 @@ examples(
 
 @concat.shape
 def _(a, b, *, batch, channels_a, channels_b, spatial):
-    _ints("concat", batch=batch, channels_a=channels_a, channels_b=channels_b, spatial=spatial)
     _elements("concat", "a", a, batch * channels_a * spatial, "batch*channels_a*spatial")
     _elements("concat", "b", b, batch * channels_b * spatial, "batch*channels_b*spatial")
     return TensorType((batch * (channels_a + channels_b) * spatial,))
@@ -114,7 +99,6 @@ def _split(d, first: bool):
 
     @d.shape
     def _(x, *, batch, channels_a, channels_b, spatial):
-        _ints(name, batch=batch, channels_a=channels_a, channels_b=channels_b, spatial=spatial)
         _elements(name, "x", x, batch * (channels_a + channels_b) * spatial, "batch*(channels_a+channels_b)*spatial")
         return TensorType((batch * (channels_a if first else channels_b) * spatial,))
 
@@ -150,7 +134,6 @@ examples(
 
 @upsample_2x.shape
 def _(x, *, batch, channels, in_h, in_w):
-    _ints("upsample_2x", batch=batch, channels=channels, in_h=in_h, in_w=in_w)
     _elements("upsample_2x", "x", x, batch * channels * in_h * in_w, "batch*channels*in_h*in_w")
     return TensorType((batch * channels * in_h * in_w * 4,))
 
@@ -177,9 +160,9 @@ examples(
 
 
 # -- gradients ------------------------------------------------------------------------------------
-conv2d_grad_input = op("conv2d_grad_input", ("dy", "kernel"), differentiable=False)
-conv2d_grad_kernel = op("conv2d_grad_kernel", ("x", "dy"), differentiable=False)
-sum_pool_2x = op("sum_pool_2x", ("x",))
+conv2d_grad_input = op("conv2d_grad_input", ("dy", "kernel"), differentiable=False, attrs=CONV)
+conv2d_grad_kernel = op("conv2d_grad_kernel", ("x", "dy"), differentiable=False, attrs=CONV)
+sum_pool_2x = op("sum_pool_2x", ("x",), attrs=IMAGE)
 CONV_ATTRS = ("batch", "in_channels", "in_h", "in_w", "out_channels", "kernel_h", "kernel_w", "stride", "padding")
 
 
@@ -335,7 +318,6 @@ upsample_2x.vjp(lambda g, node, dy: [_like(g, g.sum_pool_2x(dy, **node.attrs), n
 
 @sum_pool_2x.shape
 def _(x, *, batch, channels, in_h, in_w):
-    _ints("sum_pool_2x", batch=batch, channels=channels, in_h=in_h, in_w=in_w)
     _elements("sum_pool_2x", "x", x, batch * channels * in_h * in_w * 4, "batch*channels*(2*in_h)*(2*in_w)")
     return TensorType((batch * channels * in_h * in_w,))
 

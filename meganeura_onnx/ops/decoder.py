@@ -27,15 +27,22 @@ import numpy as np
 from onnx import TensorProto
 
 from ..ir import DType, NodeId, TensorType, dim_add, dim_div, dim_mul, dim_prod
-from .attention import check_heads
+from .attention import HEADS, check_heads
 from .onnx_util import arange
-from .rope import inv_freq, rope_ref
-from .table import examples, op, positive_int, rank, require
+from .rope import THETA, inv_freq, rope_ref
+from .table import bool_attr, examples, int_attr, op, optional, rank, require
 
 flatten_ids = op("flatten_ids", ("ids",), u32=("ids",), differentiable=False)
-rope_positions = op("rope_positions", ("x", "positions"), u32=("positions",))
+rope_positions = op(
+    "rope_positions",
+    ("x", "positions"),
+    u32=("positions",),
+    attrs=(THETA, int_attr("head_dim", 2, multiple_of=2), optional(bool_attr("inverse"), False)),
+)
 kv_concat = op("kv_concat", ("past", "new"), differentiable=False)
-masked_causal_attention = op("masked_causal_attention", ("q", "k", "v", "attention_mask"), u32=("attention_mask",), differentiable=False)
+masked_causal_attention = op(
+    "masked_causal_attention", ("q", "k", "v", "attention_mask"), u32=("attention_mask",), differentiable=False, attrs=HEADS
+)
 
 MASKED = float(np.finfo(np.float32).min)
 """Score of a hidden key: the lowest finite float32, so a row with every key hidden stays finite."""
@@ -59,12 +66,9 @@ examples(
 def _(x: TensorType, positions: TensorType, *, theta: float, head_dim: int, inverse: bool = False) -> TensorType:
     name = "rope_positions"
     rank(name, x, 2, "x")
-    positive_int(name, head_dim, "head_dim")
-    require(head_dim % 2 == 0, name, f"head_dim must be even, got {head_dim}")
     require(
         isinstance(x.shape[1], int) and x.shape[1] % head_dim == 0, name, f"x width {x.shape[1]} must be a multiple of head_dim {head_dim}"
     )
-    require(isinstance(theta, (int, float)) and theta > 0, name, f"theta must be a positive number, got {theta!r}")
     rows = dim_prod(positions.shape)
     require(rows == x.shape[0], name, f"positions {list(positions.shape)} must give one position per row of x {list(x.shape)}")
     return x

@@ -7,8 +7,8 @@ import math
 import numpy as np
 from onnx import TensorProto
 
-from ..ir import Dim, NodeId, TensorType, dim_symbols
-from .table import OPS, Feeds, examples, op, rank, require, same_shape
+from ..ir import Dim, NodeId, TensorType
+from .table import OPS, Feeds, dim_attr, examples, float_attr, op, rank, require, same_shape
 
 SHAPES = ({"shape": [3, 5]}, {"shape": [2, 3, 4]})
 
@@ -183,14 +183,8 @@ for _name, _ref, _lower in (
     examples(_d, lambda g, f, shape, _n=_name: g.apply(_n, f.param(g, "x", shape)), *SHAPES)
 
 # -- static affine map and scalar broadcasts (optimizer updates, loss scaling) -------------------------
-affine = op("affine", ("x",))
-
-
-@affine.shape
-def _(x: TensorType, *, scale: float, shift: float) -> TensorType:
-    for arg, v in (("scale", scale), ("shift", shift)):
-        require(isinstance(v, (int, float)) and not isinstance(v, bool), "affine", f"{arg} must be a number, got {v!r}")
-    return x
+affine = op("affine", ("x",), attrs=(float_attr("scale"), float_attr("shift")))
+affine.shape(lambda x, *, scale, shift: x)
 
 
 affine.numpy(lambda x, *, scale, shift: x * x.dtype.type(scale) + x.dtype.type(shift))
@@ -213,20 +207,8 @@ examples(
 
 
 # -- x * scale / count with a count that may be symbolic (means over a symbolic batch in gradients) ----
-scale_by_count = op("scale_by_count", ("x",))
-
-
-@scale_by_count.shape
-def _(x: TensorType, *, scale: float, count: Dim) -> TensorType:
-    require(isinstance(scale, (int, float)) and not isinstance(scale, bool), "scale_by_count", f"scale must be a number, got {scale!r}")
-    ok = isinstance(count, int) and not isinstance(count, bool) and count > 0
-    if isinstance(count, str):
-        try:
-            ok = bool(dim_symbols(count))
-        except ValueError:
-            ok = False
-    require(ok, "scale_by_count", f"count must be a positive int or a symbolic dim, got {count!r}")
-    return x
+scale_by_count = op("scale_by_count", ("x",), attrs=(float_attr("scale"), dim_attr("count")))
+scale_by_count.shape(lambda x, *, scale, count: x)
 
 
 scale_by_count.numpy(lambda x, *, scale, count: x * x.dtype.type(scale / count))

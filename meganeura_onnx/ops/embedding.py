@@ -7,10 +7,17 @@ import numpy as np
 from ..ir import Dim, NodeId, TensorType
 from .lowering import CUSTOM_DOMAIN, function_body
 from .onnx_util import dim, dims
-from .table import examples, op, positive_int, rank, require
+from .table import CustomOp, TensorArg, examples, int_attr, op, rank, require
 
 embedding = op("embedding", ("indices", "table"), u32=("indices",))
-scatter_add = op("scatter_add", ("indices", "src"), u32=("indices",))
+NUM_ROWS = int_attr("num_rows", 1, doc="rows of the output (the table size)")
+scatter_add = op(
+    "scatter_add",
+    ("indices", "src"),
+    u32=("indices",),
+    attrs=(NUM_ROWS,),
+    custom=CustomOp("ScatterAdd", (TensorArg("indices", "index"), TensorArg("src")), (TensorArg("out"),), (NUM_ROWS,)),
+)
 
 
 def _check_indices(name: str, idx: np.ndarray, rows: int) -> None:
@@ -49,7 +56,6 @@ embedding.onnx(lambda ctx, node, idx, table: ctx.op("Gather", table, _flat_indic
 def _(indices: TensorType, src: TensorType, *, num_rows: int) -> TensorType:
     rows = _index_rows("scatter_add", indices)
     rank("scatter_add", src, 2, "src")
-    positive_int("scatter_add", num_rows, "num_rows")
     require(
         rows == src.shape[0],
         "scatter_add",
@@ -66,13 +72,14 @@ def _(indices, src, *, num_rows):
     return out
 
 
+@scatter_add.function_body
 def scatter_add_function(opset: int):
     def body(ctx, indices, src):
         rows = ctx.attr_ref("num_rows", "int")
         zeros = ctx.op("ConstantOfShape", dims(ctx, rows, dim(ctx, src, 1)), value=_zero())
         return ctx.op("ScatterND", zeros, ctx.op("Unsqueeze", indices, ctx.ints([1])), src, reduction="add")
 
-    return function_body("ScatterAdd", ["indices", "src"], ["out"], ["num_rows"], body, opset)
+    return function_body(scatter_add.custom, body, opset)
 
 
 def _zero():

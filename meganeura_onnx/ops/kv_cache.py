@@ -14,10 +14,39 @@ from ..ir import NodeId, TensorType
 from .attention import attention_ref, check_heads
 from .lowering import CUSTOM_DOMAIN, function_body
 from .onnx_util import arange, attend, dim, scalar_of
-from .table import examples, op, rank, require
+from .table import CustomOp, Position, TensorArg, examples, int_attr, op, rank, require
 
-cache_write = op("cache_write", ("new_kv", "cache", "kv_pos"), u32=("kv_pos",), differentiable=False)
-cached_attention = op("cached_attention", ("q", "k_cache", "v_cache", "kv_pos"), u32=("kv_pos",), differentiable=False)
+cache_write = op(
+    "cache_write",
+    ("new_kv", "cache", "kv_pos"),
+    u32=("kv_pos",),
+    differentiable=False,
+    custom=CustomOp(
+        "CacheWrite",
+        (TensorArg("new_kv"), TensorArg("cache"), TensorArg("kv_pos", "index")),
+        (TensorArg("updated"),),
+        inplace_input="cache",
+    ),
+    inplace_input="cache",
+    positions=(Position("kv_pos", rows="new_kv", within="cache"),),
+)
+# The kernels keep one head's partial sums in registers/shared memory: head_dim <= 1024.
+HEADS = (int_attr("num_heads", 1), int_attr("num_kv_heads", 1), int_attr("head_dim", 1, 1024))
+cached_attention = op(
+    "cached_attention",
+    ("q", "k_cache", "v_cache", "kv_pos"),
+    u32=("kv_pos",),
+    differentiable=False,
+    attrs=HEADS,
+    custom=CustomOp(
+        "CachedAttention",
+        (TensorArg("q"), TensorArg("k_cache"), TensorArg("v_cache"), TensorArg("kv_pos", "index")),
+        (TensorArg("out"),),
+        HEADS,
+        relations=("num_heads % num_kv_heads == 0",),
+    ),
+    positions=(Position("kv_pos", rows="q", within="k_cache"),),
+)
 
 
 def _kv_pos(name: str, t: TensorType) -> None:
@@ -54,12 +83,13 @@ def _(new_kv, cache, kv_pos):
     return out
 
 
+@cache_write.function_body
 def cache_write_function(opset: int):
     def body(ctx, new, cache, kv_pos):
         rows = arange(ctx, dim(ctx, new, 0), scalar_of(ctx, kv_pos))
         return ctx.op("ScatterND", cache, ctx.op("Unsqueeze", rows, ctx.ints([1])), new)
 
-    return function_body("CacheWrite", ["new_kv", "cache", "kv_pos"], ["updated"], [], body, opset)
+    return function_body(cache_write.custom, body, opset)
 
 
 @cache_write.onnx
@@ -93,6 +123,7 @@ def _(q, k, v, kv_pos, *, num_heads, num_kv_heads, head_dim):
     return attention_ref(q, k, v, num_heads, num_kv_heads, head_dim, p + np.arange(q.shape[0]))
 
 
+@cached_attention.function_body
 def cached_attention_function(opset: int):
     def body(ctx, q, k, v, kv_pos):
         hd = ctx.attr_ref("head_dim", "int")
@@ -101,9 +132,7 @@ def cached_attention_function(opset: int):
         kpos = arange(ctx, dim(ctx, k, 0))
         return attend(ctx, q, k, v, hd, rep, (qpos, kpos))
 
-    return function_body(
-        "CachedAttention", ["q", "k_cache", "v_cache", "kv_pos"], ["out"], ["num_heads", "num_kv_heads", "head_dim"], body, opset
-    )
+    return function_body(cached_attention.custom, body, opset)
 
 
 @cached_attention.onnx

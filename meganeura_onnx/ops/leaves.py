@@ -3,6 +3,9 @@ numpy reference or lowering of their own: the exporter turns them into graph inp
 
 from __future__ import annotations
 
+import math
+import numbers
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -16,6 +19,25 @@ op("parameter", leaf=True)
 op("constant", leaf=True, differentiable=False)
 
 LEAF_OPS = ("input", "input_u32", "parameter", "constant")
+
+# Names the toolchain gives to values it creates, which a leaf name must never shadow: optimizer
+# hyper-parameters and state (``opt.lr``, ``adam_m.<p>``, ``adam_v.<p>``), gradients read by
+# sessions (``grad.<p>``), next values of state (``<name>.next``), exported constants and outputs
+# (``const_<id>``, ``output_<k>``) and the values lowered inside one node (``n<id>_<op>/...``).
+RESERVED_PREFIXES = ("opt.", "adam_m.", "adam_v.", "grad.")
+RESERVED_SUFFIXES = (".next",)
+RESERVED_PATTERN = re.compile(r"(const|output)_\d+|n\d+_\w+/.*")
+
+
+def reserved_name(name: str) -> str | None:
+    """Why ``name`` is reserved for names the toolchain generates, or None when a user may use it."""
+    if name.startswith(RESERVED_PREFIXES):
+        return f"names starting with {', '.join(RESERVED_PREFIXES)} are reserved for optimizer state and gradients"
+    if name.endswith(RESERVED_SUFFIXES):
+        return "names ending in '.next' are reserved for the next value of session state"
+    if RESERVED_PATTERN.fullmatch(name):
+        return "const_<n>, output_<n> and n<id>_<op>/... are the names the exporter gives to constants, outputs and lowered values"
+    return None
 
 
 def _shape(op_name: str, shape: Sequence[Dim], symbolic: bool = True) -> tuple[Dim, ...]:
@@ -35,10 +57,40 @@ def _shape(op_name: str, shape: Sequence[Dim], symbolic: bool = True) -> tuple[D
     return tuple(d if isinstance(d, str) else int(d) for d in shape)
 
 
+def _finite_values(op_name: str, values: object) -> np.ndarray:
+    """``values`` (numbers, nested lists or an array) as float32; bools, strings, None and
+    non-finite numbers refused (``TypeError``/``ValueError`` naming the op)."""
+    if values is None or isinstance(values, (str, bytes, bool, np.bool_)):
+        raise TypeError(f"{op_name}: values must be a list or array of finite numbers, got {values!r} ({type(values).__name__})")
+    try:
+        arr = np.asarray(values)
+    except ValueError as e:  # ragged nesting
+        raise ValueError(f"{op_name}: values must be a list or array of finite numbers ({e})") from None
+    if arr.dtype.kind not in "iuf":
+        kind = "bools" if arr.dtype.kind == "b" else f"{arr.dtype} elements"
+        raise TypeError(f"{op_name}: values must be finite numbers, got {kind}: {_short(values)}")
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow to inf is reported below
+        out = arr.astype(np.float32).reshape(-1)
+    if not np.all(np.isfinite(out)):
+        k = int(np.flatnonzero(~np.isfinite(out))[0])
+        raise ValueError(f"{op_name}: values must be finite float32 numbers, value {k} is {arr.reshape(-1)[k]!r}")
+    return out
+
+
+def _short(values: object) -> str:
+    text = repr(values)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class LeafBuilders:
-    def _named_leaf(self, op_name: str, name: str, shape: Sequence[Dim], dtype: DType) -> NodeId:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{op_name}: name must be a non-empty string, got {name!r}")
+    def _named_leaf(self, op_name: str, name: str, shape: Sequence[Dim], dtype: DType, internal: bool = False) -> NodeId:
+        if not isinstance(name, str):
+            raise TypeError(f"{op_name}: name must be a non-empty string, got {name!r} ({type(name).__name__})")
+        if not name:
+            raise ValueError(f"{op_name}: name must be a non-empty string, got ''")
+        why = None if internal else reserved_name(name)
+        if why:
+            raise ValueError(f"{op_name}: the name {name!r} is reserved ({why}); pick another name")
         names = self._leaf_names  # type: ignore[attr-defined]
         if name in names:
             raise ValueError(f"{op_name}: the name {name!r} is already used by node {names[name]}")
@@ -61,14 +113,27 @@ class LeafBuilders:
         """A trainable F32 weight, named like its Hugging Face checkpoint key (``layer.weight``)."""
         return self._named_leaf("parameter", name, shape, DType.F32)
 
+    def state_input(self, name: str, shape: Sequence[Dim]) -> NodeId:
+        """An F32 input with a name from the reserved namespace (``opt.<h>``, ``adam_m.<p>``, ...).
+
+        For the toolchain's own inputs (optimizer hyper-parameters and moments, gradients fed to an update
+        model); programs use
+        :meth:`input`, which refuses those names so they can never shadow what the toolchain adds.
+        """
+        return self._named_leaf("input", name, shape, DType.F32, internal=True)
+
     def constant(self, values: Sequence[float], shape: Sequence[int]) -> NodeId:
-        """A fixed F32 tensor; ``len(values)`` must equal the product of ``shape``."""
+        """A fixed F32 tensor of finite values; ``len(values)`` must equal the product of ``shape``."""
         shp = _shape("constant", shape, symbolic=False)
-        arr = np.asarray(values, dtype=np.float32).reshape(-1)
+        arr = _finite_values("constant", values)
         if arr.size != int(np.prod(shp)):
             raise ValueError(f"constant: {arr.size} values given for shape {list(shp)} ({int(np.prod(shp))} elements)")
         return self.add_node("constant", (), TensorType(shp), {"value": arr.reshape(shp)})  # type: ignore[attr-defined]
 
     def scalar(self, value: float) -> NodeId:
-        """``constant([value], [1])``."""
+        """``constant([value], [1])`` for a finite number ``value``."""
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            raise TypeError(f"scalar: value must be a finite number, got {_short(value)} ({type(value).__name__})")
+        if not math.isfinite(float(value)) or abs(float(value)) > float(np.finfo(np.float32).max):
+            raise ValueError(f"scalar: value must be a finite float32 number, got {value!r}")
         return self.constant([float(value)], [1])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..ir import NodeId, TensorType
-from .table import OPS, examples, op, rank, require, same_dim
+from .table import OPS, bool_attr, examples, op, rank, require, same_dim
 
 # name: (contracted dim of a, of b, output dims (from a, from b), numpy, which operand ONNX transposes)
 _MATMULS = {
@@ -13,7 +13,8 @@ _MATMULS = {
 }
 
 for _name, (_sig, _ref, (_ka, _kb), (_ma, _nb), (_ta, _tb)) in _MATMULS.items():
-    _d = op(_name, ("a", "b"))
+    # fan_in: the contracted axis of each operand (what the default init scales by)
+    _d = op(_name, ("a", "b"), fan_in={"a": _ka, "b": _kb})
 
     def _shape(a: TensorType, b: TensorType, _name=_name, _sig=_sig, _ka=_ka, _kb=_kb, _ma=_ma, _nb=_nb) -> TensorType:
         rank(_name, a, 2, "a")
@@ -52,12 +53,12 @@ OPS["matmul_bt"].vjp(lambda g, node, dy: [g.matmul(dy, node.inputs[1]), g.matmul
 
 
 # -- fused product + bias (what the e-graph optimizer turns matmul/matmul_bt + bias_add into) -------
-gemm = op("gemm", ("a", "b", "bias"))
+gemm = op("gemm", ("a", "b", "bias"), attrs=(bool_attr("trans_b"),))
 
 
 @gemm.shape
 def _(a: TensorType, b: TensorType, bias: TensorType, *, trans_b: bool) -> TensorType:
-    out = OPS["matmul_bt" if trans_b else "matmul"].shape_rule(a, b)
+    out = OPS["matmul_bt" if trans_b else "matmul"].shape_rule(a, b, _name="gemm")  # errors name gemm
     require(bias.shape == (out.shape[1],), "gemm", f"bias must have shape [{out.shape[1]}], got {list(bias.shape)}")
     return out
 
@@ -88,7 +89,7 @@ class LinalgBuilders:
     def gemm(self, a: NodeId, b: NodeId, bias: NodeId, trans_b: bool = False) -> NodeId:
         """``a @ b + bias`` (``a @ b.T + bias`` with ``trans_b``): one ONNX Gemm. The e-graph optimizer
         fuses ``bias_add(matmul(a, b), bias)`` into this."""
-        return self.apply("gemm", a, b, bias, trans_b=bool(trans_b))
+        return self.apply("gemm", a, b, bias, trans_b=trans_b)
 
     def matmul(self, a: NodeId, b: NodeId) -> NodeId:
         """``a [M, K] @ b [K, N] -> [M, N]``."""

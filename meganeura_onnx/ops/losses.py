@@ -17,12 +17,13 @@ import numpy as np
 from onnx import TensorProto
 
 from ..ir import NodeId, TensorType
-from .table import examples, op, rank, require
+from .table import examples, int_attr, op, optional, rank, require
 
 SCALAR = TensorType((1,))
 
-sparse_ce = op("sparse_cross_entropy_loss", ("logits", "labels"), u32=("labels",))
-sparse_ce_grad = op("sparse_cross_entropy_grad", ("logits", "labels", "dy"), u32=("labels",), differentiable=False)
+IGNORE_INDEX = (optional(int_attr("ignore_index", 0, 2**32 - 1, doc="a U32 label whose rows count for nothing")),)
+sparse_ce = op("sparse_cross_entropy_loss", ("logits", "labels"), u32=("labels",), attrs=IGNORE_INDEX)
+sparse_ce_grad = op("sparse_cross_entropy_grad", ("logits", "labels", "dy"), u32=("labels",), differentiable=False, attrs=IGNORE_INDEX)
 
 
 def _check(name: str, logits: TensorType, labels: TensorType, ignore_index: int | None) -> None:

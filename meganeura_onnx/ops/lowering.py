@@ -14,8 +14,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..ir import Dim, dim
+from .table import CUSTOM_DOMAIN, CustomOp
 
-CUSTOM_DOMAIN = "com.meganeura"
+__all__ = ["CUSTOM_DOMAIN", "LoweringContext", "function_body"]
 
 
 class LoweringContext:
@@ -146,11 +147,17 @@ class LoweringContext:
         self.functions[fn.name] = fn
 
 
-def function_body(name: str, inputs: list[str], outputs: list[str], attributes: list[str], build: Any, opset: int) -> onnx.FunctionProto:
-    """Build a ``com.meganeura`` FunctionProto whose body ``build(ctx, *inputs) -> outputs`` writes.
+def function_body(schema: CustomOp, build: Any, opset: int, arity: int = 1) -> onnx.FunctionProto:
+    """Build the FunctionProto of a custom op (name, inputs, outputs and attributes from its schema
+    in the op table) whose body ``build(ctx, *inputs) -> outputs`` writes; ``arity``: how many times
+    a variadic input group repeats in this model.
 
-    ``build`` returns the body's output names; they are renamed to ``outputs`` by Identity nodes.
+    ``build`` returns the body's output names; they are renamed to the schema's outputs by Identity nodes.
     """
+    name = schema.name
+    inputs = schema.input_names(arity)
+    outputs = schema.output_names(arity)
+    attributes = [a.name for a in schema.attrs]
     ctx = LoweringContext(opset, in_function=True, prefix=f"{name}_")
     results = build(ctx, *inputs)
     if isinstance(results, str):
@@ -158,7 +165,7 @@ def function_body(name: str, inputs: list[str], outputs: list[str], attributes: 
     for res, out in zip(results, outputs, strict=True):
         ctx.nodes.append(helper.make_node("Identity", [res], [out], name=ctx.fresh("Identity")))
     return helper.make_function(
-        CUSTOM_DOMAIN,
+        schema.domain,
         name,
         inputs,
         outputs,

@@ -5,20 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import NodeId, TensorType
-from .table import examples, op, positive_int, rank, require, static_shape
+from .table import dims, examples, float_attr, op, rank, require, static_shape
 
-rms_norm = op("rms_norm", ("x", "weight"))
-layer_norm = op("layer_norm", ("x", "weight", "bias"))
-group_norm = op("group_norm", ("x", "weight", "bias"))
-
-
-def _eps(name: str, eps: float) -> None:
-    require(isinstance(eps, (int, float)) and eps >= 0, name, f"eps must be a non-negative number, got {eps!r}")
+# eps > 0: with eps = 0 a constant row divides by zero (the numpy reference and ORT give inf/NaN).
+EPS = float_attr("eps", 0, lo_open=True, doc="added to the variance")
+SCALE = {"weight": "ones"}  # the default init of a normalisation scale
+rms_norm = op("rms_norm", ("x", "weight"), attrs=(EPS,), init_roles=SCALE)
+layer_norm = op("layer_norm", ("x", "weight", "bias"), attrs=(EPS,), init_roles=SCALE)
+group_norm = op("group_norm", ("x", "weight", "bias"), attrs=(*dims("batch", "channels", "spatial", "num_groups"), EPS), init_roles=SCALE)
 
 
 def _row_params(name: str, x: TensorType, eps: float, **params: TensorType) -> TensorType:
     rank(name, x, 2, "x")
-    _eps(name, eps)
     for arg, t in params.items():
         require(t.shape == (x.shape[1],), name, f"{arg} must have shape [{x.shape[1]}] for x {list(x.shape)}, got {list(t.shape)}")
     return x
@@ -73,9 +71,6 @@ def _(
 ) -> TensorType:
     name = "group_norm"
     static_shape(name, x, "x")
-    for arg in ("batch", "channels", "spatial", "num_groups"):
-        positive_int(name, locals()[arg], arg)
-    _eps(name, eps)
     require(channels % num_groups == 0, name, f"channels ({channels}) must be a multiple of num_groups ({num_groups})")
     want = batch * channels * spatial
     require(

@@ -25,13 +25,26 @@ import numpy as np
 
 from ..ir import TensorType
 from .lowering import CUSTOM_DOMAIN, function_body
-from .table import op, require
+from .table import CustomOp, TensorArg, int_attr, op, require
 
 HYPER = ("lr", "beta1", "beta2", "eps", "step", "weight_decay")
 PARTS = (0, 1, 2)  # p', m', v'
 PER_TENSOR = ("p", "g", "m", "v")
 
-adam_update = op("adam_update", HYPER, differentiable=False)
+adam_update = op(
+    "adam_update",
+    HYPER,
+    variadic=PER_TENSOR,
+    differentiable=False,
+    attrs=(int_attr("index", 0, doc="which parameter"), int_attr("part", 0, 2, doc="0: p', 1: m', 2: v'")),
+    custom=CustomOp(
+        "AdamUpdate",
+        tuple(TensorArg(h) for h in HYPER),
+        (),
+        variadic_inputs=tuple(TensorArg(t) for t in PER_TENSOR),
+        variadic_outputs=(TensorArg("p_next"), TensorArg("m_next"), TensorArg("v_next")),
+    ),
+)
 
 
 @adam_update.shape
@@ -70,10 +83,9 @@ def _(*values, index, part):
     return np.asarray(out[part], dtype=tensors[0].dtype)
 
 
-def adam_update_function(n: int, opset: int):
+@adam_update.function_body
+def adam_update_function(opset: int, n: int = 1):
     """The decomposed update as a model-local function for ``n`` parameters (this model's arity)."""
-    inputs = list(HYPER) + [f"{t}{k}" for k in range(n) for t in PER_TENSOR]
-    outputs = [f"{t}{k}_next" for k in range(n) for t in ("p", "m", "v")]
 
     def body(ctx, *names):
         lr, b1, b2, eps, step, wd = names[: len(HYPER)]
@@ -94,7 +106,7 @@ def adam_update_function(n: int, opset: int):
             outs += [p2, m2, v2]
         return outs
 
-    return function_body("AdamUpdate", inputs, outputs, [], body, opset)
+    return function_body(adam_update.custom, body, opset, arity=n)
 
 
 @adam_update.onnx
@@ -102,7 +114,7 @@ def _(ctx, node, *names):
     n = (len(names) - len(HYPER)) // 4
     key = ("AdamUpdate", names)
     if key not in ctx.shared:  # the first of the 3n nodes emits the one ONNX node
-        ctx.use_function(adam_update_function(n, ctx.opset))
+        ctx.use_function(adam_update_function(ctx.opset, n))
         ctx.shared[key] = ctx.op("AdamUpdate", *names, domain=CUSTOM_DOMAIN, outputs=3 * n)
     outs = ctx.shared[key]
     return outs[3 * node.attrs["index"] + node.attrs["part"]]

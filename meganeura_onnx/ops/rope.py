@@ -13,9 +13,47 @@ from onnx import TensorProto
 from ..ir import Dim, NodeId, TensorType, dim_div, dim_mul
 from .lowering import CUSTOM_DOMAIN, function_body
 from .onnx_util import arange, dim, dims, scalar_of
-from .table import examples, op, positive_int, rank, require, static_dim
+from .table import (
+    CustomOp,
+    Position,
+    TensorArg,
+    bool_attr,
+    dim_attr,
+    examples,
+    float_attr,
+    int_attr,
+    op,
+    optional,
+    rank,
+    require,
+    static_dim,
+)
 
-rope = op("rope", ("x", "offset"), u32=("offset",))
+MAX_POSITION = 1 << 40
+"""Largest position the Rope kernels accept (static offset, and offset + dynamic offset)."""
+THETA = float_attr("theta", 0, lo_open=True, doc="RoPE base; inverse frequency theta^(-2j/head_dim)")
+HEAD_DIM = int_attr("head_dim", 2, 1024, multiple_of=2, doc="rotated width per head (the kernels keep one head in registers)")
+
+rope = op(
+    "rope",
+    ("x", "offset"),
+    u32=("offset",),
+    optional_inputs=("offset",),
+    attrs=(
+        THETA,
+        HEAD_DIM,
+        int_attr("offset_static", 0, MAX_POSITION, doc="position of row 0 (static)"),
+        optional(bool_attr("inverse"), False),
+        optional(dim_attr("period")),
+    ),
+    custom=CustomOp(
+        "Rope",
+        (TensorArg("X"), TensorArg("offset_dyn", "index", optional=True)),
+        (TensorArg("Y"),),
+        (THETA, HEAD_DIM, optional(int_attr("offset", 0, MAX_POSITION), 0)),
+    ),
+    positions=(Position("offset", max_value=MAX_POSITION),),
+)
 
 
 def inv_freq(theta: float, head_dim: int, dtype=np.float32) -> np.ndarray:
@@ -56,18 +94,12 @@ def _(
     rank("rope", x, 2, "x")
     static_dim("rope", x, 1, "x")
     if period is not None:  # rows = blocks of `period` sequences, positions restart in each
-        if not isinstance(period, str):
-            positive_int("rope", period, "period")
         require(
             dim_div(x.shape[0], period) is not None and offset is None,
             "rope",
             f"period {period} must divide the rows of x {list(x.shape)} (static offsets only)",
         )
-    positive_int("rope", head_dim, "head_dim")
-    require(head_dim % 2 == 0, "rope", f"head_dim must be even, got {head_dim}")
     require(x.shape[1] % head_dim == 0, "rope", f"x width {x.shape[1]} (shape {list(x.shape)}) must be divisible by head_dim {head_dim}")
-    require(isinstance(theta, (int, float)) and theta > 0, "rope", f"theta must be a positive number, got {theta!r}")
-    require(isinstance(offset_static, int) and offset_static >= 0, "rope", f"pos_offset must be a non-negative int, got {offset_static!r}")
     if offset is not None:
         require(offset.elements() == 1, "rope", f"offset must be a U32 [1] node, got {list(offset.shape)}")
     return x
@@ -80,6 +112,7 @@ def _(x, offset=None, *, theta, head_dim, offset_static, inverse=False, period=N
     return rope_ref(x, start + rows, theta, head_dim, inverse)
 
 
+@rope.function_body
 def rope_function(opset: int):
     def body(ctx, x, offset_dyn):
         hd = ctx.attr_ref("head_dim", "int")
@@ -99,7 +132,7 @@ def rope_function(opset: int):
         out = ctx.op("Add", ctx.op("Mul", xh, cos), ctx.op("Mul", rotated, sin))
         return ctx.op("Reshape", out, ctx.op("Shape", x))
 
-    return function_body("Rope", ["X", "offset_dyn"], ["Y"], ["theta", "head_dim", "offset"], body, opset)
+    return function_body(rope.custom, body, opset)
 
 
 @rope.onnx

@@ -13,34 +13,20 @@ from collections.abc import Sequence
 import numpy as np
 from onnx import numpy_helper
 
-from ..ir import Dim, NodeId, TensorType, dim_prod, dim_symbols
-from .table import examples, op, rank, require
+from ..ir import Dim, NodeId, TensorType, dim_prod
+from .table import examples, op, rank, require, shape_attr
 
-reshape = op("reshape", ("x",))
-broadcast_to = op("broadcast_to", ("x",))
+SHAPE = (shape_attr("shape", symbolic=True),)
+reshape = op("reshape", ("x",), attrs=SHAPE)
+broadcast_to = op("broadcast_to", ("x",), attrs=SHAPE)
 col_sum = op("col_sum", ("x",))
 row_sum = op("row_sum", ("x",))
-zeros = op("zeros", (), differentiable=False)
-
-
-def _valid_dim(d: object) -> bool:
-    if isinstance(d, str):
-        try:
-            return bool(dim_symbols(d))
-        except ValueError:
-            return False
-    return isinstance(d, int) and not isinstance(d, bool) and d > 0
-
-
-def _shape_attr(name: str, shape: Sequence[Dim]) -> tuple[Dim, ...]:
-    ok = isinstance(shape, (list, tuple)) and shape and all(_valid_dim(d) for d in shape)
-    require(bool(ok), name, f"shape must be a non-empty list of positive ints or symbolic dims ('batch', 'batch*seq'), got {shape!r}")
-    return TensorType(tuple(shape)).shape
+zeros = op("zeros", (), differentiable=False, attrs=SHAPE)
 
 
 @reshape.shape
 def _(x: TensorType, *, shape: tuple[Dim, ...]) -> TensorType:
-    shp = _shape_attr("reshape", shape)
+    shp = tuple(shape)
     # Symbolic counts must be equal as expressions: [batch, seq, 4] -> ["batch*seq", 4] works.
     n, want = x.elements(), dim_prod(shp)
     require(want == n, "reshape", f"cannot reshape {list(x.shape)} ({n} elements) to {list(shp)} ({want} elements)")
@@ -68,7 +54,7 @@ def _broadcast_kind(x: tuple[Dim, ...], out: tuple[Dim, ...]) -> str:
 
 @broadcast_to.shape
 def _(x: TensorType, *, shape: tuple[Dim, ...]) -> TensorType:
-    shp = _shape_attr("broadcast_to", shape)
+    shp = tuple(shape)
     require(
         bool(_broadcast_kind(x.shape, shp)),
         "broadcast_to",
@@ -142,7 +128,7 @@ for _d in (col_sum, row_sum):
 
 @zeros.shape
 def _(*, shape: tuple[Dim, ...]) -> TensorType:
-    return TensorType(_shape_attr("zeros", shape))
+    return TensorType(tuple(shape))
 
 
 zeros.numpy(lambda *, shape: np.zeros(shape, np.float32))
@@ -161,11 +147,11 @@ class ShapeBuilders:
     def reshape(self, x: NodeId, shape: Sequence[Dim]) -> NodeId:
         """The same elements in a new shape (row-major). Symbolic dims are allowed where the element
         counts agree as expressions: ``["batch", "seq", 64]`` -> ``["batch*seq", 64]``."""
-        return self.apply("reshape", x, shape=_dims(shape))
+        return self.apply("reshape", x, shape=shape)
 
     def broadcast_to(self, x: NodeId, shape: Sequence[Dim]) -> NodeId:
         """Repeat x to ``shape``: ``[1]`` -> any shape; ``[N]``, ``[1, N]`` or ``[M, 1]`` -> ``[M, N]``."""
-        return self.apply("broadcast_to", x, shape=_dims(shape))
+        return self.apply("broadcast_to", x, shape=shape)
 
     def col_sum(self, x: NodeId) -> NodeId:
         """Sum over rows: ``[M, N] -> [N]`` (the gradient of a bias)."""
@@ -177,9 +163,4 @@ class ShapeBuilders:
 
     def zeros(self, shape: Sequence[Dim]) -> NodeId:
         """An F32 tensor of zeros (no gradient)."""
-        return self.apply("zeros", shape=_dims(shape))
-
-
-def _dims(shape: Sequence[Dim]) -> tuple[Dim, ...]:
-    """Builder arguments as attribute values: numpy ints become ints, symbolic dims stay strings."""
-    return tuple(d if isinstance(d, (str, bool)) or not hasattr(d, "__index__") else int(d) for d in shape)
+        return self.apply("zeros", shape=shape)

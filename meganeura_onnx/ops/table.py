@@ -1,9 +1,10 @@
-"""The op table: every Graph op declared once, with its shape rule, numpy reference, ONNX lowering,
-VJP rule and the example graphs the test suite walks.
+"""The op table: every Graph op declared once, with everything the toolchain knows about it.
 
-An op module declares an op by creating an :class:`OpDef` and filling its slots with decorators::
+An op module declares an op with :func:`op` (inputs, U32 inputs, attributes with their types and
+ranges, and for ``com.meganeura`` ops the custom-op schema, in-place state, position inputs and
+init roles) and fills its slots with decorators::
 
-    matmul = OpDef("matmul", doc="a @ b")
+    matmul = op("matmul", ("a", "b"), fan_in={"a": 1, "b": 0})
 
     @matmul.shape
     def _(a: TensorType, b: TensorType) -> TensorType: ...
@@ -15,21 +16,257 @@ An op module declares an op by creating an :class:`OpDef` and filling its slots 
     def _(ctx, node, a, b): return ctx.op("MatMul", a, b)
 
 The builder method with the user-facing signature lives beside it in the same module (a mixin of
-:class:`meganeura_onnx.Graph`) and calls ``self.apply("matmul", a, b)``.
+:class:`meganeura_onnx.Graph`) and calls ``self.apply("matmul", a, b)``; ``Graph.apply`` checks the
+inputs and every attribute against the declaration here before the shape rule runs, so every
+builder (and every caller of ``apply``) gets the same checks and the same error messages.
+
+Who reads what: ``Graph.apply`` (``inputs``, ``u32_inputs``, ``optional_inputs``, ``attrs``), the
+exporter (``lowering``, ``inplace_input`` for the KV-cache state pairs), sessions (``positions`` for
+the position checks, ``custom.name`` of in-place ops), :mod:`meganeura_onnx.init` (``init_roles``,
+``fan_in``), autodiff (``vjp_rule``, ``differentiable``), the test suite (``examples``,
+``numpy_ref``, ``custom_function``) and ``tests/test_custom_op_schema.py``, which checks the C++
+kernels' registration rows and attribute validation against ``custom``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import struct
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ir import Dim, DType, TensorType
+from ..ir import Dim, DType, TensorType, dim_symbols
+from ..ir import dim as canonical_dim
 
 ShapeRule = Callable[..., TensorType]
 NumpyRef = Callable[..., Any]
 Lowering = Callable[..., str]
 VjpRule = Callable[..., list]
+
+CUSTOM_DOMAIN = "com.meganeura"
+INT64_MAX = (1 << 63) - 1
+
+
+# -- attributes -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Attr:
+    """One static argument of an op: its type and the values it accepts.
+
+    ``kind`` is ``"int"``, ``"float"`` (finite as a float32; ints accepted), ``"bool"`` (a real
+    bool only), ``"dim"`` (a positive int or a symbolic dimension such as ``"batch"``) or ``"shape"``
+    (a non-empty list/tuple of positive ints, and of symbolic dims when ``symbolic``). ``lo``/``hi`` bound numbers inclusively
+    (``lo_open``: strictly greater than ``lo``); ``multiple_of`` for ints. ``default`` is what the
+    op assumes when the attribute is omitted (``REQUIRED``: it must be given); ``nullable``: None is
+    accepted and means the default.
+    """
+
+    name: str
+    kind: str
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    multiple_of: int | None = None
+    default: Any = None
+    required: bool = True
+    nullable: bool = False
+    symbolic: bool = False
+    """For shapes: symbolic dimensions (``"batch"``, ``"batch*seq"``) are accepted too."""
+    doc: str = ""
+
+    def expected(self) -> str:
+        """What the attribute accepts, in words (used in error messages and the docs)."""
+        if self.kind == "bool":
+            text = "a bool (True or False)"
+        elif self.kind == "shape":
+            text = "a non-empty list of positive ints" + (" or symbolic dims ('batch', 'batch*seq')" if self.symbolic else "")
+        else:
+            text = {"int": "an int", "dim": "a symbolic dim ('batch') or an int", "float": "a finite float32 number"}[self.kind]
+            hi = None if self.hi == INT64_MAX else self.hi  # the int64 bound of every int goes unsaid
+            if self.lo is not None and hi is not None and not self.lo_open:
+                text += f" in [{_num(self.lo)}, {_num(hi)}]"
+            else:
+                if self.lo is not None:
+                    text += f" {'>' if self.lo_open else '>='} {_num(self.lo)}"
+                if hi is not None:
+                    text += f" <= {_num(hi)}"
+            if self.multiple_of:
+                text += ", even" if self.multiple_of == 2 else f", a multiple of {self.multiple_of}"
+        return text + (" or None" if self.nullable else "")
+
+    def check(self, op_name: str, value: Any) -> Any:
+        """``value`` normalised to a plain Python value; ``TypeError``/``ValueError`` naming the op,
+        the attribute, what it accepts and what was given."""
+        if value is None and self.nullable:
+            return None
+        bad = f"{op_name}: {self.name} must be {self.expected()}, got {_given(value)}"
+        if self.kind == "bool":
+            if type(value) is not bool:
+                raise TypeError(bad)
+            return value
+        if self.kind == "shape":
+            return _check_shape(value, bad, self.symbolic)
+        if self.kind == "dim" and isinstance(value, str):
+            return _check_shape([value], bad, True)[0]
+        if isinstance(value, bool) or not _is_number(value, integral=self.kind in ("int", "dim")):
+            raise TypeError(bad)
+        value = float(value) if self.kind == "float" else int(value)
+        seen = value  # what the kernels see: ONNX float attributes are float32
+        if self.kind == "float":
+            try:
+                seen = struct.unpack("f", struct.pack("f", value))[0]
+            except OverflowError:
+                raise ValueError(bad) from None
+            if not math.isfinite(seen):
+                raise ValueError(bad)
+        if self.lo is not None and (seen <= self.lo if self.lo_open else seen < self.lo):
+            raise ValueError(bad)
+        if self.hi is not None and seen > self.hi:
+            raise ValueError(bad)
+        if self.multiple_of and value % self.multiple_of:
+            raise ValueError(bad)
+        return value
+
+
+def _num(x: float) -> str:
+    if isinstance(x, int) and x >= 1 << 20 and (x & (x - 1)) == 0:
+        return f"2**{x.bit_length() - 1}"
+    return repr(x)
+
+
+def _given(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def _is_number(value: Any, integral: bool) -> bool:
+    import numbers
+
+    if integral:
+        return isinstance(value, numbers.Integral)
+    return isinstance(value, numbers.Real)
+
+
+def _check_shape(value: Any, bad: str, symbolic: bool) -> tuple[Dim, ...]:
+    import numbers
+
+    if getattr(value, "ndim", None) == 1 and getattr(getattr(value, "dtype", None), "kind", "") in "iu":
+        value = value.tolist()  # a 1-D integer numpy array
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise TypeError(bad)
+    if not value:
+        raise ValueError(bad)
+    out: list[Dim] = []
+    for d in value:
+        if isinstance(d, str) and symbolic:
+            try:
+                if not dim_symbols(d):  # "3" is a digit string, not a dimension name
+                    raise ValueError(bad)
+                out.append(canonical_dim(d))
+            except ValueError:
+                raise ValueError(bad) from None
+        elif isinstance(d, bool) or not isinstance(d, numbers.Integral):
+            raise TypeError(bad)
+        elif not 0 < int(d) <= INT64_MAX:
+            raise ValueError(bad)
+        else:
+            out.append(int(d))
+    return tuple(out)
+
+
+def int_attr(name: str, lo: int | None = None, hi: int | None = INT64_MAX, **kw: Any) -> Attr:
+    """An int attribute in ``[lo, hi]`` (int64 by default, as ONNX stores it)."""
+    return Attr(name, "int", lo, hi, **kw)
+
+
+def dim_attr(name: str, lo: int = 1, **kw: Any) -> Attr:
+    """A size that may be symbolic: an int ``>= lo`` or a dimension name/expression (``"batch"``)."""
+    return Attr(name, "dim", lo, INT64_MAX, **kw)
+
+
+def float_attr(name: str, lo: float | None = None, hi: float | None = None, **kw: Any) -> Attr:
+    """A finite float attribute (ints accepted), optionally bounded."""
+    return Attr(name, "float", lo, hi, **kw)
+
+
+def bool_attr(name: str, **kw: Any) -> Attr:
+    return Attr(name, "bool", **kw)
+
+
+def shape_attr(name: str, **kw: Any) -> Attr:
+    return Attr(name, "shape", **kw)
+
+
+def optional(a: Attr, default: Any = None) -> Attr:
+    """``a`` made optional: omitted (or None) means ``default``."""
+    return Attr(**{**a.__dict__, "required": False, "default": default, "nullable": default is None})
+
+
+def dims(*names: str) -> tuple[Attr, ...]:
+    """Positive int attributes (sizes: batch, channels, ...)."""
+    return tuple(int_attr(n, 1) for n in names)
+
+
+# -- custom ops -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TensorArg:
+    """An input or output of a ``com.meganeura`` ONNX op. ``dtype``: ``"float"`` (float32) or
+    ``"index"`` (any integer type the kernels read: int64, int32, uint32)."""
+
+    name: str
+    dtype: str = "float"
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class CustomOp:
+    """The ``com.meganeura`` ONNX op an op lowers to: what the C++ kernels register and validate
+    (``tests/test_custom_op_schema.py`` holds them to this) and what the function body declares."""
+
+    name: str
+    inputs: tuple[TensorArg, ...]
+    outputs: tuple[TensorArg, ...]
+    attrs: tuple[Attr, ...] = ()
+    inplace_input: str | None = None
+    """ONNX input whose buffer output 0 may reuse (the kernel writes it in place)."""
+    relations: tuple[str, ...] = ()
+    """Conditions between attributes the kernels check too, as Python expressions over their names."""
+    variadic_inputs: tuple[TensorArg, ...] = ()
+    """A group of inputs repeated one or more times after ``inputs`` (``AdamUpdate``'s p, g, m, v)."""
+    variadic_outputs: tuple[TensorArg, ...] = ()
+    """A group of outputs repeated as often as the input group (after ``outputs``)."""
+    domain: str = CUSTOM_DOMAIN
+
+    def input_names(self, arity: int = 1) -> list[str]:
+        """ONNX input names; a variadic group's are numbered (``p0, g0, m0, v0, p1, ...``)."""
+        return [t.name for t in self.inputs] + [f"{t.name}{k}" for k in range(arity) for t in self.variadic_inputs]
+
+    def output_names(self, arity: int = 1) -> list[str]:
+        return [t.name for t in self.outputs] + [f"{t.name}{k}" for k in range(arity) for t in self.variadic_outputs]
+
+
+@dataclass(frozen=True)
+class Position:
+    """A U32 position input and its valid range: ``0 <= value <= max_value`` and, with ``rows`` and
+    ``within``, ``value + rows(rows) <= rows(within)`` (rows = dimension 0 of those inputs)."""
+
+    input: str
+    rows: str | None = None
+    within: str | None = None
+    max_value: int | None = None
+
+    def limit(self, shapes: Mapping[str, tuple[Dim, ...]]) -> int | None:
+        """The largest valid value, given the shapes of the op's inputs by name. A symbolic row
+        count (a prefill of any length) counts as one row, the kernels check the rest when they
+        run; a symbolic ``within`` gives no static limit."""
+        limits = [self.max_value] if self.max_value is not None else []
+        if self.rows is not None and self.within is not None:
+            within, rows = shapes[self.within][0], shapes[self.rows][0]
+            if isinstance(within, int):
+                limits.append(within - (rows if isinstance(rows, int) else 1))
+        return min(limits) if limits else None
 
 
 @dataclass(frozen=True)
@@ -56,13 +293,31 @@ class OpDef:
     """Argument names of the node inputs, in order (used in error messages)."""
     u32_inputs: frozenset[str] = frozenset()
     """Inputs that must be U32; every other input must be F32."""
+    optional_inputs: frozenset[str] = frozenset()
+    """Trailing inputs that may be left out (``rope``'s dynamic offset)."""
+    variadic: tuple[str, ...] = ()
+    """A group of inputs repeated one or more times after ``inputs`` (``adam_update``'s p, g, m, v)."""
+    attrs: tuple[Attr, ...] = ()
+    """The static arguments ``apply`` accepts, each checked for type and range."""
     differentiable: bool = True
     """False for ops with no gradient by definition (``greater``, integer leaves, cache ops)."""
     leaf: bool = False
+    custom: CustomOp | None = None
+    """The ``com.meganeura`` op this lowers to (None for ops lowered to standard ONNX only)."""
+    inplace_input: str | None = None
+    """The input this op writes in place: an ``input`` leaf there is session state (a KV cache)."""
+    positions: tuple[Position, ...] = ()
+    """U32 position inputs and their limits (sessions check fed values against them)."""
+    init_roles: Mapping[str, str] = field(default_factory=dict)
+    """input name -> default init of a 1-D parameter fed there: ``"ones"`` (normalisation scales)."""
+    fan_in: Mapping[str, int] = field(default_factory=dict)
+    """input name -> axis of a parameter fed there that is contracted (its fan-in for the init)."""
     shape_rule: ShapeRule | None = None
     numpy_ref: NumpyRef | None = None
     lowering: Lowering | None = None
     vjp_rule: VjpRule | None = None
+    custom_function: Callable[[int], Any] | None = None
+    """``fn(opset) -> onnx.FunctionProto``: the custom op's model-local function body."""
     examples: list[Callable] = field(default_factory=list)
     rewrites: list[Rewrite] = field(default_factory=list)
     """E-graph rules stated next to this op (the fused op they produce, or the algebra of this op)."""
@@ -83,6 +338,11 @@ class OpDef:
         self.vjp_rule = fn
         return fn
 
+    def function_body(self, fn: Callable[[int], Any]) -> Callable[[int], Any]:
+        """Register the custom op's function body builder ``fn(opset) -> FunctionProto``."""
+        self.custom_function = fn
+        return fn
+
     def rewrite(self, name: str, lhs: str, rhs: str) -> None:
         """Declare the e-graph rule ``lhs -> rhs`` (see :class:`Rewrite`; ``name`` is global, used in reports)."""
         self.rewrites.append(Rewrite(name, lhs, rhs))
@@ -92,16 +352,70 @@ class OpDef:
         self.examples.append(fn)
         return fn
 
+    def attr(self, name: str) -> Attr:
+        """The declaration of attribute ``name``."""
+        return next(a for a in self.attrs if a.name == name)
+
+    def check_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        """``attrs`` checked against the declaration and normalised (plain ints/floats/tuples).
+
+        Unknown or missing attributes raise ``TypeError``; a value of the wrong type ``TypeError``;
+        a value out of range ``ValueError``; each message names the op, the attribute, what it
+        accepts and what was given.
+        """
+        declared = {a.name: a for a in self.attrs}
+        unknown = [k for k in attrs if k not in declared]
+        if unknown:
+            takes = ", ".join(declared) or "no attributes"
+            raise TypeError(f"{self.name}: unexpected argument {unknown[0]!r} (it takes {takes})")
+        missing = [a.name for a in self.attrs if a.required and a.name not in attrs]
+        if missing:
+            raise TypeError(f"{self.name}: missing argument {missing[0]!r} ({declared[missing[0]].expected()})")
+        return {k: declared[k].check(self.name, v) for k, v in attrs.items()}
+
+    def input_dtype(self, arg: str) -> DType:
+        return DType.U32 if arg in self.u32_inputs else DType.F32
+
+    def input_names(self, count: int) -> list[str]:
+        """Names of ``count`` inputs of a call: the declared ones, then the variadic group numbered
+        (``p0, g0, m0, v0, p1, ...``); ``TypeError`` naming the op when ``count`` does not fit."""
+        required = [a for a in self.inputs if a not in self.optional_inputs]
+        extra = count - len(self.inputs)
+        if self.variadic and extra > 0 and extra % len(self.variadic) == 0:
+            return list(self.inputs) + [f"{a}{k}" for k in range(extra // len(self.variadic)) for a in self.variadic]
+        if not self.variadic and len(required) <= count <= len(self.inputs):
+            return list(self.inputs[:count])
+        if self.variadic:
+            want = f"{len(self.inputs)} inputs ({', '.join(self.inputs)}) then one or more groups ({', '.join(self.variadic)})"
+        elif len(required) != len(self.inputs):
+            want = f"{len(required)} to {len(self.inputs)} inputs ({', '.join(self.inputs)})"
+        else:
+            want = f"{len(self.inputs)} inputs ({', '.join(self.inputs) or 'none'})"
+        raise TypeError(f"{self.name}: takes {want}, got {count}")
+
 
 OPS: dict[str, OpDef] = {}
 
 
-def op(name: str, inputs: tuple[str, ...] = (), *, u32: tuple[str, ...] = (), **kwargs: Any) -> OpDef:
+def op(
+    name: str,
+    inputs: tuple[str, ...] = (),
+    *,
+    u32: tuple[str, ...] = (),
+    optional_inputs: tuple[str, ...] = (),
+    attrs: tuple[Attr, ...] = (),
+    **kwargs: Any,
+) -> OpDef:
     """Declare an op in the table (once)."""
     if name in OPS:
         raise RuntimeError(f"op {name!r} is declared twice")
-    OPS[name] = OpDef(name, tuple(inputs), frozenset(u32), **kwargs)
-    return OPS[name]
+    d = OpDef(name, tuple(inputs), frozenset(u32), frozenset(optional_inputs), attrs=tuple(attrs), **kwargs)
+    for field_name, names in (("u32", u32), ("optional_inputs", optional_inputs), ("init_roles", d.init_roles), ("fan_in", d.fan_in)):
+        stray = set(names) - set(inputs) - set(d.variadic)
+        if stray:
+            raise RuntimeError(f"op {name!r}: {field_name} names {sorted(stray)}, which are not among its inputs {list(inputs)}")
+    OPS[name] = d
+    return d
 
 
 # -- helpers shared by the shape rules -------------------------------------------------------------

@@ -159,7 +159,7 @@ def update_model(slots: Sequence[FlatSlot], spec: OptimizerSpec, opset: int | No
     ``grads.flat``; outputs ``<name>.next``. Returns (model, moment names, hyper names)."""
     g = Graph()
     params = {s.name: g.parameter(s.name, list(s.shape)) for s in slots}
-    grads = {s.name: g.input(f"grad.{s.name}", list(s.shape)) for s in slots}
+    grads = {s.name: g.state_input(f"grad.{s.name}", list(s.shape)) for s in slots}
     up = append_update(g, params, grads, spec)
     names = list(up.next_values)
     g.set_outputs([up.next_values[n] for n in names])

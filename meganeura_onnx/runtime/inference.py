@@ -9,31 +9,31 @@ import numpy as np
 from ..export import to_model
 from ..graph import Graph
 from ..init import default_parameters
+from ..ops import OPS
 from ..transforms.rewrite import optimize as optimize_graph
 from .session import Session, checked_parameters
 
+U32_MAX = (1 << 32) - 1
+
 
 def position_limits(graph: Graph) -> dict[str, int]:
-    """Largest valid value of each ``input_u32`` that is the ``kv_pos`` of a ``cache_write`` or
-    ``cached_attention``: ``max_seq - T`` (rows ``[kv_pos, kv_pos + T)`` must lie in the cache).
-
-    ``rope_dynamic_offset`` has no limit a U32 can exceed (its kernels accept offsets up to 2**40).
-    With a symbolic T (a prefill graph of any length) the limit is ``max_seq - 1`` and the kernels
-    check the rest when they run.
+    """Largest valid value of each ``input_u32`` that feeds a position input of an op (the op
+    table's ``positions``): for the ``kv_pos`` of ``cache_write``/``cached_attention`` it is
+    ``max_seq - T`` (rows ``[kv_pos, kv_pos + T)`` must lie in the cache); ``rope``'s dynamic
+    offset allows 2**40, more than a U32 holds, so it gets no entry. With a symbolic T (a prefill
+    graph of any length) the limit is ``max_seq - 1`` and the kernels check the rest when they run.
     """
     names = {n.id: n.attrs["name"] for n in graph.nodes() if n.op == "input_u32"}
     limits: dict[str, int] = {}
     for n in graph.nodes():
-        if n.op == "cache_write":  # (new [T, dim], cache [max_seq, dim], kv_pos)
-            rows, cache, pos = n.inputs
-        elif n.op == "cached_attention":  # (q [T, H*hd], k_cache [max_seq, .], v_cache, kv_pos)
-            rows, cache, _, pos = n.inputs
-        else:
-            continue
-        if pos in names:
-            t = graph.node(rows).ty.shape[0]
-            limit = graph.node(cache).ty.shape[0] - (t if isinstance(t, int) else 1)
-            limits[names[pos]] = min(limit, limits.get(names[pos], limit))
+        d = OPS[n.op]
+        shapes = {arg: graph.node(i).ty.shape for arg, i in zip(d.inputs, n.inputs, strict=False)}
+        ids = dict(zip(d.inputs, n.inputs, strict=False))
+        for p in d.positions:
+            limit = p.limit(shapes)
+            if ids.get(p.input) in names and limit is not None and limit < U32_MAX:
+                name = names[ids[p.input]]
+                limits[name] = min(limit, limits.get(name, limit))
     return limits
 
 

@@ -16,6 +16,7 @@ module state = one F32 tensor per trainable parameter; one optimizer group ``gro
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,40 +46,75 @@ def _fbs():
     return fbs
 
 
-def _tensor_array(t) -> np.ndarray:
+def _tensor_array(t, size: int) -> np.ndarray:
+    name = t.Name().decode()
+    if t.DimsLength() > 16 or t.RawDataLength() > size:  # lengths read from a damaged file
+        raise ValueError(f"tensor {name!r} claims {t.DimsLength()} dims and {t.RawDataLength()} bytes in a {size}-byte file")
     if t.DataType() != FLOAT:
-        raise ValueError(f"ORT checkpoint: tensor {t.Name().decode()!r} has data type {t.DataType()}, only FLOAT is supported")
+        raise ValueError(f"tensor {name!r} has data type {t.DataType()}, only FLOAT is supported")
     dims = [int(d) for d in t.DimsAsNumpy()] if t.DimsLength() else []
-    return np.frombuffer(t.RawDataAsNumpy().tobytes(), dtype="<f4").reshape(dims).astype(np.float32)
+    if any(d < 0 for d in dims):
+        raise ValueError(f"tensor {name!r} has a negative dimension {dims}")
+    raw = t.RawDataAsNumpy().tobytes() if t.RawDataLength() else b""
+    if len(raw) != 4 * int(np.prod(dims, dtype=np.int64)):
+        raise ValueError(f"tensor {name!r} of shape {dims} needs {4 * int(np.prod(dims, dtype=np.int64))} bytes, has {len(raw)}")
+    return np.frombuffer(raw, dtype="<f4").reshape(dims).astype(np.float32)
 
 
 def read_ort_checkpoint(path: str | os.PathLike) -> OrtCheckpoint:
-    """Parse a checkpoint written by ``CheckpointState.save_checkpoint`` (or :func:`write_ort_checkpoint`)."""
-    fbs = _fbs()
+    """Parse a checkpoint written by ``CheckpointState.save_checkpoint`` (or :func:`write_ort_checkpoint`).
+
+    A malformed file (truncated, not a checkpoint, inconsistent tensors) raises ``ValueError``
+    naming the file; nothing is returned half-read."""
     buf = Path(path).read_bytes()
-    if buf[4:8] != FILE_IDENTIFIER:
+    if len(buf) < 8 or buf[4:8] != FILE_IDENTIFIER:
         raise ValueError(f"{path}: not an onnxruntime-training checkpoint (file identifier {buf[4:8]!r}, expected {FILE_IDENTIFIER!r})")
+    try:
+        return _parse(_fbs(), buf)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
+    except (struct.error, IndexError, KeyError, TypeError, UnicodeDecodeError, AttributeError, OverflowError) as e:
+        # flatbuffers reads offsets from the file: a damaged one points past the buffer
+        raise ValueError(f"{path}: malformed onnxruntime-training checkpoint ({type(e).__name__}: {e})") from e
+
+
+def _parse(fbs, buf: bytes) -> OrtCheckpoint:
     ck = fbs.Checkpoint.Checkpoint.GetRootAs(buf, 0)
     ms = ck.ModuleState()
+    if ms is None:
+        raise ValueError("no module state")
     if ms.HasExternalData() or ms.IsNominalState():
-        raise ValueError(f"{path}: nominal checkpoints and external data are not supported here")
+        raise ValueError("nominal checkpoints and external data are not supported here")
+    size = len(buf)
+    counts = [ms.RequiresGradParamsLength(), ck.OptimizerGroupsLength()]
+    if any(c > size // 4 for c in counts):
+        raise ValueError(f"vector lengths {counts} cannot fit in a {size}-byte file")
     params = {}
     for i in range(ms.RequiresGradParamsLength()):
         t = ms.RequiresGradParams(i)
-        params[t.Name().decode()] = _tensor_array(t)
+        params[t.Name().decode()] = _tensor_array(t, size)
     out = OrtCheckpoint(params)
     if ck.OptimizerGroupsLength() > 1:
-        raise ValueError(f"{path}: {ck.OptimizerGroupsLength()} optimizer groups; this backend writes one")
+        raise ValueError(f"{ck.OptimizerGroupsLength()} optimizer groups; this backend writes one")
     if ck.OptimizerGroupsLength() == 1:
         group = ck.OptimizerGroups(0)
         out.has_optimizer_group = True
         out.step = int(group.Step())
+        if out.step < 0:
+            raise ValueError(f"optimizer step {out.step} is negative")
         out.learning_rate = float(group.InitialLearningRate())
+        if group.OptimizerStatesLength() > size // 4:
+            raise ValueError(f"{group.OptimizerStatesLength()} optimizer states cannot fit in a {size}-byte file")
         for j in range(group.OptimizerStatesLength()):
             ps = group.OptimizerStates(j)
-            moments = {ps.Momentums(k).Name().decode(): _tensor_array(ps.Momentums(k)) for k in range(ps.MomentumsLength())}
+            if ps.MomentumsLength() > 2:
+                raise ValueError(f"optimizer state {j} has {ps.MomentumsLength()} momentums, Adam has 2")
+            moments = {ps.Momentums(k).Name().decode(): _tensor_array(ps.Momentums(k), size) for k in range(ps.MomentumsLength())}
             if moments:
-                out.moments[ps.ParamName().decode()] = (moments[MOMENTS[0]], moments[MOMENTS[1]])
+                name = ps.ParamName().decode()
+                if set(moments) != set(MOMENTS) or name not in params or any(v.shape != params[name].shape for v in moments.values()):
+                    raise ValueError(f"parameter {name!r}: expected momentums {MOMENTS} of its shape, got {sorted(moments)}")
+                out.moments[name] = (moments[MOMENTS[0]], moments[MOMENTS[1]])
     return out
 
 
@@ -146,4 +182,6 @@ def write_ort_checkpoint(path: str | os.PathLike, ck: OrtCheckpoint) -> None:
     if groups_vec is not None:
         C.CheckpointAddOptimizerGroups(b, groups_vec)
     b.Finish(C.CheckpointEnd(b), file_identifier=FILE_IDENTIFIER)
-    Path(path).write_bytes(b.Output())
+    from .safetensors_file import write_atomic
+
+    write_atomic(path, bytes(b.Output()))

@@ -16,6 +16,7 @@ import onnx
 import onnxruntime as ort
 
 from ..ir import DType, TensorType
+from ..ops import OPS
 from . import custom_ops
 from .sizes import SymbolSizes
 
@@ -196,10 +197,9 @@ class Session:
         self._pairs = {name: out for name, (out, _) in state.items()}
         # With our in-place CacheWrite kernel running, a KV cache is ONE buffer bound as input and
         # output (a decode step writes one row, never copies the cache). Otherwise two buffers swap.
+        inplace_ops = {(d.custom.domain, d.custom.name) for d in OPS.values() if d.custom and d.custom.inplace_input}
         cache_write_kernel = any(
-            n.domain == "com.meganeura" and n.op_type == "CacheWrite"
-            for sub in self._ort.get_provider_graph_assignment_info()
-            for n in sub.get_nodes()
+            (n.domain, n.op_type) in inplace_ops for sub in self._ort.get_provider_graph_assignment_info() for n in sub.get_nodes()
         )
         self._aliased = {n for n in inplace_state if n in self._pairs} if cache_write_kernel else set()
         self._spare: dict[str, ort.OrtValue] = {}

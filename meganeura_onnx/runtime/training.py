@@ -177,8 +177,9 @@ class TrainingSession(Session):
         self._hyper_values = dict(DEFAULT_HYPER)
         self._clip = clip
         self._accum, self._micro = 1, 0  # gradient accumulation: micro-batches per update, position in the window
-        # One multi-tensor AdamUpdate node (our CPU kernel) by default on CPU; on CUDA the decomposed
-        # update stays on the GPU (the AdamUpdate kernel is CPU-only: it would pull every tensor to the host).
+        # One multi-tensor AdamUpdate node (our CPU kernel) by default on CPU. On CUDA the decomposed
+        # update stays the default until the CUDA AdamUpdate kernel has passed the GPU tests
+        # (fused_optimizer=True opts in).
         self._fused = (device == "cpu" and providers is None) if fused_optimizer is None else bool(fused_optimizer)
         self._wanted: OptimizerSpec | None = self._spec_for(optimizer) if optimizer else None
         self._opt_steps = 0

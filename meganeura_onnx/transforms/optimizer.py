@@ -80,7 +80,7 @@ def append_update(g, params: Mapping[str, NodeId], grads: Mapping[str, NodeId], 
     """Append the update of every parameter in ``grads`` (name -> gradient node) to ``g``."""
     up = UpdateGraph()
     for name in spec.hyper_parameters:
-        up.hyper[f"opt.{name}"] = g.input(f"opt.{name}", [1])
+        up.hyper[f"opt.{name}"] = g.state_input(f"opt.{name}", [1])
     h = {name: up.hyper[f"opt.{name}"] for name in spec.hyper_parameters}
     grads = dict(grads)
     if spec.accumulate:
@@ -124,8 +124,8 @@ def _update(g, params: Mapping[str, NodeId], grads: dict, spec: OptimizerSpec, h
     decay = g.affine(g.mul(h["lr"], h["weight_decay"]), -1.0, 1.0) if spec.kind == "adamw" else None
     for name, gr in grads.items():
         shape = g.node(params[name]).ty.shape
-        m = up.state[f"adam_m.{name}"] = g.input(f"adam_m.{name}", shape)
-        v = up.state[f"adam_v.{name}"] = g.input(f"adam_v.{name}", shape)
+        m = up.state[f"adam_m.{name}"] = g.state_input(f"adam_m.{name}", shape)
+        v = up.state[f"adam_v.{name}"] = g.state_input(f"adam_v.{name}", shape)
         m2 = g.add(g.mul_scalar(m, h["beta1"]), g.mul_scalar(gr, one_minus_b1))
         v2 = g.add(g.mul_scalar(v, h["beta2"]), g.mul_scalar(g.mul(gr, gr), one_minus_b2))
         denom = g.add_scalar(g.mul_scalar(g.sqrt(v2), inv_sqrt_bc2), h["eps"])
@@ -143,8 +143,8 @@ def _append_fused_adam(g, params: Mapping[str, NodeId], grads: Mapping[str, Node
     names = list(grads)
     for name in names:
         shape = g.node(params[name]).ty.shape
-        m = up.state[f"adam_m.{name}"] = g.input(f"adam_m.{name}", shape)
-        v = up.state[f"adam_v.{name}"] = g.input(f"adam_v.{name}", shape)
+        m = up.state[f"adam_m.{name}"] = g.state_input(f"adam_m.{name}", shape)
+        v = up.state[f"adam_v.{name}"] = g.state_input(f"adam_v.{name}", shape)
         ins += [params[name], grads[name], m, v]
     for k, name in enumerate(names):
         for part, key in enumerate((name, f"adam_m.{name}", f"adam_v.{name}")):

@@ -1,0 +1,221 @@
+"""The C++ kernels agree with the op table's ``com.meganeura`` schemas (``OpDef.custom``).
+
+Three checks, each able to fail when either side changes:
+- the registration rows (``new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, true}, ...)`` in
+  ``cpu_kernels.cc`` and ``cuda_ops.cc``) against the schema's inputs, outputs, optional inputs and
+  in-place input;
+- the attributes the kernels read (``AttrInt``/``AttrFloat`` calls) against the schema's attributes
+  (name, int/float, required or with a default);
+- the values the built CPU library accepts for each attribute (probed at its range edges, by
+  creating an ONNX Runtime session on a one-node model) against what the schema accepts.
+The last tests mutate one side (a copy of the C++ text, a copy of the schema) and check that the
+comparison reports the disagreement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import kernel_cases as kc
+import pytest
+from conftest import build_example
+from onnx import helper
+
+from meganeura_onnx.export import to_model
+from meganeura_onnx.ops import OPS
+from meganeura_onnx.ops.table import INT64_MAX, Attr, CustomOp
+
+KERNEL_DIR = Path(__file__).resolve().parent.parent / "custom_ops"
+REGISTRY_FILES = ("cpu_kernels.cc", "cuda_ops.cc")
+ATTR_FILES = ("op_common.cc", "cpu_kernels.cc", "cuda_ops.cc", "optim_kernels.cc")
+SCHEMAS = {d.custom.name: d.custom for d in OPS.values() if d.custom is not None}
+# Rows of variadic ops (AdamUpdate) are built in code, not in the one-line form parsed here; their
+# attributes and accepted values are still checked below, their arity by their own kernel tests.
+FIXED_ARITY = {name: s for name, s in SCHEMAS.items() if not s.variadic_inputs}
+C_TYPE = {"F32": "float", "ANY": "index"}
+
+ROW = re.compile(
+    r"new OpDef\(\"(?P<name>\w+)\",\s*ep,\s*\{(?P<ins>[^}]*)\},\s*\{(?P<outs>[^}]*)\},\s*\{(?P<opt>[^}]*)\},\s*"
+    r"\{(?P<cpu>[^}]*)\},\s*\w+::Create,\s*(?P<shape_from>-?\d+)(?:,\s*/\*cache_inplace=\*/(?P<inplace>true|false))?\)"
+)
+ATTR_READ = re.compile(r"Attr(?P<kind>Int|Float)\(info,\s*\"(?P<op>\w+)\",\s*\"(?P<attr>\w+)\",\s*[^,]+,\s*(?P<dflt>nullptr|&\w+)\)")
+
+
+def _items(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def registry_disagreements(source: str, schemas: dict[str, CustomOp], where: str) -> list[str]:
+    """Differences between the registration rows in ``source`` and the schemas."""
+    rows = {m["name"]: m for m in ROW.finditer(source)}
+    problems = (
+        [f"{where}: registers {sorted(set(rows) - set(schemas))}, which the op table does not declare"] if set(rows) - set(schemas) else []
+    )
+    for name, schema in schemas.items():
+        if name not in rows:
+            problems.append(f"{where}: no registration row for {name}")
+            continue
+        row = rows[name]
+        ins = [C_TYPE.get(t, t) for t in _items(row["ins"])]
+        outs = [C_TYPE.get(t, t) for t in _items(row["outs"])]
+        optional = [t == "true" for t in _items(row["opt"])]
+        if ins != [t.dtype for t in schema.inputs]:
+            problems.append(f"{where}: {name} inputs are {ins}, the table says {[t.dtype for t in schema.inputs]}")
+        if outs != [t.dtype for t in schema.outputs]:
+            problems.append(f"{where}: {name} outputs are {outs}, the table says {[t.dtype for t in schema.outputs]}")
+        if optional != [t.optional for t in schema.inputs]:
+            problems.append(f"{where}: {name} optional inputs are {optional}, the table says {[t.optional for t in schema.inputs]}")
+        inplace = row["inplace"] == "true"
+        if inplace != (schema.inplace_input is not None):
+            problems.append(f"{where}: {name} cache_inplace={inplace}, the table's in-place input is {schema.inplace_input}")
+        elif inplace and int(row["shape_from"]) != [t.name for t in schema.inputs].index(schema.inplace_input):
+            problems.append(f"{where}: {name} output 0 takes the shape of input {row['shape_from']}, not of {schema.inplace_input}")
+    return problems
+
+
+def attribute_disagreements(sources: dict[str, str], schemas: dict[str, CustomOp]) -> list[str]:
+    """Differences between the attributes the kernels read and the schemas' attributes."""
+    read: dict[tuple[str, str], tuple[str, bool]] = {}
+    problems = []
+    for where, text in sources.items():
+        for m in ATTR_READ.finditer(text):
+            key, value = (m["op"], m["attr"]), (m["kind"].lower(), m["dflt"] == "nullptr")
+            if read.setdefault(key, value) != value:
+                problems.append(f"{where}: {key[0]}.{key[1]} is read as {value}, elsewhere as {read[key]}")
+    for name, schema in schemas.items():
+        declared = {a.name: (a.kind, a.required) for a in schema.attrs}
+        kernel = {attr: v for (op, attr), v in read.items() if op == name}
+        for attr in sorted(set(declared) | set(kernel)):
+            if declared.get(attr) != kernel.get(attr):
+                problems.append(
+                    f"{name}.{attr}: the kernels read (kind, required) = {kernel.get(attr)}, the table declares {declared.get(attr)}"
+                )
+    return problems
+
+
+def _sources(files) -> dict[str, str]:
+    return {f: (KERNEL_DIR / f).read_text() for f in files}
+
+
+def test_kernel_registration_rows_match_the_op_table():
+    problems = [p for f, text in _sources(REGISTRY_FILES).items() for p in registry_disagreements(text, FIXED_ARITY, f)]
+    assert not problems, "\n".join(problems)
+
+
+def test_attributes_the_kernels_read_match_the_op_table():
+    problems = attribute_disagreements(_sources(ATTR_FILES), SCHEMAS)
+    assert not problems, "\n".join(problems)
+
+
+# -- the built library: which attribute values does it accept? ----------------------------------------
+def probe_values(a: Attr) -> list:
+    """Values at and around the edges of what ``a`` accepts (plus a few clearly bad ones)."""
+    if a.kind == "float":
+        vals = [1.0, -1.0, 0.0, 1e-30, 3.0e38, float("inf"), float("nan")]
+    else:
+        lo = 0 if a.lo is None else int(a.lo)
+        vals = [lo - 1, lo, lo + 1, 7, 4096]
+        if a.hi is not None and a.hi != INT64_MAX:
+            vals += [int(a.hi) - 1, int(a.hi), int(a.hi) + 1]
+    return sorted(set(vals), key=repr)
+
+
+def _accepts(a: Attr, value) -> bool:
+    try:
+        a.check("probe", value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _relations_hold(schema: CustomOp, attrs: dict) -> bool:
+    return all(eval(rel, {}, dict(attrs)) for rel in schema.relations)  # noqa: S307 - the table's own expressions
+
+
+def _custom_model(op_name: str):
+    g, f = build_example(OPS[op_name].examples[0])
+    model, _ = to_model(g, parameters=f.params)
+    node = next(n for n in model.graph.node if n.domain == "com.meganeura")
+    return model, node
+
+
+def _library_accepts(model, node, attr: str, value) -> tuple[bool, str]:
+    """Set ``attr`` (None: remove it) and try to create a session with the CPU kernels registered."""
+    for a in list(node.attribute):
+        if a.name == attr:
+            node.attribute.remove(a)
+    if value is not None:
+        node.attribute.append(helper.make_attribute(attr, value))
+    try:
+        kc.session(model.SerializeToString(), library=kc.kernel_library("cpu"))
+    except Exception as e:  # noqa: BLE001 - ORT reports kernel-creation errors as generic exceptions
+        return False, str(e)
+    return True, ""
+
+
+def library_disagreements(schemas: dict[str, CustomOp]) -> list[str]:
+    problems = []
+    for op_name, d in OPS.items():
+        if d.custom is None or d.custom.name not in schemas:
+            continue
+        schema = schemas[d.custom.name]
+        model, node = _custom_model(op_name)
+        original = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        for a in schema.attrs:
+            for value in [*probe_values(a), None]:
+                want = not a.required if value is None else _accepts(a, value) and _relations_hold(schema, {**original, a.name: value})
+                got, why = _library_accepts(model, node, a.name, value)
+                if got != want:
+                    verdict = "accepts" if got else f"refuses ({why[-120:]})"
+                    problems.append(
+                        f"{schema.name}.{a.name} = {value!r}: the kernel {verdict}, the table {'accepts' if want else 'refuses'}"
+                    )
+            _library_accepts(model, node, a.name, original.get(a.name))
+    return problems
+
+
+@pytest.mark.skipif(kc.kernel_library("cpu") is None, reason="custom-op library not built (make -C custom_ops cpu)")
+def test_the_cpu_kernels_accept_exactly_the_attribute_values_the_table_accepts():
+    problems = library_disagreements(SCHEMAS)
+    assert not problems, "\n".join(problems)
+
+
+# -- the checks catch a change on either side -----------------------------------------------------------
+def test_a_changed_registration_row_is_caught():
+    text = (KERNEL_DIR / "cpu_kernels.cc").read_text()
+    assert not registry_disagreements(text, FIXED_ARITY, "cpu_kernels.cc")
+    mutated = text.replace(
+        'new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, true}', 'new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, false}', 1
+    )
+    assert mutated != text
+    assert any("Rope optional inputs" in p for p in registry_disagreements(mutated, FIXED_ARITY, "cpu_kernels.cc"))
+
+
+def test_a_changed_schema_is_caught_by_the_registry_and_attribute_checks():
+    rope = SCHEMAS["Rope"]
+    extra_input = {**FIXED_ARITY, "Rope": dataclasses.replace(rope, inputs=(*rope.inputs, rope.inputs[0]))}
+    text = (KERNEL_DIR / "cpu_kernels.cc").read_text()
+    assert any("Rope inputs" in p for p in registry_disagreements(text, extra_input, "cpu_kernels.cc"))
+    renamed = {**SCHEMAS, "Rope": dataclasses.replace(rope, attrs=(dataclasses.replace(rope.attrs[0], name="base"), *rope.attrs[1:]))}
+    problems = attribute_disagreements(_sources(ATTR_FILES), renamed)
+    assert any("Rope.base" in p for p in problems) and any("Rope.theta" in p for p in problems)
+
+
+def test_a_changed_attribute_read_is_caught():
+    sources = _sources(ATTR_FILES)
+    sources["op_common.cc"] = sources["op_common.cc"].replace(
+        'AttrInt(info, "Rope", "offset", &a->offset, &zero)', 'AttrInt(info, "Rope", "offset", &a->offset, nullptr)'
+    )
+    assert any("Rope.offset" in p for p in attribute_disagreements(sources, SCHEMAS))
+
+
+@pytest.mark.skipif(kc.kernel_library("cpu") is None, reason="custom-op library not built (make -C custom_ops cpu)")
+def test_a_changed_attribute_range_is_caught_by_probing_the_library():
+    rope = SCHEMAS["Rope"]
+    head_dim = next(a for a in rope.attrs if a.name == "head_dim")
+    wider = dataclasses.replace(head_dim, hi=2048)
+    mutated = {"Rope": dataclasses.replace(rope, attrs=tuple(wider if a is head_dim else a for a in rope.attrs))}
+    problems = library_disagreements(mutated)
+    assert any(p.startswith("Rope.head_dim = 2048: the kernel refuses") for p in problems), problems
