@@ -1,4 +1,4 @@
-"""The Graph API: seed-000 names, types, toposort, and build-time shape/dtype errors."""
+"""The Graph API: Meganeura's names, types, toposort, and build-time shape/dtype errors."""
 
 from __future__ import annotations
 

@@ -142,7 +142,7 @@ def _cached_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
 
 
 class TrainingSession(Session):
-    """A Session whose ``step()`` runs forward + backward + the optimizer update (seed 003).
+    """A Session whose ``step()`` runs forward + backward + the optimizer update.
 
     Build it with :func:`build_session`. Beyond the inference Session's methods: optimizer setters,
     :meth:`read_grad` (gradients-only mode), checkpoints and the optimizer step count.
