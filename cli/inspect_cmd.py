@@ -141,4 +141,4 @@ def inspect_cmd(model: str, as_json: bool, optimize: bool, program: bool, sets: 
     for op, how in d["custom_ops"].items():
         click.echo(f"com.meganeura.{op}: runs as {how} on CPUExecutionProvider")
     for dev, path in d["custom_op_libraries"].items():
-        click.echo(f"{dev} kernel library: {path or 'not built (make kernels)'}")
+        click.echo(f"{dev} kernel library: {path or 'not built (built with the package when nvcc is found; in a checkout: make kernels)'}")
