@@ -282,8 +282,6 @@ def train(
     if clip is not None:
         session.set_grad_clip(clip)
     if grad_accum > 1:
-        if dist:
-            raise click.BadParameter("--grad-accum is not supported with --nproc-per-node yet", param_hint="--grad-accum")
         session.set_grad_accumulation(grad_accum)
     ckpt_path = Path(checkpoint) if checkpoint else None
     first_epoch = 1

@@ -112,6 +112,8 @@ def test_builtin_models_are_taken_by_name_from_any_folder(tmp_path):
         meganeura("generate", "llama", "--preset", "tiny", "--prompt-ids", "1,2,3", "--max-new-tokens", "4", "--json", cwd=tmp_path).stdout
     )
     assert out["prompt_ids"] == [1, 2, 3] and len(out["generated_ids"]) == 4 and all(0 <= t < 256 for t in out["generated_ids"])
+    stages = json.loads(meganeura("inspect", "--optimize", "mnist_mlp", "--json", cwd=tmp_path).stdout)["stages"]
+    assert [s["stage"] for s in stages] == ["forward", "train step"]
 
 
 def test_an_unknown_model_is_refused_with_the_list_of_builtin_models(tmp_path):

@@ -99,6 +99,27 @@ def test_split_gradient_and_update_models_equal_the_one_model_step_in_one_proces
     assert any(n.op_type == "AdamUpdate" for n in s.onnx_models()[1].graph.node) == (fused is None)
 
 
+def test_two_accumulated_micro_batches_equal_one_step_on_their_union():
+    case = _case(clip=0.5)
+    ref, ref_losses = _one_process(case)
+    half = GLOBAL_BATCH // 2
+    ctx = DistContext(0, 1, 0, "gloo")
+    s = DataParallelSession(dist_worker.build(half), optimizer="adam", parameters=case["params"], context=ctx, clip=True)
+    s.set_adam(case["lr"])
+    s.set_grad_clip(case["clip"])
+    s.set_grad_accumulation(2)
+    losses = []
+    for k in range(STEPS):
+        for rows in (slice(0, half), slice(half, None)):
+            s.set_input("x", case["x"][k, rows])
+            s.set_input("labels", case["labels"][k, rows])
+            s.step()
+        losses.append(s.read_loss())
+    assert s.optimizer_step == STEPS
+    _assert_close({n: s.read_param(n) for n in s.parameter_names()}, ref, 1e-5)
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+
+
 @pytest.mark.parametrize("named", [False, True])
 def test_read_grad_and_outputs_equal_the_gradients_only_session(named):
     case = _case()
@@ -148,15 +169,16 @@ def test_two_gloo_processes_give_the_parameters_of_one_process_on_the_same_globa
 
 
 def test_train_cli_with_two_processes_and_a_resume_matches_one_process(tmp_path):
+    # Global batch 8 = 2 ranks x 4 rows, updates over 2 accumulated micro-batches: 4 updates an epoch.
     model = str(ROOT / "tests" / "dist_worker.py")
-    common = ["--batch-size", "8", "--lr", "0.01"]
+    common = ["--batch-size", "8", "--lr", "0.01", "--grad-accum", "2"]
     meganeura("train", model, "--epochs", "2", *common, "--checkpoint", str(tmp_path / "one.safetensors"))
     two = ["--nproc-per-node", "2", "--checkpoint", str(tmp_path / "two.safetensors")]
     meganeura("train", model, "--epochs", "1", *common, *two)  # epoch 1, then every rank resumes from rank 0's file
     r = meganeura("train", model, "--epochs", "2", *common, *two, "--resume")
     assert r.stdout.count("epoch 2:") == 1 and "resumed from" in r.stdout, r.stdout  # only rank 0 reports
     one, two = load_checkpoint(tmp_path / "one.safetensors"), load_checkpoint(tmp_path / "two.safetensors")
-    assert two.step == one.step == 2 * (64 // 8) and two.metadata["world_size"] == "2"
+    assert two.step == one.step == 2 * (64 // 8 // 2) and two.metadata["world_size"] == "2"
     _assert_close(two.params, one.params, 1e-5)
 
 
