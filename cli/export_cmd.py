@@ -1,7 +1,7 @@
 """``meganeura export MODEL -o OUT.onnx [--weights FILE.safetensors]`` (and ``--training-artifacts DIR``).
 
-MODEL is a model file (``models/llama.py``) or the name of one shipped in this repository's
-``models/`` folder (``llama``, ``bert``, ``mnist_mlp``). Weights come from ``--weights`` (a Hugging
+MODEL is a model file (``models/llama.py``) or the name of a built-in model (``mnist_mlp``, ``llama``,
+``tiny_llama``, ``bert``: the modules of ``meganeura_onnx.models``). Weights come from ``--weights`` (a Hugging
 Face ``model.safetensors`` or a checkpoint written by ``meganeura train``), matched by parameter
 name; without ``--weights`` the file holds the default init, and a line on stderr says so.
 
@@ -24,21 +24,7 @@ from pathlib import Path
 
 import click
 
-from .model_file import build_graph, load_module, parse_sets
-
-MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
-
-
-def resolve_model(model: str) -> Path:
-    """A model file path, or the name of one in the repository's ``models/`` folder."""
-    path = Path(model)
-    if path.is_file():
-        return path
-    shipped = MODELS_DIR / f"{model}.py"
-    if os.sep not in model and not model.endswith(".py") and shipped.is_file():
-        return shipped
-    names = sorted(p.stem for p in MODELS_DIR.glob("*.py")) if MODELS_DIR.is_dir() else []
-    raise click.BadParameter(f"no model file {model!r} (give a path, or one of the shipped models {names})", param_hint="MODEL")
+from .model_file import MODEL, build_graph, load_module, parse_sets
 
 
 def load_weights(graph, weights: str, allow_missing: bool, ignore=()) -> dict:
@@ -71,7 +57,7 @@ def _config_for(module, sets: dict, config: str | None, weights: str | None) -> 
 
 
 @click.command()
-@click.argument("model")
+@click.argument("model", type=MODEL)
 @click.option(
     "-o",
     "--output",
@@ -109,8 +95,8 @@ def export(
     artifacts_dir: str | None,
     optimizer: str,
 ) -> None:
-    """Export the Graph returned by MODEL's build() to ONNX (see the module docstring for MODEL,
-    --weights and the folder layout).
+    """Export the Graph returned by MODEL's build() to ONNX (MODEL: a .py file or a built-in model:
+    mnist_mlp, llama, tiny_llama, bert).
 
     MODEL.py is Python code that runs with your permissions: only pass files you trust.
     """
@@ -120,7 +106,7 @@ def export(
         raise click.UsageError("give -o/--output, --training-artifacts, or both")
     if allow_missing and weights is None:
         raise click.UsageError("--allow-missing only applies with --weights")
-    path = resolve_model(model)
+    path = model
     module = load_module(path)
     kw = parse_sets(sets)
     if output is not None and (output.endswith(("/", os.sep)) or Path(output).is_dir()):
@@ -148,7 +134,7 @@ def export(
     )
 
 
-def _export_folder(module, path: Path, out_dir: Path, weights, config, allow_missing: bool, seed: int, opset, kw: dict) -> None:
+def _export_folder(module, path: str, out_dir: Path, weights, config, allow_missing: bool, seed: int, opset, kw: dict) -> None:
     fn = getattr(module, "export_folder", None)
     if not callable(fn):
         raise click.BadParameter(f"{path} defines no export_folder(); give -o FILE.onnx for a single file", param_hint="-o")

@@ -1,4 +1,4 @@
-"""``meganeura generate MODEL.py --weights W.safetensors --tokenizer tokenizer.json --prompt "..."``."""
+"""``meganeura generate MODEL --weights W.safetensors --tokenizer tokenizer.json --prompt "..."``."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import click
 
-from .model_file import load_module
+from .model_file import MODEL, load_module
 
 
 @click.command()
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("model", type=MODEL)
 @click.option("--weights", type=click.Path(exists=True, dir_okay=False), help="HF safetensors weights (omit for random weights).")
 @click.option("--config", "config", type=click.Path(exists=True, dir_okay=False), help="HF config.json [default: beside the weights].")
 @click.option("--preset", default=None, help="A built-in config of the model file instead of a config.json (e.g. smollm2-135m, tiny).")
@@ -45,10 +45,10 @@ def generate(
     device: str,
     as_json: bool,
 ) -> None:
-    """Continue a prompt with the causal LM of MODEL.py (e.g. models/llama.py): prefill, then KV-cache
-    decode, streaming tokens as they come; tokens/s goes to stderr. Greedy at temperature 0.
+    """Continue a prompt with the causal LM of MODEL (a .py file or the built-in llama): prefill, then
+    KV-cache decode, streaming tokens as they come; tokens/s goes to stderr. Greedy at temperature 0.
 
-    MODEL.py is Python code that runs with your permissions: only pass files you trust.
+    A MODEL.py file is Python code that runs with your permissions: only pass files you trust.
     """
     from meganeura_onnx.generation import check_budget
     from meganeura_onnx.generation import generate as run

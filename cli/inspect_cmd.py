@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import click
 
-from .model_file import build_graph, parse_sets
+from .model_file import MODEL, build_graph, parse_sets
 
 
 def describe(path: str) -> dict:
@@ -87,9 +88,18 @@ def optimize_report(path: str, sets: dict) -> object:
     return OptimizeReport.combine([report, compile_program(forward, None, optimize_graph=True).report])
 
 
+def _model_param() -> tuple[click.Parameter, click.Context]:
+    """The MODEL argument and the context, so errors name the argument as click's own do."""
+    ctx = click.get_current_context()
+    return next(p for p in ctx.command.params if p.name == "model"), ctx
+
+
 def _print_optimize(model: str, sets: tuple[str, ...], as_json: bool, program: bool) -> None:
-    if not model.endswith(".py"):
-        raise click.BadParameter(f"--optimize takes a model file (.py defining build()), got {model!r}", param_hint="MODEL")
+    if Path(model).is_file() and not model.endswith(".py"):
+        raise click.BadParameter(
+            f"--optimize takes a model file (.py defining build()) or a built-in model, got {model!r}", param_hint="MODEL"
+        )
+    model = MODEL.convert(model, *_model_param())
     report = optimize_report(model, parse_sets(sets))
     if as_json:
         stages = report.stages or [report]
@@ -111,21 +121,24 @@ def _print_optimize(model: str, sets: tuple[str, ...], as_json: bool, program: b
 
 
 @click.command("inspect")
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("model")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--optimize", is_flag=True, help="MODEL is a model file (.py): print what the e-graph optimizer does to its graph.")
+@click.option(
+    "--optimize", is_flag=True, help="MODEL is a model file (.py) or a built-in model: print what the e-graph optimizer does to its graph."
+)
 @click.option("--program", is_flag=True, help="With --optimize: also print the egglog program (declarations, rules, the graph as facts).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="With --optimize: keyword argument for the model's build().")
 def inspect_cmd(model: str, as_json: bool, optimize: bool, program: bool, sets: tuple[str, ...]) -> None:
     """Summarise MODEL: inputs, outputs, parameter count/bytes, op histogram, custom ops (kernel or function body).
 
-    With --optimize, MODEL is a model file and the e-graph optimizer's report is printed: nodes
+    With --optimize, MODEL is a model file or a built-in model (mnist_mlp, llama, ...) and the e-graph optimizer's report is printed: nodes
     before/after, e-classes, e-nodes, rules fired with counts, fusions applied, saturation and
     extraction times, for the forward graph and (when output 0 is a loss) the train step.
     """
     if optimize:
         _print_optimize(model, sets, as_json, program)
         return
+    click.Path(exists=True, dir_okay=False).convert(model, *_model_param())
     d = describe(model)
     if as_json:
         click.echo(json.dumps(d, indent=2))
@@ -141,4 +154,4 @@ def inspect_cmd(model: str, as_json: bool, optimize: bool, program: bool, sets: 
     for op, how in d["custom_ops"].items():
         click.echo(f"com.meganeura.{op}: runs as {how} on CPUExecutionProvider")
     for dev, path in d["custom_op_libraries"].items():
-        click.echo(f"{dev} kernel library: {path or 'not built (make kernels)'}")
+        click.echo(f"{dev} kernel library: {path or 'not built (built with the package when nvcc is found; in a checkout: make kernels)'}")

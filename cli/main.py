@@ -1,4 +1,4 @@
-"""``meganeura``: export, inspect and view models (train/generate/embed join as they land)."""
+"""``meganeura``: export, inspect, view, train, generate and embed models."""
 
 from __future__ import annotations
 
@@ -14,15 +14,17 @@ from .view_cmd import view
 
 
 @click.group(cls=ErrorReportingGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="meganeura-onnx")
+@click.version_option(package_name="meganeura-onnx", prog_name="meganeura")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks instead of one-line errors (also MEGANEURA_DEBUG=1).")
 def main(debug: bool) -> None:
     """Write a model once as a Graph; export it to ONNX, train it, run it with ONNX Runtime.
 
-    A model file (MODEL.py) is Python code: the commands that take one import and run it, with your
+    MODEL arguments take a .py model file or a built-in model: mnist_mlp, llama, tiny_llama, bert.
+    A model file is Python code: the commands that take one import and run it, with your
     permissions. Only pass model files you trust.
 
-    Every failure is one line "Error: ..." on stderr and a non-zero exit status.
+    Every failure is one line "Error: ..." on stderr and a non-zero exit status; a command that
+    needs an optional dependency names the extra that installs it.
     """
 
 

@@ -1,4 +1,4 @@
-"""``meganeura train MODEL.py``: train a model file's graph with the native engine.
+"""``meganeura train MODEL``: train a model file's graph with the native engine.
 
 The model-file contract for training
 ------------------------------------
@@ -48,7 +48,7 @@ import click
 import numpy as np
 
 from .errors import check_writable_file, finite_float
-from .model_file import build_graph, load_module, parse_sets
+from .model_file import MODEL, build_graph, load_module, parse_sets
 
 
 def _split_data(d: dict, names: list[str]) -> tuple[dict, dict]:
@@ -151,7 +151,7 @@ def _evaluate(graph: Any, params: dict, test: dict, batch: int, module: Any, dev
 
 
 @click.command("train")
-@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.argument("model", type=MODEL)
 @click.option("--epochs", type=click.IntRange(1), default=10, show_default=True, help="Passes over the training set.")
 @click.option(
     "--batch-size", type=click.IntRange(1), default=32, show_default=True, help="Examples per step (passed to build() as batch=)."
@@ -222,9 +222,10 @@ def train(
     precision,
     nproc_per_node,
 ) -> None:
-    """Train MODEL.py's graph on its data (see the module docstring for the model-file contract).
+    """Train MODEL's graph on its data (MODEL: a .py file or a built-in model such as mnist_mlp; see the
+    module docstring for the model-file contract).
 
-    MODEL.py is Python code that runs with your permissions: only pass files you trust.
+    A MODEL.py file is Python code that runs with your permissions: only pass files you trust.
     """
     from tqdm import tqdm
 
@@ -281,8 +282,6 @@ def train(
     if clip is not None:
         session.set_grad_clip(clip)
     if grad_accum > 1:
-        if dist:
-            raise click.BadParameter("--grad-accum is not supported with --nproc-per-node yet", param_hint="--grad-accum")
         session.set_grad_accumulation(grad_accum)
     ckpt_path = Path(checkpoint) if checkpoint else None
     first_epoch = 1
@@ -334,7 +333,7 @@ def train(
     except KeyboardInterrupt:
         if not main:
             sys.exit(130)
-        path = ckpt_path or Path(model).with_suffix(".interrupted.safetensors")
+        path = ckpt_path or Path(model).with_suffix(".interrupted.safetensors")  # a built-in's name: the current folder
         session.save_checkpoint(path, metadata={"epoch": str(epoch - 1)})
         click.echo(f"\ninterrupted: checkpoint written to {path} (resume with --checkpoint {path} --resume)", err=True)
         sys.exit(130)

@@ -20,6 +20,8 @@ def evaluate(
     Symbolic dimensions take their sizes from the shapes of the fed arrays (which must then have
     the leaf's rank); attributes naming them (``batch="batch"``, reshape targets) are resolved.
     """
+    if nodes is not None:
+        nodes = [graph.handle(i, f"nodes[{k}]", "evaluate") for k, i in enumerate(nodes)]
     values: dict[NodeId, np.ndarray] = {}
     sizes = bind_sizes(graph, feeds)
     for n in graph.nodes():

@@ -183,7 +183,7 @@ def _ancestors(graph: GraphCore, root: NodeId, *, diff_only: bool) -> set[NodeId
 def forward_model(graph: GraphCore, parameters: Mapping[str, np.ndarray] | None = None, *, seed: int = 0) -> onnx.ModelProto:
     """The forward model with parameters as initializers and com.meganeura functions inlined.
 
-    Output 0 (``output_0``) is the loss. Missing parameter values take the default init
+    The graph's first output is the loss. Missing parameter values take the default init
     (:func:`meganeura_onnx.init.default_parameters` with ``seed``).
     """
     from .export import to_model
@@ -195,7 +195,7 @@ def forward_model(graph: GraphCore, parameters: Mapping[str, np.ndarray] | None 
         raise TrainingArtifactsError(f"training artifacts: parameters {sorted(unknown)} are not in the graph (it has {sorted(values)})")
     values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
     model, _ = to_model(graph, parameters=values, model_name="meganeura_training")
-    return expose_layer_norm_statistics(inline_custom_functions(model))
+    return expose_gradient_outputs(inline_custom_functions(model))
 
 
 def inline_custom_functions(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -217,16 +217,18 @@ def inline_custom_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     return inlined
 
 
-def expose_layer_norm_statistics(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Give every ``LayerNormalization`` node its optional Mean and InvStdDev outputs.
+# Forward ops whose ORT 1.19 gradient builder reads optional outputs of the forward node (and fails
+# with an index out of range when the node declares fewer): op type -> outputs it must declare.
+_OUTPUTS_READ_BY_GRADIENT = {"LayerNormalization": 3, "SoftmaxCrossEntropyLoss": 2}
 
-    ORT 1.19's LayerNormalization gradient reads those two outputs of the forward node and fails
-    (index out of range in the gradient builder) when the node declares only ``Y``, as ours does.
-    """
+
+def expose_gradient_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Give ``LayerNormalization`` its optional Mean/InvStdDev and ``SoftmaxCrossEntropyLoss`` its
+    log_prob output: ORT 1.19's gradients of those ops read them; ours declare only the first."""
     for k, node in enumerate(model.graph.node):
-        if node.op_type == "LayerNormalization" and node.domain in ("", "ai.onnx") and len(node.output) < 3:
-            while len(node.output) < 3:
-                node.output.append(f"{node.name or f'layer_norm_{k}'}/stat_{len(node.output)}")
+        want = _OUTPUTS_READ_BY_GRADIENT.get(node.op_type, 0) if node.domain in ("", "ai.onnx") else 0
+        while len(node.output) < want:
+            node.output.append(f"{node.name or f'{node.op_type.lower()}_{k}'}/extra_{len(node.output)}")
     return model
 
 

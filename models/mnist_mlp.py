@@ -1,4 +1,4 @@
-"""The seed-001 two-layer MLP for MNIST: 784 -> 128 (ReLU) -> 10, cross-entropy loss.
+"""The two-layer MLP for MNIST: 784 -> 128 (ReLU) -> 10, cross-entropy loss.
 
 Model-file contract (``meganeura export/train``): ``build(**kwargs) -> Graph`` with the loss (or
 logits) as output 0; ``data()`` for ``meganeura train`` (see ``meganeura train --help``). The

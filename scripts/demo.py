@@ -1,4 +1,4 @@
-"""`make demo`, second half: export the trained seed-001 MNIST MLP and classify scikit-learn's digits.
+"""`make demo`, second half: export the trained MNIST MLP and classify scikit-learn's digits.
 
 `make demo` first runs `meganeura train models/mnist_mlp.py --checkpoint out/mnist_mlp.safetensors`;
 this script exports the trained weights to ONNX (`out/mnist_mlp.onnx`), inspects the file, and

@@ -4,7 +4,7 @@ and, run as a script under ``torchrun``, a worker that trains it on its shard of
     torchrun --standalone --nproc-per-node 2 tests/dist_worker.py CASE.npz OUT_DIR
 
 ``CASE.npz`` holds the initial parameters (``param.<name>``), the global batches ``x [steps, B, 6]``
-and ``labels [steps, B, 3]``, and ``lr``, ``clip`` (and optionally ``bucket_mb``). Every rank writes ``OUT_DIR/rank<r>.npz``
+and ``labels [steps, B, 3]``, and ``lr``, ``clip`` (optionally ``bucket_mb`` and ``device``). Every rank writes ``OUT_DIR/rank<r>.npz``
 (its parameters after the steps and the per-step averaged losses); rank 0 also writes
 ``OUT_DIR/ckpt.safetensors``.
 """
@@ -43,12 +43,13 @@ def main(case_path: str, out_dir: str) -> None:
     from meganeura_onnx.runtime.distributed import DataParallelSession, init_distributed
 
     case = np.load(case_path)
-    ctx = init_distributed("cpu")
+    device = str(case["device"]) if "device" in case.files else "cpu"
+    ctx = init_distributed(device)
     steps, global_batch = case["x"].shape[:2]
     local = global_batch // ctx.world_size
     params = {k[6:]: case[k] for k in case.files if k.startswith("param.")}
     bucket_mb = float(case["bucket_mb"]) if "bucket_mb" in case.files else None
-    s = DataParallelSession(build(local), device="cpu", optimizer="adam", parameters=params, context=ctx, bucket_mb=bucket_mb)
+    s = DataParallelSession(build(local), device=device, optimizer="adam", parameters=params, context=ctx, bucket_mb=bucket_mb)
     s.set_adam(float(case["lr"]))
     if float(case["clip"]) > 0:
         s.set_grad_clip(float(case["clip"]))

@@ -9,8 +9,8 @@ removed. Leaf builders and ``set_outputs`` get hostile arguments too. Every call
 a node or raise ``ValueError``/``TypeError`` whose message names the op; anything else (another
 exception type, a message without the op's name) is a crash.
 
-Measured (SEED = 0, ROUNDS = 30, the op table of this commit): 6,636 calls, 705 built, 5,931 clear
-errors, 0 crashes.
+Measured (SEED = 0, ROUNDS = 30; 73 ops, 176 examples): 7,256 calls, 774 built, 6,482 clear errors,
+0 crashes. The count grows with the table.
 """
 
 from __future__ import annotations

@@ -4,25 +4,20 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+import tomllib
+from cli_launch import MEGANEURA, ROOT, meganeura
 from conftest import run_model
 
-ROOT = Path(__file__).resolve().parent.parent
+import meganeura_onnx
+
 MLP = str(ROOT / "models" / "mnist_mlp.py")
-
-
-def meganeura(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    exe = shutil.which("meganeura") or str(Path(sys.executable).parent / "meganeura")
-    return subprocess.run([exe, *args], capture_output=True, text=True, check=check, timeout=120)
 
 
 def test_export_writes_the_model_file_built_with_set_arguments(tmp_path):
@@ -82,8 +77,7 @@ def test_inspect_says_whether_custom_ops_run_as_kernels_or_function_bodies(tmp_p
 def test_view_without_browser_serves_netron_until_interrupted(tmp_path):
     out = tmp_path / "mlp.onnx"
     meganeura("export", MLP, "-o", str(out), "--set", "batch=2")
-    exe = shutil.which("meganeura") or str(Path(sys.executable).parent / "meganeura")
-    proc = subprocess.Popen([exe, "view", str(out), "--no-browser"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([str(MEGANEURA), "view", str(out), "--no-browser"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         match = re.search(r"http://[\w.\-]+:\d+", line)
@@ -98,3 +92,49 @@ def test_view_without_browser_serves_netron_until_interrupted(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             pytest.fail("meganeura view did not stop on Ctrl-C")
+
+
+def test_version_is_the_one_of_pyproject():
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        version = tomllib.load(f)["project"]["version"]
+    assert meganeura_onnx.__version__ == version
+    assert meganeura("--version").stdout.strip() == f"meganeura, version {version}"
+
+
+def test_builtin_models_are_taken_by_name_from_any_folder(tmp_path):
+    meganeura("export", "mnist_mlp", "-o", "mlp.onnx", "--set", "batch=2", cwd=tmp_path)
+    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in onnx.load(tmp_path / "mlp.onnx").graph.input}
+    assert shapes == {"x": [2, 784], "labels": [2, 10]}
+    meganeura("export", "llama", "-o", "decode.onnx", "--set", "mode='decode'", "--set", "max_seq=32", cwd=tmp_path)
+    custom = {n.op_type for n in onnx.load(tmp_path / "decode.onnx").graph.node if n.domain == "com.meganeura"}
+    assert custom == {"Rope", "CacheWrite", "CachedAttention"}
+    out = json.loads(
+        meganeura("generate", "llama", "--preset", "tiny", "--prompt-ids", "1,2,3", "--max-new-tokens", "4", "--json", cwd=tmp_path).stdout
+    )
+    assert out["prompt_ids"] == [1, 2, 3] and len(out["generated_ids"]) == 4 and all(0 <= t < 256 for t in out["generated_ids"])
+    stages = json.loads(meganeura("inspect", "--optimize", "mnist_mlp", "--json", cwd=tmp_path).stdout)["stages"]
+    assert [s["stage"] for s in stages] == ["forward", "train step"]
+
+
+def test_an_unknown_model_is_refused_with_the_list_of_builtin_models(tmp_path):
+    r = meganeura("export", "no_such_model", "-o", "x.onnx", cwd=tmp_path, check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "no_such_model" in r.stderr and "bert, llama, mnist_mlp, tiny_llama" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("module", "extra", "args"),
+    [
+        ("netron", "view", ("view", "mlp.onnx", "--no-browser")),
+        ("sklearn", "data", ("train", "mnist_mlp", "--epochs", "1")),
+        ("tokenizers", "hf", ("embed", "a sentence")),
+    ],
+)
+def test_a_command_whose_extra_is_missing_names_the_extra_in_one_line(tmp_path, module, extra, args):
+    hidden = tmp_path / "hidden" / module  # imported before site-packages: behaves as if not installed
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text(f"raise ModuleNotFoundError({f'No module named {module!r}'!r}, name={module!r})\n")
+    meganeura("export", "mnist_mlp", "-o", "mlp.onnx", "--set", "batch=2", cwd=tmp_path)
+    r = meganeura(*args, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "hidden")}, check=False)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [f"Error: this command needs the {module!r} module: pip install 'meganeura-onnx[{extra}]'"]

@@ -91,11 +91,13 @@ def _header(h: dict, data_bytes: int) -> bytes:
     return struct.pack("<Q", len(text)) + text + b"\0" * data_bytes
 
 
-def _invalid_invocations(f: dict[str, str], out: Path) -> list[list[str]]:
+def _export_and_inspect_calls(f: dict[str, str], out: Path) -> list[list[str]]:
     tiny, o = f["tiny"], str(out / "o.onnx")
     calls: list[list[str]] = [[], ["nosuch-command"], ["--bogus"], ["export"], ["inspect"], ["train"], ["view"], ["embed"]]
     # export: broken model files, bad paths and options
     calls += [["export", f[m], "-o", o] for m in BROKEN_MODELS if "data" not in m]  # export needs no data()
+    calls += [["export", tiny, "-o", o, "--weights", f[k]] for k in f if k.endswith(".safetensors")]
+    calls += [["export", tiny, "-o", o, "--allow-missing"], ["export", "no-such-built-in-model", "-o", o]]
     calls += [
         ["export", str(out / "missing.py"), "-o", o],
         ["export", tiny],
@@ -115,7 +117,12 @@ def _invalid_invocations(f: dict[str, str], out: Path) -> list[list[str]]:
     calls += [["inspect", f[k]] for k in ("garbage.onnx", "empty.onnx", "text.onnx", "tiny", "garbage.safetensors")]
     calls += [["inspect", f["dir"]], ["inspect", str(out / "missing.onnx")], ["inspect", f["garbage.onnx"], "--json"]]
     calls += [["view", str(out / "missing.onnx")], ["view", f["dir"]]]
-    # train: bad numbers, broken model files, unwritable paths, corrupt checkpoints
+    return calls
+
+
+def _train_calls(f: dict[str, str], out: Path) -> list[list[str]]:
+    tiny = f["tiny"]
+    calls: list[list[str]] = []
     bad_numbers = {
         "--batch-size": ("0", "-1", "abc", "1.5", "nan"),
         "--epochs": ("0", "-3", "x"),
@@ -125,6 +132,12 @@ def _invalid_invocations(f: dict[str, str], out: Path) -> list[list[str]]:
         "--seed": ("-1", "1.5"),
         "--optimizer": ("lbfgs", ""),
         "--device": ("tpu", ""),
+        "--lr-schedule": ("exp",),
+        "--warmup": ("-1", "x"),
+        "--grad-accum": ("0", "-2"),
+        "--eval-every": ("0",),
+        "--precision": ("fp8",),
+        "--nproc-per-node": ("0", "-1", "many"),
     }
     calls += [["train", tiny, opt, v] for opt, vs in bad_numbers.items() for v in vs]
     for s in ("batch=abc", "batch=0", "batch=-1", "batch=True", "batch=2.5", "batch=None", "hidden=0", "hidden=x", "=3", "nosuch=1"):
@@ -143,7 +156,11 @@ def _invalid_invocations(f: dict[str, str], out: Path) -> list[list[str]]:
     ]
     corrupt = [k for k in f if k.endswith(".safetensors")]
     calls += [["train", tiny, "--resume", "--checkpoint", f[k]] for k in corrupt]
-    # generate / embed
+    return calls
+
+
+def _generate_embed_and_junk_calls(f: dict[str, str], out: Path) -> list[list[str]]:
+    calls: list[list[str]] = []
     llama = str(ROOT / "models" / "llama.py")
     calls += [
         ["generate", llama, "--preset", "tiny"],
@@ -161,6 +178,8 @@ def _invalid_invocations(f: dict[str, str], out: Path) -> list[list[str]]:
         ["generate", llama, "--config", f["garbage.json"], "--prompt-ids", "1"],
         ["generate", llama, "--weights", f["garbage.safetensors"], "--preset", "tiny", "--prompt-ids", "1"],
         ["generate", llama, "--weights", f["bad_json.safetensors"], "--preset", "tiny", "--prompt-ids", "1"],
+        ["generate", llama, "--preset", "tiny", "--prompt-ids", "99999999"],
+        ["generate", llama, "--preset", "tiny", "--prompt-ids", "-5"],
         ["generate", f["tiny"], "--prompt-ids", "1"],
         ["generate", f["syntax.py"], "--prompt-ids", "1"],
         ["embed", "hello", "--model-dir", f["dir"]],
@@ -175,6 +194,10 @@ def _invalid_invocations(f: dict[str, str], out: Path) -> list[list[str]]:
         for _ in range(3):
             calls.append([cmd, *rng.sample(junk, 3)])
     return calls
+
+
+def _invalid_invocations(f: dict[str, str], out: Path) -> list[list[str]]:
+    return _export_and_inspect_calls(f, out) + _train_calls(f, out) + _generate_embed_and_junk_calls(f, out)
 
 
 def _check_one_line_error(r: dict) -> str | None:

@@ -41,9 +41,10 @@ def _case(seed: int = 0, clip: float = 0.0) -> dict:
     }
 
 
-def _one_process(case: dict) -> tuple[dict[str, np.ndarray], list[float]]:
+def _one_process(case: dict, device: str = "cpu") -> tuple[dict[str, np.ndarray], list[float]]:
     """The fused one-model Adam step on the whole global batch: the reference."""
-    s = build_session(dist_worker.build(GLOBAL_BATCH), optimizer="adam", parameters=case["params"], clip=case["clip"] > 0)
+    g = dist_worker.build(GLOBAL_BATCH)
+    s = build_session(g, device, optimizer="adam", parameters=case["params"], clip=case["clip"] > 0)
     s.set_adam(case["lr"])
     if case["clip"] > 0:
         s.set_grad_clip(case["clip"])
@@ -98,6 +99,27 @@ def test_split_gradient_and_update_models_equal_the_one_model_step_in_one_proces
     assert any(n.op_type == "AdamUpdate" for n in s.onnx_models()[1].graph.node) == (fused is None)
 
 
+def test_two_accumulated_micro_batches_equal_one_step_on_their_union():
+    case = _case(clip=0.5)
+    ref, ref_losses = _one_process(case)
+    half = GLOBAL_BATCH // 2
+    ctx = DistContext(0, 1, 0, "gloo")
+    s = DataParallelSession(dist_worker.build(half), optimizer="adam", parameters=case["params"], context=ctx, clip=True)
+    s.set_adam(case["lr"])
+    s.set_grad_clip(case["clip"])
+    s.set_grad_accumulation(2)
+    losses = []
+    for k in range(STEPS):
+        for rows in (slice(0, half), slice(half, None)):
+            s.set_input("x", case["x"][k, rows])
+            s.set_input("labels", case["labels"][k, rows])
+            s.step()
+        losses.append(s.read_loss())
+    assert s.optimizer_step == STEPS
+    _assert_close({n: s.read_param(n) for n in s.parameter_names()}, ref, 1e-5)
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+
+
 @pytest.mark.parametrize("named", [False, True])
 def test_read_grad_and_outputs_equal_the_gradients_only_session(named):
     case = _case()
@@ -116,7 +138,12 @@ def test_read_grad_and_outputs_equal_the_gradients_only_session(named):
 
 def _torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "OMP_NUM_THREADS": "1",
+        "NCCL_NVLS_ENABLE": "0",
+    }
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, f"torchrun exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
     return r
@@ -142,15 +169,16 @@ def test_two_gloo_processes_give_the_parameters_of_one_process_on_the_same_globa
 
 
 def test_train_cli_with_two_processes_and_a_resume_matches_one_process(tmp_path):
+    # Global batch 8 = 2 ranks x 4 rows, updates over 2 accumulated micro-batches: 4 updates an epoch.
     model = str(ROOT / "tests" / "dist_worker.py")
-    common = ["--batch-size", "8", "--lr", "0.01"]
+    common = ["--batch-size", "8", "--lr", "0.01", "--grad-accum", "2"]
     meganeura("train", model, "--epochs", "2", *common, "--checkpoint", str(tmp_path / "one.safetensors"))
     two = ["--nproc-per-node", "2", "--checkpoint", str(tmp_path / "two.safetensors")]
     meganeura("train", model, "--epochs", "1", *common, *two)  # epoch 1, then every rank resumes from rank 0's file
     r = meganeura("train", model, "--epochs", "2", *common, *two, "--resume")
     assert r.stdout.count("epoch 2:") == 1 and "resumed from" in r.stdout, r.stdout  # only rank 0 reports
     one, two = load_checkpoint(tmp_path / "one.safetensors"), load_checkpoint(tmp_path / "two.safetensors")
-    assert two.step == one.step == 2 * (64 // 8) and two.metadata["world_size"] == "2"
+    assert two.step == one.step == 2 * (64 // 8 // 2) and two.metadata["world_size"] == "2"
     _assert_close(two.params, one.params, 1e-5)
 
 
@@ -158,3 +186,44 @@ def test_train_cli_refuses_a_global_batch_that_does_not_split_before_starting_pr
     r = meganeura("train", str(ROOT / "tests" / "dist_worker.py"), "--batch-size", "7", "--nproc-per-node", "2", check=False)
     assert r.returncode != 0 and "global batch 7 must be divisible by the 2 processes" in r.stderr, r.stderr
     assert "torch.distributed.run" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def _gpus() -> int:
+    import onnxruntime as ort
+    import torch
+
+    return torch.cuda.device_count() if "CUDAExecutionProvider" in ort.get_available_providers() else 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpus() < 1, reason="needs onnxruntime-gpu and a CUDA GPU")
+def test_split_models_on_cuda_equal_the_one_model_cuda_step():
+    case = _case(clip=0.5)
+    ref, ref_losses = _one_process(case, "cuda")
+    s = DataParallelSession(dist_worker.build(GLOBAL_BATCH), device="cuda", parameters=case["params"], context=DistContext(0, 1, 0, "nccl"))
+    s.set_adam(case["lr"])
+    s.set_grad_clip(case["clip"])
+    losses = []
+    for k in range(STEPS):
+        s.set_input("x", case["x"][k])
+        s.set_input("labels", case["labels"][k])
+        s.step()
+        losses.append(s.read_loss())
+    _assert_close({n: s.read_param(n) for n in s.parameter_names()}, ref, 1e-5)
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpus() < 2, reason="needs onnxruntime-gpu and 2 CUDA GPUs")
+def test_two_gpus_over_nccl_give_the_parameters_of_one_gpu(tmp_path):
+    case = _case(seed=2)
+    extra = {k: case[k] for k in ("x", "labels", "lr", "clip")} | {"device": "cuda"}
+    np.savez(tmp_path / "case.npz", **{f"param.{n}": v for n, v in case["params"].items()}, **extra)
+    _torchrun(2, str(ROOT / "tests" / "dist_worker.py"), str(tmp_path / "case.npz"), str(tmp_path))
+    ranks = [np.load(tmp_path / f"rank{r}.npz") for r in (0, 1)]
+    params = [{k[6:]: f[k] for k in f.files if k.startswith("param.")} for f in ranks]
+    for n in params[0]:
+        np.testing.assert_array_equal(params[0][n], params[1][n], err_msg=n)
+    ref, ref_losses = _one_process(case, "cuda")
+    _assert_close(params[0], ref, 1e-5)
+    np.testing.assert_allclose(ranks[0]["losses"], ref_losses, rtol=1e-5)

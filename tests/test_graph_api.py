@@ -1,4 +1,4 @@
-"""The Graph API: seed-000 names, types, toposort, and build-time shape/dtype errors."""
+"""The Graph API: Meganeura's names, types, toposort, and build-time shape/dtype errors."""
 
 from __future__ import annotations
 
@@ -334,3 +334,22 @@ def test_an_output_named_like_a_value_the_exporter_generates_is_refused_at_expor
     g.set_outputs({name: y})
     with pytest.raises(ValueError, match="the exporter gives another value"):
         to_model(g)
+
+
+def test_gradients_and_evaluate_refuse_node_ids_of_another_graph():
+    from meganeura_onnx.reference import evaluate
+    from meganeura_onnx.transforms import gradients
+
+    other = Graph()
+    foreign = other.sum_all(other.parameter("w", [3]))
+    g = Graph()
+    w = g.parameter("w", [3])
+    loss = g.sum_all(w)
+    with pytest.raises(ValueError, match="another Graph"):
+        gradients(g, foreign, [w])
+    with pytest.raises(ValueError, match="another Graph"):
+        gradients(g, loss, [other.node(0).id])
+    with pytest.raises(ValueError, match="evaluate.*another Graph"):
+        evaluate(g, {"w": np.ones(3, np.float32)}, nodes=[foreign])
+    with pytest.raises(TypeError, match="gradients: loss"):
+        gradients(g, "loss", [w])

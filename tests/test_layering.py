@@ -1,4 +1,4 @@
-"""Imports flow one way: IR -> ops -> (graph) -> nn / transforms / export -> runtime -> io -> cli.
+"""Imports flow one way: IR -> ops -> (graph) -> nn / transforms / export -> runtime -> io -> models -> cli.
 
 A module may import its own layer or those below it, never one above (lazy imports inside
 functions included): the op table must not know about export, runtime about io, and so on.
@@ -26,6 +26,7 @@ RANK = {
     "runtime": 3,
     "io": 4,
     "generation": 4,
+    "models": 4.5,
     "cli": 5,
     "__init__": 6,
 }
@@ -34,13 +35,16 @@ RANK = {
 def layer_of(path: Path) -> str:
     if path.is_relative_to(ROOT / "cli"):
         return "cli"
+    if path.is_relative_to(ROOT / "models"):  # installed as meganeura_onnx.models
+        return "models"
     first = path.relative_to(PACKAGE).parts[0]
     return first.removesuffix(".py")
 
 
 def imported_layers(path: Path, source: str | None = None) -> set[str]:
     """Layers of meganeura_onnx that ``path`` imports (absolute or relative, anywhere in the file)."""
-    pkg_parts = ["meganeura_onnx", "cli"] if layer_of(path) == "cli" else ["meganeura_onnx", *path.relative_to(PACKAGE).parts[:-1]]
+    layer = layer_of(path)
+    pkg_parts = ["meganeura_onnx", layer] if layer in ("cli", "models") else ["meganeura_onnx", *path.relative_to(PACKAGE).parts[:-1]]
     out = set()
     for node in ast.walk(ast.parse(source if source is not None else path.read_text())):
         if isinstance(node, ast.ImportFrom):
@@ -56,11 +60,11 @@ def imported_layers(path: Path, source: str | None = None) -> set[str]:
             continue
         for t in names:
             if t[0] == "meganeura_onnx" and len(t) > 1:
-                out.add("cli" if t[1] == "cli" else t[1])
+                out.add(t[1])
     return out
 
 
-FILES = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "cli").glob("*.py")])
+FILES = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "cli").glob("*.py"), *(ROOT / "models").glob("*.py")])
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -12,10 +12,11 @@ from conftest import build_example, op_examples
 
 from meganeura_onnx import Graph, build_inference_session, build_session, build_session_with_report
 from meganeura_onnx.ops import OPS
+from meganeura_onnx.ops.table import Rewrite
 from meganeura_onnx.reference import evaluate
 from meganeura_onnx.runtime.training import graph_key
 from meganeura_onnx.transforms.autodiff import gradients
-from meganeura_onnx.transforms.egraph import _parse_sexpr, table_rules
+from meganeura_onnx.transforms.egraph import AttrKeys, Limits, _parse_sexpr, rule_program, table_rules
 from meganeura_onnx.transforms.rewrite import optimize
 
 FP32 = {"rtol": 1e-6, "atol": 1e-6}
@@ -268,3 +269,28 @@ def test_inspect_optimize_prints_the_report_of_a_model_file(tmp_path):
     onnx_file.write_bytes(b"not a model file")
     bad = meganeura("inspect", "--optimize", str(onnx_file), check=False)
     assert bad.returncode != 0 and "--optimize takes a model file" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_saturation_stops_at_the_iteration_and_enode_limits_and_says_why():
+    g = Graph()
+    x, u = g.input("x", [2, 3]), g.input("u", [2, 3])
+    g.set_outputs([g.mul(g.mul(x, g.sigmoid(x)), u)])  # silu needs one round, swiglu a second
+    full, report = optimize(g)
+    assert report.stop_reason == "saturated" and report.fusions == {"swiglu": 1}
+    one, report = optimize(g, limits=Limits(iterations=1))
+    assert report.stop_reason == "iteration limit (1)" and report.fusions == {"silu": 1}
+    _, report = optimize(g, limits=Limits(enodes=3))
+    assert report.stop_reason == "e-node limit (3)" and report.iterations == 1
+    feeds = {"x": np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3), "u": np.ones((2, 3), np.float32)}
+    _assert_same_values(g, one, feeds)
+    _assert_same_values(g, full, feeds)
+
+
+def test_a_rule_naming_an_unknown_op_or_an_unbound_variable_is_refused_with_its_name():
+    keys = AttrKeys()
+    with pytest.raises(ValueError, match="rewrite 'bad_op': 'transpose' is not an op of the table"):
+        rule_program([Rewrite("bad_op", "(transpose (transpose ?x))", "?x")], keys)
+    with pytest.raises(ValueError, match=r"rewrite 'bad_var': \?y on the right side is not bound"):
+        rule_program([Rewrite("bad_var", "(neg ?x)", "?y")], keys)
+    with pytest.raises(ValueError, match="rewrite 'bad_arity': neg takes"):
+        rule_program([Rewrite("bad_arity", "(neg ?x ?y)", "?x")], keys)

@@ -7,29 +7,22 @@ and asks for >= 93% (a looser bound for the shorter run: epoch 4 measured 96.4%)
 from __future__ import annotations
 
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import onnx
+from cli_launch import MEGANEURA, ROOT
 
 from meganeura_onnx.io import load_checkpoint
 
-ROOT = Path(__file__).resolve().parent.parent
 MLP = str(ROOT / "models" / "mnist_mlp.py")
-
-
-def _exe() -> str:
-    return shutil.which("meganeura") or str(Path(sys.executable).parent / "meganeura")
 
 
 def test_train_reaches_high_digits_accuracy_and_writes_checkpoint_and_onnx(tmp_path):
     ckpt, out = tmp_path / "mlp.safetensors", tmp_path / "mlp.onnx"
     r = subprocess.run(
-        [_exe(), "train", MLP, "--epochs", "4", "--checkpoint", str(ckpt), "--export", str(out)],
+        [str(MEGANEURA), "train", MLP, "--epochs", "4", "--checkpoint", str(ckpt), "--export", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -47,7 +40,7 @@ def test_ctrl_c_writes_a_checkpoint_that_resume_continues_from(tmp_path):
     ckpt = tmp_path / "mlp.safetensors"
     # SIGINT must not be ignored in the child (it is in background jobs of non-interactive shells).
     p = subprocess.Popen(
-        [_exe(), "train", MLP, "--epochs", "100000", "--checkpoint", str(ckpt)],
+        [str(MEGANEURA), "train", MLP, "--epochs", "100000", "--checkpoint", str(ckpt)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -62,6 +55,6 @@ def test_ctrl_c_writes_a_checkpoint_that_resume_continues_from(tmp_path):
     assert p.returncode == 130 and "interrupted: checkpoint written" in err
     step = load_checkpoint(ckpt).step
     r = subprocess.run(
-        [_exe(), "train", MLP, "--epochs", "1", "--checkpoint", str(ckpt), "--resume"], capture_output=True, text=True, timeout=120
+        [str(MEGANEURA), "train", MLP, "--epochs", "1", "--checkpoint", str(ckpt), "--resume"], capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 0 and f"step {step})" in r.stdout

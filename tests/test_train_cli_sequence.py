@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+from cli_launch import MEGANEURA
 from click.testing import CliRunner
 from meganeura_onnx.cli.main import main
 
@@ -18,14 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 LLAMA = str(ROOT / "models" / "tiny_llama.py")
 
 
-def _exe() -> str:
-    return shutil.which("meganeura") or str(Path(sys.executable).parent / "meganeura")
-
-
 def test_tiny_llama_trains_on_token_windows_through_the_cli_and_its_test_loss_falls():
     r = subprocess.run(
         [
-            _exe(),
+            str(MEGANEURA),
             "train",
             LLAMA,
             "--epochs",

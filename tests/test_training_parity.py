@@ -3,7 +3,7 @@
 - losses of 20 Adam steps and of 20 SGD steps agree to relative 1e-4;
 - step-1 gradients agree to 1e-4 relative to each tensor's scale: max|ours - torch| <= 1e-4 *
   max|torch| (element-wise relative error is meaningless for entries near zero in float32).
-Models: the seed-001 MNIST MLP and a one-layer LLaMA-style block (embedding, rms_norm, rope,
+Models: the MNIST MLP and a one-layer LLaMA-style block (embedding, rms_norm, rope,
 causal GQA attention, swiglu, cross-entropy) from ``models/tiny_llama.py``.
 """
 

@@ -1,4 +1,4 @@
-"""Layers as plain objects holding NodeIds, with Hugging Face parameter names (seed 001).
+"""Layers as plain objects holding NodeIds, with Hugging Face parameter names.
 
 ``Linear.new(g, "model.layers.0.mlp.up_proj", 576, 1536, bias=False)`` adds the parameter
 ``model.layers.0.mlp.up_proj.weight`` (``[out, in]``, HF's layout) and ``.forward(g, x)`` applies it,

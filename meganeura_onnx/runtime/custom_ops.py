@@ -1,6 +1,8 @@
 """Locate and register the ``com.meganeura`` ONNX Runtime custom-op library.
 
-Two shared libraries are built from ``custom_ops/`` (see ``custom_ops/README.md``):
+Two shared libraries are built from ``custom_ops/`` (``custom_ops/CMakeLists.txt``): ``pip install``
+puts them into the package (``meganeura_onnx/_lib/``), ``make kernels`` into ``custom_ops/build/`` of
+a source checkout.
 
 * ``libmeganeura_ops_cpu.so``  -- CPU kernels only; loads on any machine.
 * ``libmeganeura_ops_cuda.so`` -- CPU *and* CUDA kernels (CUDA runtime linked
@@ -41,12 +43,17 @@ def _normalise_device(device: str) -> str:
 def library_candidates(device: str = "cpu") -> list[Path]:
     """The paths searched for the library of ``device``, in order.
 
-    1. ``meganeura_onnx/_lib/`` -- the copy shipped inside an installed package;
-    2. ``custom_ops/build/`` next to the package in a source checkout (``make`` builds there).
+    1. ``meganeura_onnx/_lib/``: the copy that ``pip install`` built into the installed package;
+    2. ``custom_ops/build/`` of the source checkout this package is imported from (``make kernels``
+       builds there; an editable install has no copy of its own).
     """
     name = _NAMES[_normalise_device(device)]
     pkg = Path(__file__).resolve().parent.parent  # .../meganeura_onnx
-    return [pkg / "_lib" / name, pkg.parent / "custom_ops" / "build" / name]
+    candidates = [pkg / "_lib" / name]
+    checkout = pkg.parent
+    if (checkout / "custom_ops" / "CMakeLists.txt").is_file():
+        candidates.append(checkout / "custom_ops" / "build" / name)
+    return candidates
 
 
 def custom_op_library(device: str = "cpu") -> str | None:

@@ -268,6 +268,7 @@ class DataParallelSession:
         self._clip, self._spec = clip, None
         self._wanted = self._spec_for(optimizer)
         self._parity, self._opt_steps = 0, 0
+        self._accum, self._micro, self._acc = 1, 0, None  # gradient accumulation (set_grad_accumulation)
         self._build_update(self._wanted)
 
     # -- buffers ----------------------------------------------------------------------------------
@@ -378,6 +379,29 @@ class DataParallelSession:
             self._hyper_values["max_grad_norm"] = float(max_norm)
         self._wanted = self._spec_for(self._wanted.kind)
 
+    def set_grad_accumulation(self, steps: int) -> None:
+        """Sum the gradients of ``steps`` consecutive ``step()`` calls (micro-batches) on each rank,
+        then average them over the micro-batches and the ranks in ONE all-reduce and update once,
+        on the last of them. ``optimizer_step`` counts updates; ``read_loss`` after an update is the
+        mean over its micro-batches and ranks (after another micro-batch: that one's, this rank's)."""
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"set_grad_accumulation: steps must be a positive int, got {steps!r}")
+        if steps > 1 and self._flat_view() is None:
+            raise ImportError(f"set_grad_accumulation on CUDA: {INSTALL_HINT}")
+        self._accum, self._micro = steps, 0
+
+    def _flat_view(self) -> Any:
+        """``grads.flat`` as an in-place-writable array: torch over DLPack, or numpy on CPU."""
+        if self._flat_t is None and self._device == "cpu":
+            self._flat_t = self._flat.numpy()  # a CPU OrtValue's numpy() is a view of its buffer
+        elif self._flat_t is None:
+            try:
+                self._torch = _torch()
+            except ImportError:
+                return None
+            self._flat_t = self._torch.from_dlpack(self._flat)
+        return self._flat_t
+
     @property
     def optimizer_step(self) -> int:
         """Optimizer updates applied so far (Adam's t); saved in checkpoints."""
@@ -388,6 +412,8 @@ class DataParallelSession:
         """Gradients of this rank's shard, averaged over all ranks, then the update (on every rank)."""
         if self._wanted != self._spec:
             self._build_update(self._wanted)
+        if self._accum > 1 and not self._accumulate():
+            return
         self._opt_steps += 1
         values = {**self._hyper_values, "step": float(self._opt_steps)}
         for h in self._hyper_names:
@@ -395,10 +421,34 @@ class DataParallelSession:
                 self._hyper[h].update_inplace(np.array([values[h[4:]]], np.float32))
                 self._written[h] = values[h[4:]]
         k = self._parity
-        self._grad_sess.run_with_iobinding(self._grad_bindings[k])
+        if self._accum == 1:
+            self._grad_sess.run_with_iobinding(self._grad_bindings[k])
         self._average_gradients(self._grad_bindings[k])
         self._update_sess.run_with_iobinding(self._update_bindings[k])
         self._parity ^= 1
+
+    def _accumulate(self) -> bool:
+        """One micro-batch: its gradients (and loss) into the running sum. True on the window's
+        last micro-batch, with ``grads.flat`` then holding the window's mean."""
+        self._grad_sess.run_with_iobinding(self._grad_bindings[self._parity])
+        flat = self._flat_view()
+        if self._device == "cuda":
+            self._grad_bindings[self._parity].synchronize_outputs()
+        if self._acc is None or len(self._acc) != len(flat):
+            self._acc = flat.clone() if hasattr(flat, "clone") else flat.copy()
+        elif self._micro == 0:
+            self._acc[:] = flat
+        else:
+            self._acc += flat
+        self._micro += 1
+        last = self._micro == self._accum
+        if last:
+            flat[:] = self._acc
+            flat *= 1.0 / self._accum
+            self._micro = 0
+        if self._device == "cuda":
+            self._torch.cuda.current_stream().synchronize()  # before ORT writes grads.flat again
+        return last
 
     def _average_gradients(self, binding: ort.IOBinding) -> None:
         if self.context.world_size == 1:
@@ -419,13 +469,11 @@ class DataParallelSession:
 
     # -- data out ---------------------------------------------------------------------------------
     def _flat_host(self) -> np.ndarray:
-        if self._flat_t is not None:
-            return self._flat_t.cpu().numpy()
-        return self._flat.numpy()
+        return np.array(self._flat.numpy() if self._device == "cpu" else self._flat_view().cpu().numpy(), copy=True)
 
     def read_loss(self) -> float:
         """The last step's loss, averaged over the ranks (the global batch's mean loss)."""
-        if self._flat_t is not None:
+        if self._device == "cuda" and self._flat_t is not None:
             return float(self._flat_t[-1].item())
         return float(self._flat.numpy()[-1])
 

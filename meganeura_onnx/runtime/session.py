@@ -1,4 +1,4 @@
-"""``Session``: a Graph compiled to an ONNX Runtime session (seed 003's API in Python).
+"""``Session``: a Graph compiled to an ONNX Runtime session (Meganeura's Session API in Python).
 
 Every buffer the session owns is an ``OrtValue`` on the session's device, bound once with
 IOBinding. State that lives across ``step()`` calls (KV caches written by ``cache_write``, and in

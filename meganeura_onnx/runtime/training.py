@@ -142,7 +142,7 @@ def _cached_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
 
 
 class TrainingSession(Session):
-    """A Session whose ``step()`` runs forward + backward + the optimizer update (seed 003).
+    """A Session whose ``step()`` runs forward + backward + the optimizer update.
 
     Build it with :func:`build_session`. Beyond the inference Session's methods: optimizer setters,
     :meth:`read_grad` (gradients-only mode), checkpoints and the optimizer step count.
@@ -375,8 +375,8 @@ class TrainingSession(Session):
 
     def load_checkpoint(self, path: str | os.PathLike) -> dict[str, str]:
         """Restore parameters, Adam moments and the step count; the graph must match (names and
-        shapes). Everything is validated before anything is written (no half-load). Returns the
-        file's other metadata."""
+        shapes) and the parameters must be finite. Everything is validated before anything is
+        written (no half-load). Returns the file's other metadata."""
         what = f"load_checkpoint({str(path)!r})"
         ckpt = load_checkpoint(path)
         check_compatible(ckpt, {n: tuple(s) for n, s in self._prog.params.items()}, what)

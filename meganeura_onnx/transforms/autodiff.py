@@ -40,6 +40,8 @@ def gradients(g, loss: NodeId, wrt: Sequence[NodeId], seed: NodeId | None = None
     ``loss`` must be a ``[1]`` node unless ``seed`` (the upstream gradient, same shape as loss)
     is given. Returns a :class:`Gradients` keyed by the ``wrt`` ids.
     """
+    loss = g.handle(loss, "loss", "gradients")  # TypeError/ValueError for a bad id or one of another graph
+    wrt = [g.handle(w, f"wrt[{k}]", "gradients") for k, w in enumerate(wrt)]
     nodes = g.nodes()
     loss_ty = nodes[loss].ty
     if seed is None:

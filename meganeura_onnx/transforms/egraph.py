@@ -4,7 +4,7 @@ The term language has one sort ``T`` and one constructor per op of the table and
 (``Op_matmul T T String``; ops with optional inputs get one constructor per arity, ``Op_rope_1``),
 plus ``Leaf i64`` for the graph's leaves and ``Ref i64`` naming the e-class of node ``i``. The last
 ``String`` argument of every op holds its attributes as a canonical key (``"{'trans_b': True}"``); a
-node whose op writes a buffer in place (``cache_write``) gets a key of its own so two of them are
+node whose op writes a buffer in place (``inplace_input`` in the table: ``cache_write``) gets a key of its own so two of them are
 never merged.
 
 Nodes go in as rows of one relation per constructor (``(in_Op_mul 12 3 4 "{}")``: node 12 multiplies
@@ -77,13 +77,14 @@ class AttrKeys:
 
 
 def writes_in_place(d: OpDef) -> bool:
-    """Ops whose node updates a buffer in place: never merged with an equal-looking node."""
-    return getattr(d, "inplace_input", None) is not None or d.name == "cache_write"
+    """Ops whose node updates a buffer in place (the table's ``inplace_input``): never merged with an
+    equal-looking node."""
+    return d.inplace_input is not None
 
 
 def arities(d: OpDef) -> range:
-    optional = getattr(d, "optional_inputs", ())
-    return range(len(d.inputs) - len(optional), len(d.inputs) + 1)
+    """Input counts a rule may give the op (its trailing ``optional_inputs`` may be left out)."""
+    return range(len(d.inputs) - len(d.optional_inputs), len(d.inputs) + 1)
 
 
 def constructor(op_name: str, arity: int) -> str:

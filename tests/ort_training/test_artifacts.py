@@ -58,7 +58,7 @@ def test_artifacts_are_generated_and_load_with_the_training_api(model, tmp_path)
         np.testing.assert_array_equal(state.parameters[name].data, value)
     assert module.input_names() == arts.inputs
     # The graph's own outputs (loss first); no second loss appended.
-    assert module.output_names() == [f"output_{k}" for k in range(len(graph.outputs()))]
+    assert module.output_names() == graph.output_names()
 
     feeds = feeds_of(np.random.default_rng(1))
     module.train()
