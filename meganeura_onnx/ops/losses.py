@@ -5,8 +5,9 @@ one-hot ``[2048, 49152]`` label tensor is 400 MB per batch. The loss is the mean
 whose label is not ``ignore_index``; when every row is ignored the loss is 0 and so is its
 gradient (a batch of padding trains nothing; it never produces NaN).
 
-The forward lowers to ONNX ``SoftmaxCrossEntropyLoss`` (reduction "sum", one fused node in ORT on
-CPU and CUDA) divided by the number of counted rows. The backward is its own op
+The forward lowers to LogSoftmax + GatherElements (the label's log-probability per row), summed over
+the counted rows and divided by their number (measured faster on ORT's CPU provider than its
+SoftmaxCrossEntropyLoss kernel). The backward is its own op
 (``sparse_cross_entropy_grad``: softmax minus the label's one-hot, masked and scaled), lowered to
 Softmax + ScatterElements so no one-hot tensor is ever built.
 """
@@ -94,12 +95,18 @@ def _mask_and_count(ctx, labels64: str, ignore_index: int | None) -> tuple[str |
 
 @sparse_ce.onnx
 def _(ctx, node, logits, labels):
+    # LogSoftmax + GatherElements: on ORT's CPU provider twice as fast as its SoftmaxCrossEntropyLoss
+    # kernel ([512, 8192]: 30-42 ms vs 54-79 ms per call on the shared 2-core VM).
     ignore = node.attrs.get("ignore_index")
     labels64 = ctx.to_int64(labels)
-    attrs = {} if ignore is None else {"ignore_index": ignore}
-    total = ctx.op("SoftmaxCrossEntropyLoss", logits, labels64, reduction="sum", **attrs)
-    _, count = _mask_and_count(ctx, labels64, ignore)
-    return ctx.op("Div", ctx.reshape(total, [1]), count)
+    mask, count = _mask_and_count(ctx, labels64, ignore)
+    safe = labels64 if mask is None else ctx.op("Where", ctx.cast(mask, TensorProto.BOOL), labels64, ctx.const([0], np.int64))
+    picked = ctx.op("GatherElements", ctx.op("LogSoftmax", logits, axis=-1), ctx.op("Unsqueeze", safe, ctx.ints([1])), axis=1)
+    picked = ctx.reshape(picked, [-1])  # [rows]
+    if mask is not None:
+        picked = ctx.op("Mul", picked, mask)
+    total = ctx.op("ReduceSum", picked, ctx.ints([0]), keepdims=1)  # [1]
+    return ctx.op("Neg", ctx.op("Div", total, count))
 
 
 @sparse_ce_grad.onnx
