@@ -63,6 +63,8 @@ class BertModel:
 def build_graph(cfg: BertConfig, seq: int, pooled: bool = True) -> Graph:
     """Inputs ``input_ids``, ``position_ids``, ``token_type_ids`` (U32 ``[seq]``); output 0 is the
     mean-pooled ``[1, hidden]`` (``pooled``) or the last hidden state ``[seq, hidden]``."""
+    if not isinstance(seq, int):  # the pooling row holds 1/seq: a padded batch takes build_padded_graph
+        raise ValueError(f"bert: the one-sentence graph needs a static seq, got {seq!r} (set batch= too for the padded batch graph)")
     if not 0 < seq <= cfg.max_position_embeddings:
         raise ValueError(f"bert: a sentence of {seq} tokens does not fit max_position_embeddings {cfg.max_position_embeddings}")
     g = Graph()
