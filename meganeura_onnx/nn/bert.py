@@ -1,8 +1,10 @@
 """BERT encoder blocks with Hugging Face ``BertModel`` names (``embeddings.*``, ``encoder.layer.N.*``).
 
-One graph holds one sentence of its true length, so no attention mask is needed: every token
-attends to every other (``full_attention``); ``batch`` (an int or a symbolic dim) stacks sentences
-of one length in the rows. Dropout is the identity at inference and is left out.
+Rows are tokens: ``batch`` sentences (an int or a symbolic dim) of ``seq`` tokens each, one after
+the other. Without an ``attention_mask`` every token attends to every token of its sentence
+(``full_attention``: sentences of one true length); with one (U32 ``[batch, seq]``, 0 = padding, as
+a tokenizer pads) padding keys are hidden (``masked_full_attention``), so sentences of different
+lengths share one padded batch. Dropout is the identity at inference and is left out.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ class BertEmbeddings:
 
 @dataclass
 class BertSelfAttention:
-    """``attention.self``: query/key/value projections (with bias) and unmasked attention."""
+    """``attention.self``: query/key/value projections (with bias) and attention (masked when padded)."""
 
     query: Linear
     key: Linear
@@ -95,9 +97,12 @@ class BertSelfAttention:
         q, k, v = (Linear.new(g, join(name, n), d, d) for n in ("query", "key", "value"))
         return cls(q, k, v, cfg.num_attention_heads, cfg.head_dim)
 
-    def forward(self, g: Graph, x: NodeId, batch: Dim = 1) -> NodeId:
-        """``batch`` sequences of equal length stacked in the rows of x (an int or a symbolic dim)."""
+    def forward(self, g: Graph, x: NodeId, batch: Dim = 1, attention_mask: NodeId | None = None) -> NodeId:
+        """``batch`` sequences of equal length stacked in the rows of x (an int or a symbolic dim);
+        ``attention_mask`` (U32 ``[batch, seq]``) hides padding keys and sets the batch itself."""
         q, k, v = (p.forward(g, x) for p in (self.query, self.key, self.value))
+        if attention_mask is not None:
+            return g.masked_full_attention(q, k, v, attention_mask, self.num_heads, self.num_heads, self.head_dim)
         if batch == 1:
             return g.full_attention(q, k, v, self.num_heads, self.num_heads, self.head_dim)
         return g.apply(
@@ -134,8 +139,8 @@ class BertAttention:
     def new(cls, g: Graph, name: str, cfg: BertConfig) -> BertAttention:
         return cls(BertSelfAttention.new(g, join(name, "self"), cfg), BertResidualOutput.new(g, join(name, "output"), cfg.hidden_size, cfg))
 
-    def forward(self, g: Graph, x: NodeId, batch: Dim = 1) -> NodeId:
-        return self.output.forward(g, self.self_attn.forward(g, x, batch), x)
+    def forward(self, g: Graph, x: NodeId, batch: Dim = 1, attention_mask: NodeId | None = None) -> NodeId:
+        return self.output.forward(g, self.self_attn.forward(g, x, batch, attention_mask), x)
 
 
 @dataclass
@@ -172,7 +177,8 @@ class BertLayer:
             BertResidualOutput.new(g, join(name, "output"), cfg.intermediate_size, cfg),
         )
 
-    def forward(self, g: Graph, x: NodeId, batch: Dim = 1) -> NodeId:
-        """x: the rows of ``batch`` sequences of equal length, one after the other."""
-        h = self.attention.forward(g, x, batch)
+    def forward(self, g: Graph, x: NodeId, batch: Dim = 1, attention_mask: NodeId | None = None) -> NodeId:
+        """x: the rows of ``batch`` sequences of equal length, one after the other (padded ones with
+        an ``attention_mask``)."""
+        h = self.attention.forward(g, x, batch, attention_mask)
         return self.output.forward(g, self.intermediate.forward(g, h), h)

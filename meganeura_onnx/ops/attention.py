@@ -329,6 +329,88 @@ examples(
 )
 
 
+# -- masked_full_attention: padded batches of an encoder (BERT) ----------------------------------------
+masked_full_attention = op(
+    "masked_full_attention", ("q", "k", "v", "attention_mask"), u32=("attention_mask",), differentiable=False, attrs=HEADS
+)
+MASKED = float(np.finfo(np.float32).min)
+"""Score of a padding key: the lowest finite float32, so a row with every key hidden stays finite."""
+
+
+@masked_full_attention.shape
+def _(q: TensorType, k: TensorType, v: TensorType, mask: TensorType, *, num_heads: int, num_kv_heads: int, head_dim: int) -> TensorType:
+    name = "masked_full_attention"
+    check_heads(name, num_heads, num_kv_heads, head_dim)
+    for arg, t in (("q", q), ("k", k), ("v", v), ("attention_mask", mask)):
+        rank(name, t, 2, arg)
+    require(q.shape[1] == num_heads * head_dim, name, f"q must be [rows, {num_heads}*{head_dim}], got {list(q.shape)}")
+    kv = num_kv_heads * head_dim
+    require(
+        q.shape[0] == k.shape[0] and k.shape == v.shape and k.shape[1] == kv,
+        name,
+        f"k and v must both be [{q.shape[0]}, {num_kv_heads}*{head_dim}] (the rows of q), got k {list(k.shape)} and v {list(v.shape)}",
+    )
+    require(
+        dim_mul(mask.shape[0], mask.shape[1]) == q.shape[0],
+        name,
+        f"attention_mask [batch, seq] must give one entry per row of q {list(q.shape)}, got {list(mask.shape)}",
+    )
+    return q
+
+
+@masked_full_attention.numpy
+def _(q, k, v, mask, *, num_heads, num_kv_heads, head_dim):
+    outs = []
+    for b, (qs, ks, vs) in enumerate(zip(*(np.split(t, mask.shape[0]) for t in (q, k, v)), strict=True)):
+        rep = num_heads // num_kv_heads
+        qh = qs.reshape(-1, num_heads, head_dim).transpose(1, 0, 2)
+        kh = np.repeat(ks.reshape(-1, num_kv_heads, head_dim).transpose(1, 0, 2), rep, axis=0)
+        vh = np.repeat(vs.reshape(-1, num_kv_heads, head_dim).transpose(1, 0, 2), rep, axis=0)
+        scores = np.where(mask[b][None, None, :] != 0, qh @ kh.transpose(0, 2, 1) / np.sqrt(head_dim).astype(q.dtype), MASKED)
+        p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        p /= p.sum(axis=-1, keepdims=True)
+        outs.append((p @ vh).transpose(1, 0, 2).reshape(qs.shape[0], -1))
+    return np.concatenate(outs).astype(q.dtype)
+
+
+@masked_full_attention.onnx
+def _(ctx, node, q, k, v, mask):
+    a = node.attrs
+    H, KVH, hd = a["num_heads"], a["num_kv_heads"], a["head_dim"]
+    batch = ctx.op("Shape", mask, start=0, end=1)  # sizes at run time: batch and seq may be symbolic
+
+    def split(x: str, n: int) -> str:  # [B*S, n*hd] -> [B, n, S, hd]; GQA: query head i reads KV head i // rep
+        xh = ctx.op("Transpose", ctx.op("Reshape", x, ctx.op("Concat", batch, ctx.ints([-1, n, hd]), axis=0)), perm=[0, 2, 1, 3])
+        if n == H:
+            return xh
+        expanded = ctx.op("Expand", ctx.op("Unsqueeze", xh, ctx.ints([2])), ctx.ints([1, 1, H // n, 1, 1]))
+        return ctx.op("Reshape", expanded, ctx.ints([0, H, -1, hd]))
+
+    scores = ctx.op(
+        "Mul", ctx.op("MatMul", split(q, H), ctx.op("Transpose", split(k, KVH), perm=[0, 1, 3, 2])), ctx.const(1.0 / np.sqrt(hd))
+    )
+    padding = ctx.op("Equal", ctx.op("Unsqueeze", ctx.to_int64(mask), ctx.ints([1, 2])), ctx.const(0, np.int64))  # [B, 1, 1, S]
+    probs = ctx.op("Softmax", ctx.op("Where", padding, ctx.const(MASKED), scores), axis=-1)
+    out = ctx.op("Transpose", ctx.op("MatMul", probs, split(v, KVH)), perm=[0, 2, 1, 3])  # [B, S, H, hd]
+    return ctx.op("Reshape", out, ctx.ints([-1, H * hd]))
+
+
+def _ex_masked(g, f, batch, seq, h, kvh, hd, lengths):
+    rows = dim_mul(batch, seq)
+    q, k, v = (g.reshape(f.param(g, n, [batch, seq, w]), [rows, w]) for n, w in (("q", h * hd), ("k", kvh * hd), ("v", kvh * hd)))
+    size = f.sizes[seq] if isinstance(seq, str) else seq
+    f.inputs["attention_mask"] = (np.arange(size)[None, :] < np.minimum(lengths, size)[:, None]).astype(np.uint32)  # right padding
+    return g.masked_full_attention(q, k, v, g.input_u32("attention_mask", [batch, seq]), h, kvh, hd)
+
+
+examples(
+    masked_full_attention,
+    _ex_masked,
+    {"batch": 2, "seq": 4, "h": 4, "kvh": 2, "hd": 4, "lengths": [4, 2]},
+    {"batch": 3, "seq": 3, "h": 2, "kvh": 2, "hd": 8, "lengths": [1, 3, 2]},
+)
+
+
 class AttentionBuilders:
     def causal_attention(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int, head_dim: int) -> NodeId:
         """Causal multi-head attention with GQA: q ``[S, H*hd]``, k/v ``[S, KVH*hd]`` -> ``[S, H*hd]``."""
@@ -346,3 +428,13 @@ class AttentionBuilders:
         """Meganeura's differentiable attention: causal self-attention when ``is_cross`` is False
         (q and k/v of the same length), unmasked cross-attention when True."""
         return self.apply("multi_head_attn", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, is_cross=is_cross)
+
+    def masked_full_attention(
+        self, q: NodeId, k: NodeId, v: NodeId, attention_mask: NodeId, num_heads: int, num_kv_heads: int, head_dim: int
+    ) -> NodeId:
+        """Bidirectional attention within each of ``batch`` padded sequences: q ``[batch * seq, H*hd]``,
+        k/v ``[batch * seq, KVH*hd]``; key j of sequence b is hidden where ``attention_mask[b, j]`` is 0
+        (U32 ``[batch, seq]``, as a tokenizer's padding mask)."""
+        return self.apply(
+            "masked_full_attention", q, k, v, attention_mask, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim
+        )
