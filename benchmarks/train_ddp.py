@@ -124,6 +124,13 @@ def worker_speed(out: Path, device: str, layers: int, steps: int, repeats: int, 
     s.set_input_u32("input_ids", ids)
     s.set_input_u32("labels", labels)
     res = _timed(s.step, steps, repeats, barrier)
+    if isinstance(s, DataParallelSession):  # where a split step's time goes: extra steps, timed per phase
+        s.phase_ms = {}
+        for _ in range(steps):
+            s.step()
+        res["phase_ms_per_step"] = {k: v / steps for k, v in s.phase_ms.items()}
+        res["nodes_per_provider"] = s.placement()
+        res["providers"] = {"gradient": s._grad_sess.get_providers(), "update": s._update_sess.get_providers()}
     res.update(build_s=build_s, world_size=ctx.world_size, global_batch=batch * ctx.world_size, seq=seq, loss=s.read_loss())
     res["tokens_per_s"] = batch * ctx.world_size * seq / (res["median_ms"] / 1e3)
     if ctx.rank == 0:
@@ -205,6 +212,7 @@ def main() -> None:
         "nccl": ".".join(map(str, torch.cuda.nccl.version())) if a.device == "cuda" else None,
         "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
         "loadavg": os.getloadavg(),
+        "nproc": os.cpu_count(),
         "env": {"NCCL_NVLS_ENABLE": "0"},
         "parity_tiny_llama_2gpu_vs_1gpu": parity,
         "smollm2_135m_shape": {
@@ -236,6 +244,9 @@ def main() -> None:
         f"split models {sp['median_ms']:.1f} ms), 2 x {a.device} {d2['global_batch']}x{d2['seq']} {d2['median_ms']:.1f} ms "
         f"({d2['tokens_per_s']:.0f} tok/s): scaling {scaling:.2f}x (goal 1.8x)"
     )
+    for tag in ("split1", "ddp2"):
+        phases = ", ".join(f"{k} {v:.1f} ms" for k, v in speed[tag]["phase_ms_per_step"].items())
+        print(f"{tag} per step: {phases}; nodes per provider {speed[tag]['nodes_per_provider']}")
     print(f"wrote {path}")
 
 

@@ -20,7 +20,7 @@ from cli_launch import meganeura
 
 from meganeura_onnx.init import default_parameters
 from meganeura_onnx.io import load_checkpoint
-from meganeura_onnx.runtime.distributed import DataParallelSession, DistContext, flatten_gradients, update_model
+from meganeura_onnx.runtime.distributed import DataParallelSession, DistContext, check_on_cuda, flat_layout, update_model
 from meganeura_onnx.runtime.training import build_session, compile_program
 from meganeura_onnx.transforms.optimizer import OptimizerSpec
 
@@ -66,12 +66,14 @@ def _assert_close(ours: dict[str, np.ndarray], ref: dict[str, np.ndarray], rel: 
 
 def test_flat_gradient_layout_is_parameter_order_then_the_loss():
     prog = compile_program(dist_worker.build(4), None)
-    slots = flatten_gradients(prog.model, prog.trainable, prog.params)
+    slots = flat_layout(prog.trainable, prog.params)
     assert [s.name for s in slots] == prog.trainable
     assert [s.offset for s in slots] == list(np.cumsum([0] + [s.size for s in slots[:-1]]))
-    outs = {o.name: [d.dim_value for d in o.type.tensor_type.shape.dim] for o in prog.model.graph.output}
-    assert outs["grads.flat"] == [sum(s.size for s in slots) + 1] and not any(n.startswith("grad.") for n in outs)
+    assert [s.size for s in slots] == [int(np.prod(prog.params[s.name])) for s in slots]
     model, moments, hyper = update_model(slots, OptimizerSpec("adam"))
+    # No Concat/Split of the flat buffer: the gradients are bound at their offsets.
+    assert {f"grad.{s.name}" for s in slots} <= {i.name for i in model.graph.input}
+    assert not any(n.op_type in ("Concat", "Split") for n in model.graph.node)
     assert sorted(moments) == sorted(f"adam_{k}.{s.name}" for s in slots for k in "mv") and "opt.step" in hyper
     assert {o.name for o in model.graph.output} == {f"{n}.next" for n in [s.name for s in slots] + moments}
 
@@ -118,6 +120,19 @@ def test_two_accumulated_micro_batches_equal_one_step_on_their_union():
     assert s.optimizer_step == STEPS
     _assert_close({n: s.read_param(n) for n in s.parameter_names()}, ref, 1e-5)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+
+
+def test_a_session_that_runs_on_the_cpu_is_refused_where_cuda_was_asked():
+    import onnxruntime as ort
+
+    s = DataParallelSession(dist_worker.build(2), context=DistContext(0, 1, 0, "gloo"))
+    counts = s.placement()
+    assert set(counts["gradient"]) == set(counts["update"]) == {"CPUExecutionProvider"} and counts["update"]["CPUExecutionProvider"] > 0
+    opts = ort.SessionOptions()
+    opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    sess = ort.InferenceSession(s.onnx_models()[1].SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    with pytest.raises(RuntimeError, match="should run on CUDAExecutionProvider.*CPUExecutionProvider"):
+        check_on_cuda(sess, "update")
 
 
 @pytest.mark.parametrize("named", [False, True])
@@ -211,6 +226,8 @@ def test_split_models_on_cuda_equal_the_one_model_cuda_step():
         losses.append(s.read_loss())
     _assert_close({n: s.read_param(n) for n in s.parameter_names()}, ref, 1e-5)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+    # The update model is elementwise math only: every node on the GPU (no host round trips).
+    assert set(s.placement()["update"]) == {"CUDAExecutionProvider"}
 
 
 @pytest.mark.gpu

@@ -4,14 +4,14 @@ ONNX Runtime session per process, gradients averaged between the steps' two halv
 Design (gradient model + update model, the all-reduce in between):
 
 1. The **gradient model** is the native engine's gradients-only train step (forward + backward,
-   no optimizer) with its gradients and the loss concatenated into ONE flat output
-   ``grads.flat = [grad_1, ..., grad_k, loss]``. ORT writes it into a device buffer bound once.
+   no optimizer); its gradient outputs and the loss are bound at their offsets in ONE flat device
+   buffer ``grads.flat = [grad_1, ..., grad_k, loss]``, so ORT writes them there (no Concat).
 2. That buffer is viewed as a ``torch.Tensor`` through DLPack (no copy; ``torch.from_dlpack`` over
    the ``OrtValue``) and averaged in place over the process group: ONE ``all_reduce`` call for all
    gradients and the loss (or a few, with ``bucket_mb``), NCCL on CUDA, gloo on CPU.
 3. The **update model** (SGD/Adam/AdamW, optional global-norm clipping: the same update graph as
-   the one-model train step) splits ``grads.flat`` and updates parameters and moments, which stay on
-   the device and alternate between two buffer sets as in :class:`~.training.TrainingSession`.
+   the one-model train step) reads its gradients at the same offsets (no Split) and updates
+   parameters and moments, which stay on the device and alternate between two buffer sets as in :class:`~.training.TrainingSession`.
 
 Every rank applies the same update to the same averaged gradients from the same start (rank 0's
 parameters are broadcast at construction), so the parameters stay identical on every rank; rank 0
@@ -21,8 +21,7 @@ the global batch's gradient.
 
 Trade-offs, against a ``com.meganeura`` all-reduce custom op inside the one-model step: two ORT runs
 per step and a host synchronisation around the collective (ORT and torch use different CUDA
-streams), the all-reduce is not overlapped with the backward pass, and the flat buffer costs one
-concatenation and one split of the gradients (two device copies of the parameter bytes). In
+streams) and the all-reduce is not overlapped with the backward pass. In
 exchange it needs no C++/NCCL build, works identically on CPU (gloo, tested in CI) and CUDA, and
 uses torch's well-kept process groups, rendezvous and NCCL communicator. CUDA-graph capture and
 mixed precision are not offered on this path.
@@ -34,6 +33,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
 
 from ..export import to_model
 from ..graph import Graph
@@ -125,38 +124,24 @@ class FlatSlot:
     size: int
 
 
-def _int64(name: str, values: Sequence[int]) -> TensorProto:
-    return numpy_helper.from_array(np.asarray(values, np.int64), name)
-
-
-def flatten_gradients(
-    model: onnx.ModelProto, trainable: Sequence[str], shapes: Mapping[str, Sequence[int]], loss: str = "output_0"
-) -> list[FlatSlot]:
-    """Rewrite a gradients-only train-step model in place: outputs ``loss`` (the loss's output
-    name) and ``grad.<p>`` become one output ``grads.flat`` (gradients in ``trainable`` order, then
-    the loss). Returns the layout."""
-    g = model.graph
+def flat_layout(trainable: Sequence[str], shapes: Mapping[str, Sequence[int]]) -> list[FlatSlot]:
+    """Where each gradient sits in ``grads.flat`` (``trainable`` order; the loss follows the last
+    one). The gradient model's ``grad.<p>`` outputs and the update model's ``grad.<p>`` inputs are
+    bound at these offsets of the one buffer: no Concat or Split node. (ORT's CUDA Concat and Split
+    build a host table with one int64 per element along the axis, a gigabyte for a 135M-parameter
+    flat axis, and copy it to the device on every run.)"""
     slots, offset = [], 0
     for name in trainable:
         size = int(np.prod(shapes[name], dtype=np.int64))
         slots.append(FlatSlot(name, tuple(shapes[name]), offset, size))
         offset += size
-    g.initializer.append(_int64("flat/minus_one", [-1]))
-    pieces = []
-    for src in [f"grad.{s.name}" for s in slots] + [loss]:
-        pieces.append(f"flat/{src}")
-        g.node.append(helper.make_node("Reshape", [src, "flat/minus_one"], [pieces[-1]], name=f"flat/{src}/Reshape"))
-    g.node.append(helper.make_node("Concat", pieces, [FLAT], axis=0, name="flat/Concat"))
-    dropped = {f"grad.{s.name}" for s in slots} | {loss}
-    kept = [o for o in g.output if o.name not in dropped]
-    del g.output[:]
-    g.output.extend([helper.make_tensor_value_info(FLAT, TensorProto.FLOAT, [offset + 1]), *kept])
     return slots
 
 
 def update_model(slots: Sequence[FlatSlot], spec: OptimizerSpec, opset: int | None = None) -> tuple[onnx.ModelProto, list[str], list[str]]:
-    """The optimizer update alone: inputs the parameters, their moments, ``opt.*`` and
-    ``grads.flat``; outputs ``<name>.next``. Returns (model, moment names, hyper names)."""
+    """The optimizer update alone: inputs the parameters, their moments, ``opt.*`` and the
+    gradients ``grad.<p>`` (bound into ``grads.flat``); outputs ``<name>.next``. Returns (model,
+    moment names, hyper names)."""
     g = Graph()
     params = {s.name: g.parameter(s.name, list(s.shape)) for s in slots}
     grads = {s.name: g.state_input(f"grad.{s.name}", list(s.shape)) for s in slots}
@@ -170,24 +155,30 @@ def update_model(slots: Sequence[FlatSlot], spec: OptimizerSpec, opset: int | No
         node.output[:] = [rename.get(o, o) for o in node.output]
     for out in model.graph.output:
         out.name = rename.get(out.name, out.name)
-    # grad.<p> inputs -> Split of grads.flat (the trailing loss element is dropped) + Reshape.
-    mg = model.graph
-    grad_inputs = {f"grad.{s.name}" for s in slots}
-    kept = [i for i in mg.input if i.name not in grad_inputs]
-    del mg.input[:]
-    total = slots[-1].offset + slots[-1].size if slots else 0
-    mg.input.extend([*kept, helper.make_tensor_value_info(FLAT, TensorProto.FLOAT, [total + 1])])
-    mg.initializer.append(_int64("flat/split", [s.size for s in slots] + [1]))
-    pieces = [f"flat/grad.{s.name}" for s in slots]
-    nodes = [helper.make_node("Split", [FLAT, "flat/split"], [*pieces, "flat/loss"], axis=0, name="flat/Split")]
-    for s, piece in zip(slots, pieces, strict=True):
-        mg.initializer.append(_int64(f"flat/shape.{s.name}", s.shape))
-        nodes.append(helper.make_node("Reshape", [piece, f"flat/shape.{s.name}"], [f"grad.{s.name}"], name=f"flat/{s.name}/Reshape"))
-    new_nodes = nodes + list(mg.node)
-    del mg.node[:]
-    mg.node.extend(new_nodes)
     moments = [n for n in up.state]
     return model, moments, list(up.hyper)
+
+
+def nodes_per_provider(sess: ort.InferenceSession) -> dict[str, int]:
+    """How many nodes of ``sess`` each execution provider runs (ORT's assignment record; the
+    session needs ``session.record_ep_graph_assignment_info``)."""
+    counts: dict[str, int] = {}
+    for sub in sess.get_provider_graph_assignment_info():
+        counts[sub.ep_name] = counts.get(sub.ep_name, 0) + len(sub.get_nodes())
+    return counts
+
+
+def check_on_cuda(sess: ort.InferenceSession, what: str) -> None:
+    """Refuse a session that asked for CUDA but got none of it, or whose nodes ORT placed mostly
+    on the CPU: each such node copies its device inputs to the host and back on every run."""
+    providers = sess.get_providers()
+    counts = nodes_per_provider(sess)
+    on_cuda, total = counts.get("CUDAExecutionProvider", 0), sum(counts.values())
+    if "CUDAExecutionProvider" not in providers or (total and on_cuda * 2 < total):
+        raise RuntimeError(
+            f"DataParallelSession: the {what!r} session should run on CUDAExecutionProvider, but ORT gives it providers "
+            f"{providers} and runs its nodes as {counts}"
+        )
 
 
 class DataParallelSession:
@@ -236,18 +227,23 @@ class DataParallelSession:
             raise ValueError(f"DataParallelSession: inputs need static shapes (each rank's shard of the batch), got {symbolic}")
         self._prog, self._opset, self._bucket_mb = prog, opset, bucket_mb
         loss = next(iter(prog.outputs))  # output 0: "output_0" unless the graph names its outputs
-        self._slots = flatten_gradients(prog.model, prog.trainable, prog.params, loss)
+        self._slots, self._loss_name = flat_layout(prog.trainable, prog.params), loss
         self._providers, self._device = providers_for(device)
         if self._device == "cuda":  # GPU LOCAL_RANK of this host
             self._providers = [
                 (p[0], {**p[1], "device_id": str(self.context.local_rank)}) if isinstance(p, tuple) else p for p in self._providers
             ]
         self._opts = ort.SessionOptions()
+        # Which provider runs which node: checked below (a session on the wrong device fails here).
+        self._opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        # The two sessions run in turn: an idle pool's spinning threads would steal the cores of
+        # the other session's run (measured on CPU: a split step cost grad + update + 70%).
+        self._opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if self._device == "cpu" and self.context.world_size > 1:  # share the host's cores between its ranks
             per_host = int(os.environ.get("LOCAL_WORLD_SIZE", self.context.world_size))
             self._opts.intra_op_num_threads = max(1, (os.cpu_count() or 1) // per_host)
         self.custom_op_library_path = custom_ops.register(self._opts, self._device) if use_custom_ops else None
-        self._grad_sess = ort.InferenceSession(prog.model.SerializeToString(), self._opts, providers=self._providers)
+        self._grad_sess = self._session(prog.model)
         values = self._broadcast({n: values[n] for n in prog.params})
         trainable = set(prog.trainable)
         self._params = [{n: self._value(values[n]) for n in prog.trainable} for _ in range(2)]
@@ -269,7 +265,18 @@ class DataParallelSession:
         self._wanted = self._spec_for(optimizer)
         self._parity, self._opt_steps = 0, 0
         self._accum, self._micro, self._acc = 1, 0, None  # gradient accumulation (set_grad_accumulation)
+        self.phase_ms: dict[str, float] | None = None  # {} turns on per-phase timing (see step)
         self._build_update(self._wanted)
+
+    def _session(self, model: onnx.ModelProto) -> ort.InferenceSession:
+        sess = ort.InferenceSession(model.SerializeToString(), self._opts, providers=self._providers)
+        if self._device == "cuda":
+            check_on_cuda(sess, model.graph.name)
+        return sess
+
+    def placement(self) -> dict[str, dict[str, int]]:
+        """Nodes per execution provider of each session: ``{"gradient": {...}, "update": {...}}``."""
+        return {"gradient": nodes_per_provider(self._grad_sess), "update": nodes_per_provider(self._update_sess)}
 
     # -- buffers ----------------------------------------------------------------------------------
     def _value(self, arr: np.ndarray) -> ort.OrtValue:
@@ -297,15 +304,25 @@ class DataParallelSession:
         b = self._grad_sess.io_binding()
         for n, v in {**self._inputs, **self._frozen, **self._params[k]}.items():
             b.bind_ortvalue_input(n, v)
-        b.bind_ortvalue_output(FLAT, self._flat)
+        self._bind_flat(b.bind_output, loss=True)
         for n, v in self._outputs.items():
             b.bind_ortvalue_output(n, v)
         return b
 
+    def _bind_flat(self, bind: Any, loss: bool) -> None:
+        """Bind every ``grad.<p>`` (and the loss) at its offset in ``grads.flat``."""
+        device_id = self.context.local_rank if self._device == "cuda" else 0
+        base = self._flat.data_ptr()
+        for s in self._slots:
+            bind(f"grad.{s.name}", self._device, device_id, np.float32, list(s.shape), base + 4 * s.offset)
+        if loss:
+            total = self._slots[-1].offset + self._slots[-1].size if self._slots else 0
+            bind(self._loss_name, self._device, device_id, np.float32, [1], base + 4 * total)
+
     def _build_update(self, spec: OptimizerSpec) -> None:
         """(Re)build the update model for ``spec``; parameters and moments carry over."""
         model, moments, hyper = update_model(self._slots, spec, self._opset)
-        sess = ort.InferenceSession(model.SerializeToString(), self._opts, providers=self._providers)
+        sess = self._session(model)
         shapes = {s.name: s.shape for s in self._slots}
         for m in moments:
             for k in (0, 1):
@@ -323,7 +340,7 @@ class DataParallelSession:
                 b.bind_ortvalue_output(f"{m}.next", self._moments[1 - k][m])
             for h in hyper:
                 b.bind_ortvalue_input(h, self._hyper[h])
-            b.bind_ortvalue_input(FLAT, self._flat)
+            self._bind_flat(b.bind_input, loss=False)
             bindings.append(b)
         self._update_sess, self._update_bindings, self._moment_names, self._hyper_names = sess, bindings, moments, hyper
         self._update_model = model
@@ -415,17 +432,25 @@ class DataParallelSession:
         if self._accum > 1 and not self._accumulate():
             return
         self._opt_steps += 1
+        t0 = time.perf_counter()
         values = {**self._hyper_values, "step": float(self._opt_steps)}
         for h in self._hyper_names:
             if self._written.get(h) != values[h[4:]]:
                 self._hyper[h].update_inplace(np.array([values[h[4:]]], np.float32))
                 self._written[h] = values[h[4:]]
         k = self._parity
+        t1 = time.perf_counter()
         if self._accum == 1:
-            self._grad_sess.run_with_iobinding(self._grad_bindings[k])
+            self._grad_sess.run_with_iobinding(self._grad_bindings[k])  # returns after ORT's stream finished
+        t2 = time.perf_counter()
         self._average_gradients(self._grad_bindings[k])
+        t3 = time.perf_counter()
         self._update_sess.run_with_iobinding(self._update_bindings[k])
+        t4 = time.perf_counter()
         self._parity ^= 1
+        if self.phase_ms is not None:  # summed over the steps since phase_ms was set to {}
+            for name, ms in (("hyper_upload", t1 - t0), ("gradient_run", t2 - t1), ("all_reduce", t3 - t2), ("update_run", t4 - t3)):
+                self.phase_ms[name] = self.phase_ms.get(name, 0.0) + ms * 1e3
 
     def _accumulate(self) -> bool:
         """One micro-batch: its gradients (and loss) into the running sum. True on the window's
