@@ -11,8 +11,10 @@
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -30,6 +32,14 @@ def _fan_in_axis(op: str, pos: int) -> int | None:
     return d.fan_in.get(d.inputs[pos]) if pos < len(d.inputs) else None
 
 
+def _uniform(seed: int, name: str, shape: tuple[int, ...], bound: np.float32) -> np.ndarray:
+    """Uniform in [-bound, bound], float32 drawn in place, from the parameter's own generator."""
+    value = np.random.default_rng([seed, zlib.crc32(name.encode())]).random(shape, dtype=np.float32)
+    value *= 2 * bound
+    value -= bound
+    return value
+
+
 def default_parameters(graph: GraphCore, seed: int = 0, skip: Collection[str] = ()) -> dict[str, np.ndarray]:
     """Initial values for every parameter of ``graph`` by name (float32), except those in ``skip``
     (parameters the caller already has values for: drawing 135M random numbers costs a second)."""
@@ -38,6 +48,7 @@ def default_parameters(graph: GraphCore, seed: int = 0, skip: Collection[str] = 
         for pos, i in enumerate(n.inputs):
             uses.setdefault(i, []).append((n.op, pos))
     out: dict[str, np.ndarray] = {}
+    draws: list[tuple[str, tuple[int, ...], np.float32]] = []
     for n in graph.nodes():
         if n.op != "parameter":
             continue
@@ -51,11 +62,9 @@ def default_parameters(graph: GraphCore, seed: int = 0, skip: Collection[str] = 
             out[name] = np.zeros(shape, np.float32)
         else:
             fan_in = next((shape[axis] for op, pos in used if (axis := _fan_in_axis(op, pos)) is not None), shape[-1])
-            rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-            bound = np.float32(1.0 / np.sqrt(fan_in))
-            # float32 draws in place: a 135M-parameter model initialises in a fraction of a second.
-            value = rng.random(shape, dtype=np.float32)
-            value *= 2 * bound
-            value -= bound
-            out[name] = value
+            draws.append((name, shape, np.float32(1.0 / np.sqrt(fan_in))))
+    # numpy fills the arrays without the GIL and every parameter has its own seeded generator, so
+    # the draws run on all cores with the same values as one thread would give.
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        out.update(zip((d[0] for d in draws), pool.map(lambda d: _uniform(seed, *d), draws), strict=True))
     return out
