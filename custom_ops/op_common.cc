@@ -471,6 +471,18 @@ OpDef::OpDef(const char* name_, const char* ep_, std::vector<ONNXTensorElementDa
   ReleaseAliasMap = ReleaseIndexPair;
 }
 
+OrtStatus* AdamUpdateArity(OrtKernelContext* ctx, size_t* n_params) {
+  size_t n_in = 0, n_out = 0;
+  MN_RETURN_IF(g_api->KernelContext_GetInputCount(ctx, &n_in));
+  MN_RETURN_IF(g_api->KernelContext_GetOutputCount(ctx, &n_out));
+  if (n_in <= kAdamHyper || (n_in - kAdamHyper) % 4 != 0)
+    return MN_INVALID("AdamUpdate: takes 6 hyper-parameters then (p, g, m, v) per parameter, got %zu inputs", n_in);
+  const size_t n = (n_in - kAdamHyper) / 4;
+  if (n_out != 3 * n) return MN_INVALID("AdamUpdate: %zu parameters need %zu outputs (p', m', v' each), got %zu", n, 3 * n, n_out);
+  *n_params = n;
+  return nullptr;
+}
+
 }  // namespace mn
 
 extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps(

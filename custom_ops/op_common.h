@@ -144,6 +144,10 @@ void AddCudaOps(std::vector<OpDef*>* ops);
 // (variadic inputs/outputs, output shapes) for any EP's kernel (the CUDA one: cuda_optim_ops.cc).
 void AddCpuOptimOps(std::vector<OpDef*>* ops);
 OpDef* NewAdamUpdateOpDef(const char* ep, KernelFactory factory);
+// AdamUpdate's inputs: kAdamHyper [1] hyper-parameters, then (p, g, m, v) per parameter; outputs
+// (p', m', v') per parameter. Checks the counts (CPU and CUDA) and gives the number of parameters.
+constexpr size_t kAdamHyper = 6;
+OrtStatus* AdamUpdateArity(OrtKernelContext* ctx, size_t* n_params);
 void AddCudaOptimOps(std::vector<OpDef*>* ops);
 
 }  // namespace mn

@@ -18,7 +18,7 @@ namespace mn {
 namespace {
 
 constexpr const char* kOp = "AdamUpdate";
-constexpr size_t kHyper = 6;
+constexpr size_t kHyper = kAdamHyper;
 const char* const kHyperNames[kHyper] = {"lr", "beta1", "beta2", "eps", "step", "weight_decay"};
 const char* const kTensorNames[4] = {"p", "g", "m", "v"};
 constexpr int64_t kChunk = 1 << 14;  // elements per task: big enough to amortise the task, small enough to balance
@@ -74,13 +74,8 @@ class AdamUpdateCpu : public Kernel {
     return nullptr;
   }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
-    size_t n_in = 0, n_out = 0;
-    MN_RETURN_IF(g_api->KernelContext_GetInputCount(ctx, &n_in));
-    MN_RETURN_IF(g_api->KernelContext_GetOutputCount(ctx, &n_out));
-    if (n_in <= kHyper || (n_in - kHyper) % 4 != 0)
-      return MN_INVALID("%s: takes 6 hyper-parameters then (p, g, m, v) per parameter, got %zu inputs", kOp, n_in);
-    const size_t n = (n_in - kHyper) / 4;
-    if (n_out != 3 * n) return MN_INVALID("%s: %zu parameters need %zu outputs (p', m', v' each), got %zu", kOp, n, 3 * n, n_out);
+    size_t n = 0;
+    MN_RETURN_IF(AdamUpdateArity(ctx, &n));
     Scalars s;
     MN_RETURN_IF(ReadScalars(ctx, &s));
     std::vector<Param> params(n);
