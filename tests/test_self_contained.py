@@ -60,7 +60,7 @@ def test_no_tracked_file_refers_outside_the_repository():
     "line",
     [
         "semantics: see DESIGN" + ".md section 3",
-        "the reference format of ../shared/OPS" + ".md",
+        "the reference format of ../" + "shared/OPS" + ".md",
         "Meganeura's seed" + "-003 API",
         "fixed in issue " + "12",
         "see #" + "6 for the plan",
