@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import itertools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Integral as _Integral
 from typing import Any
@@ -275,6 +275,31 @@ class Node:
         return self.attrs[name]
 
 
+def postorder(roots: Iterable[int], children: Callable[[int], Sequence[int] | None]) -> list[int] | None:
+    """Every node reachable from ``roots``, each after all of its children (an iterative depth-first
+    walk, so deep graphs do not hit the recursion limit); None when the nodes form a cycle or
+    ``children`` returns None for one of them (a node that cannot be computed)."""
+    order: list[int] = []
+    state: dict[int, int] = {}  # 1: being expanded (on the current path), 2: done
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                state[node] = 2
+                order.append(node)
+                continue
+            if state.get(node) == 2:
+                continue
+            kids = children(node)
+            if state.get(node) == 1 or kids is None:
+                return None
+            state[node] = 1
+            stack.append((node, True))
+            stack.extend((k, False) for k in reversed(kids) if state.get(k) != 2)
+    return order
+
+
 class GraphCore:
     """Append-only list of nodes plus the output list. Builders live in :class:`meganeura_onnx.Graph`."""
 
@@ -366,23 +391,8 @@ class GraphCore:
         every node is kept.
         """
         roots = self._outputs or [n.id for n in self._nodes]
-        order: list[NodeId] = []
-        state: dict[NodeId, int] = {}
-        for root in roots:
-            stack = [(root, False)]
-            while stack:
-                nid, done = stack.pop()
-                if done:
-                    state[nid] = 2
-                    order.append(nid)
-                    continue
-                if state.get(nid):
-                    continue
-                state[nid] = 1
-                stack.append((nid, True))
-                for i in reversed(self._nodes[nid].inputs):
-                    if not state.get(i):
-                        stack.append((i, False))
+        order = postorder(roots, lambda nid: self._nodes[nid].inputs)
+        assert order is not None, "an append-only graph has no cycle"
         out = type(self)()
         remap: dict[NodeId, NodeId] = {}
         for nid in order:

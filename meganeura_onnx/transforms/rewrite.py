@@ -33,7 +33,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from ..graph import Graph
-from ..ir import DType, Node, TensorType
+from ..ir import DType, Node, TensorType, postorder
 from ..ops import OPS
 from .egraph import ENode, Limits, Saturated, saturate, table_rules
 
@@ -209,24 +209,7 @@ def _extract(sat: Saturated, costs: list[int | None], free: set[int]) -> dict[in
 
 def _plan(sat: Saturated, choice: dict[int, int], roots: list[int]) -> list[int] | None:
     """The e-classes the plan computes, inputs first; None if the choices form a cycle."""
-    order: list[int] = []
-    state: dict[int, int] = {}
-    for root in roots:
-        stack = [(root, False)]
-        while stack:
-            c, done = stack.pop()
-            if done:
-                state[c] = 2
-                order.append(c)
-                continue
-            if state.get(c) == 2:
-                continue
-            if state.get(c) == 1 or c not in choice:
-                return None
-            state[c] = 1
-            stack.append((c, True))
-            stack.extend((k, False) for k in reversed(sat.enodes[choice[c]].children) if state.get(k) != 2)
-    return order
+    return postorder(roots, lambda c: sat.enodes[choice[c]].children if c in choice else None)
 
 
 def _choose(sat: Saturated, costs: list[int | None], roots: list[int]) -> tuple[dict[int, int], list[int]]:
