@@ -48,7 +48,7 @@ from ..graph import Graph
 from ..init import default_parameters
 from ..ir import DType, TensorType
 from ..transforms.optimizer import OptimizerSpec, append_update
-from ..transforms.rewrite import optimize
+from ..transforms.rewrite import optimize as optimize_graph
 from . import custom_ops
 from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
 from .session import NUMPY, host_array, providers_for
@@ -205,7 +205,7 @@ class DataParallelSession:
         seed: int = 0,
         opset: int | None = None,
         use_custom_ops: bool = True,
-        rewrite: bool = True,
+        optimize: bool = True,
         context: DistContext | None = None,
         bucket_mb: float | None = None,
         fused_optimizer: bool | None = None,
@@ -220,7 +220,7 @@ class DataParallelSession:
         self._torch = _torch() if self.context.world_size > 1 else None  # one process: no torch needed
         values = default_parameters(graph, seed, skip=set(parameters or {}))
         values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
-        forward = optimize(graph)[0] if rewrite else graph
+        forward = optimize_graph(graph)[0] if optimize else graph
         prog = compile_program(forward, None, opset)
         symbolic = {n: shape for n, (shape, _) in prog.inputs.items() if not all(isinstance(d, int) for d in shape)}
         if symbolic:
