@@ -268,3 +268,34 @@ def test_train_cli_accepts_bf16_and_fp16_and_refuses_tf32_on_cpu(tmp_path):
         assert "epoch 3: train loss" in r.output
     r = CliRunner().invoke(main, ["train", str(model), "--precision", "tf32"])
     assert r.exit_code == 2 and "tf32 is a CUDA tensor-core mode; it needs --device cuda, got --device cpu" in r.output
+
+
+def test_kv_caches_are_stored_in_half_and_written_in_place_only_where_the_cache_kernels_take_half(monkeypatch):
+    from meganeura_onnx.cli.model_file import load_module
+
+    from meganeura_onnx.export.precision import half_storage_inputs
+    from meganeura_onnx.ops import OPS
+
+    llama = load_module(ROOT / "models" / "llama.py")
+    model, spec = to_model(llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 16), params_as_inputs=True, with_state=True)
+    caches = sorted(spec.state)
+    at = OPS["cache_write"].custom.input_names().index("cache")
+    # Today's cache kernels take float32 only: caches stay float32, their ops too, nothing cast in front.
+    assert not half_storage_inputs(model, "fp16", "cuda", caches)
+    lowered, _ = lower_precision(model, "fp16", device="cuda")
+    writes = [n for n in lowered.graph.node if n.op_type == "CacheWrite"]
+    assert writes and all(n.input[at] in caches for n in writes)
+    # Kernels that take float16 (as the op table would declare them): caches stored in half, read and
+    # written by the half kernels directly, their next values half, the logits float32.
+    for name in ("cache_write", "cached_attention"):
+        monkeypatch.setattr(OPS[name], "half_types", frozenset({"float16"}))
+    stored = half_storage_inputs(model, "fp16", "cuda", caches)
+    assert stored == set(caches)
+    assert not half_storage_inputs(model, "fp16", "cuda", caches, custom_kernels=False)  # function bodies: float32
+    lowered, report = lower_precision(model, "fp16", device="cuda", half_inputs=stored, half_outputs=[spec.state[c] for c in stored])
+    types = _types(lowered)
+    writes = [n for n in lowered.graph.node if n.op_type == "CacheWrite"]
+    assert all(n.input[at] in caches for n in writes)  # in place: the stored buffer itself, no cast
+    assert all(types[spec.state[c]] == TensorProto.FLOAT16 for c in caches)
+    assert types[lowered.graph.output[0].name] == TensorProto.FLOAT
+    assert set(report.by_precision()["float16"]) >= {"com.meganeura.CacheWrite", "com.meganeura.CachedAttention", "Gemm"}

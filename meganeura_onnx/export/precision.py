@@ -34,7 +34,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..ops import OPS
-from ..ops.table import CUSTOM_DOMAIN
+from ..ops.table import CUSTOM_DOMAIN, CustomOp
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 """``precision=`` values of the session builders: fp32 (strict), tf32 (fp32 storage, TF32 tensor-core
@@ -94,12 +94,13 @@ class PrecisionReport:
         return "\n".join(lines)
 
 
+def _custom_op(op_type: str) -> CustomOp | None:
+    return next((d.custom for d in OPS.values() if d.custom is not None and d.custom.name == op_type), None)
+
+
 def custom_half_types(op_type: str) -> frozenset[str]:
     """``half_types`` of the op-table entry that lowers to ``com.meganeura.<op_type>``."""
-    for d in OPS.values():
-        if d.custom is not None and d.custom.name == op_type:
-            return d.half_types
-    return frozenset()
+    return next((d.half_types for d in OPS.values() if d.custom is not None and d.custom.name == op_type), frozenset())
 
 
 def _float_tensors(model: onnx.ModelProto) -> dict[str, bool]:
@@ -115,7 +116,7 @@ def _float_tensors(model: onnx.ModelProto) -> dict[str, bool]:
         types[init.name] = init.data_type == TensorProto.FLOAT
     for node in g.node:
         if node.domain == CUSTOM_DOMAIN:
-            custom = next((d.custom for d in OPS.values() if d.custom is not None and d.custom.name == node.op_type), None)
+            custom = _custom_op(node.op_type)
             if custom is not None:
                 outs = list(custom.outputs) + list(custom.variadic_outputs) * max(1, len(node.output))
                 for name, arg in zip(node.output, outs, strict=False):
@@ -130,8 +131,9 @@ def _float_tensors(model: onnx.ModelProto) -> dict[str, bool]:
 class _Lowering:
     """The pass's state: each tensor's versions by element type, the new node list, the report."""
 
-    def __init__(self, model: onnx.ModelProto, dtype: str, device: str, half_outputs: Collection[str]) -> None:
+    def __init__(self, model: onnx.ModelProto, dtype: str, device: str, half_outputs: Collection[str], custom_kernels: bool) -> None:
         self.half = dtype
+        self.custom_kernels = custom_kernels
         self.half_onnx = ONNX_TYPE[dtype]
         self.device = device
         self.is_float = _float_tensors(model)
@@ -201,7 +203,13 @@ class _Lowering:
                 if ins and all(self.origin(node.input[k]) == self.half for k in ins):
                     return "follow"
             return "float32"
-        if node.domain == CUSTOM_DOMAIN and self.device == "cuda" and self.half in custom_half_types(node.op_type):
+        if node.domain == CUSTOM_DOMAIN and _custom_runs_half(node.op_type, self.half, self.device, self.custom_kernels):
+            # An op writing a state buffer in place (CacheWrite) runs in half only on a buffer stored
+            # in half: a cast in front would make the in-place write a copy of the whole cache.
+            custom = _custom_op(node.op_type)
+            written = custom.input_names().index(custom.inplace_input) if custom.inplace_input else None
+            if written is not None and written < len(node.input) and self.origin(node.input[written]) != self.half:
+                return "float32"
             return "half"
         return "float32"
 
@@ -238,6 +246,7 @@ def lower_precision(
     device: str = "cpu",
     half_inputs: Collection[str] = (),
     half_outputs: Collection[str] = (),
+    custom_kernels: bool = True,
 ) -> tuple[onnx.ModelProto, PrecisionReport]:
     """``model`` with the ops of :data:`HALF_COMPUTE` (and custom ops whose kernels take it) in
     ``precision`` (``"bf16"``/``"fp16"``), the rest in float32, as described in the module docstring.
@@ -245,7 +254,8 @@ def lower_precision(
     ``device`` ("cpu"/"cuda") says which half kernels exist. ``half_inputs``: float32 graph inputs
     re-declared in the half type (the caller stores them so). ``half_outputs``: graph outputs left in
     the half type (the next value of a half state input); every other output stays float32.
-    Returns the new model and a :class:`PrecisionReport`.
+    ``custom_kernels``: whether our kernel library runs the custom ops (without it their function
+    bodies run, in float32). Returns the new model and a :class:`PrecisionReport`.
     """
     if precision not in HALF_TYPE:
         raise ValueError(f"lower_precision: precision must be one of {sorted(HALF_TYPE)}, got {precision!r}")
@@ -259,7 +269,7 @@ def lower_precision(
     unknown = sorted(set(half_outputs) - {o.name for o in model.graph.output})
     if unknown:
         raise ValueError(f"lower_precision: half_outputs {unknown} are not outputs of the model")
-    state = _Lowering(model, dtype, device, half_outputs)
+    state = _Lowering(model, dtype, device, half_outputs, custom_kernels)
     for name in half_inputs:
         if graph_inputs[name].type.tensor_type.elem_type != TensorProto.FLOAT:
             raise ValueError(f"lower_precision: half input {name!r} must be float32 in the model")
@@ -282,7 +292,13 @@ def lower_precision(
     return new, report
 
 
-def half_storage_inputs(model: onnx.ModelProto, precision: str, device: str, candidates: Collection[str]) -> set[str]:
+def _custom_runs_half(op_type: str, dtype: str, device: str, custom_kernels: bool) -> bool:
+    return custom_kernels and device == "cuda" and dtype in custom_half_types(op_type)
+
+
+def half_storage_inputs(
+    model: onnx.ModelProto, precision: str, device: str, candidates: Collection[str], custom_kernels: bool = True
+) -> set[str]:
     """The ``candidates`` (float32 graph inputs: weights, KV caches) worth storing in half: those
     every consumer of which would read them in half anyway (a half-compute op, a layout op, or a
     custom op whose kernels take the type on ``device``). A tensor read by anything in float32 (a
@@ -297,6 +313,6 @@ def half_storage_inputs(model: onnx.ModelProto, precision: str, device: str, can
     def reads_half(node: onnx.NodeProto) -> bool:
         if node.domain in ("", "ai.onnx"):
             return node.op_type in HALF_COMPUTE or node.op_type in LAYOUT
-        return node.domain == CUSTOM_DOMAIN and device == "cuda" and dtype in custom_half_types(node.op_type)
+        return node.domain == CUSTOM_DOMAIN and _custom_runs_half(node.op_type, dtype, device, custom_kernels)
 
     return {name for name in candidates if consumers.get(name) and all(reads_half(n) for n in consumers[name])}

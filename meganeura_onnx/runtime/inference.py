@@ -12,6 +12,7 @@ from ..graph import Graph
 from ..init import default_parameters
 from ..ops import OPS
 from ..transforms.rewrite import optimize as optimize_graph
+from .custom_ops import custom_op_library
 from .half import check_precision
 from .session import Session, checked_parameters
 
@@ -82,9 +83,11 @@ def build_inference_session(
     precisions: list = []
     if precision in HALF_TYPE:
         target = "cuda" if device == "cuda" and providers is None else "cpu"
-        stored = half_storage_inputs(model, precision, target, [*spec.parameters, *spec.state])
+        kernels = use_custom_ops and custom_op_library(target) is not None
+        stored = half_storage_inputs(model, precision, target, [*spec.parameters, *spec.state], kernels)
+        half_outputs = [spec.state[n] for n in stored if n in spec.state]
         model, lowered = lower_precision(
-            model, precision, device=target, half_inputs=stored, half_outputs=[spec.state[n] for n in stored if n in spec.state]
+            model, precision, device=target, half_inputs=stored, half_outputs=half_outputs, custom_kernels=kernels
         )
         half_storage, precisions = dict.fromkeys(stored, HALF_TYPE[precision]), lowered.nodes
     given = checked_parameters(parameters, graph.parameters(), "build_inference_session")

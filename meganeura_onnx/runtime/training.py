@@ -39,6 +39,7 @@ from ..transforms.egraph import table_rules
 from ..transforms.optimizer import OptimizerSpec, append_update
 from ..transforms.rewrite import Limits, OptimizeReport, optimize
 from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
+from .custom_ops import custom_op_library
 from .half import check_precision
 from .safetensors_file import write_atomic
 from .session import Session, checked_parameters, parameter_array
@@ -244,7 +245,8 @@ class TrainingSession(Session):
                 prog = compile_program(self._forward, spec, self._opset, self._optimize, scaling)
             if self._precision in HALF_TYPE:  # fp32 master weights and optimizer state: only compute changes
                 device = "cuda" if self._build["providers"] is None and self._build["device"] == "cuda" else "cpu"
-                model, self._precision_reports[spec] = lower_precision(prog.model, self._precision, device=device)
+                kernels = self._build["use_custom_ops"] and custom_op_library(device) is not None
+                model, self._precision_reports[spec] = lower_precision(prog.model, self._precision, device=device, custom_kernels=kernels)
                 prog = replace(prog, model=model)
             self._programs[spec] = prog
         return self._programs[spec]
