@@ -332,6 +332,8 @@ def train(
             params = {name: session.read_param(name) for name in session.parameter_names()}
             res = _evaluate(graph, params, test_set, batch, module, device)
             shown = ", ".join(f"{k} {v:.2%}" if k == "accuracy" else f"{k} {v:.4f}" for k, v in res.items())
+            if precision == "fp16":  # overflowed steps are dropped, never applied: say how many
+                shown += f"; fp16: {session.skipped_steps} steps skipped on overflow, loss scale {session.loss_scale:g}"
             click.echo(f"epoch {epoch}: train loss {np.mean(losses):.4f}, {shown}")
             if ckpt_path:
                 session.save_checkpoint(ckpt_path, metadata={"epoch": str(epoch)})

@@ -266,6 +266,7 @@ def test_train_cli_accepts_bf16_and_fp16_and_refuses_tf32_on_cpu(tmp_path):
         r = CliRunner().invoke(main, ["train", str(model), "--epochs", "3", "--precision", precision, "--lr", "0.05"])
         assert r.exit_code == 0, r.output
         assert "epoch 3: train loss" in r.output
+        assert ("steps skipped on overflow" in r.output) == (precision == "fp16")
     r = CliRunner().invoke(main, ["train", str(model), "--precision", "tf32"])
     assert r.exit_code == 2 and "tf32 is a CUDA tensor-core mode; it needs --device cuda, got --device cpu" in r.output
 
