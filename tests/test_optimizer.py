@@ -84,6 +84,10 @@ def _random_graph(rng: np.random.Generator, rows: int = 3, cols: int = 4) -> tup
         lambda: g.mul(pick(), pick()),
         lambda: g.sigmoid(pick()),
         lambda: g.matmul(pick(), leaf("w", [cols, cols])),
+        lambda: g.add(pick(), g.matmul(pick(), leaf("w", [cols, cols]))),
+        lambda: g.add(g.matmul(pick(), leaf("w", [cols, cols])), pick()),
+        lambda: g.add(pick(), g.matmul_bt(pick(), leaf("w", [cols, cols]))),
+        lambda: g.add(g.matmul_bt(pick(), leaf("w", [cols, cols])), pick()),
     ]
     for _ in range(int(rng.integers(3, 9))):
         node = patterns[int(rng.integers(len(patterns)))]()
