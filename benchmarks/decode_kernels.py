@@ -21,22 +21,16 @@ import dataclasses
 import json
 import os
 import platform
-import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-for p in (ROOT, ROOT / "models"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
-
 
 def _model_nodes(cfg, layers: int, optimize: bool, device: str) -> tuple[Counter, Counter]:
     """(op type -> count) of the exported decode step and of the graph ORT runs."""
-    import llama
     import onnx
     import onnxruntime as ort
+    from meganeura_onnx.models import llama
 
     from meganeura_onnx import custom_op_library
     from meganeura_onnx.export import to_model
@@ -71,8 +65,8 @@ def decode_layer_nodes(cfg, *, optimize: bool, device: str = "cpu") -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    import llama
     import onnxruntime as ort
+    from meganeura_onnx.models import llama
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="smollm2-135m")

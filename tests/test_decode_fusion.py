@@ -3,22 +3,21 @@ optimizer and ORT's own fusions, and that the optimized decode step computes wha
 
 from __future__ import annotations
 
-import sys
+import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
+from meganeura_onnx.models import llama
+
+from meganeura_onnx import build_inference_session, custom_op_library
+from meganeura_onnx.init import default_parameters
 
 ROOT = Path(__file__).resolve().parent.parent
-for p in (ROOT / "benchmarks", ROOT / "models"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
-
-import llama  # noqa: E402
-from decode_kernels import decode_layer_nodes  # noqa: E402
-
-from meganeura_onnx import build_inference_session, custom_op_library  # noqa: E402
-from meganeura_onnx.init import default_parameters  # noqa: E402
+_spec = importlib.util.spec_from_file_location("decode_kernels_benchmark", ROOT / "benchmarks" / "decode_kernels.py")
+decode_kernels = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(decode_kernels)
+decode_layer_nodes = decode_kernels.decode_layer_nodes
 
 LAYER_NODES = 14
 """Kernels per SmolLM2 decode layer after both optimizers: RMSNorm x2, Gemm x7 (o_proj and down_proj
