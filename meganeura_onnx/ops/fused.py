@@ -74,7 +74,10 @@ def _(
         f"rotates row r by position kv_pos + r only (offset_static 0, inverse False, no period), got offset_static={offset_static}, "
         f"inverse={inverse}, period={period}",
     )
-    out = cache_write.shape_rule(new_kv, cache, kv_pos)
+    try:  # cache_write's checks, under this op's name
+        out = cache_write.shape_rule(new_kv, cache, kv_pos)
+    except ValueError as e:
+        raise ValueError(f"{name}: {str(e).removeprefix('cache_write: ')}") from None
     require(
         isinstance(new_kv.shape[1], int) and new_kv.shape[1] % head_dim == 0,
         name,
