@@ -250,7 +250,9 @@ class CustomOp:
 @dataclass(frozen=True)
 class Position:
     """A U32 position input and its valid range: ``0 <= value <= max_value`` and, with ``rows`` and
-    ``within``, ``value + rows(rows) <= rows(within)`` (rows = dimension 0 of those inputs)."""
+    ``within``, ``value + rows(rows) <= rows(within)`` (rows = the second-to-last dimension of those
+    inputs: dimension 0 of ``[rows, width]``, 1 of a batch ``[batch, rows, width]``). A position input
+    of a batch holds one value per sequence; each must lie in the range."""
 
     input: str
     rows: str | None = None
@@ -263,7 +265,7 @@ class Position:
         run; a symbolic ``within`` gives no static limit."""
         limits = [self.max_value] if self.max_value is not None else []
         if self.rows is not None and self.within is not None:
-            within, rows = shapes[self.within][0], shapes[self.rows][0]
+            within, rows = shapes[self.within][-2], shapes[self.rows][-2]
             if isinstance(within, int):
                 limits.append(within - (rows if isinstance(rows, int) else 1))
         return min(limits) if limits else None
@@ -308,6 +310,9 @@ class OpDef:
     """The input this op writes in place: an ``input`` leaf there is session state (a KV cache)."""
     positions: tuple[Position, ...] = ()
     """U32 position inputs and their limits (sessions check fed values against them)."""
+    half_types: frozenset[str] = frozenset()
+    """``"float16"``/``"bfloat16"``: element types the custom op's CPU and CUDA kernels accept besides
+    float (computed in float32); ``tests/test_custom_op_schema.py`` holds the registrations to it."""
     init_roles: Mapping[str, str] = field(default_factory=dict)
     """input name -> default init of a 1-D parameter fed there: ``"ones"`` (normalisation scales)."""
     fan_in: Mapping[str, int] = field(default_factory=dict)
