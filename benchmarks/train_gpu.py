@@ -9,7 +9,8 @@
 2. Speed, one AdamW step (forward + backward + update) of a SmolLM2-135M-shaped decoder (30 layers,
    hidden 576, 9 heads, 3 KV heads, intermediate 1536, vocab 49152, untied LM head) at batch 8 x
    seq 256, index labels (next-token ids) on every side, the same initial weights everywhere:
-   - ours fp32 (strict: ``use_tf32=0``) and ours tf32 (``use_tf32=1``);
+   - ours fp32 (strict: ``use_tf32=0``), tf32 (``use_tf32=1``), bf16 and fp16 (``precision=``: MatMul/Gemm
+     in half with fp32 accumulation, fp32 master weights; fp16 with dynamic loss scaling);
    - Hugging Face ``LlamaForCausalLM`` (its default SDPA attention, no compilation) fp32 strict,
      and bf16 autocast (fp32 master weights, as mixed-precision training runs);
    - the same model under ``torch.compile``, bf16 autocast.
@@ -109,7 +110,7 @@ def _data(cfg: dict):
     return ids[:, :-1].reshape(-1).astype(np.uint32), ids[:, 1:].reshape(-1).astype(np.uint32)
 
 
-def ours(cfg: dict, params: dict, steps: int, repeats: int, tf32: bool) -> dict:
+def ours(cfg: dict, params: dict, steps: int, repeats: int, precision: str) -> dict:
     import tiny_llama
     import torch
 
@@ -117,9 +118,9 @@ def ours(cfg: dict, params: dict, steps: int, repeats: int, tf32: bool) -> dict:
 
     inp, tgt = _data(cfg)
     free0 = torch.cuda.mem_get_info()[0]
-    providers = [("CUDAExecutionProvider", {"use_tf32": "1" if tf32 else "0"}), "CPUExecutionProvider"]
     t0 = time.perf_counter()
-    s = build_session(tiny_llama.build(**cfg, seq=SEQ, batch=BATCH), "cuda", optimizer="adamw", parameters=params, providers=providers)
+    graph = tiny_llama.build(**cfg, seq=SEQ, batch=BATCH)
+    s = build_session(graph, "cuda", optimizer="adamw", parameters=params, precision=precision)
     build_s = time.perf_counter() - t0
     s.set_adamw(LR, weight_decay=WD)
     s.set_input_u32("input_ids", inp)
@@ -133,6 +134,8 @@ def ours(cfg: dict, params: dict, steps: int, repeats: int, tf32: bool) -> dict:
         peak_memory_gb=(free0 - torch.cuda.mem_get_info()[0]) / 1e9,
         memory_note="device memory ORT holds after the steps (cudaMemGetInfo delta; its arena keeps the peak)",
         onnx_nodes=len(s.onnx_model().graph.node),
+        skipped_steps=s.skipped_steps,
+        precision_plan=str(s.plan()).split("precision", 1)[-1],
         buffers=str(s.memory_summary()),
     )
     del s
@@ -256,8 +259,10 @@ def speed(layers: int, steps: int, repeats: int, out: Path) -> dict:
     params = default_parameters(tiny_llama.build(**cfg, seq=SEQ, batch=BATCH), 0)
     res: dict = {"config": {**cfg, "batch": BATCH, "seq": SEQ, "parameters": int(sum(v.size for v in params.values()))}}
     runs = {
-        "ours_fp32": lambda: ours(cfg, params, steps, repeats, tf32=False),  # first: before PyTorch holds memory
-        "ours_tf32": lambda: ours(cfg, params, steps, repeats, tf32=True),
+        "ours_fp32": lambda: ours(cfg, params, steps, repeats, "fp32"),  # first: before PyTorch holds memory
+        "ours_tf32": lambda: ours(cfg, params, steps, repeats, "tf32"),
+        "ours_bf16": lambda: ours(cfg, params, steps, repeats, "bf16"),
+        "ours_fp16": lambda: ours(cfg, params, steps, repeats, "fp16"),
         "hf_eager_fp32": lambda: hf(cfg, params, steps, repeats, bf16=False, compiled=False),
         "hf_eager_bf16_autocast": lambda: hf(cfg, params, steps, repeats, bf16=True, compiled=False),
         "hf_torch_compile_bf16_autocast": lambda: hf(cfg, params, steps, repeats, bf16=True, compiled=True),

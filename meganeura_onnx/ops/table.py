@@ -310,9 +310,6 @@ class OpDef:
     """The input this op writes in place: an ``input`` leaf there is session state (a KV cache)."""
     positions: tuple[Position, ...] = ()
     """U32 position inputs and their limits (sessions check fed values against them)."""
-    half_types: frozenset[str] = frozenset()
-    """``"float16"``/``"bfloat16"``: element types the custom op's CPU and CUDA kernels accept besides
-    float (computed in float32); ``tests/test_custom_op_schema.py`` holds the registrations to it."""
     init_roles: Mapping[str, str] = field(default_factory=dict)
     """input name -> default init of a 1-D parameter fed there: ``"ones"`` (normalisation scales)."""
     fan_in: Mapping[str, int] = field(default_factory=dict)
@@ -326,6 +323,11 @@ class OpDef:
     examples: list[Callable] = field(default_factory=list)
     rewrites: list[Rewrite] = field(default_factory=list)
     """E-graph rules stated next to this op (the fused op they produce, or the algebra of this op)."""
+    half_types: frozenset[str] = frozenset()
+    """Element types besides float32 that this op's ``com.meganeura`` kernels take for their float
+    inputs and outputs (``"float16"``, ``"bfloat16"``): the precision pass runs the op in those
+    types; an op without them computes in float32 with casts around it. ``tests/test_custom_op_schema.py``
+    holds the kernels' per-type registrations (CPU and CUDA) to it."""
 
     def shape(self, fn: ShapeRule) -> ShapeRule:
         self.shape_rule = fn
