@@ -9,7 +9,9 @@
 // validated the same way outside capture; under capture an index out of range makes the output NaN.
 #include <vector>
 
+#include "cuda_glue.h"
 #include "cuda_kernels.h"
+#include "fused_ops.h"
 #include "op_common.h"
 
 namespace mn {
@@ -19,56 +21,6 @@ constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
 constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-
-OrtStatus* Stream(OrtKernelContext* ctx, void** stream) {
-  return g_api->KernelContext_GetGPUComputeStream(ctx, stream);
-}
-
-// A [1] or [B] integer input in device memory, for the kernels (types were checked by Check*).
-MnPos DevicePos(const Tensor& t) {
-  if (!t.present) return MnPos{nullptr, MN_POS_NONE, 0};
-  const int64_t n = t.numel();
-  switch (t.type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return MnPos{t.data, MN_POS_I64, n};
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return MnPos{t.data, MN_POS_I32, n};
-    default: return MnPos{t.data, MN_POS_U32, n};
-  }
-}
-
-int DType(ONNXTensorElementDataType t) {
-  return t == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 ? MN_F16 : t == ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16 ? MN_BF16 : MN_F32;
-}
-
-OrtStatus* Cuda(const char* op, int code) {
-  if (code == 0) return nullptr;
-  return Error(ORT_EP_FAIL, "%s: CUDA error %d (%s)", op, code, mn_cuda_error_string(code));
-}
-
-// Device positions read back for the host checks (see the top of this file). `host` views the values
-// as int64 with the input's shape, so Check*(..., host_positions=true) validates them as on the CPU.
-struct HostPos {
-  Tensor host;
-  bool captured = false;
-  std::vector<int64_t> values;
-};
-
-// At most this many positions are read back (a batch); the shape checks refuse larger tensors later.
-constexpr int64_t kMaxReadBack = int64_t(1) << 16;
-
-OrtStatus* ReadBack(const char* op, const char* arg, const Tensor& t, void* stream, HostPos* out) {
-  out->host = t;
-  if (!t.present) return nullptr;
-  MN_RETURN_IF(CheckIndexType(op, arg, t));
-  if (t.shape.size() > 1 || t.numel() > kMaxReadBack)
-    return MN_INVALID("%s: input '%s' must have shape [1] or [batch], got %s", op, arg, ShapeStr(t.shape).c_str());
-  out->values.assign(static_cast<size_t>(t.numel()), 0);
-  int captured = 0;
-  MN_RETURN_IF(Cuda(op, mn_cuda_read_pos(DevicePos(t), stream, out->values.data(), &captured)));
-  out->captured = captured != 0;
-  out->host.type = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
-  out->host.data = out->values.data();
-  return nullptr;
-}
 
 class RopeCuda : public Kernel {
  public:
@@ -219,6 +171,7 @@ void AddCudaOps(std::vector<OpDef*>* ops) {
   }
   ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {false, false}, ScatterAddCuda::Create, -1));
   AddCudaOptimOps(ops);  // AdamUpdate (cuda_optim_ops.cc)
+  AddCudaFusedOps(ops);  // SwiGLU, RopeCacheWrite (cuda_fused_ops.cc)
 }
 
 }  // namespace mn
