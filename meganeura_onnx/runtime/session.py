@@ -167,8 +167,11 @@ def providers_for(device: str, providers: Sequence | None = None, cuda_graph: bo
             raise RuntimeError(
                 f"device='cuda' needs onnxruntime-gpu with CUDAExecutionProvider; this onnxruntime {ort.__version__} has {ort.get_available_providers()}"
             )
-        # Strict fp32 MatMul (as PyTorch by default): TF32 is opt-in through providers=.
-        options = {"use_tf32": "1" if tf32 else "0"}
+        # Strict fp32 MatMul (as PyTorch by default): TF32 is opt-in (precision="tf32" or providers=).
+        # The arena grows by what is asked, not to the next power of two: with a train step's
+        # gigabytes of activations, doubling reserves up to twice the peak (shapes are static, so
+        # after the first step nothing is allocated again either way).
+        options = {"use_tf32": "1" if tf32 else "0", "arena_extend_strategy": "kSameAsRequested"}
         if cuda_graph:
             options["enable_cuda_graph"] = "1"
         return [("CUDAExecutionProvider", options), "CPUExecutionProvider"], "cuda"
