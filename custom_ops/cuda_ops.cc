@@ -9,7 +9,9 @@
 // validated the same way outside capture; under capture an index out of range makes the output NaN.
 #include <vector>
 
+#include "cuda_glue.h"
 #include "cuda_kernels.h"
+#include "fused_ops.h"
 #include "op_common.h"
 
 namespace mn {
@@ -17,52 +19,6 @@ namespace {
 
 constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-
-OrtStatus* Stream(OrtKernelContext* ctx, void** stream) {
-  return g_api->KernelContext_GetGPUComputeStream(ctx, stream);
-}
-
-// A [1] integer input in device memory, for the kernels (types were checked by Check*).
-MnPos DevicePos(const Tensor& t) {
-  if (!t.present) return MnPos{nullptr, MN_POS_NONE};
-  switch (t.type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return MnPos{t.data, MN_POS_I64};
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return MnPos{t.data, MN_POS_I32};
-    default: return MnPos{t.data, MN_POS_U32};
-  }
-}
-
-OrtStatus* Cuda(const char* op, int code) {
-  if (code == 0) return nullptr;
-  return Error(ORT_EP_FAIL, "%s: CUDA error %d (%s)", op, code, mn_cuda_error_string(code));
-}
-
-// A device position read back for the host checks (see the top of this file). `host` views `value`
-// with the input's own element type, so Check*(..., host_positions=true) validates it as on the CPU.
-struct HostPos {
-  Tensor host;
-  bool captured = false;
-  union {
-    int64_t i64;
-    int32_t i32;
-    uint32_t u32;
-  } value{};
-};
-
-OrtStatus* ReadBack(const char* op, const char* arg, const Tensor& t, void* stream, HostPos* out) {
-  out->host = t;
-  if (!t.present) return nullptr;
-  MN_RETURN_IF(CheckScalarIndex(op, arg, t));
-  int64_t v = 0;
-  int captured = 0;
-  MN_RETURN_IF(Cuda(op, mn_cuda_read_pos(DevicePos(t), stream, &v, &captured)));
-  out->captured = captured != 0;
-  if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64) out->value.i64 = v;
-  else if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32) out->value.i32 = static_cast<int32_t>(v);
-  else out->value.u32 = static_cast<uint32_t>(v);
-  out->host.data = &out->value;
-  return nullptr;
-}
 
 class RopeCuda : public Kernel {
  public:
@@ -209,6 +165,7 @@ void AddCudaOps(std::vector<OpDef*>* ops) {
                            {false, false, false, false}, CachedAttentionCuda::Create, 0));
   ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {false, false}, ScatterAddCuda::Create, -1));
   AddCudaOptimOps(ops);  // AdamUpdate (cuda_optim_ops.cc)
+  AddCudaFusedOps(ops);  // SwiGLU, RopeCacheWrite (cuda_fused_ops.cc)
 }
 
 }  // namespace mn
