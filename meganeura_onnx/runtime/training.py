@@ -36,6 +36,7 @@ from ..export.precision import HALF_TYPE, PrecisionReport, lower_precision
 from ..graph import Graph
 from ..init import default_parameters
 from ..ir import DType, TensorType
+from ..ops.table import CUSTOM_DOMAIN
 from ..transforms.autodiff import gradients
 from ..transforms.egraph import table_rules
 from ..transforms.optimizer import OptimizerSpec, append_update
@@ -153,6 +154,24 @@ def compile_program(
     outputs.update({name: list(g.node(nid).ty.shape) for name, nid in extra.items() if name.startswith("grad.") or name in check})
     in_model = {n: list(v.ty.shape) for n, v in leaves.items() if v.op == "parameter"}
     return TrainProgram(model, data, in_model, [n for n in grads if n in in_model], moments, hyper, outputs, no_grad, report, counters)
+
+
+def update_runs_last(model: onnx.ModelProto, params: set[str]) -> bool:
+    """True when ``model`` has one AdamUpdate node and every other node reading one of ``params``
+    is an ancestor of it (so it runs before the update in any order ORT picks)."""
+    nodes = list(model.graph.node)
+    adam = [i for i, n in enumerate(nodes) if n.op_type == "AdamUpdate" and n.domain == CUSTOM_DOMAIN]
+    if len(adam) != 1:
+        return False
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output}
+    ancestors, stack = set(), [adam[0]]
+    while stack:
+        for name in nodes[stack.pop()].input:
+            i = producer.get(name)
+            if i is not None and i not in ancestors:
+                ancestors.add(i)
+                stack.append(i)
+    return all(i in ancestors or i == adam[0] or not params.intersection(n.input) for i, n in enumerate(nodes))
 
 
 def _cached_program(
@@ -280,6 +299,7 @@ class TrainingSession(Session):
         state.update({m: (f"{m}.next", carry.get(m, np.zeros(prog.params[m.split(".", 1)[1]], np.float32))) for m in prog.moments})
         state.update({c: (f"{c}.next", np.array([self._opt_steps + 1], np.float32)) for c in prog.counters})
         persistent = {n: carry[n] for n in prog.params if n not in updated}
+        inplace = [*updated, *prog.moments] if self._updates_in_place(prog, spec) else []
         inputs = {n: TensorType(tuple(shape), DType(dt)) for n, (shape, dt) in prog.inputs.items()}
         inputs.update({h: TensorType((1,)) for h in prog.hyper})
         super().__init__(
@@ -291,6 +311,8 @@ class TrainingSession(Session):
             output_types={n: TensorType(tuple(s)) for n, s in prog.outputs.items()},
             parameter_names=list(prog.params),
             precisions=self._precision_reports[spec].nodes if spec in self._precision_reports else (),
+            inplace_state=inplace,
+            inplace_kernels={(CUSTOM_DOMAIN, "AdamUpdate")},
             **self._build,
         )
         for m in prog.moments:
@@ -306,6 +328,15 @@ class TrainingSession(Session):
                 else:  # symbolic dims: set again as set_input would (binds its sizes)
                     self._write(n, carry[n], self._types[n].dtype, "build_session")
         self._prog, self._spec, self._written, self._carry = prog, spec, {}, {}
+
+    def _updates_in_place(self, prog: TrainProgram, spec: OptimizerSpec | None) -> bool:
+        """Whether the AdamUpdate kernel may write p', m', v' over p, m, v (one buffer each instead
+        of two swapped: for SmolLM2-135M 1.6 GB less). Only when nothing needs the old values after
+        the step (no ``check_finite``, no fp16 step that may be dropped, no accumulation gate) and
+        every other reader of a parameter feeds the update, so ORT runs it before the update."""
+        if spec is None or not spec.fused or spec.accumulate or self._build["check_finite"] or self._scaler is not None:
+            return False
+        return update_runs_last(prog.model, set(prog.trainable))
 
     # -- optimizer settings ---------------------------------------------------------------------
     def _spec_for(self, kind: str) -> OptimizerSpec:
@@ -383,7 +414,9 @@ class TrainingSession(Session):
     def step(self) -> None:
         """Forward, backward and (if an optimizer is set) the update, in one ORT run.
 
-        A step that fails changes nothing: parameters, optimizer state and the step count stay.
+        A step that fails changes nothing: parameters, optimizer state and the step count stay
+        (with the in-place Adam update, :attr:`inplace_state`, unless the update kernel itself fails:
+        it runs last; ``check_finite=True`` keeps two buffers per tensor and the guarantee whole).
         """
         if self._wanted != self._spec:
             self._compile(self._wanted)
