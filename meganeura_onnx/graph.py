@@ -11,6 +11,7 @@ from .ops.conv import ConvBuilders
 from .ops.decoder import DecoderBuilders
 from .ops.elementwise import ElementwiseBuilders
 from .ops.embedding import EmbeddingBuilders
+from .ops.fused import FusedBuilders
 from .ops.kv_cache import KvCacheBuilders
 from .ops.leaves import LeafBuilders
 from .ops.linalg import LinalgBuilders
@@ -32,6 +33,7 @@ class Graph(
     RopeBuilders,
     AttentionBuilders,
     EmbeddingBuilders,
+    FusedBuilders,
     KvCacheBuilders,
     DecoderBuilders,
     ConvBuilders,

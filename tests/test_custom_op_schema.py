@@ -28,8 +28,9 @@ from meganeura_onnx.ops import OPS
 from meganeura_onnx.ops.table import INT64_MAX, Attr, CustomOp
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "custom_ops"
-REGISTRY_FILES = ("cpu_kernels.cc", "cuda_ops.cc")
-ATTR_FILES = ("op_common.cc", "cpu_kernels.cc", "cuda_ops.cc", "optim_kernels.cc")
+# Each execution provider's registration rows, spread over the files that hold its kernel classes.
+REGISTRY_FILES = {"CPU": ("cpu_kernels.cc", "cpu_fused.cc"), "CUDA": ("cuda_ops.cc", "cuda_fused_ops.cc")}
+ATTR_FILES = ("op_common.cc", "cpu_kernels.cc", "cuda_ops.cc", "optim_kernels.cc", "cpu_fused.cc")
 SCHEMAS = {d.custom.name: d.custom for d in OPS.values() if d.custom is not None}
 # Rows of variadic ops (AdamUpdate) are built in code, not in the one-line form parsed here; their
 # attributes and accepted values are still checked below, their arity by their own kernel tests.
@@ -99,8 +100,12 @@ def _sources(files) -> dict[str, str]:
     return {f: (KERNEL_DIR / f).read_text() for f in files}
 
 
+def _registry(ep: str) -> str:
+    return "\n".join(_sources(REGISTRY_FILES[ep]).values())
+
+
 def test_kernel_registration_rows_match_the_op_table():
-    problems = [p for f, text in _sources(REGISTRY_FILES).items() for p in registry_disagreements(text, FIXED_ARITY, f)]
+    problems = [p for ep, files in REGISTRY_FILES.items() for p in registry_disagreements(_registry(ep), FIXED_ARITY, " + ".join(files))]
     assert not problems, "\n".join(problems)
 
 
@@ -184,7 +189,7 @@ def test_the_cpu_kernels_accept_exactly_the_attribute_values_the_table_accepts()
 
 # -- the checks catch a change on either side -----------------------------------------------------------
 def test_a_changed_registration_row_is_caught():
-    text = (KERNEL_DIR / "cpu_kernels.cc").read_text()
+    text = _registry("CPU")
     assert not registry_disagreements(text, FIXED_ARITY, "cpu_kernels.cc")
     mutated = text.replace(
         'new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, true}', 'new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, false}', 1
@@ -196,7 +201,7 @@ def test_a_changed_registration_row_is_caught():
 def test_a_changed_schema_is_caught_by_the_registry_and_attribute_checks():
     rope = SCHEMAS["Rope"]
     extra_input = {**FIXED_ARITY, "Rope": dataclasses.replace(rope, inputs=(*rope.inputs, rope.inputs[0]))}
-    text = (KERNEL_DIR / "cpu_kernels.cc").read_text()
+    text = _registry("CPU")
     assert any("Rope inputs" in p for p in registry_disagreements(text, extra_input, "cpu_kernels.cc"))
     renamed = {**SCHEMAS, "Rope": dataclasses.replace(rope, attrs=(dataclasses.replace(rope.attrs[0], name="base"), *rope.attrs[1:]))}
     problems = attribute_disagreements(_sources(ATTR_FILES), renamed)

@@ -167,12 +167,33 @@ def providers_for(device: str, providers: Sequence | None = None, cuda_graph: bo
             raise RuntimeError(
                 f"device='cuda' needs onnxruntime-gpu with CUDAExecutionProvider; this onnxruntime {ort.__version__} has {ort.get_available_providers()}"
             )
-        # Strict fp32 MatMul (as PyTorch by default): TF32 is opt-in through providers=.
-        options = {"use_tf32": "1" if tf32 else "0"}
+        # Strict fp32 MatMul (as PyTorch by default): TF32 is opt-in (precision="tf32" or providers=).
+        # The arena grows by what is asked, not to the next power of two: with a train step's
+        # gigabytes of activations, doubling reserves up to twice the peak (shapes are static, so
+        # after the first step nothing is allocated again either way).
+        options = {"use_tf32": "1" if tf32 else "0", "arena_extend_strategy": "kSameAsRequested"}
         if cuda_graph:
             options["enable_cuda_graph"] = "1"
         return [("CUDAExecutionProvider", options), "CPUExecutionProvider"], "cuda"
     raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+
+
+def _check_capturable(sess: ort.InferenceSession) -> None:
+    """Refuse (ValueError naming the nodes) what a CUDA graph cannot replay: nodes placed on the
+    CPU (other than ORT's shape computations, which it runs once) and host copies (Memcpy nodes).
+    Older ORT versions only log this and silently run without a graph."""
+    placement = [(n.name, n.op_type, sub.ep_name) for sub in sess.get_provider_graph_assignment_info() for n in sub.get_nodes()]
+    memcpy = [f"{op} {name}" for name, op, _ in placement if op.startswith("Memcpy")]
+    on_cpu = [f"{op} {name}" for name, op, ep in placement if ep == "CPUExecutionProvider" and op not in _SHAPE_OPS]
+    if memcpy or on_cpu:
+        raise ValueError(
+            "cuda_graph=True needs every node on CUDAExecutionProvider with no host copy; "
+            f"on the CPU: {on_cpu[:8]}, host copies: {memcpy[:8]} (is the CUDA custom-op library built?)"
+        )
+
+
+# ORT places these on the CPU when they compute shapes only; they do not run inside the graph.
+_SHAPE_OPS = frozenset({"Shape", "Size", "Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Reshape", "Cast", "ConstantOfShape"})
 
 
 class Session:
@@ -214,7 +235,15 @@ class Session:
         opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
         lib = custom_ops.register(opts, self._device) if use_custom_ops else None
         self._model = model
-        self._ort = ort.InferenceSession(model.SerializeToString(), opts, providers=self._providers)
+        try:
+            self._ort = ort.InferenceSession(model.SerializeToString(), opts, providers=self._providers)
+        except Exception as e:
+            if cuda_graph and "graph capture" in str(e).lower():
+                raise ValueError(f"cuda_graph=True: ONNX Runtime cannot capture this model as a CUDA graph: {e}") from e
+            raise
+        self._cuda_graph = bool(cuda_graph)
+        if cuda_graph:
+            _check_capturable(self._ort)
         self._types: dict[str, TensorType] = {}
         self._values: dict[str, ort.OrtValue] = {}
         self._kinds: dict[str, str] = {}
@@ -260,12 +289,15 @@ class Session:
                 self._outputs[name] = self._device_value(np.zeros(ty.shape, NUMPY[ty.dtype]))
         self._output_types = dict(output_types)
         self._bind()
-        if cuda_graph and self._swapped:
-            # A captured CUDA graph replays fixed addresses: every state buffer must be updated in
-            # place (the CacheWrite kernel), never swapped.
-            raise ValueError(
-                f"cuda_graph=True needs every state buffer updated in place; {self._swapped} would be swapped (is the CUDA custom-op library built?)"
-            )
+        # A captured CUDA graph replays fixed addresses. State buffers that are swapped after each
+        # step (parameters and optimizer state in training) alternate between two IOBindings, so
+        # each binding gets its own graph (ORT's ``gpu_graph_id``): both replay fixed addresses.
+        self._run_options: list[ort.RunOptions | None] = [None, None]
+        if cuda_graph:
+            for parity in (0, 1):
+                self._run_options[parity] = ort.RunOptions()
+                self._run_options[parity].add_run_config_entry("gpu_graph_id", str(parity + 1))
+        self._runs = [0, 0]  # runs per binding: ORT captures a binding's graph on a run after the first
         self.custom_op_library_path = lib
 
     # -- buffers ----------------------------------------------------------------------------------
@@ -398,7 +430,7 @@ class Session:
             self._sizes.end_step()
         if self.check_finite:
             self._check_finite(self._names_of(("input",)), "input", self._values)
-        self._ort.run_with_iobinding(self._bindings[self._parity])
+        self._run()
         if self.check_finite:
             self._check_finite(self._output_names, "output", self._outputs)
             self._check_finite(self._finite_checked_state(), "update of", self._spare)
@@ -408,6 +440,25 @@ class Session:
             for name in self._swapped:
                 self._values[name], self._spare[name] = self._spare[name], self._values[name]
             self._parity ^= 1
+
+    def _run(self) -> None:
+        parity = self._parity
+        binding = self._bindings[parity]
+        if self._device == "cuda":
+            # Host writes (update_inplace) copy from pageable memory on CUDA's default stream and may
+            # return before the data landed; ORT computes on its own non-blocking stream. Wait for
+            # them (a device sync, microseconds once the previous step finished) before the run.
+            binding.synchronize_inputs()
+        try:
+            self._ort.run_with_iobinding(binding, self._run_options[parity])
+        except Exception as e:
+            if self._cuda_graph and self._runs[parity] <= 1:  # the run that captures (or warms up for) the graph
+                raise RuntimeError(
+                    f"step (cuda_graph=True): ONNX Runtime failed to capture the step as a CUDA graph "
+                    f"(a kernel that synchronises or copies to the host?): {e}; build the session without cuda_graph"
+                ) from e
+            raise
+        self._runs[parity] += 1
 
     def _accept_step(self) -> bool:
         """Whether the step just run is kept (its new state swapped in); training sessions with
