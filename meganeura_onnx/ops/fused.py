@@ -74,6 +74,7 @@ def _(
         f"rotates row r by position kv_pos + r only (offset_static 0, inverse False, no period), got offset_static={offset_static}, "
         f"inverse={inverse}, period={period}",
     )
+    require(new_kv.rank() == 2, name, f"takes one sequence, new_kv [T, width], got shape {list(new_kv.shape)}")  # no batch form yet
     try:  # cache_write's checks, under this op's name
         out = cache_write.shape_rule(new_kv, cache, kv_pos)
     except ValueError as e:
