@@ -25,7 +25,7 @@ from .kv_cache import cache_write, check_kv_pos
 from .lowering import CUSTOM_DOMAIN, function_body
 from .onnx_util import arange, dim, dims, scalar_of
 from .rope import HEAD_DIM, MAX_POSITION, THETA, rope_ref
-from .table import CustomOp, Position, TensorArg, bool_attr, dim_attr, examples, int_attr, op, optional, require
+from .table import CustomOp, Position, TensorArg, bool_attr, dim_attr, examples, int_attr, op, optional, rank, require
 
 rope_cache_write = op(
     "rope_cache_write",
@@ -74,6 +74,8 @@ def _(
         f"rotates row r by position kv_pos + r only (offset_static 0, inverse False, no period), got offset_static={offset_static}, "
         f"inverse={inverse}, period={period}",
     )
+    rank(name, new_kv, 2, "new_kv")  # one sequence: the kernels take no [batch, ...] form
+    rank(name, cache, 2, "cache")
     try:  # cache_write's checks, under this op's name
         out = cache_write.shape_rule(new_kv, cache, kv_pos)
     except ValueError as e:
