@@ -48,6 +48,7 @@ rope_cache_write = op(
     ),
     inplace_input="cache",
     positions=(Position("kv_pos", rows="new_kv", within="cache"),),
+    half_types=frozenset({"float16", "bfloat16"}),
 )
 
 rope_cache_write.rewrite(
