@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda_kernels.h"
+#include "flash_ops.h"
 #include "op_common.h"
 
 namespace mn {
@@ -199,6 +200,7 @@ void AddCudaOps(std::vector<OpDef*>* ops) {
                            {false, false, false, false}, CachedAttentionCuda::Create, 0));
   ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {true, false}, ScatterAddCuda::Create, -1));
   AddCudaOptimOps(ops);  // AdamUpdate (cuda_optim_ops.cc)
+  AddCudaFlashOps(ops);  // FlashAttention, FlashAttentionGrad (cuda_flash_ops.cc)
 }
 
 }  // namespace mn

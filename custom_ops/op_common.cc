@@ -1,6 +1,8 @@
 // Validation, OrtCustomOp plumbing and the exported RegisterCustomOps.
 #include "op_common.h"
 
+#include "flash_ops.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <exception>
@@ -495,6 +497,7 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL Regist
     mn::g_api = api;
     mn::AddCpuOps(&ops);
     mn::AddCpuOptimOps(&ops);
+    mn::AddCpuFlashOps(&ops);  // cpu_flash.cc
     mn::AddCudaOps(&ops);
   });
   OrtCustomOpDomain* domain = nullptr;  // owned by the process: it must outlive every session

@@ -11,6 +11,7 @@ from .ops.conv import ConvBuilders
 from .ops.decoder import DecoderBuilders
 from .ops.elementwise import ElementwiseBuilders
 from .ops.embedding import EmbeddingBuilders
+from .ops.flash_attention import FlashAttentionBuilders
 from .ops.kv_cache import KvCacheBuilders
 from .ops.leaves import LeafBuilders
 from .ops.linalg import LinalgBuilders
@@ -31,6 +32,7 @@ class Graph(
     NormBuilders,
     RopeBuilders,
     AttentionBuilders,
+    FlashAttentionBuilders,
     EmbeddingBuilders,
     KvCacheBuilders,
     DecoderBuilders,

@@ -28,8 +28,9 @@ from meganeura_onnx.ops import OPS
 from meganeura_onnx.ops.table import INT64_MAX, Attr, CustomOp
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "custom_ops"
-REGISTRY_FILES = ("cpu_kernels.cc", "cuda_ops.cc")
-ATTR_FILES = ("op_common.cc", "cpu_kernels.cc", "cuda_ops.cc", "optim_kernels.cc")
+# The registration rows of each library (the CPU one, the CUDA one), over the files that hold them.
+REGISTRY_FILES = {"cpu_kernels.cc": ("cpu_kernels.cc", "cpu_flash.cc"), "cuda_ops.cc": ("cuda_ops.cc", "cuda_flash_ops.cc")}
+ATTR_FILES = ("op_common.cc", "cpu_kernels.cc", "cuda_ops.cc", "optim_kernels.cc", "cpu_flash.cc")
 SCHEMAS = {d.custom.name: d.custom for d in OPS.values() if d.custom is not None}
 # Rows of variadic ops (AdamUpdate) are built in code, not in the one-line form parsed here; their
 # attributes and accepted values are still checked below, their arity by their own kernel tests.
@@ -100,7 +101,8 @@ def _sources(files) -> dict[str, str]:
 
 
 def test_kernel_registration_rows_match_the_op_table():
-    problems = [p for f, text in _sources(REGISTRY_FILES).items() for p in registry_disagreements(text, FIXED_ARITY, f)]
+    libraries = {lib: "\n".join(_sources(files).values()) for lib, files in REGISTRY_FILES.items()}
+    problems = [p for lib, text in libraries.items() for p in registry_disagreements(text, FIXED_ARITY, lib)]
     assert not problems, "\n".join(problems)
 
 
@@ -184,7 +186,7 @@ def test_the_cpu_kernels_accept_exactly_the_attribute_values_the_table_accepts()
 
 # -- the checks catch a change on either side -----------------------------------------------------------
 def test_a_changed_registration_row_is_caught():
-    text = (KERNEL_DIR / "cpu_kernels.cc").read_text()
+    text = "\n".join(_sources(REGISTRY_FILES["cpu_kernels.cc"]).values())
     assert not registry_disagreements(text, FIXED_ARITY, "cpu_kernels.cc")
     mutated = text.replace(
         'new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, true}', 'new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, false}', 1
