@@ -9,7 +9,8 @@
 2. Speed, one AdamW step (forward + backward + update) of a SmolLM2-135M-shaped decoder (30 layers,
    hidden 576, 9 heads, 3 KV heads, intermediate 1536, vocab 49152, untied LM head) at batch 8 x
    seq 256, index labels (next-token ids) on every side, the same initial weights everywhere:
-   - ours fp32 (strict: ``use_tf32=0``) and ours tf32 (``use_tf32=1``);
+   - ours fp32 (strict: ``use_tf32=0``) and ours tf32 (``use_tf32=1``), with the fused attention
+     kernels (``flash_attention``); ours fp32 with attention decomposed into MatMul/Softmax too;
    - Hugging Face ``LlamaForCausalLM`` (its default SDPA attention, no compilation) fp32 strict,
      and bf16 autocast (fp32 master weights, as mixed-precision training runs);
    - the same model under ``torch.compile``, bf16 autocast.
@@ -109,7 +110,7 @@ def _data(cfg: dict):
     return ids[:, :-1].reshape(-1).astype(np.uint32), ids[:, 1:].reshape(-1).astype(np.uint32)
 
 
-def ours(cfg: dict, params: dict, steps: int, repeats: int, tf32: bool) -> dict:
+def ours(cfg: dict, params: dict, steps: int, repeats: int, tf32: bool, fused_attention: bool = True) -> dict:
     import tiny_llama
     import torch
 
@@ -119,7 +120,8 @@ def ours(cfg: dict, params: dict, steps: int, repeats: int, tf32: bool) -> dict:
     free0 = torch.cuda.mem_get_info()[0]
     providers = [("CUDAExecutionProvider", {"use_tf32": "1" if tf32 else "0"}), "CPUExecutionProvider"]
     t0 = time.perf_counter()
-    s = build_session(tiny_llama.build(**cfg, seq=SEQ, batch=BATCH), "cuda", optimizer="adamw", parameters=params, providers=providers)
+    graph = tiny_llama.build(**cfg, seq=SEQ, batch=BATCH, fused_attention=fused_attention)
+    s = build_session(graph, "cuda", optimizer="adamw", parameters=params, providers=providers)
     build_s = time.perf_counter() - t0
     s.set_adamw(LR, weight_decay=WD)
     s.set_input_u32("input_ids", inp)
@@ -258,6 +260,8 @@ def speed(layers: int, steps: int, repeats: int, out: Path) -> dict:
     runs = {
         "ours_fp32": lambda: ours(cfg, params, steps, repeats, tf32=False),  # first: before PyTorch holds memory
         "ours_tf32": lambda: ours(cfg, params, steps, repeats, tf32=True),
+        # the same step with attention decomposed into MatMul/Softmax (forward) and its backward
+        "ours_fp32_decomposed_attention": lambda: ours(cfg, params, steps, repeats, tf32=False, fused_attention=False),
         "hf_eager_fp32": lambda: hf(cfg, params, steps, repeats, bf16=False, compiled=False),
         "hf_eager_bf16_autocast": lambda: hf(cfg, params, steps, repeats, bf16=True, compiled=False),
         "hf_torch_compile_bf16_autocast": lambda: hf(cfg, params, steps, repeats, bf16=True, compiled=True),

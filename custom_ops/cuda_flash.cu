@@ -20,9 +20,16 @@
 
 namespace {
 
-constexpr int kThreads = 128;
+#ifndef MN_FLASH_THREADS
+#define MN_FLASH_THREADS 128
+#endif
+constexpr int kThreads = MN_FLASH_THREADS;  // per block (a tuning knob, as MN_FLASH_ROWS below)
 constexpr int kSlice = 16;  // dimensions of a row per thread
-constexpr int kU = 4;       // rows of a tile per inner step (multiple of it divide every tile)
+constexpr int kUnroll = 4;  // tile rows x rows per thread per inner step (kUnroll / RB divides every tile)
+#ifndef MN_FLASH_ROWS
+#define MN_FLASH_ROWS 2
+#endif
+constexpr int kRows = MN_FLASH_ROWS;  // rows per thread: each shared-memory read feeds kRows rows
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -41,12 +48,12 @@ struct Dims {
   float scale;  // 1 / sqrt(hd)
 };
 
-template <int NS>
+template <int NS, int RB>
 struct Shape {
   static constexpr int D = NS * kSlice;                // padded head_dim
-  static constexpr int R = kThreads / NS;              // rows per block
+  static constexpr int G = kThreads / NS;              // row groups of a block
+  static constexpr int R = RB * G;                     // rows per block (RB per thread)
   static constexpr int KT = D <= 128 ? 32 : 16;        // rows per shared-memory tile (<= 32 KB per operand pair)
-  static constexpr int TPR = kThreads / KT;            // threads per tile row (dK/dV's D_i)
 };
 
 // Sum over the NS adjacent lanes of a row; every lane of the warp must call it (full mask).
@@ -57,36 +64,50 @@ __device__ __forceinline__ float RowSum(float x) {
   return x;
 }
 
-template <typename T>
-__device__ __forceinline__ void LoadSlice(float (&r)[kSlice], const T* row, int d0, int64_t hd, bool ok, float mul) {
-#pragma unroll
-  for (int e = 0; e < kSlice; ++e) r[e] = (ok && d0 + e < hd) ? ToF(row[d0 + e]) * mul : 0.f;
+// Thread `sl` of a row owns the float4 chunks sl, sl + NS, sl + 2 NS, sl + 3 NS of it (dims 4 * chunk ..
+// 4 * chunk + 3): the NS lanes of a row read NS adjacent chunks of a tile row, one conflict-free pass.
+template <int NS>
+__device__ __forceinline__ int DimOf(int sl, int e) {
+  return 4 * (sl + NS * (e / 4)) + e % 4;
 }
 
-template <typename T>
-__device__ __forceinline__ void StoreSlice(T* row, const float (&r)[kSlice], int d0, int64_t hd, float mul) {
+template <int NS, typename T>
+__device__ __forceinline__ void LoadSlice(float (&r)[kSlice], const T* row, int sl, int64_t hd, bool ok, float mul) {
 #pragma unroll
-  for (int e = 0; e < kSlice; ++e)
-    if (d0 + e < hd) row[d0 + e] = FromF<T>(r[e] * mul);
+  for (int e = 0; e < kSlice; ++e) {
+    const int d = DimOf<NS>(sl, e);
+    r[e] = (ok && d < hd) ? ToF(row[d]) * mul : 0.f;
+  }
 }
 
-__device__ __forceinline__ float Dot(const float (&r)[kSlice], const float* tile_row) {
-  const float4* t = reinterpret_cast<const float4*>(tile_row);
+template <int NS, typename T>
+__device__ __forceinline__ void StoreSlice(T* row, const float (&r)[kSlice], int sl, int64_t hd, float mul) {
+#pragma unroll
+  for (int e = 0; e < kSlice; ++e) {
+    const int d = DimOf<NS>(sl, e);
+    if (d < hd) row[d] = FromF<T>(r[e] * mul);
+  }
+}
+
+template <int NS>
+__device__ __forceinline__ float Dot(const float (&r)[kSlice], const float* tile_row, int sl) {
+  const float4* t = reinterpret_cast<const float4*>(tile_row) + sl;
   float s0 = 0.f, s1 = 0.f;
 #pragma unroll
   for (int e = 0; e < kSlice / 4; ++e) {
-    const float4 x = t[e];
+    const float4 x = t[NS * e];
     s0 += r[4 * e] * x.x + r[4 * e + 2] * x.z;
     s1 += r[4 * e + 1] * x.y + r[4 * e + 3] * x.w;
   }
   return s0 + s1;
 }
 
-__device__ __forceinline__ void Axpy(float (&acc)[kSlice], float a, const float* tile_row) {
-  const float4* t = reinterpret_cast<const float4*>(tile_row);
+template <int NS>
+__device__ __forceinline__ void Axpy(float (&acc)[kSlice], float a, const float* tile_row, int sl) {
+  const float4* t = reinterpret_cast<const float4*>(tile_row) + sl;
 #pragma unroll
   for (int e = 0; e < kSlice / 4; ++e) {
-    const float4 x = t[e];
+    const float4 x = t[NS * e];
     acc[4 * e] += a * x.x;
     acc[4 * e + 1] += a * x.y;
     acc[4 * e + 2] += a * x.z;
@@ -94,12 +115,42 @@ __device__ __forceinline__ void Axpy(float (&acc)[kSlice], float a, const float*
   }
 }
 
+// RB dot products with one shared-memory row: each chunk read serves the RB rows of the thread.
+template <int NS, int RB>
+__device__ __forceinline__ void Dots(float (&out)[RB], const float (&r)[RB][kSlice], const float* tile_row, int sl) {
+  const float4* t = reinterpret_cast<const float4*>(tile_row) + sl;
+#pragma unroll
+  for (int g = 0; g < RB; ++g) out[g] = 0.f;
+#pragma unroll
+  for (int e = 0; e < kSlice / 4; ++e) {
+    const float4 x = t[NS * e];
+#pragma unroll
+    for (int g = 0; g < RB; ++g) out[g] += r[g][4 * e] * x.x + r[g][4 * e + 1] * x.y + r[g][4 * e + 2] * x.z + r[g][4 * e + 3] * x.w;
+  }
+}
+
+template <int NS, int RB>
+__device__ __forceinline__ void Axpys(float (&acc)[RB][kSlice], const float (&a)[RB], const float* tile_row, int sl) {
+  const float4* t = reinterpret_cast<const float4*>(tile_row) + sl;
+#pragma unroll
+  for (int e = 0; e < kSlice / 4; ++e) {
+    const float4 x = t[NS * e];
+#pragma unroll
+    for (int g = 0; g < RB; ++g) {
+      acc[g][4 * e] += a[g] * x.x;
+      acc[g][4 * e + 1] += a[g] * x.y;
+      acc[g][4 * e + 2] += a[g] * x.z;
+      acc[g][4 * e + 3] += a[g] * x.w;
+    }
+  }
+}
+
 // Rows [r0, r0 + KT) of head `head` of a [B, rows, heads*hd] tensor into tile[KT][D] (zeros past
 // r_end and hd). All loads are issued before the stores: the global latency is paid once per tile.
-template <typename T, int NS>
+template <typename T, int NS, int RB>
 __device__ __forceinline__ void LoadTile(float* tile, const T* x, int64_t b, int64_t rows, int64_t heads, int64_t head,
                                          int64_t hd, int64_t r0, int64_t r_end) {
-  using Sh = Shape<NS>;
+  using Sh = Shape<NS, RB>;
   constexpr int kPer = Sh::KT * Sh::D / kThreads;
   float buf[kPer];
 #pragma unroll
@@ -112,144 +163,180 @@ __device__ __forceinline__ void LoadTile(float* tile, const T* x, int64_t b, int
   for (int u = 0; u < kPer; ++u) tile[threadIdx.x + u * kThreads] = buf[u];
 }
 
-template <typename T, int NS>
+template <typename T, int NS, int RB>
 __global__ void __launch_bounds__(kThreads) FlashForward(const T* __restrict__ q, const T* __restrict__ k,
                                                          const T* __restrict__ v, T* __restrict__ y, float* __restrict__ lse,
                                                          Dims p) {
-  using Sh = Shape<NS>;
+  using Sh = Shape<NS, RB>;
+  constexpr int kU = kUnroll / RB > 0 ? kUnroll / RB : 1;  // tile rows per inner step
   __shared__ __align__(16) float Ks[Sh::KT * Sh::D], Vs[Sh::KT * Sh::D];
-  const int sl = threadIdx.x % NS, d0 = sl * kSlice;
+  const int sl = threadIdx.x % NS;
   const int64_t bh = blockIdx.x, b = bh / p.H, h = bh % p.H, kh = h / (p.H / p.KVH);
   const int64_t i0 = int64_t(gridDim.y - 1 - blockIdx.y) * Sh::R;  // the longest causal rows start first
-  const int64_t i = i0 + threadIdx.x / NS;
-  const bool ok = i < p.T;
-  const int64_t qrow = ((b * p.T + (ok ? i : 0)) * p.H + h) * p.hd;
-  float qr[kSlice], acc[kSlice];
-  LoadSlice(qr, q + qrow, d0, p.hd, ok, p.scale * kLog2e);
+  int64_t i[RB], qrow[RB];
+  float qr[RB][kSlice], acc[RB][kSlice], m[RB], l[RB];
 #pragma unroll
-  for (int e = 0; e < kSlice; ++e) acc[e] = 0.f;
-  float m = -INFINITY, l = 0.f;
+  for (int g = 0; g < RB; ++g) {
+    i[g] = i0 + threadIdx.x / NS + g * Sh::G;
+    qrow[g] = ((b * p.T + (i[g] < p.T ? i[g] : 0)) * p.H + h) * p.hd;
+    LoadSlice<NS>(qr[g], q + qrow[g], sl, p.hd, i[g] < p.T, p.scale * kLog2e);
+    m[g] = -INFINITY;
+    l[g] = 0.f;
+#pragma unroll
+    for (int e = 0; e < kSlice; ++e) acc[g][e] = 0.f;
+  }
   const int64_t kend = p.causal ? min(p.S, i0 + Sh::R) : p.S;
   for (int64_t j0 = 0; j0 < kend; j0 += Sh::KT) {
     __syncthreads();
-    LoadTile<T, NS>(Ks, k, b, p.S, p.KVH, kh, p.hd, j0, kend);
-    LoadTile<T, NS>(Vs, v, b, p.S, p.KVH, kh, p.hd, j0, kend);
+    LoadTile<T, NS, RB>(Ks, k, b, p.S, p.KVH, kh, p.hd, j0, kend);
+    LoadTile<T, NS, RB>(Vs, v, b, p.S, p.KVH, kh, p.hd, j0, kend);
     __syncthreads();
     const int64_t n = kend - j0;
     for (int r = 0; r < n && r < Sh::KT; r += kU) {  // kU keys at a time: independent dot/shuffle chains
-      float s[kU];
+      float s[kU][RB];
 #pragma unroll
-      for (int u = 0; u < kU; ++u) s[u] = Dot(qr, Ks + (r + u) * Sh::D + d0);
+      for (int u = 0; u < kU; ++u) Dots<NS, RB>(s[u], qr, Ks + (r + u) * Sh::D, sl);
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+#pragma unroll
+        for (int g = 0; g < RB; ++g) {
+          s[u][g] = RowSum<NS>(s[u][g]);
+          const int64_t j = j0 + r + u;
+          if (j >= kend || (p.causal && j > i[g])) s[u][g] = -INFINITY;  // hidden or past the end
+        }
+#pragma unroll
+      for (int g = 0; g < RB; ++g) {
+        float mx = s[0][g];
+#pragma unroll
+        for (int u = 1; u < kU; ++u) mx = fmaxf(mx, s[u][g]);
+        if (mx > m[g]) {  // new running max: rescale what was summed so far
+          const float a = exp2f(m[g] - mx);
+          l[g] *= a;
+#pragma unroll
+          for (int e = 0; e < kSlice; ++e) acc[g][e] *= a;
+          m[g] = mx;
+        }
+      }
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
-        s[u] = RowSum<NS>(s[u]);
-        const int64_t j = j0 + r + u;
-        if (j >= kend || (p.causal && j > i)) s[u] = -INFINITY;  // hidden or past the end
-      }
-      const float mx = fmaxf(fmaxf(s[0], s[1]), fmaxf(s[2], s[3]));
-      if (mx > m) {  // new running max: rescale what was summed so far
-        const float a = exp2f(m - mx);
-        l *= a;
+        float pr[RB];
 #pragma unroll
-        for (int e = 0; e < kSlice; ++e) acc[e] *= a;
-        m = mx;
-      }
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const float pr = s[u] == -INFINITY ? 0.f : exp2f(s[u] - m);
-        l += pr;
-        Axpy(acc, pr, Vs + (r + u) * Sh::D + d0);
+        for (int g = 0; g < RB; ++g) {
+          pr[g] = s[u][g] == -INFINITY ? 0.f : exp2f(s[u][g] - m[g]);
+          l[g] += pr[g];
+        }
+        Axpys<NS, RB>(acc, pr, Vs + (r + u) * Sh::D, sl);
       }
     }
   }
-  if (!ok) return;
-  StoreSlice(y + qrow, acc, d0, p.hd, 1.f / l);
-  if (sl == 0) lse[(b * p.H + h) * p.T + i] = (m + log2f(l)) * kLn2;
+#pragma unroll
+  for (int g = 0; g < RB; ++g) {
+    if (i[g] >= p.T) continue;
+    StoreSlice<NS>(y + qrow[g], acc[g], sl, p.hd, 1.f / l[g]);
+    if (sl == 0) lse[(b * p.H + h) * p.T + i[g]] = (m[g] + log2f(l[g])) * kLn2;
+  }
 }
 
 // dQ, and D_i = dY_i . Y_i (= sum_j p_ij dp_ij) into dsum for the dK/dV kernel.
-template <typename T, int NS>
+template <typename T, int NS, int RB>
 __global__ void __launch_bounds__(kThreads) FlashGradQ(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                                        const T* __restrict__ y, const T* __restrict__ dy,
                                                        const float* __restrict__ lse, T* __restrict__ dq,
                                                        float* __restrict__ dsum, Dims p) {
-  using Sh = Shape<NS>;
+  using Sh = Shape<NS, RB>;
+  constexpr int kU = kUnroll / RB > 0 ? kUnroll / RB : 1;  // tile rows per inner step
   __shared__ __align__(16) float Ks[Sh::KT * Sh::D], Vs[Sh::KT * Sh::D];
-  const int sl = threadIdx.x % NS, d0 = sl * kSlice;
+  const int sl = threadIdx.x % NS;
   const int64_t bh = blockIdx.x, b = bh / p.H, h = bh % p.H, kh = h / (p.H / p.KVH);
   const int64_t i0 = int64_t(gridDim.y - 1 - blockIdx.y) * Sh::R;
-  const int64_t i = i0 + threadIdx.x / NS;
-  const bool ok = i < p.T;
-  const int64_t qrow = ((b * p.T + (ok ? i : 0)) * p.H + h) * p.hd;
-  float qr[kSlice], dor[kSlice], acc[kSlice];
-  LoadSlice(qr, q + qrow, d0, p.hd, ok, p.scale * kLog2e);
-  LoadSlice(dor, dy + qrow, d0, p.hd, ok, 1.f);
-  LoadSlice(acc, y + qrow, d0, p.hd, ok, 1.f);
-  float di = 0.f;
+  int64_t i[RB], qrow[RB];
+  float qr[RB][kSlice], dor[RB][kSlice], acc[RB][kSlice], di[RB], lse2[RB];
 #pragma unroll
-  for (int e = 0; e < kSlice; ++e) di += dor[e] * acc[e];
-  di = RowSum<NS>(di);
+  for (int g = 0; g < RB; ++g) {
+    i[g] = i0 + threadIdx.x / NS + g * Sh::G;
+    const bool ok = i[g] < p.T;
+    qrow[g] = ((b * p.T + (ok ? i[g] : 0)) * p.H + h) * p.hd;
+    LoadSlice<NS>(qr[g], q + qrow[g], sl, p.hd, ok, p.scale * kLog2e);
+    LoadSlice<NS>(dor[g], dy + qrow[g], sl, p.hd, ok, 1.f);
+    LoadSlice<NS>(acc[g], y + qrow[g], sl, p.hd, ok, 1.f);
+    float d = 0.f;
 #pragma unroll
-  for (int e = 0; e < kSlice; ++e) acc[e] = 0.f;
-  const int64_t row = (b * p.H + h) * p.T + i;
-  const float lse2 = ok ? lse[row] * kLog2e : 0.f;
-  if (ok && sl == 0) dsum[row] = di;
+    for (int e = 0; e < kSlice; ++e) d += dor[g][e] * acc[g][e];
+    di[g] = RowSum<NS>(d);
+#pragma unroll
+    for (int e = 0; e < kSlice; ++e) acc[g][e] = 0.f;
+    const int64_t row = (b * p.H + h) * p.T + i[g];
+    lse2[g] = ok ? lse[row] * kLog2e : 0.f;
+    if (ok && sl == 0) dsum[row] = di[g];
+  }
   const int64_t kend = p.causal ? min(p.S, i0 + Sh::R) : p.S;
   for (int64_t j0 = 0; j0 < kend; j0 += Sh::KT) {
     __syncthreads();
-    LoadTile<T, NS>(Ks, k, b, p.S, p.KVH, kh, p.hd, j0, kend);
-    LoadTile<T, NS>(Vs, v, b, p.S, p.KVH, kh, p.hd, j0, kend);
+    LoadTile<T, NS, RB>(Ks, k, b, p.S, p.KVH, kh, p.hd, j0, kend);
+    LoadTile<T, NS, RB>(Vs, v, b, p.S, p.KVH, kh, p.hd, j0, kend);
     __syncthreads();
     const int64_t n = kend - j0;
     for (int r = 0; r < n && r < Sh::KT; r += kU) {
-      float s[kU], dp[kU];
+      float s[kU][RB], dp[kU][RB];
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
-        s[u] = Dot(qr, Ks + (r + u) * Sh::D + d0);
-        dp[u] = Dot(dor, Vs + (r + u) * Sh::D + d0);
+        Dots<NS, RB>(s[u], qr, Ks + (r + u) * Sh::D, sl);
+        Dots<NS, RB>(dp[u], dor, Vs + (r + u) * Sh::D, sl);
       }
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        s[u] = RowSum<NS>(s[u]);
-        dp[u] = RowSum<NS>(dp[u]);
-      }
+      for (int u = 0; u < kU; ++u)
+#pragma unroll
+        for (int g = 0; g < RB; ++g) {
+          s[u][g] = RowSum<NS>(s[u][g]);
+          dp[u][g] = RowSum<NS>(dp[u][g]);
+        }
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const int64_t j = j0 + r + u;
-        const bool hidden = j >= kend || (p.causal && j > i);
-        Axpy(acc, hidden ? 0.f : exp2f(s[u] - lse2) * (dp[u] - di), Ks + (r + u) * Sh::D + d0);
+        float ds[RB];
+#pragma unroll
+        for (int g = 0; g < RB; ++g)
+          ds[g] = (j >= kend || (p.causal && j > i[g])) ? 0.f : exp2f(s[u][g] - lse2[g]) * (dp[u][g] - di[g]);
+        Axpys<NS, RB>(acc, ds, Ks + (r + u) * Sh::D, sl);
       }
     }
   }
-  if (ok) StoreSlice(dq + qrow, acc, d0, p.hd, p.scale);
+#pragma unroll
+  for (int g = 0; g < RB; ++g)
+    if (i[g] < p.T) StoreSlice<NS>(dq + qrow[g], acc[g], sl, p.hd, p.scale);
 }
 
-template <typename T, int NS>
+template <typename T, int NS, int RB>
 __global__ void __launch_bounds__(kThreads) FlashGradKV(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                                         const T* __restrict__ dy, const float* __restrict__ lse,
                                                         const float* __restrict__ dsum, T* __restrict__ dk, T* __restrict__ dv,
                                                         Dims p) {
-  using Sh = Shape<NS>;
+  using Sh = Shape<NS, RB>;
+  constexpr int kU = kUnroll / RB > 0 ? kUnroll / RB : 1;  // tile rows per inner step
   __shared__ __align__(16) float Qs[Sh::KT * Sh::D], dOs[Sh::KT * Sh::D];
   __shared__ float Ls[Sh::KT], Ds[Sh::KT];
-  const int sl = threadIdx.x % NS, d0 = sl * kSlice;
+  const int sl = threadIdx.x % NS;
   const int64_t bkh = blockIdx.x, b = bkh / p.KVH, kh = bkh % p.KVH, rep = p.H / p.KVH;
   const int64_t j0 = int64_t(blockIdx.y) * Sh::R;  // causal: the first key tiles see the most queries
-  const int64_t j = j0 + threadIdx.x / NS;
-  const bool ok = j < p.S;
-  const int64_t krow = ((b * p.S + (ok ? j : 0)) * p.KVH + kh) * p.hd;
-  float kr[kSlice], vr[kSlice], dka[kSlice], dva[kSlice];
-  LoadSlice(kr, k + krow, d0, p.hd, ok, p.scale * kLog2e);
-  LoadSlice(vr, v + krow, d0, p.hd, ok, 1.f);
+  int64_t j[RB], krow[RB];
+  float kr[RB][kSlice], vr[RB][kSlice], dka[RB][kSlice], dva[RB][kSlice];
 #pragma unroll
-  for (int e = 0; e < kSlice; ++e) dka[e] = dva[e] = 0.f;
+  for (int g = 0; g < RB; ++g) {
+    j[g] = j0 + threadIdx.x / NS + g * Sh::G;
+    const bool ok = j[g] < p.S;
+    krow[g] = ((b * p.S + (ok ? j[g] : 0)) * p.KVH + kh) * p.hd;
+    LoadSlice<NS>(kr[g], k + krow[g], sl, p.hd, ok, p.scale * kLog2e);
+    LoadSlice<NS>(vr[g], v + krow[g], sl, p.hd, ok, 1.f);
+#pragma unroll
+    for (int e = 0; e < kSlice; ++e) dka[g][e] = dva[g][e] = 0.f;
+  }
   const int64_t istart = p.causal ? j0 : 0;  // queries before j0 see none of these keys
   for (int64_t hh = 0; hh < rep; ++hh) {
     const int64_t h = kh * rep + hh;
     for (int64_t i0 = istart; i0 < p.T; i0 += Sh::KT) {
       __syncthreads();
-      LoadTile<T, NS>(Qs, q, b, p.T, p.H, h, p.hd, i0, p.T);
-      LoadTile<T, NS>(dOs, dy, b, p.T, p.H, h, p.hd, i0, p.T);
+      LoadTile<T, NS, RB>(Qs, q, b, p.T, p.H, h, p.hd, i0, p.T);
+      LoadTile<T, NS, RB>(dOs, dy, b, p.T, p.H, h, p.hd, i0, p.T);
       if (threadIdx.x < Sh::KT) {
         const int64_t i = i0 + threadIdx.x, row = (b * p.H + h) * p.T + i;
         Ls[threadIdx.x] = i < p.T ? lse[row] * kLog2e : 0.f;
@@ -258,30 +345,40 @@ __global__ void __launch_bounds__(kThreads) FlashGradKV(const T* __restrict__ q,
       __syncthreads();
       const int64_t n = p.T - i0;
       for (int r = 0; r < n && r < Sh::KT; r += kU) {
-        float s[kU], dp[kU];
+        float s[kU][RB], dp[kU][RB];
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
-          s[u] = Dot(kr, Qs + (r + u) * Sh::D + d0);
-          dp[u] = Dot(vr, dOs + (r + u) * Sh::D + d0);
+          Dots<NS, RB>(s[u], kr, Qs + (r + u) * Sh::D, sl);
+          Dots<NS, RB>(dp[u], vr, dOs + (r + u) * Sh::D, sl);
         }
 #pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          s[u] = RowSum<NS>(s[u]);
-          dp[u] = RowSum<NS>(dp[u]);
-        }
+        for (int u = 0; u < kU; ++u)
+#pragma unroll
+          for (int g = 0; g < RB; ++g) {
+            s[u][g] = RowSum<NS>(s[u][g]);
+            dp[u][g] = RowSum<NS>(dp[u][g]);
+          }
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
           const int64_t i = i0 + r + u;
-          const float pr = (i >= p.T || (p.causal && j > i)) ? 0.f : exp2f(s[u] - Ls[r + u]);
-          Axpy(dva, pr, dOs + (r + u) * Sh::D + d0);
-          Axpy(dka, pr * (dp[u] - Ds[r + u]), Qs + (r + u) * Sh::D + d0);
+          float pr[RB], ds[RB];
+#pragma unroll
+          for (int g = 0; g < RB; ++g) {
+            pr[g] = (i >= p.T || (p.causal && j[g] > i)) ? 0.f : exp2f(s[u][g] - Ls[r + u]);
+            ds[g] = pr[g] * (dp[u][g] - Ds[r + u]);
+          }
+          Axpys<NS, RB>(dva, pr, dOs + (r + u) * Sh::D, sl);
+          Axpys<NS, RB>(dka, ds, Qs + (r + u) * Sh::D, sl);
         }
       }
     }
   }
-  if (!ok) return;
-  StoreSlice(dk + krow, dka, d0, p.hd, p.scale);
-  StoreSlice(dv + krow, dva, d0, p.hd, 1.f);
+#pragma unroll
+  for (int g = 0; g < RB; ++g) {
+    if (j[g] >= p.S) continue;
+    StoreSlice<NS>(dk + krow[g], dka[g], sl, p.hd, p.scale);
+    StoreSlice<NS>(dv + krow[g], dva[g], sl, p.hd, 1.f);
+  }
 }
 
 int SlicesFor(int64_t hd) {
@@ -292,24 +389,24 @@ int SlicesFor(int64_t hd) {
 
 bool GridFits(int64_t x, int64_t y) { return x >= 1 && x <= 0x7fffffff && y >= 1 && y <= 65535; }
 
-template <typename T, int NS>
+template <typename T, int NS, int RB = kRows>
 int LaunchForward(const T* q, const T* k, const T* v, T* y, float* lse, const Dims& p, cudaStream_t st) {
-  const int64_t gx = p.B * p.H, gy = (p.T + Shape<NS>::R - 1) / Shape<NS>::R;
+  const int64_t gx = p.B * p.H, gy = (p.T + Shape<NS, RB>::R - 1) / Shape<NS, RB>::R;
   if (!GridFits(gx, gy)) return cudaErrorInvalidConfiguration;
-  FlashForward<T, NS><<<dim3((unsigned)gx, (unsigned)gy), kThreads, 0, st>>>(q, k, v, y, lse, p);
+  FlashForward<T, NS, RB><<<dim3((unsigned)gx, (unsigned)gy), kThreads, 0, st>>>(q, k, v, y, lse, p);
   return cudaGetLastError();
 }
 
-template <typename T, int NS>
+template <typename T, int NS, int RB = kRows>
 int LaunchGrad(const T* q, const T* k, const T* v, const T* y, const T* dy, const float* lse, T* dq, T* dk, T* dv,
                const Dims& p, cudaStream_t st) {
-  const int64_t qx = p.B * p.H, qy = (p.T + Shape<NS>::R - 1) / Shape<NS>::R;
-  const int64_t kx = p.B * p.KVH, ky = (p.S + Shape<NS>::R - 1) / Shape<NS>::R;
+  const int64_t qx = p.B * p.H, qy = (p.T + Shape<NS, RB>::R - 1) / Shape<NS, RB>::R;
+  const int64_t kx = p.B * p.KVH, ky = (p.S + Shape<NS, RB>::R - 1) / Shape<NS, RB>::R;
   if (!GridFits(qx, qy) || !GridFits(kx, ky)) return cudaErrorInvalidConfiguration;
   float* dsum = nullptr;  // D_i per query row: stream-ordered scratch (capturable in a CUDA graph)
   if (cudaError_t e = cudaMallocAsync(&dsum, sizeof(float) * p.B * p.H * p.T, st)) return e;
-  FlashGradQ<T, NS><<<dim3((unsigned)qx, (unsigned)qy), kThreads, 0, st>>>(q, k, v, y, dy, lse, dq, dsum, p);
-  FlashGradKV<T, NS><<<dim3((unsigned)kx, (unsigned)ky), kThreads, 0, st>>>(q, k, v, dy, lse, dsum, dk, dv, p);
+  FlashGradQ<T, NS, RB><<<dim3((unsigned)qx, (unsigned)qy), kThreads, 0, st>>>(q, k, v, y, dy, lse, dq, dsum, p);
+  FlashGradKV<T, NS, RB><<<dim3((unsigned)kx, (unsigned)ky), kThreads, 0, st>>>(q, k, v, dy, lse, dsum, dk, dv, p);
   const cudaError_t launch = cudaGetLastError();
   const cudaError_t freed = cudaFreeAsync(dsum, st);
   return launch ? launch : freed;
