@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup lint format kernels asan wheel-smoke clean
+.PHONY: demo test setup lint format kernels asan wheel-smoke bench-llama-cpu clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,14 @@ test: setup kernels lint asan
 	MEGANEURA_REQUIRE_KERNELS=1 $(VENV)/bin/pytest -q
 	$(MAKE) test-ort-training
 	$(MAKE) wheel-smoke
+
+# The CPU decode benchmark of the README: ours vs onnxruntime-genai (its model builder's fp32 CPU model)
+# vs transformers eager, SmolLM2-135M shape, random weights, one run; JSON in benchmarks/results/.
+# onnxruntime-genai goes into .venv with the [bench] extra: it needs onnxruntime >= 1.31, which .venv
+# has, and its builder onnx-ir; nothing else in .venv changes.
+bench-llama-cpu: setup kernels
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) benchmarks/llama.py --device cpu
 
 clean:
 	rm -rf $(VENV) $(ORTT_VENV) out custom_ops/build .pytest_cache .ruff_cache

@@ -1,19 +1,33 @@
-"""LLaMA decode benchmark: meganeura-onnx (ONNX Runtime) vs Hugging Face ``transformers.generate``.
+"""LLaMA decode benchmark: meganeura-onnx vs Hugging Face ``transformers`` vs onnxruntime-genai, one run.
 
-SmolLM2-135M shape with random weights (the same weights in both), batch 1, fp32, greedy. Both run
-in this one process on the same device. Measured:
+SmolLM2-135M shape with random weights: a ``LlamaForCausalLM`` of that config, randomly initialised
+by transformers (seed 0) and written with ``save_pretrained``, is the one model every side loads:
+ours through its safetensors loader, transformers with ``from_pretrained``, onnxruntime-genai after
+its own model builder (``python -m onnxruntime_genai.models.builder -i FOLDER``) converted it. Each
+measured configuration runs in a process of its own (``benchmarks/llama_sides.py`` says how each
+side is timed); the prompts are ``batch`` random rows of ``--prompt-len`` tokens, greedy decoding of
+``--new-tokens`` tokens, end-of-sequence ignored, medians of ``--repeat`` runs with their spread.
 
-- prefill: time to run the prompt and get the first token's logits (median of ``--repeat`` runs);
-- decode tokens/s: ``(new_tokens - 1) / (time of the generation after the first token)``. For
-  transformers that is ``generate(max_new_tokens=N)`` minus ``generate(max_new_tokens=1)`` (its
-  prefill), both medians;
-- end-to-end tokens/s: ``new_tokens / (prefill + decode)``.
+Configurations (``--sides``, ``--precisions``, ``--batches``):
 
-Precision: fp32 everywhere; on CUDA both sides use strict fp32 matmuls (ORT ``use_tf32=0``, torch
-``allow_tf32=False``). Results go to ``<out-dir>/llama-<device>-<host>-<time>.json``.
+- ``ours``: our ``LlamaRunner`` in each precision; on CUDA with the decode step replayed as a CUDA
+  graph and without (``ours-graph`` / ``ours``). fp16/bf16 need ``precision=`` on the runner; where the
+  branch has none the JSON says "not available". Batch > 1 uses ``LlamaBatchRunner``.
+- ``hf-eager``: ``generate`` with ``attn_implementation="eager"``, in each precision.
+- ``hf-static``: ``generate`` with ``cache_implementation="static"`` (SDPA attention; on CUDA
+  transformers compiles the decode step with ``torch.compile``), in each precision.
+- ``genai``: the builder's model (CPU: fp32; CUDA: fp16, its fp32 CUDA export does not load), on
+  CUDA with its CUDA graph (``genai-graph``) and without.
 
-    python benchmarks/llama.py --device cpu --new-tokens 32 --out-dir benchmarks/results
-    python benchmarks/llama.py --device cuda --out-dir benchmarks/results      # on the GPU machine
+On CUDA fp32 is strict on every side (ORT ``use_tf32=0``, torch ``allow_tf32=False``). The JSON
+(``<out-dir>/llama-<device>-<host>-<time>.json``) holds the machine, every library's version, the
+commit, the load average at start and end, and the greedy tokens' agreement with ours in fp32.
+``--merge FILE`` adds this run's configurations to an earlier JSON of the same shape (so the GPU
+run can be split into calls of under 10 minutes each).
+
+    make bench-llama-cpu                                               # CPU: ours vs genai vs HF eager
+    python benchmarks/llama.py --device cuda --sides ours,genai        # on the GPU machine, then
+    python benchmarks/llama.py --device cuda --sides hf-eager,hf-static --merge benchmarks/results/llama-cuda-....json
 """
 
 from __future__ import annotations
@@ -23,214 +37,335 @@ import datetime
 import json
 import os
 import platform
+import select
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from meganeura_onnx.generation import generate  # noqa: E402
-from meganeura_onnx.init import default_parameters  # noqa: E402
-
-
-def _load_model_file(path: Path):
-    # Not through meganeura_onnx.cli: on a machine where the package is not installed, only ROOT is on the path.
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("meganeura_bench_llama", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-llama = _load_model_file(ROOT / "models" / "llama.py")
+SIDES_SCRIPT = Path(__file__).resolve().with_name("llama_sides.py")
+DEFAULTS = {  # per device: what the issue asks to be shown
+    "cpu": {"sides": "ours,genai,hf-eager", "precisions": "fp32", "batches": "1", "new_tokens": 64, "interleave": True},
+    "cuda": {
+        "sides": "ours,genai,hf-eager,hf-static",
+        "precisions": "fp32,fp16,bf16",
+        "batches": "1,8",
+        "new_tokens": 128,
+        "interleave": False,
+    },
+}
 
 
 def machine(device: str) -> dict:
     info = {"platform": platform.platform(), "python": platform.python_version(), "host": socket.gethostname(), "cpus": os.cpu_count()}
-    if hasattr(os, "getloadavg"):
-        info["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]  # other work on a shared machine skews timings
+    info["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]  # other work on a shared machine skews timings
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-    except OSError:
+        info["cpu"] = next(
+            line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
         pass
     if device == "cuda":
         try:
-            info["gpu"] = subprocess.run(
-                ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=20,
-            ).stdout.strip()
+            query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+            info["gpu"] = subprocess.run(query, capture_output=True, text=True, timeout=20).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             info["gpu"] = "unknown"
-    import onnxruntime as ort
-
-    info["onnxruntime"] = ort.__version__
-    info["onnxruntime_providers"] = ort.get_available_providers()
+    git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()  # noqa: E731
     try:
-        info["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        info["git_dirty"] = bool(subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout.strip())
+        info["git_commit"], info["git_dirty"] = git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
     except OSError:
         pass
     return info
 
 
-def sync(device: str) -> None:
-    if device == "cuda":
-        import torch
+def hf_config(preset: str) -> dict:
+    """The transformers ``LlamaConfig`` kwargs of one of our presets (SmolLM2-135M's config.json)."""
+    sys.path.insert(0, str(SIDES_SCRIPT.parent))
+    from llama_sides import load_llama_module
 
-        torch.cuda.synchronize()
-
-
-def bench_ours(
-    cfg, params: dict, prompt: list[int], n_new: int, device: str, chunk: int, repeat: int, cuda_graph: bool = False
-) -> tuple[dict, list[int]]:
-    t0 = time.perf_counter()
-    runner = llama.LlamaRunner(cfg, params, max_seq=len(prompt) + n_new, prefill_chunk=chunk, device=device, cuda_graph=cuda_graph)
-    build_s = time.perf_counter() - t0
-    list(generate(runner, prompt, 4))  # warm-up: first runs allocate and tune
-    prefill, decode, tokens = [], [], []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        first = int(np.argmax(runner.prefill(prompt)))
-        t1 = time.perf_counter()
-        tokens = [first]
-        for _ in range(n_new - 1):
-            tokens.append(int(np.argmax(runner.decode(tokens[-1]))))
-        t2 = time.perf_counter()
-        prefill.append(t1 - t0)
-        decode.append(t2 - t1)
-    p, d = statistics.median(prefill), statistics.median(decode)
-    plan = runner.decoder.plan()
-    return {
-        "session_build_s": round(build_s, 3),
-        "prefill_ms": round(p * 1e3, 2),
-        "decode_tokens_per_s": round((n_new - 1) / d, 2),
-        "end_to_end_tokens_per_s": round(n_new / (p + d), 2),
-        "prefill_chunk": runner.chunk,
-        "cuda_graph_decode": cuda_graph,
-        "custom_ops": plan.kernels(),
-        "providers": plan.providers,
-    }, tokens
+    cfg = load_llama_module().PRESETS[preset].to_dict()
+    cfg.pop("architectures", None)
+    cfg["rope_parameters"] = {"rope_theta": cfg.pop("rope_theta"), "rope_type": "default"}
+    return cfg
 
 
-def bench_transformers(cfg, params: dict, prompt: list[int], n_new: int, device: str, attn: str, repeat: int) -> tuple[dict, list[int]]:
+def write_hf_folder(folder: Path, preset: str, seed: int) -> int:
+    """A randomly initialised ``LlamaForCausalLM`` of the preset, ``save_pretrained`` + a word-level
+    tokenizer (the genai builder copies a tokenizer; the benchmark feeds token ids). Returns the
+    parameter count."""
+    import tokenizers
     import torch
     import transformers
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    hf_cfg = transformers.LlamaConfig(**{k: v for k, v in cfg.to_dict().items() if k not in ("architectures",)})
-    hf_cfg.rope_parameters = {"rope_theta": cfg.rope_theta, "rope_type": "default"}
-    model = transformers.LlamaForCausalLM._from_config(hf_cfg, attn_implementation=attn, dtype=torch.float32)
-    state = {k: torch.from_numpy(v) for k, v in params.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [m for m in missing if not (cfg.tie_word_embeddings and m == "lm_head.weight")]
-    if missing or unexpected:
-        raise RuntimeError(f"transformers model does not take the weights: missing {missing}, unexpected {unexpected}")
-    if cfg.tie_word_embeddings:
-        model.tie_weights()
-    model = model.to(device).eval()
-    ids = torch.tensor([prompt], device=device)
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(**hf_config(preset))
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    model.save_pretrained(folder)
+    vocab = {f"t{i}": i for i in range(cfg.vocab_size)}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="t0"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="t0", eos_token="t0", bos_token="t0").save_pretrained(folder)
+    return sum(p.numel() for p in model.parameters())
 
-    def run(n: int):
-        sync(device)
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
-        sync(device)
-        return time.perf_counter() - t0, out[0, len(prompt) :].tolist()
 
-    run(4)  # warm-up
-    firsts = [run(1)[0] for _ in range(repeat)]
-    fulls = [run(n_new) for _ in range(repeat)]
-    p = statistics.median(firsts)
-    total = statistics.median(t for t, _ in fulls)
-    return {
-        "attn_implementation": attn,
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "prefill_ms": round(p * 1e3, 2),
-        "decode_tokens_per_s": round((n_new - 1) / max(total - p, 1e-9), 2),
-        "end_to_end_tokens_per_s": round(n_new / total, 2),
-    }, fulls[-1][1]
+def genai_model(a: argparse.Namespace, result: dict, spec: dict, work: Path) -> bool:
+    """The builder's model for the spec's precision, built once per run; False when the builder failed."""
+    key, built = spec["precision"], result.setdefault("genai_builder", {})
+    out = work / f"genai-{key}"
+    if key not in built or not (out / "genai_config.json").is_file():
+        print(f"onnxruntime-genai model builder ({key}, {a.device}) ...", file=sys.stderr, flush=True)
+        built[key] = build_genai(spec["python"], work / "hf", out, key, a.device, a.timeout)
+    spec["genai_dir"] = str(out)
+    return "error" not in built[key]
+
+
+def build_genai(python: str, hf_dir: Path, out: Path, precision: str, device: str, timeout: int) -> dict:
+    """onnxruntime-genai's model builder over the folder; returns what the JSON records of it."""
+    cmd = [python, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_dir), "-o", str(out), "-p", precision]
+    cmd += ["-e", device, "-c", str(out.parent / "genai_cache")]
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"the model builder took longer than {timeout} s"}
+    shown = " ".join(cmd[1:]).replace(str(out.parent), "WORK")
+    info = {"command": f"python {shown}", "build_s": round(time.perf_counter() - t0, 1)}
+    if proc.returncode != 0 or not (out / "genai_config.json").is_file():
+        info["error"] = f"model builder exited {proc.returncode}: {(proc.stderr or proc.stdout)[-1500:]}"
+    return info
+
+
+class Worker:
+    """One configuration served by ``llama_sides.py`` in its own process (see there for the protocol);
+    a failure becomes an ``error`` entry, never a crash of the run."""
+
+    def __init__(self, python: str, spec: dict, work: Path, timeout: int) -> None:
+        self.spec, self.timeout, self.entry = spec, timeout, {"runs": []}
+        path = work / f"spec-{spec['name']}.json"
+        path.write_text(json.dumps(spec))
+        self.log = open(work / f"stderr-{spec['name']}.txt", "w+")  # closed in close()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        cmd = [python, str(SIDES_SCRIPT), str(path)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
+        ready = self._reply()
+        if ready is not None and "error" not in ready:
+            self.entry.update({k: v for k, v in ready.items() if k != "ready"})
+
+    @property
+    def ok(self) -> bool:
+        return "error" not in self.entry
+
+    def _reply(self) -> dict | None:
+        ready, _, _ = select.select([self.proc.stdout], [], [], self.timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if line.strip():
+            reply = json.loads(line)
+            if "error" in reply:
+                self.entry["error"] = reply["error"]
+            return reply
+        self.log.flush()
+        self.log.seek(0)
+        why = f"no answer within {self.timeout} s" if not ready else f"exited {self.proc.poll()}"
+        self.entry["error"] = f"{why}: {self.log.read()[-2000:]}"
+        return None
+
+    def run(self) -> None:
+        if self.ok:
+            self.proc.stdin.write("run\n")
+            self.proc.stdin.flush()
+            reply = self._reply()
+            if reply is not None and "error" not in reply:
+                self.entry["runs"].append(reply)
+
+    def close(self) -> dict:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.close()
+                self.proc.wait(timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return finish(self.entry, self.spec)
+
+
+def finish(entry: dict, spec: dict) -> dict:
+    """Medians and spreads (min-max) of the runs, in the units of the JSON."""
+    entry["config"] = {k: spec[k] for k in ("side", "hf_mode", "precision", "batch", "cuda_graph")}
+    runs = entry.pop("runs", [])
+    if not runs:
+        entry.setdefault("error", "no run finished")
+        return entry
+    steps = spec["batch"] * (spec["new_tokens"] - 1)
+    prefill = [r["prefill_s"] * 1e3 for r in runs]
+    rate = [steps / max(r["decode_s"], 1e-9) for r in runs]
+    p, d = statistics.median(prefill), statistics.median(r["decode_s"] for r in runs)
+    entry.update(
+        prefill_ms=round(p, 2),
+        prefill_ms_range=[round(min(prefill), 2), round(max(prefill), 2)],
+        decode_tokens_per_s=round(steps / max(d, 1e-9), 2),
+        decode_tokens_per_s_range=[round(min(rate), 2), round(max(rate), 2)],
+        end_to_end_tokens_per_s=round(spec["batch"] * spec["new_tokens"] / (p / 1e3 + d), 2),
+        repeats=len(runs),
+        tokens=runs[-1]["tokens"],
+    )
+    return entry
+
+
+def configurations(a: argparse.Namespace) -> list[dict]:
+    """The (side, precision, batch, CUDA graph) combinations asked for, each with a unique name."""
+    out = []
+    cuda = a.device == "cuda"
+    for batch in (int(b) for b in a.batches.split(",")):
+        for side in a.sides.split(","):
+            if side == "genai":
+                precisions = ["fp16" if cuda else "fp32"]
+            else:
+                precisions = a.precisions.split(",")
+            for precision in precisions:
+                graphs = [False, True] if cuda and side in ("ours", "genai") else [False]
+                for graph in graphs:
+                    name = f"{side}{'-graph' if graph else ''}-{precision}-b{batch}"
+                    kind, mode = (side.split("-") + [None])[:2]
+                    out.append({"name": name, "side": kind, "hf_mode": mode, "precision": precision, "batch": batch, "cuda_graph": graph})
+    return out
+
+
+def agreement(reference: list[int] | None, tokens: list[int]) -> int | None:
+    """How many leading greedy tokens equal ours in fp32 (random weights: near-ties diverge sooner in half precision)."""
+    if reference is None:
+        return None
+    return next((i for i, (x, y) in enumerate(zip(reference, tokens, strict=False)) if x != y), min(len(reference), len(tokens)))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--preset", default="smollm2-135m")
+    ap.add_argument("--sides", default=None, help="comma-separated: ours, genai, hf-eager, hf-static [default: per device]")
+    ap.add_argument("--precisions", default=None, help="comma-separated: fp32, fp16, bf16 [CPU: fp32; CUDA: all]")
+    ap.add_argument("--batches", default=None, help="comma-separated batch sizes [CPU: 1; CUDA: 1,8]")
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--new-tokens", type=int, default=None, help="[CPU: 64; CUDA: 128]")
+    ap.add_argument("--prefill-chunk", type=int, default=None, help="rows per prefill step of ours [default: the prompt length]")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per configuration (median and spread)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompts")
+    ap.add_argument(
+        "--genai-python", default=sys.executable, help="interpreter with onnxruntime-genai (and its builder's torch, transformers, onnx-ir)"
+    )
+    ap.add_argument("--timeout", type=int, default=600, help="seconds a worker may take to load, warm up or run once")
+    ap.add_argument(
+        "--interleave",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="load every configuration, then alternate their repeats [CPU: yes; CUDA: no]",
+    )
+    ap.add_argument("--work-dir", default=None, help="where the HF folder and genai models go [default: a temporary folder]")
+    ap.add_argument("--merge", default=None, help="an earlier JSON of this benchmark: add this run's configurations to it")
+    ap.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
+    a = ap.parse_args(argv)
+    for key, value in DEFAULTS[a.device].items():
+        if getattr(a, key) is None:
+            setattr(a, key, value)
+    return a
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--preset", default="smollm2-135m", choices=sorted(llama.PRESETS))
-    ap.add_argument("--prompt-len", type=int, default=128)
-    ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--prefill-chunk", type=int, default=None, help="rows per prefill step [default: the prompt length]")
-    ap.add_argument("--repeat", type=int, default=3, help="timed runs per measurement (median)")
-    ap.add_argument("--hf-attn", default="eager", help="transformers attn_implementation (eager: the issue's anchor; or sdpa)")
-    ap.add_argument("--skip-transformers", action="store_true")
-    ap.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
-    a = ap.parse_args(argv)
+    a = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="llama-bench-") as tmp:
+        work = Path(a.work_dir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        return run(a, work)
 
-    cfg = llama.PRESETS[a.preset]
-    params = default_parameters(llama.build_graph(cfg, "decode", 1, 8), seed=0)
-    prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, size=a.prompt_len).tolist()
-    result = {
-        "benchmark": "llama decode",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": a.device,
-        "model": {
-            "preset": a.preset,
-            "parameters": int(sum(v.size for v in params.values())),
-            "weights": "random (meganeura default init)",
-        },
-        "batch": 1,
-        "prompt_len": a.prompt_len,
-        "new_tokens": a.new_tokens,
-        "precision": "fp32 (strict; TF32 off on CUDA)",
-        "repeat": a.repeat,
-        "machine": machine(a.device),
-    }
-    print(f"meganeura-onnx on {a.device}: {a.preset}, prompt {a.prompt_len}, {a.new_tokens} new tokens ...", file=sys.stderr, flush=True)
-    result["meganeura_onnx"], ours = bench_ours(cfg, params, prompt, a.new_tokens, a.device, a.prefill_chunk or a.prompt_len, a.repeat)
-    print(json.dumps(result["meganeura_onnx"]), file=sys.stderr, flush=True)
-    if a.device == "cuda":
-        print("meganeura-onnx, decode replayed as a CUDA graph ...", file=sys.stderr, flush=True)
-        try:
-            result["meganeura_onnx_cuda_graph"], graphed = bench_ours(
-                cfg, params, prompt, a.new_tokens, a.device, a.prefill_chunk or a.prompt_len, a.repeat, cuda_graph=True
-            )
-            result["meganeura_onnx_cuda_graph"]["same_tokens_as_uncaptured"] = graphed == ours
-        except Exception as e:  # recorded, not hidden: the JSON says why there is no CUDA-graph number
-            result["meganeura_onnx_cuda_graph"] = {"error": f"{type(e).__name__}: {e}"[:2000]}
-        print(json.dumps(result["meganeura_onnx_cuda_graph"]), file=sys.stderr, flush=True)
-    if not a.skip_transformers:
-        print(f"transformers.generate ({a.hf_attn}) ...", file=sys.stderr, flush=True)
-        result["transformers"], theirs = bench_transformers(cfg, params, prompt, a.new_tokens, a.device, a.hf_attn, a.repeat)
-        agree = next((i for i, (x, y) in enumerate(zip(ours, theirs, strict=False)) if x != y), min(len(ours), len(theirs)))
-        result["greedy_tokens_agree_prefix"] = agree
-        result["decode_speedup_vs_transformers"] = round(
-            result["meganeura_onnx"]["decode_tokens_per_s"] / result["transformers"]["decode_tokens_per_s"], 2
-        )
-        result["prefill_speedup_vs_transformers"] = round(result["transformers"]["prefill_ms"] / result["meganeura_onnx"]["prefill_ms"], 2)
-    if hasattr(os, "getloadavg"):
-        result["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+
+def run(a: argparse.Namespace, work: Path) -> dict:
+    result = json.loads(Path(a.merge).read_text()) if a.merge else None
+    mach = machine(a.device)
+    hf_dir = work / "hf"
+    params = write_hf_folder(hf_dir, a.preset, a.seed)
+    rng = np.random.default_rng(a.seed)
+    vocab = hf_config(a.preset)["vocab_size"]
+    prompts = rng.integers(0, vocab, size=(max(int(b) for b in a.batches.split(",")), a.prompt_len)).tolist()
+    if result is None:
+        result = {
+            "benchmark": "llama decode",
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "device": a.device,
+            "model": {
+                "preset": a.preset,
+                "parameters": params,
+                "weights": f"random (transformers init, torch seed {a.seed}), one folder for every side",
+            },
+            "prompt_len": a.prompt_len,
+            "new_tokens": a.new_tokens,
+            "repeat": a.repeat,
+            "precision_note": "fp32 is strict on CUDA (TF32 off); fp16/bf16: weights and activations in that type",
+            "machine": mach,
+            "configurations": {},
+        }
+    else:
+        result.setdefault("merged_runs", []).append({"sides": a.sides, "machine": mach})
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = out_dir / f"llama-{a.device}-{socket.gethostname()}-{stamp}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    path = Path(a.merge) if a.merge else out_dir / f"llama-{a.device}-{socket.gethostname()}-{stamp}.json"
+    specs = []
+    for spec in configurations(a):
+        spec.update(device=a.device, hf_dir=str(hf_dir), prompts=prompts[: spec["batch"]], new_tokens=a.new_tokens)
+        spec.update(prefill_chunk=a.prefill_chunk, python=a.genai_python if spec["side"] == "genai" else sys.executable)
+        if spec["side"] == "genai" and not genai_model(a, result, spec, work):
+            result["configurations"][spec["name"]] = {"error": "the genai model builder failed (see genai_builder)"}
+            continue
+        specs.append(spec)
+    # Interleaved: every worker of a group loaded, then repeat r of each in turn (on a shared machine a
+    # change of load hits every side alike); one worker at a time otherwise.
+    groups = [specs] if a.interleave else [[s] for s in specs]
+    for group in groups:
+        workers = []
+        for spec in group:
+            print(f"{spec['name']}: loading and warming up ...", file=sys.stderr, flush=True)
+            workers.append(Worker(spec["python"], spec, work, a.timeout))
+        for r in range(a.repeat):
+            for w in workers:
+                print(f"{w.spec['name']}: run {r + 1}/{a.repeat}", file=sys.stderr, flush=True)
+                w.run()
+        for w in workers:
+            entry = result["configurations"][w.spec["name"]] = w.close()
+            print(json.dumps({k: v for k, v in entry.items() if k != "tokens"}), file=sys.stderr, flush=True)
+        save(result, mach, path)  # after every group: a run cut short by a time limit keeps what it measured
+    save(result, mach, path)
+    print_table(result)
     print(f"wrote {path}", file=sys.stderr)
     return result
+
+
+def save(result: dict, mach: dict, path: Path) -> None:
+    reference = result["configurations"].get("ours-fp32-b1", {}).get("tokens")
+    for entry in result["configurations"].values():
+        if "tokens" in entry:
+            entry["greedy_tokens_agree_with_ours_fp32"] = agreement(reference and reference[0], entry["tokens"][0])
+    mach["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    path.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def print_table(result: dict) -> None:
+    print(f"{'configuration':<26} {'prefill ms':>18} {'decode tokens/s':>22}  agree")
+    for name, e in result["configurations"].items():
+        if "error" in e:
+            print(f"{name:<26} {e['error'][:100]}")
+            continue
+        p, d = e["prefill_ms_range"], e["decode_tokens_per_s_range"]
+        print(
+            f"{name:<26} {e['prefill_ms']:>8} ({p[0]}-{p[1]}) {e['decode_tokens_per_s']:>9} ({d[0]}-{d[1]})  {e.get('greedy_tokens_agree_with_ours_fp32')}"
+        )
 
 
 if __name__ == "__main__":

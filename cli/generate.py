@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 import time
@@ -27,6 +28,13 @@ from .model_file import MODEL, load_module
 @click.option("--max-seq", type=click.IntRange(1), default=None, help="KV-cache length [default: prompt + new tokens, rounded up to 64].")
 @click.option("--prefill-chunk", type=click.IntRange(1), default=64, show_default=True, help="Rows per prefill step.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "tf32", "bf16", "fp16"]),
+    default="fp32",
+    show_default=True,
+    help="bf16/fp16: weights in half precision, MatMul in half with fp32 accumulation, fp32 logits; tf32: CUDA only.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 def generate(
     model: str,
@@ -43,6 +51,7 @@ def generate(
     max_seq: int | None,
     prefill_chunk: int,
     device: str,
+    precision: str,
     as_json: bool,
 ) -> None:
     """Continue a prompt with the causal LM of MODEL (a .py file or the built-in llama): prefill, then
@@ -81,9 +90,20 @@ def generate(
             raise click.BadParameter(f"expected comma-separated integers: {e}", param_hint="--prompt-ids") from e
     if max_seq is None:
         max_seq = max(64, -(-(len(ids) + max_new_tokens) // 64) * 64)
+    if precision == "tf32" and device != "cuda":
+        raise click.BadParameter(
+            f"tf32 is a CUDA tensor-core mode; it needs --device cuda, got --device {device}", param_hint="--precision"
+        )
+    extra = {}
+    if precision != "fp32":
+        if "precision" not in inspect.signature(module.load_generator).parameters:
+            raise click.BadParameter(f"{model}'s load_generator() takes no precision argument", param_hint="--precision")
+        extra["precision"] = precision
     try:
         check_budget(len(ids), max_new_tokens, max_seq)
-        gen = module.load_generator(weights, config=config, preset=preset, max_seq=max_seq, prefill_chunk=prefill_chunk, device=device)
+        gen = module.load_generator(
+            weights, config=config, preset=preset, max_seq=max_seq, prefill_chunk=prefill_chunk, device=device, **extra
+        )
     except (ValueError, FileNotFoundError) as e:
         raise click.ClickException(str(e)) from e
     stop = set(module.stop_ids(gen.cfg)) if hasattr(module, "stop_ids") else set()

@@ -25,7 +25,7 @@ inline int UseDeviceOf(const void* p) {
   return cudaSetDevice(attr.device);
 }
 
-// Stream-ordered scratch for ScatterAdd's indices (training only); the pool keeps freed blocks.
+// Stream-ordered scratch for ScatterAdd's bad-index flag (training only); the pool keeps freed blocks.
 inline int ScratchAlloc(void** p, size_t bytes, cudaStream_t s) {
   static bool configured[64] = {};
   int dev = 0;

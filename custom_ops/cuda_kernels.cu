@@ -1,4 +1,4 @@
-// CUDA kernels of the com.meganeura ops Rope, CacheWrite and ScatterAdd, and the position read-back.
+// CUDA kernels of the com.meganeura ops Rope, CacheWrite and ScatterAdd, and the position/index read-back.
 // Built by nvcc; called through cuda_kernels.h. CachedAttention lives in cuda_attention.cu.
 #include "cuda_common.cuh"
 
@@ -46,13 +46,26 @@ __global__ void CacheWriteKernel(const V* __restrict__ nw, V* __restrict__ out, 
 }
 
 // ------------------------------------------------------------------ ScatterAdd
-__global__ void ScatterAddKernel(const int64_t* __restrict__ idx, const float* __restrict__ src, float* __restrict__ out,
-                                 int64_t N, int64_t D) {
+// Indices in device memory (any of the MN_POS_* integer types). An index outside [0, rows) adds
+// nothing and sets *bad; PoisonIfBad then fills the whole output with NaN (visible, never silent).
+__global__ void ScatterAddKernel(MnPos idx, const float* __restrict__ src, float* __restrict__ out, int64_t N, int64_t D,
+                                 int64_t rows, int* __restrict__ bad) {
   const int64_t n = N * D;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t i = e / D, d = e % D;
-    atomicAdd(out + idx[i] * D + d, src[e]);
+    const int64_t r = LoadPos(MnPos{static_cast<const char*>(idx.ptr) + i * (idx.type == MN_POS_I64 ? 8 : 4), idx.type});
+    if (r < 0 || r >= rows) {
+      *bad = 1;
+      continue;
+    }
+    atomicAdd(out + r * D + d, src[e]);
   }
+}
+
+__global__ void PoisonIfBad(const int* __restrict__ bad, float* __restrict__ out, int64_t n) {
+  if (!*bad) return;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = __int_as_float(0x7fc00000);
 }
 
 }  // namespace
@@ -118,24 +131,38 @@ int mn_cuda_cache_write_f32(const float* new_rows, const float* cache, float* ou
   return cudaGetLastError();
 }
 
-int mn_cuda_scatter_add_f32(const int64_t* idx_host, const float* src, float* out, int64_t N, int64_t D,
-                            int64_t num_rows, void* stream) {
+int mn_cuda_read_indices(const void* idx, size_t bytes, void* host, void* stream, int* captured) {
+  *captured = 0;
+  if (bytes == 0) return 0;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaError_t e = cudaStreamIsCapturing(s, &status)) return e;
+  if (status != cudaStreamCaptureStatusNone) {
+    *captured = 1;
+    return 0;
+  }
+  if (cudaError_t e = cudaMemcpyAsync(host, idx, bytes, cudaMemcpyDeviceToHost, s)) return e;
+  return cudaStreamSynchronize(s);
+}
+
+int mn_cuda_scatter_add_f32(MnPos idx, const float* src, float* out, int64_t N, int64_t D, int64_t num_rows, void* stream) {
   if (num_rows * D == 0) return 0;
   if (int e = UseDeviceOf(out)) return e;
   cudaStream_t s = S(stream);
   cudaError_t e = cudaMemsetAsync(out, 0, sizeof(float) * num_rows * D, s);
   if (e != cudaSuccess || N * D == 0) return e;
-  int64_t* idx = nullptr;
-  if (int r = ScratchAlloc(reinterpret_cast<void**>(&idx), sizeof(int64_t) * N, s)) return r;
-  // pageable source: returns once the data is staged, so the host buffer may go away after this
-  e = cudaMemcpyAsync(idx, idx_host, sizeof(int64_t) * N, cudaMemcpyHostToDevice, s);
+  int* bad = nullptr;  // stream-ordered: a graph allocation node under capture, freed in the same graph
+  if (int r = ScratchAlloc(reinterpret_cast<void**>(&bad), sizeof(int), s)) return r;
+  e = cudaMemsetAsync(bad, 0, sizeof(int), s);
   if (e == cudaSuccess) {
     const int64_t n = N * D;
     const int blocks = static_cast<int>(n / 256 + 1 < 65536 * 16 ? n / 256 + 1 : 65536 * 16);
-    ScatterAddKernel<<<blocks, 256, 0, s>>>(idx, src, out, N, D);
+    ScatterAddKernel<<<blocks, 256, 0, s>>>(idx, src, out, N, D, num_rows, bad);
+    const int64_t m = num_rows * D;
+    PoisonIfBad<<<static_cast<int>(std::min<int64_t>((m + 255) / 256, 4096)), 256, 0, s>>>(bad, out, m);
     e = cudaGetLastError();
   }
-  cudaFreeAsync(idx, s);
+  cudaFreeAsync(bad, s);
   return e;
 }
 

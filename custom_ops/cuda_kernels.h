@@ -9,6 +9,7 @@
 // nothing, CachedAttention and Rope write NaN to their whole output (visible, never silent), and
 // nothing is read or written out of bounds.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -54,9 +55,14 @@ int mn_cuda_cached_attention_f32(const float* q, const float* k, const float* v,
                                  int64_t KVH, int64_t head_dim, int64_t max_seq, MnPos kv_pos, MnScratch* scratch,
                                  void* stream);
 
-// out[num_rows, D] = 0; out[idx[i]] += src[i]. idx_host: validated host indices (copied to the device here).
-int mn_cuda_scatter_add_f32(const int64_t* idx_host, const float* src, float* out, int64_t N, int64_t D,
-                            int64_t num_rows, void* stream);
+// out[num_rows, D] = 0; out[idx[i]] += src[i]. idx: N indices in DEVICE memory (MnPos type: int64,
+// int32 or uint32; ptr = the first). An index outside [0, num_rows) makes the whole output NaN.
+// Stream-ordered only (no sync, no host memory): capturable in a CUDA graph.
+int mn_cuda_scatter_add_f32(MnPos idx, const float* src, float* out, int64_t N, int64_t D, int64_t num_rows, void* stream);
+
+// Copies `bytes` of device memory `idx` to `host` and synchronises `stream`, unless `stream` is
+// capturing a CUDA graph: then *captured = 1 and nothing is read (validation happens on the device).
+int mn_cuda_read_indices(const void* idx, size_t bytes, void* host, void* stream, int* captured);
 
 // AdamUpdate for one parameter of n elements: hyper = device pointers to the [1] lr, beta1, beta2,
 // eps, step, weight_decay (read on the device: nothing is copied to the host, CUDA-graph capturable);

@@ -5,7 +5,8 @@
 // validated here exactly as on the CPU (an ORT error naming the op and the values). Under capture a
 // sync is not allowed: the Session validates positions when they are uploaded, and the kernels guard
 // on the device, writing NaN (Rope, CachedAttention) or nothing (CacheWrite) for an invalid position.
-// ScatterAdd (training only) keeps host-memory indices, each validated here.
+// ScatterAdd's indices (training: the embedding gradient) are device memory too, read back and
+// validated the same way outside capture; under capture an index out of range makes the output NaN.
 #include <vector>
 
 #include "cuda_kernels.h"
@@ -173,15 +174,24 @@ class ScatterAddCuda : public Kernel {
     Tensor idx, src;
     MN_RETURN_IF(GetInput(ctx, 0, &idx));
     MN_RETURN_IF(GetInput(ctx, 1, &src));
-    ScatterAddProblem p;
-    MN_RETURN_IF(CheckScatterAdd(num_rows_, idx, src, &p));  // host indices: every one checked
-    std::vector<int64_t> rows(static_cast<size_t>(p.N));
-    for (int64_t i = 0; i < p.N; ++i) rows[i] = IndexAt(idx, i);
-    float* out = nullptr;
-    MN_RETURN_IF(GetOutput(ctx, 0, {p.num_rows, p.D}, &out));
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
-    return Cuda("ScatterAdd", mn_cuda_scatter_add_f32(rows.data(), src.f32(), out, p.N, p.D, p.num_rows, stream));
+    ScatterAddProblem p;
+    MN_RETURN_IF(CheckScatterAdd(num_rows_, idx, src, &p, /*host_indices=*/false));
+    // Outside CUDA-graph capture the indices are read back and every one is validated as on the
+    // CPU (an ORT error naming the index); under capture the kernel guards on the device.
+    const size_t width = idx.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? 8 : 4;
+    std::vector<int64_t> host(static_cast<size_t>(p.N));  // 8 bytes per index: room for any width
+    int captured = 0;
+    MN_RETURN_IF(Cuda("ScatterAdd", mn_cuda_read_indices(idx.data, width * p.N, host.data(), stream, &captured)));
+    if (!captured) {
+      Tensor on_host = idx;
+      on_host.data = host.data();
+      MN_RETURN_IF(CheckScatterAdd(num_rows_, on_host, src, &p));
+    }
+    float* out = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, {p.num_rows, p.D}, &out));
+    return Cuda("ScatterAdd", mn_cuda_scatter_add_f32(DevicePos(idx), src.f32(), out, p.N, p.D, p.num_rows, stream));
   }
 
  private:
@@ -192,13 +202,13 @@ class ScatterAddCuda : public Kernel {
 
 void AddCudaOps(std::vector<OpDef*>* ops) {
   const char* ep = "CUDAExecutionProvider";
-  // in_cpu: every position is in device memory; only ScatterAdd's indices (training) are host memory.
+  // in_cpu: every position and index is in device memory (no Memcpy node: CUDA-graph capturable).
   ops->push_back(new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, true}, {false, false}, RopeCuda::Create, 0));
   ops->push_back(new OpDef("CacheWrite", ep, {F32, F32, ANY}, {F32}, {false, false, false}, {false, false, false},
                            CacheWriteCuda::Create, 1, /*cache_inplace=*/true));
   ops->push_back(new OpDef("CachedAttention", ep, {F32, F32, F32, ANY}, {F32}, {false, false, false, false},
                            {false, false, false, false}, CachedAttentionCuda::Create, 0));
-  ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {true, false}, ScatterAddCuda::Create, -1));
+  ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {false, false}, ScatterAddCuda::Create, -1));
   AddCudaOptimOps(ops);  // AdamUpdate (cuda_optim_ops.cc)
   AddCudaFlashOps(ops);  // FlashAttention, FlashAttentionGrad (cuda_flash_ops.cc)
 }

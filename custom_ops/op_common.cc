@@ -282,7 +282,7 @@ OrtStatus* CheckCachedAttention(const AttnAttrs& a, const Tensor& q, const Tenso
 }
 
 // ---------------------------------------------------------------- ScatterAdd
-OrtStatus* CheckScatterAdd(int64_t num_rows, const Tensor& idx, const Tensor& src, ScatterAddProblem* p) {
+OrtStatus* CheckScatterAdd(int64_t num_rows, const Tensor& idx, const Tensor& src, ScatterAddProblem* p, bool host_indices) {
   const char* op = "ScatterAdd";
   if (!idx.present) return MN_INVALID("%s: input 'indices' is missing", op);
   MN_RETURN_IF(CheckIndexType(op, "indices", idx));
@@ -298,7 +298,7 @@ OrtStatus* CheckScatterAdd(int64_t num_rows, const Tensor& idx, const Tensor& sr
   if (src.shape[0] != p->N)
     return MN_INVALID("%s: indices has %lld entries but src has shape %s", op, (long long)p->N,
                       ShapeStr(src.shape).c_str());
-  for (int64_t i = 0; i < p->N; ++i) {
+  for (int64_t i = 0; host_indices && i < p->N; ++i) {
     int64_t r = IndexAt(idx, i);
     if (r < 0 || r >= num_rows)
       return MN_INVALID("%s: indices[%lld] = %lld is out of range [0, %lld)", op, (long long)i, (long long)r,

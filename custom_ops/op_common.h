@@ -106,8 +106,9 @@ OrtStatus* CheckCachedAttention(const AttnAttrs& a, const Tensor& q, const Tenso
 struct ScatterAddProblem {
   int64_t N, D, num_rows;
 };
-// Validates shapes and every index (indices must be in host memory).
-OrtStatus* CheckScatterAdd(int64_t num_rows, const Tensor& idx, const Tensor& src, ScatterAddProblem* p);
+// Validates shapes and, with host_indices (indices in host memory), every index.
+OrtStatus* CheckScatterAdd(int64_t num_rows, const Tensor& idx, const Tensor& src, ScatterAddProblem* p,
+                           bool host_indices = true);
 
 // ---- the op descriptor: an OrtCustomOp filled from a table row ----
 

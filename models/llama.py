@@ -187,6 +187,7 @@ class LlamaRunner:
         seed: int = 0,
         use_custom_ops: bool = True,
         cuda_graph: bool | None = None,
+        precision: str = "fp32",
     ) -> None:
         self.cfg, self.max_seq, self.device = cfg, int(max_seq), device
         if cuda_graph is None:  # default: replay decode as a CUDA graph wherever the CUDA kernels make that possible
@@ -203,11 +204,15 @@ class LlamaRunner:
             params = hf_parameters(decode_graph, weights, strict=strict)
         # cuda_graph: the one-token decode step is replayed as one CUDA graph (its buffers never move:
         # weights, in-place KV caches, inputs and logits are bound once).
+        # precision: bf16/fp16 store the projection weights (and KV caches where the cache kernels take
+        # half) in half precision; logits come back as float32.
         self.decoder = build_inference_session(
-            decode_graph, device, parameters=params, use_custom_ops=use_custom_ops, cuda_graph=cuda_graph
+            decode_graph, device, parameters=params, use_custom_ops=use_custom_ops, cuda_graph=cuda_graph, precision=precision
         )
         prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq)
-        self.prefiller = build_inference_session(prefill_graph, device, parameters=params, use_custom_ops=use_custom_ops)
+        self.prefiller = build_inference_session(
+            prefill_graph, device, parameters=params, use_custom_ops=use_custom_ops, precision=precision
+        )
         self.prefiller.share_buffers(self.decoder, state=False)  # one copy of the weights on the device
         self.position = 0
 
@@ -281,6 +286,7 @@ def load_generator(
     max_seq: int = 256,
     prefill_chunk: int = 64,
     device: str = "cpu",
+    precision: str = "fp32",
 ) -> LlamaRunner:
     """Model-file entry point for ``meganeura generate``: config.json beside the weights by default."""
     if config is None and preset is None and weights is not None:
@@ -288,7 +294,7 @@ def load_generator(
         if not config.is_file():
             raise FileNotFoundError(f"no config.json beside {weights}; pass --config")
     cfg = load_config(config, preset)
-    return LlamaRunner(cfg, weights, max_seq=max_seq, prefill_chunk=prefill_chunk, device=device)
+    return LlamaRunner(cfg, weights, max_seq=max_seq, prefill_chunk=prefill_chunk, device=device, precision=precision)
 
 
 def stop_ids(cfg: LlamaConfig) -> set[int]:

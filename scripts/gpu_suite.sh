@@ -1,13 +1,16 @@
 #!/bin/bash
-# Everything the GPU machine has to show, in two calls of under 10 minutes each (run from the
+# Everything the GPU machine has to show, in three calls of under 10 minutes each (run from the
 # repository root there, with onnxruntime-gpu and egglog importable and the kernel libraries in
 # custom_ops/build). Results go under ${OUT:-out/gpu}.
 #   PHASE=checks  kernels/  custom-op GPU tests, compute-sanitizer memcheck (tests and hostile-model
 #                           fuzz), custom-op benchmark (custom_ops/gpu_check.sh)
-#                 pytest_gpu.txt  the GPU tests of training parity, fused Adam, symbolic sizes, fuzz
+#                 pytest_gpu.txt  the GPU tests of training parity, fused Adam, the train step as
+#                                 CUDA graphs, symbolic sizes, fuzz
 #   PHASE=bench   optimize-cuda.json  e-graph optimizer off vs on: train and decode step, kernels
-#                 train/        SmolLM2-135M-shaped AdamW step vs Hugging Face (fp32, bf16, compile)
 #                 llama*.json   SmolLM2-135M-shaped decode tokens/s and prefill vs transformers
+#   PHASE=train   train/        parity, SmolLM2-135M-shaped AdamW step, ours (fp32, fp32 + CUDA graphs,
+#                               tf32, bf16, bf16 + CUDA graphs, fp16) vs Hugging Face (fp32, bf16,
+#                               compile): 5 repeats, peak memory, ORT profile table
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}
@@ -20,11 +23,12 @@ step() { echo "=== $*"; "$@" || { echo "!!! failed: $*"; status=1; }; }
 if [ "$PHASE" = checks ]; then
   step env OUT="$OUT/kernels" PYTHON="$PY" MEMCHECK_TIMEOUT="${MEMCHECK_TIMEOUT:-150}" bash custom_ops/gpu_check.sh
   pytest_gpu() { bash -c "timeout 150 $PY -m pytest -q -p no:cacheprovider -rs $* 2>&1 | tee -a '$OUT/pytest_gpu.txt'; exit \${PIPESTATUS[0]}"; }
-  step pytest_gpu -m gpu tests/test_fused_adam.py tests/test_training_parity.py
+  step pytest_gpu -m gpu tests/test_fused_adam.py tests/test_training_parity.py tests/test_cuda_graph_training.py
   step pytest_gpu tests/test_symbolic_models.py tests/test_kernel_fuzz.py -k cuda
+elif [ "$PHASE" = train ]; then
+  step timeout 570 $PY benchmarks/train_gpu.py "$OUT/train" --layers 30 --steps 10 --repeats 5
 else
   step timeout 200 $PY benchmarks/optimize.py --device cuda --steps 10 --repeat 1 --out "$OUT/optimize-cuda.json"
-  step timeout 260 $PY benchmarks/train_gpu.py "$OUT/train" --layers 30 --steps 10 --repeats 5
   step timeout 120 $PY benchmarks/llama.py --device cuda --repeat 3 --out-dir "$OUT"
 fi
 echo "gpu_suite $PHASE status: $status"

@@ -69,7 +69,7 @@ def test_fused_adam_kernel_and_function_body_equal_the_decomposed_update(optimiz
         np.testing.assert_allclose(kernel._values[m].numpy(), want, rtol=1e-5, atol=1e-6 * np.abs(want).max(), err_msg=m)
 
 
-def test_fused_adam_is_the_default_on_cpu_only():
+def test_fused_adam_is_the_default():
     s, _ = _run("adam", steps=1)
     assert any(n.op_type == "AdamUpdate" for n in s.onnx_model().graph.node)
     s, _ = _run("adam", steps=1, fused_optimizer=False)

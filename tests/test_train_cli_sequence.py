@@ -56,10 +56,10 @@ def _run(*args: str):
     return CliRunner().invoke(main, ["train", *args], catch_exceptions=False)
 
 
-def test_train_refuses_a_precision_other_than_fp32_naming_the_device():
-    r = _run(LLAMA, "--precision", "bf16", "--device", "cpu")
+def test_train_refuses_tf32_on_the_cpu_naming_the_device():
+    r = _run(LLAMA, "--precision", "tf32", "--device", "cpu")
     assert r.exit_code == 2
-    assert "bf16 training is not available on device 'cpu' yet" in r.output and "Traceback" not in r.output
+    assert "tf32 is a CUDA tensor-core mode; it needs --device cuda, got --device cpu" in r.output and "Traceback" not in r.output
 
 
 def test_train_refuses_a_batch_size_that_build_cannot_take(tmp_path):

@@ -26,11 +26,10 @@ for _name, (_sig, _ref, (_ka, _kb), (_ma, _nb), (_ta, _tb)) in _MATMULS.items():
     _d.numpy(_ref)
 
     def _lower(ctx, node, a, b, _ta=_ta, _tb=_tb):
-        if _ta:
-            a = ctx.op("Transpose", a, perm=[1, 0])
-        if _tb:
-            # Gemm folds the transpose into the kernel; MatMul would materialise it.
-            return ctx.op("Gemm", a, b, transB=1)
+        # Gemm folds a transposed operand into the kernel (a BLAS transpose flag); MatMul would need a
+        # Transpose node materialising it first (a copy per weight gradient in every train step).
+        if _ta or _tb:
+            return ctx.op("Gemm", a, b, transA=int(_ta), transB=int(_tb))
         return ctx.op("MatMul", a, b)
 
     _d.onnx(_lower)

@@ -321,6 +321,10 @@ class OpDef:
     examples: list[Callable] = field(default_factory=list)
     rewrites: list[Rewrite] = field(default_factory=list)
     """E-graph rules stated next to this op (the fused op they produce, or the algebra of this op)."""
+    half_types: frozenset[str] = frozenset()
+    """Element types besides float32 that this op's ``com.meganeura`` kernels take for their float
+    inputs and outputs (``"float16"``, ``"bfloat16"``): the precision pass runs the op in those
+    types; an op without them computes in float32 with casts around it."""
 
     def shape(self, fn: ShapeRule) -> ShapeRule:
         self.shape_rule = fn

@@ -259,8 +259,8 @@ class DataParallelSession:
         self._moments: list[dict[str, ort.OrtValue]] = [{}, {}]
         self._hyper: dict[str, ort.OrtValue] = {}
         self._hyper_values, self._written = dict(DEFAULT_HYPER), {}
-        # As TrainingSession: Adam/AdamW as one multi-tensor AdamUpdate node (CPU kernel) by default on CPU.
-        self._fused = self._device == "cpu" if fused_optimizer is None else bool(fused_optimizer)
+        # As TrainingSession: Adam/AdamW as one multi-tensor AdamUpdate node (CPU or CUDA kernel) by default.
+        self._fused = True if fused_optimizer is None else bool(fused_optimizer)
         self._clip, self._spec = clip, None
         self._wanted = self._spec_for(optimizer)
         self._parity, self._opt_steps = 0, 0

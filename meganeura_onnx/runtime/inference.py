@@ -7,10 +7,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ..export import to_model
+from ..export.precision import HALF_TYPE, half_storage_inputs, lower_precision
 from ..graph import Graph
 from ..init import default_parameters
 from ..ops import OPS
 from ..transforms.rewrite import optimize as optimize_graph
+from .custom_ops import custom_op_library
+from .half import check_precision
 from .session import Session, checked_parameters
 
 U32_MAX = (1 << 32) - 1
@@ -49,6 +52,7 @@ def build_inference_session(
     cuda_graph: bool = False,
     check_finite: bool = False,
     optimize: bool = True,
+    precision: str = "fp32",
 ) -> Session:
     """Compile ``graph`` for inference on ``device`` ("cpu" or "cuda").
 
@@ -64,9 +68,28 @@ def build_inference_session(
     non-finite one (it reads every buffer back: for debugging, not for speed). ``optimize`` (default
     True) runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`); its report is
     the session's ``report`` attribute (``None`` with ``optimize=False``).
+
+    ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or
+    ``"fp16"``: MatMul/Gemm compute in half with float32 accumulation, the weights they alone read
+    and the KV caches of half-capable cache kernels are stored in half (half the memory),
+    normalisations, softmax and the rest run in float32 and outputs (logits) come back as float32
+    (:mod:`meganeura_onnx.export.precision`; ``session.plan()`` lists each op's precision).
+    ``set_parameter`` and ``read_param`` still take and give float32 arrays.
     """
+    check_precision(precision, device, providers, "build_inference_session")
     compiled, report = optimize_graph(graph, stage="inference") if optimize else (graph, None)
     model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
+    half_storage: dict[str, str] = {}
+    precisions: list = []
+    if precision in HALF_TYPE:
+        target = "cuda" if device == "cuda" and providers is None else "cpu"
+        kernels = use_custom_ops and custom_op_library(target) is not None
+        stored = half_storage_inputs(model, precision, target, [*spec.parameters, *spec.state], kernels)
+        half_outputs = [spec.state[n] for n in stored if n in spec.state]
+        model, lowered = lower_precision(
+            model, precision, device=target, half_inputs=stored, half_outputs=half_outputs, custom_kernels=kernels
+        )
+        half_storage, precisions = dict.fromkeys(stored, HALF_TYPE[precision]), lowered.nodes
     given = checked_parameters(parameters, graph.parameters(), "build_inference_session")
     values = default_parameters(graph, seed, skip=set(given))
     values.update(given)
@@ -95,6 +118,9 @@ def build_inference_session(
         cuda_graph=cuda_graph,
         position_limits=position_limits(graph),
         check_finite=check_finite,
+        half_storage=half_storage,
+        precision=precision,
+        precisions=precisions,
     )
     session.report = report
     return session

@@ -18,6 +18,7 @@ import onnxruntime as ort
 from ..ir import DType, TensorType
 from ..ops import OPS
 from . import custom_ops
+from .half import HALF_ITEMSIZE, HalfBuffers, is_half
 from .sizes import SymbolSizes
 
 NUMPY = {DType.F32: np.float32, DType.U32: np.uint32}
@@ -42,10 +43,12 @@ class Buffer:
     name: str
     ty: TensorType
     kind: str  # "input", "parameter", "state", "output", "optimizer"
+    storage: str = "float32"
+    """Element type of the device buffer: float32 (or uint32 for U32 buffers), float16 or bfloat16."""
 
     @property
     def size_bytes(self) -> int:
-        return self.ty.size_bytes()
+        return self.ty.num_elements() * HALF_ITEMSIZE if self.storage != "float32" else self.ty.size_bytes()
 
 
 @dataclass
@@ -58,6 +61,18 @@ class ExecutionPlan:
     placement: list[tuple[str, str, str, str]] = field(default_factory=list)
     """(node name, domain, op_type, provider) of every node ORT runs, after function inlining."""
     custom_op_library: str | None = None
+    precision: str = "fp32"
+    """The session's ``precision=`` (fp32, tf32, bf16, fp16)."""
+    precisions: list[tuple[str, str, str, str]] = field(default_factory=list)
+    """(node name, domain, op_type, precision) of every exported node under bf16/fp16: ``float32``,
+    ``float16``/``bfloat16``, or ``"<half> (emulated)"`` (rounded through half, computed in float32
+    where the device has no half kernel). Empty for fp32/tf32 (everything float32)."""
+
+    def precision_of(self, op_type: str, domain: str = "") -> set[str]:
+        """Precisions the nodes of ``op_type`` compute in (``{"float32"}`` under fp32/tf32)."""
+        if not self.precisions:
+            return {"float32"} if any(op == op_type and dom == domain for _, dom, op in self.nodes) else set()
+        return {p for _, dom, op, p in self.precisions if op == op_type and dom == domain}
 
     def kernels(self) -> dict[str, str]:
         """How each exported com.meganeura op runs: "kernel" (the library's) or "function" (inlined body)."""
@@ -76,6 +91,11 @@ class ExecutionPlan:
         lines = [f"ExecutionPlan: {len(self.nodes)} ONNX nodes, {len(self.buffers)} buffers, providers {self.providers}"]
         lines += [f"  {ep}: {n} nodes" for ep, n in sorted(by_ep.items())]
         lines += [f"  com.meganeura.{op}: {how}" for op, how in self.kernels().items()]
+        by_prec: dict[str, set[str]] = {}
+        for _, dom, op, prec in self.precisions:
+            by_prec.setdefault(prec, set()).add(f"{dom}.{op}" if dom else op)
+        lines.append(f"  precision {self.precision}" + ("" if by_prec else ": every op in float32" if self.precision == "fp32" else ""))
+        lines += [f"    {prec}: {', '.join(sorted(ops))}" for prec, ops in sorted(by_prec.items())]
         return "\n".join(lines)
 
 
@@ -134,8 +154,9 @@ def first_non_finite(arr: np.ndarray) -> str | None:
     return f"{flat[bad[0]]} at flat index {int(bad[0])}" if bad.size else None
 
 
-def providers_for(device: str, providers: Sequence | None = None, cuda_graph: bool = False) -> tuple[list, str]:
-    """ORT provider list and OrtValue device type for ``device`` ("cpu" or "cuda")."""
+def providers_for(device: str, providers: Sequence | None = None, cuda_graph: bool = False, tf32: bool = False) -> tuple[list, str]:
+    """ORT provider list and OrtValue device type for ``device`` ("cpu" or "cuda"); ``tf32``: let
+    float32 MatMul/Conv use TF32 tensor cores (CUDA)."""
     if providers is not None:
         names = [p if isinstance(p, str) else p[0] for p in providers]
         return list(providers), "cuda" if names and names[0] == "CUDAExecutionProvider" else "cpu"
@@ -146,12 +167,33 @@ def providers_for(device: str, providers: Sequence | None = None, cuda_graph: bo
             raise RuntimeError(
                 f"device='cuda' needs onnxruntime-gpu with CUDAExecutionProvider; this onnxruntime {ort.__version__} has {ort.get_available_providers()}"
             )
-        # Strict fp32 MatMul (as PyTorch by default): TF32 is opt-in through providers=.
-        options = {"use_tf32": "0"}
+        # Strict fp32 MatMul (as PyTorch by default): TF32 is opt-in (precision="tf32" or providers=).
+        # The arena grows by what is asked, not to the next power of two: with a train step's
+        # gigabytes of activations, doubling reserves up to twice the peak (shapes are static, so
+        # after the first step nothing is allocated again either way).
+        options = {"use_tf32": "1" if tf32 else "0", "arena_extend_strategy": "kSameAsRequested"}
         if cuda_graph:
             options["enable_cuda_graph"] = "1"
         return [("CUDAExecutionProvider", options), "CPUExecutionProvider"], "cuda"
     raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+
+
+def _check_capturable(sess: ort.InferenceSession) -> None:
+    """Refuse (ValueError naming the nodes) what a CUDA graph cannot replay: nodes placed on the
+    CPU (other than ORT's shape computations, which it runs once) and host copies (Memcpy nodes).
+    Older ORT versions only log this and silently run without a graph."""
+    placement = [(n.name, n.op_type, sub.ep_name) for sub in sess.get_provider_graph_assignment_info() for n in sub.get_nodes()]
+    memcpy = [f"{op} {name}" for name, op, _ in placement if op.startswith("Memcpy")]
+    on_cpu = [f"{op} {name}" for name, op, ep in placement if ep == "CPUExecutionProvider" and op not in _SHAPE_OPS]
+    if memcpy or on_cpu:
+        raise ValueError(
+            "cuda_graph=True needs every node on CUDAExecutionProvider with no host copy; "
+            f"on the CPU: {on_cpu[:8]}, host copies: {memcpy[:8]} (is the CUDA custom-op library built?)"
+        )
+
+
+# ORT places these on the CPU when they compute shapes only; they do not run inside the graph.
+_SHAPE_OPS = frozenset({"Shape", "Size", "Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Reshape", "Cast", "ConstantOfShape"})
 
 
 class Session:
@@ -175,16 +217,33 @@ class Session:
         cuda_graph: bool = False,
         position_limits: Mapping[str, int] | None = None,
         check_finite: bool = False,
+        half_storage: Mapping[str, str] | None = None,
+        precision: str = "fp32",
+        precisions: Sequence[tuple[str, str, str, str]] = (),
     ) -> None:
         self.check_finite = bool(check_finite)
+        # Buffers stored in float16/bfloat16 (name -> type): written and read as float32 through
+        # a Cast on the device (runtime/half.py).
+        self._half = dict(half_storage or {})
+        self._precision, self._precisions = precision, list(precisions)
         if cuda_graph and device != "cuda":
             raise ValueError(f"cuda_graph=True needs device='cuda', got device={device!r}")
-        self._providers, self._device = providers_for(device, providers, cuda_graph)
+        self._providers, self._device = providers_for(device, providers, cuda_graph, tf32=precision == "tf32")
+        kinds = set(self._half.values())
+        self._halfbuf = HalfBuffers(kinds.pop(), self._device, self._providers) if kinds else None
         opts = ort.SessionOptions()
         opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
         lib = custom_ops.register(opts, self._device) if use_custom_ops else None
         self._model = model
-        self._ort = ort.InferenceSession(model.SerializeToString(), opts, providers=self._providers)
+        try:
+            self._ort = ort.InferenceSession(model.SerializeToString(), opts, providers=self._providers)
+        except Exception as e:
+            if cuda_graph and "graph capture" in str(e).lower():
+                raise ValueError(f"cuda_graph=True: ONNX Runtime cannot capture this model as a CUDA graph: {e}") from e
+            raise
+        self._cuda_graph = bool(cuda_graph)
+        if cuda_graph:
+            _check_capturable(self._ort)
         self._types: dict[str, TensorType] = {}
         self._values: dict[str, ort.OrtValue] = {}
         self._kinds: dict[str, str] = {}
@@ -222,7 +281,7 @@ class Session:
             ty = TensorType(value.shape, DType.U32 if value.dtype == np.uint32 else DType.F32)
             kind = "parameter" if name in self._parameter_names else "state"
             self._alloc(name, ty, kind, value)
-            self._spare[name] = self._values[name] if name in self._aliased else self._device_value(np.zeros(value.shape, value.dtype))
+            self._spare[name] = self._values[name] if name in self._aliased else self._new_value(name, np.zeros(value.shape, value.dtype))
         self._output_names = list(outputs)
         self._outputs: dict[str, ort.OrtValue] = {}
         for name, ty in output_types.items():
@@ -230,12 +289,15 @@ class Session:
                 self._outputs[name] = self._device_value(np.zeros(ty.shape, NUMPY[ty.dtype]))
         self._output_types = dict(output_types)
         self._bind()
-        if cuda_graph and self._swapped:
-            # A captured CUDA graph replays fixed addresses: every state buffer must be updated in
-            # place (the CacheWrite kernel), never swapped.
-            raise ValueError(
-                f"cuda_graph=True needs every state buffer updated in place; {self._swapped} would be swapped (is the CUDA custom-op library built?)"
-            )
+        # A captured CUDA graph replays fixed addresses. State buffers that are swapped after each
+        # step (parameters and optimizer state in training) alternate between two IOBindings, so
+        # each binding gets its own graph (ORT's ``gpu_graph_id``): both replay fixed addresses.
+        self._run_options: list[ort.RunOptions | None] = [None, None]
+        if cuda_graph:
+            for parity in (0, 1):
+                self._run_options[parity] = ort.RunOptions()
+                self._run_options[parity].add_run_config_entry("gpu_graph_id", str(parity + 1))
+        self._runs = [0, 0]  # runs per binding: ORT captures a binding's graph on a run after the first
         self.custom_op_library_path = lib
 
     # -- buffers ----------------------------------------------------------------------------------
@@ -244,10 +306,21 @@ class Session:
         # the caller's arrays (e.g. the ``parameters=`` given to build_session).
         return ort.OrtValue.ortvalue_from_numpy(np.array(arr, order="C", copy=True), self._device, 0)
 
+    def _new_value(self, name: str, arr: np.ndarray) -> ort.OrtValue:
+        """A device buffer for ``name`` holding ``arr``, in the half type when ``name`` is stored so."""
+        return self._halfbuf.new(arr) if name in self._half else self._device_value(arr)
+
+    def _update(self, name: str, arr: np.ndarray) -> None:
+        """Overwrite buffer ``name`` in place with the float32/uint32 ``arr``."""
+        if name in self._half:
+            self._halfbuf.write(self._values[name], arr)
+        else:
+            self._values[name].update_inplace(arr)
+
     def _alloc(self, name: str, ty: TensorType, kind: str, value: np.ndarray) -> None:
         self._types[name] = ty
         self._kinds[name] = kind
-        self._values[name] = self._device_value(np.asarray(value, NUMPY[ty.dtype]).reshape(ty.shape))
+        self._values[name] = self._new_value(name, np.asarray(value, NUMPY[ty.dtype]).reshape(ty.shape))
 
     def _bind(self) -> None:
         """Build two IOBindings once: [0] reads the current state buffers and writes the spares,
@@ -275,7 +348,7 @@ class Session:
                 f"{what}: {name!r} = {int(arr.max())} is out of range: it is a KV-cache position and must be <= {limit} "
                 f"(cache length minus the rows written/attended per step)"
             )
-        self._values[name].update_inplace(arr)
+        self._update(name, arr)
 
     def _write_symbolic(self, name: str, data: object, dtype: DType, what: str) -> None:
         ty, found = self._types[name], {}
@@ -337,7 +410,7 @@ class Session:
     def set_parameter(self, name: str, data: object) -> None:
         """Overwrite a parameter (e.g. load pretrained weights): flat or of its exact shape, finite."""
         self._check_name(name, ("parameter",), "set_parameter")
-        self._values[name].update_inplace(parameter_array(name, data, self._types[name], "set_parameter"))
+        self._update(name, parameter_array(name, data, self._types[name], "set_parameter"))
 
     # -- running ----------------------------------------------------------------------------------
     def step(self) -> None:
@@ -357,21 +430,47 @@ class Session:
             self._sizes.end_step()
         if self.check_finite:
             self._check_finite(self._names_of(("input",)), "input", self._values)
-        self._ort.run_with_iobinding(self._bindings[self._parity])
+        self._run()
         if self.check_finite:
             self._check_finite(self._output_names, "output", self._outputs)
             self._check_finite(self._finite_checked_state(), "update of", self._spare)
+        if not self._accept_step():  # (a training step with an fp16 overflow): nothing swapped
+            return
         if self._swapped:
             for name in self._swapped:
                 self._values[name], self._spare[name] = self._spare[name], self._values[name]
             self._parity ^= 1
+
+    def _run(self) -> None:
+        parity = self._parity
+        binding = self._bindings[parity]
+        if self._device == "cuda":
+            # Host writes (update_inplace) copy from pageable memory on CUDA's default stream and may
+            # return before the data landed; ORT computes on its own non-blocking stream. Wait for
+            # them (a device sync, microseconds once the previous step finished) before the run.
+            binding.synchronize_inputs()
+        try:
+            self._ort.run_with_iobinding(binding, self._run_options[parity])
+        except Exception as e:
+            if self._cuda_graph and self._runs[parity] <= 1:  # the run that captures (or warms up for) the graph
+                raise RuntimeError(
+                    f"step (cuda_graph=True): ONNX Runtime failed to capture the step as a CUDA graph "
+                    f"(a kernel that synchronises or copies to the host?): {e}; build the session without cuda_graph"
+                ) from e
+            raise
+        self._runs[parity] += 1
+
+    def _accept_step(self) -> bool:
+        """Whether the step just run is kept (its new state swapped in); training sessions with
+        dynamic loss scaling reject the steps whose gradients overflowed."""
+        return True
 
     def _finite_checked_state(self) -> list[str]:
         return [n for n in self._pairs if self._kinds[n] in ("parameter", "optimizer") and n not in self._aliased]
 
     def _check_finite(self, names: Sequence[str], what: str, values: Mapping[str, ort.OrtValue]) -> None:
         for name in names:
-            bad = first_non_finite(values[name].numpy())
+            bad = first_non_finite(self._read(values[name], None, name))
             if bad is not None:
                 raise FloatingPointError(f"step (check_finite): {what} {name!r} is not finite: {bad}; nothing was updated")
 
@@ -402,7 +501,7 @@ class Session:
             raise ValueError(f"share_buffers: sessions are on different devices ({self._device} and {other._device})")
         shared: list[str] = []
         for name, kind in self._kinds.items():
-            if other._kinds.get(name) != kind or other._types[name] != self._types[name]:
+            if other._kinds.get(name) != kind or other._types[name] != self._types[name] or other._half.get(name) != self._half.get(name):
                 continue
             if (kind == "parameter" and parameters) or (kind == "state" and state):
                 self._values[name] = other._values[name]
@@ -412,7 +511,7 @@ class Session:
                     elif other._spare[name] is not other._values[name]:
                         self._spare[name] = other._spare[name]
                     elif self._spare[name] is self._values[name]:  # other works in place, this session swaps
-                        self._spare[name] = self._device_value(np.zeros(self._types[name].shape, NUMPY[self._types[name].dtype]))
+                        self._spare[name] = self._new_value(name, np.zeros(self._types[name].shape, NUMPY[self._types[name].dtype]))
                 shared.append(name)
         self._bind()
         return shared
@@ -458,13 +557,12 @@ class Session:
     def read_state(self, name: str) -> np.ndarray:
         """Current value of a state buffer (a KV cache) by its input name."""
         self._check_name(name, ("state",), "read_state")
-        return np.array(self._values[name].numpy(), copy=True)
+        return self._read(self._values[name], None, f"state {name!r}")
 
-    @staticmethod
-    def _read(value: ort.OrtValue, out: np.ndarray | None, what: str) -> np.ndarray:
+    def _read(self, value: ort.OrtValue, out: np.ndarray | None, what: str) -> np.ndarray:
         # On CPU OrtValue.numpy() is a view of the device buffer: the next step (or the session's
-        # end) would change what the caller holds, so hand out a copy.
-        arr = np.array(value.numpy(), copy=True)
+        # end) would change what the caller holds, so hand out a copy. Half buffers come back as float32.
+        arr = self._halfbuf.read(value) if is_half(value) else np.array(value.numpy(), copy=True)
         if out is None:
             return arr
         if not isinstance(out, np.ndarray):
@@ -493,8 +591,12 @@ class Session:
 
     def buffers(self) -> list[Buffer]:
         """Every device buffer the session holds (symbolic shapes at their current sizes)."""
-        bufs = [Buffer(n, self._type_of(n), self._kinds[n]) for n in self._types if n in self._values]
-        bufs += [Buffer(f"{n} (spare)", self._types[n], self._kinds[n]) for n in self._spare if n not in self._aliased]
+        bufs = [Buffer(n, self._type_of(n), self._kinds[n], self._half.get(n, "float32")) for n in self._types if n in self._values]
+        bufs += [
+            Buffer(f"{n} (spare)", self._types[n], self._kinds[n], self._half.get(n, "float32"))
+            for n in self._spare
+            if n not in self._aliased
+        ]
         bufs += [Buffer(n, self._type_of(n), "output") for n in self._outputs]
         return bufs
 
@@ -503,7 +605,9 @@ class Session:
             (n.name, n.domain, n.op_type, sub.ep_name) for sub in self._ort.get_provider_graph_assignment_info() for n in sub.get_nodes()
         ]
         nodes = [(n.name, n.domain, n.op_type) for n in self._model.graph.node]
-        return ExecutionPlan(self._ort.get_providers(), nodes, self.buffers(), placement, self.custom_op_library_path)
+        return ExecutionPlan(
+            self._ort.get_providers(), nodes, self.buffers(), placement, self.custom_op_library_path, self._precision, self._precisions
+        )
 
     def memory_summary(self) -> MemorySummary:
         sizes = [b.size_bytes for b in self.buffers()]

@@ -23,13 +23,14 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import onnx
 
 from ..export import to_model
+from ..export.precision import HALF_TYPE, PrecisionReport, lower_precision
 from ..graph import Graph
 from ..init import default_parameters
 from ..ir import DType, TensorType
@@ -38,6 +39,8 @@ from ..transforms.egraph import table_rules
 from ..transforms.optimizer import OptimizerSpec, append_update
 from ..transforms.rewrite import Limits, OptimizeReport, optimize
 from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
+from .custom_ops import custom_op_library
+from .half import check_precision
 from .safetensors_file import write_atomic
 from .session import Session, checked_parameters, parameter_array
 
@@ -65,7 +68,7 @@ class TrainProgram:
         return json.dumps(d)
 
 
-def graph_key(graph: Graph, spec: OptimizerSpec | None, opset: int | None, optimize: bool = True) -> str:
+def graph_key(graph: Graph, spec: OptimizerSpec | None, opset: int | None, optimize: bool = True, loss_scaling: bool = False) -> str:
     """Hash of everything the compiled model depends on: ops, wiring, shapes, dtypes, attributes
     (eps, theta, constant values...), outputs, the optimizer, the opset, whether the e-graph optimizer
     runs (and its rules and limits) and the toolchain versions."""
@@ -75,6 +78,8 @@ def graph_key(graph: Graph, spec: OptimizerSpec | None, opset: int | None, optim
 
     h = hashlib.sha256()
     h.update(f"{CACHE_FORMAT}|{__version__}|onnx {onnx.__version__}|ort {onnxruntime.__version__}|{spec}|{opset}".encode())
+    if loss_scaling:
+        h.update(b"|loss scaling")
     if optimize:
         h.update(f"|optimize {Limits()}|{[(r.name, r.lhs, r.rhs) for r in table_rules()]}".encode())
     for n in graph.nodes():
@@ -84,23 +89,43 @@ def graph_key(graph: Graph, spec: OptimizerSpec | None, opset: int | None, optim
     return h.hexdigest()
 
 
-def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | None = None, optimize_graph: bool = True) -> TrainProgram:
+LOSS_SCALE_CHECK = "loss_scale.check"
+"""Output of a loss-scaled train step: the sum of every unscaled gradient, finite iff all are."""
+
+
+def compile_program(
+    forward: Graph, spec: OptimizerSpec | None, opset: int | None = None, optimize_graph: bool = True, loss_scaling: bool = False
+) -> TrainProgram:
     """Autodiff + optimizer update (+ the e-graph optimizer over the whole train step) + export of
-    ``forward`` (whose output 0 is a ``[1]`` loss)."""
+    ``forward`` (whose output 0 is a ``[1]`` loss).
+
+    ``loss_scaling``: differentiate ``loss * opt.loss_scale`` (an input) and divide the gradients by
+    it before the update, so small fp16 gradients do not flush to zero; the output
+    :data:`LOSS_SCALE_CHECK` is non-finite when a gradient overflowed (the session then drops the step).
+    """
     g = forward.toposort()  # a copy to extend
     if not g.outputs() or g.node(g.outputs()[0]).ty.shape != (1,):
         shape = list(g.node(g.outputs()[0]).ty.shape) if g.outputs() else None
         raise ValueError(f"build_session: output 0 must be the [1] loss to minimise, got {shape}")
     loss = g.outputs()[0]
     params = dict(g.leaves("parameter"))
-    res = gradients(g, loss, list(params.values()))
+    scale = g.state_input("opt.loss_scale", [1]) if loss_scaling else None
+    res = gradients(g, loss if scale is None else g.mul_scalar(loss, scale), list(params.values()))
     grads = {n: res.grads[nid] for n, nid in params.items() if res.grads[nid] is not None}
     no_grad = {n: res.why_none(nid) for n, nid in params.items() if res.grads[nid] is None}
+    check = {}
+    if scale is not None:
+        inv = g.recip(scale)
+        grads = {n: g.mul_scalar(gid, inv) for n, gid in grads.items()}
+        total = None
+        for gid in grads.values():  # inf or nan anywhere makes the sum non-finite
+            total = g.sum_all(gid) if total is None else g.add(total, g.sum_all(gid))
+        check = {LOSS_SCALE_CHECK: total}
     if spec is None:
-        extra = {f"grad.{n}": gid for n, gid in grads.items()}
+        extra = {f"grad.{n}": gid for n, gid in grads.items()} | check
     else:
         up = append_update(g, params, grads, spec)
-        extra = {f"{n}.next": nid for n, nid in up.next_values.items()}
+        extra = {f"{n}.next": nid for n, nid in up.next_values.items()} | check
     named = g.named_outputs()
     g.set_outputs({**named, **extra})
     g = g.toposort()  # drops gradient nodes nothing needs (e.g. of the labels)
@@ -119,13 +144,15 @@ def compile_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
         n: (list(v.ty.shape), v.ty.dtype.value) for n, v in leaves.items() if v.op != "parameter" and n not in hyper and n not in moments
     }
     outputs = {name: list(g.node(nid).ty.shape) for name, nid in g.named_outputs().items()}
-    outputs.update({name: list(g.node(nid).ty.shape) for name, nid in extra.items() if name.startswith("grad.")})
+    outputs.update({name: list(g.node(nid).ty.shape) for name, nid in extra.items() if name.startswith("grad.") or name in check})
     in_model = {n: list(v.ty.shape) for n, v in leaves.items() if v.op == "parameter"}
     return TrainProgram(model, data, in_model, [n for n in grads if n in in_model], moments, hyper, outputs, no_grad, report)
 
 
-def _cached_program(forward: Graph, spec: OptimizerSpec | None, opset: int | None, path: Path, optimize_graph: bool) -> TrainProgram:
-    key = graph_key(forward, spec, opset, optimize_graph)
+def _cached_program(
+    forward: Graph, spec: OptimizerSpec | None, opset: int | None, path: Path, optimize_graph: bool, loss_scaling: bool = False
+) -> TrainProgram:
+    key = graph_key(forward, spec, opset, optimize_graph, loss_scaling)
     if path.is_file():
         try:
             model = onnx.load_model(str(path))
@@ -135,7 +162,7 @@ def _cached_program(forward: Graph, spec: OptimizerSpec | None, opset: int | Non
                 return TrainProgram(model, **meta)
         except Exception:  # noqa: BLE001 - an unreadable cache is rebuilt, never trusted
             pass
-    prog = compile_program(forward, spec, opset, optimize_graph)
+    prog = compile_program(forward, spec, opset, optimize_graph, loss_scaling)
     onnx.helper.set_model_props(prog.model, {"meganeura.key": key, "meganeura.program": prog.meta()})
     write_atomic(path, prog.model.SerializeToString())
     return prog
@@ -164,23 +191,38 @@ class TrainingSession(Session):
         cache_path: str | os.PathLike | None = None,
         check_finite: bool = False,
         fused_optimizer: bool | None = None,
+        precision: str = "fp32",
+        loss_scale: float = 2.0**16,
+        loss_scale_growth_interval: int = 2000,
+        cuda_graph: bool = False,
     ) -> None:
+        if cuda_graph and device != "cuda":
+            raise ValueError(f"build_session: cuda_graph=True needs device='cuda', got device={device!r}")
+        self._precision = check_precision(precision, device, providers, "build_session")
+        self._scaler = LossScaler(loss_scale, loss_scale_growth_interval) if precision == "fp16" else None
+        self._precision_reports: dict[OptimizerSpec | None, PrecisionReport] = {}
         given = checked_parameters(parameters, graph.parameters(), "build_session")
         values = default_parameters(graph, seed, skip=set(given))  # on the user's graph: init reads matmul fan-in
         values.update(given)
         self._optimize = optimize
         self._forward, self._forward_report = _optimize_forward(graph) if optimize else (graph, None)
-        self._build = {"device": device, "providers": providers, "use_custom_ops": use_custom_ops, "check_finite": check_finite}
+        self._build = {
+            "device": device,
+            "providers": providers,
+            "use_custom_ops": use_custom_ops,
+            "check_finite": check_finite,
+            "precision": precision,
+            "cuda_graph": cuda_graph,
+        }
         self._opset = opset
         self._cache_path = Path(cache_path) if cache_path is not None else None
         self._programs: dict[OptimizerSpec | None, TrainProgram] = {}
         self._hyper_values = dict(DEFAULT_HYPER)
         self._clip = clip
         self._accum, self._micro = 1, 0  # gradient accumulation: micro-batches per update, position in the window
-        # One multi-tensor AdamUpdate node (our CPU kernel) by default on CPU. On CUDA the decomposed
-        # update stays the default until the CUDA AdamUpdate kernel has passed the GPU tests
-        # (fused_optimizer=True opts in).
-        self._fused = (device == "cpu" and providers is None) if fused_optimizer is None else bool(fused_optimizer)
+        # One multi-tensor AdamUpdate node (our CPU or CUDA kernel; its function body without the
+        # library) instead of ~13 elementwise nodes per parameter; fused_optimizer=False opts out.
+        self._fused = True if fused_optimizer is None else bool(fused_optimizer)
         self._wanted: OptimizerSpec | None = self._spec_for(optimizer) if optimizer else None
         self._opt_steps = 0
         self._written: dict[str, float] = {}
@@ -199,10 +241,17 @@ class TrainingSession(Session):
     # -- compiling ------------------------------------------------------------------------------
     def _program(self, spec: OptimizerSpec | None) -> TrainProgram:
         if spec not in self._programs:
+            scaling = self._scaler is not None
             if self._cache_path is not None:
-                self._programs[spec] = _cached_program(self._forward, spec, self._opset, self._cache_path, self._optimize)
+                prog = _cached_program(self._forward, spec, self._opset, self._cache_path, self._optimize, scaling)
             else:
-                self._programs[spec] = compile_program(self._forward, spec, self._opset, self._optimize)
+                prog = compile_program(self._forward, spec, self._opset, self._optimize, scaling)
+            if self._precision in HALF_TYPE:  # fp32 master weights and optimizer state: only compute changes
+                device = "cuda" if self._build["providers"] is None and self._build["device"] == "cuda" else "cpu"
+                kernels = self._build["use_custom_ops"] and custom_op_library(device) is not None
+                model, self._precision_reports[spec] = lower_precision(prog.model, self._precision, device=device, custom_kernels=kernels)
+                prog = replace(prog, model=model)
+            self._programs[spec] = prog
         return self._programs[spec]
 
     def _compile(self, spec: OptimizerSpec | None) -> None:
@@ -234,6 +283,7 @@ class TrainingSession(Session):
             outputs=list(prog.outputs),
             output_types={n: TensorType(tuple(s)) for n, s in prog.outputs.items()},
             parameter_names=list(prog.params),
+            precisions=self._precision_reports[spec].nodes if spec in self._precision_reports else (),
             **self._build,
         )
         for m in prog.moments:
@@ -328,19 +378,46 @@ class TrainingSession(Session):
         """
         if self._wanted != self._spec:
             self._compile(self._wanted)
-        if self._spec is not None:
-            apply = not self._spec.accumulate or (self._micro + 1) % self._accum == 0
-            values = {**self._hyper_values, "step": float(self._opt_steps + 1)}
-            values.update(apply=float(apply), accum_scale=1.0 / self._accum)
-            for h in self._prog.hyper:
-                v = values[h[4:]]
-                if self._written.get(h) != v:
-                    self._values[h].update_inplace(np.array([v], np.float32))
-                    self._written[h] = v
+        apply = self._spec is not None and (not self._spec.accumulate or (self._micro + 1) % self._accum == 0)
+        values = {**self._hyper_values, "step": float(self._opt_steps + 1)}
+        values.update(apply=float(apply), accum_scale=1.0 / self._accum)
+        if self._scaler is not None:
+            values["loss_scale"] = self._scaler.scale
+        for h in self._prog.hyper:
+            v = values[h[4:]]
+            if self._written.get(h) != v:
+                self._values[h].update_inplace(np.array([v], np.float32))
+                self._written[h] = v
+        self._overflowed = False
         super().step()  # raises before swapping anything if the run fails
+        if self._overflowed:  # fp16 gradients overflowed: nothing was applied, nothing is counted
+            return
         if self._spec is not None:
             self._micro = (self._micro + 1) % self._accum if self._spec.accumulate else 0
             self._opt_steps += apply
+
+    def _accept_step(self) -> bool:
+        if self._scaler is None:
+            return True
+        check = float(self._outputs[LOSS_SCALE_CHECK].numpy().reshape(-1)[0])
+        self._overflowed = not self._scaler.update(math.isfinite(check))
+        return not self._overflowed
+
+    @property
+    def precision(self) -> str:
+        """The compute precision: fp32, tf32, bf16 or fp16 (parameters and optimizer state are float32 in all)."""
+        return self._precision
+
+    @property
+    def loss_scale(self) -> float | None:
+        """fp16: the current dynamic loss scale (None for other precisions)."""
+        return None if self._scaler is None else self._scaler.scale
+
+    @property
+    def skipped_steps(self) -> int:
+        """fp16: steps whose gradients overflowed and were dropped (never applied, never counted
+        in ``optimizer_step``); 0 for other precisions."""
+        return 0 if self._scaler is None else self._scaler.skipped
 
     def read_grad(self, name: str, out: np.ndarray | None = None) -> np.ndarray:
         """Gradient of the loss wrt parameter ``name`` from the last ``step()`` (no optimizer set)."""
@@ -395,6 +472,32 @@ class TrainingSession(Session):
         self._opt_steps = ckpt.step if moments or not adam else 0
         self._micro = 0
         return ckpt.metadata
+
+
+class LossScaler:
+    """Dynamic loss scaling (``torch.amp.GradScaler``'s rule): the loss is multiplied by ``scale``
+    before the backward pass; a step whose gradients overflow is dropped and halves the scale;
+    ``growth_interval`` steps in a row without overflow double it."""
+
+    def __init__(self, scale: float, growth_interval: int) -> None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+            raise ValueError(f"build_session: loss_scale must be a finite number > 0, got {scale!r}")
+        if isinstance(growth_interval, bool) or not isinstance(growth_interval, int) or growth_interval < 1:
+            raise ValueError(f"build_session: loss_scale_growth_interval must be a positive int, got {growth_interval!r}")
+        self.scale, self.growth_interval = float(scale), growth_interval
+        self.good, self.skipped = 0, 0
+
+    def update(self, finite: bool) -> bool:
+        """Record one step; returns whether it is applied (its gradients were finite)."""
+        if not finite:
+            self.skipped += 1
+            self.good = 0
+            self.scale = max(self.scale / 2.0, 2.0**-24)
+            return False
+        self.good += 1
+        if self.good >= self.growth_interval:
+            self.scale, self.good = min(self.scale * 2.0, 2.0**64), 0
+        return True
 
 
 LR_SCHEDULES = ("constant", "cosine", "linear")

@@ -1,0 +1,111 @@
+"""The train step replayed as CUDA graphs (``build_session(..., cuda_graph=True)``).
+
+CPU: the option is refused off CUDA, and the capture check names nodes a graph cannot replay.
+GPU (skipped without CUDA): N steps replayed from the captured graphs equal N steps run node by
+node, with every node on CUDA, no host copy and our kernels (AdamUpdate, ScatterAdd, Rope) in it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import meganeura_onnx
+from meganeura_onnx.init import default_parameters
+from meganeura_onnx.runtime.session import _check_capturable
+from meganeura_onnx.runtime.training import build_session
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+import mnist_mlp  # noqa: E402
+import tiny_llama  # noqa: E402
+
+LLAMA = {"vocab": 32, "hidden": 32, "heads": 4, "kv_heads": 2, "intermediate": 64, "layers": 1}
+SEQ, BATCH, STEPS = 8, 2, 6
+
+
+def test_cuda_graph_training_is_refused_off_cuda():
+    with pytest.raises(ValueError, match="cuda_graph=True needs device='cuda', got device='cpu'"):
+        build_session(mnist_mlp.build(batch=4), "cpu", optimizer="adam", cuda_graph=True)
+
+
+def _fake_session(placement):
+    subs = {}
+    for name, op, ep in placement:
+        subs.setdefault(ep, []).append(SimpleNamespace(name=name, op_type=op))
+    return SimpleNamespace(
+        get_provider_graph_assignment_info=lambda: [SimpleNamespace(ep_name=ep, get_nodes=lambda n=n: n) for ep, n in subs.items()]
+    )
+
+
+def test_capture_check_names_compute_nodes_on_the_cpu_and_host_copies():
+    ok = _fake_session([("mm", "MatMul", "CUDAExecutionProvider"), ("shape", "Shape", "CPUExecutionProvider")])
+    _check_capturable(ok)  # shape computations on the CPU run once, outside the graph
+    bad = _fake_session(
+        [
+            ("mm", "MatMul", "CUDAExecutionProvider"),
+            ("sm", "Softmax", "CPUExecutionProvider"),
+            ("copy", "MemcpyToHost", "CUDAExecutionProvider"),
+        ]
+    )
+    with pytest.raises(ValueError, match=r"on the CPU: \['Softmax sm'\], host copies: \['MemcpyToHost copy'\]"):
+        _check_capturable(bad)
+
+
+def _cuda() -> bool:
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+def _mlp():
+    g = mnist_mlp.build(batch=8)
+    rng = np.random.default_rng(0)
+    batches = [
+        {"x": rng.normal(size=(8, 784)).astype(np.float32), "labels": np.eye(10, dtype=np.float32)[rng.integers(0, 10, 8)]}
+        for _ in range(STEPS)
+    ]
+    return g, batches, lambda s, b: (s.set_input("x", b["x"]), s.set_input("labels", b["labels"]))
+
+
+def _llama():
+    g = tiny_llama.build(**LLAMA, seq=SEQ, batch=BATCH)
+    rng = np.random.default_rng(0)
+    batches = []
+    for _ in range(STEPS):
+        ids = rng.integers(0, LLAMA["vocab"], (BATCH, SEQ + 1))
+        batches.append({"ids": ids[:, :-1].reshape(-1).astype(np.uint32), "labels": ids[:, 1:].reshape(-1).astype(np.uint32)})
+    return g, batches, lambda s, b: (s.set_input_u32("input_ids", b["ids"]), s.set_input_u32("labels", b["labels"]))
+
+
+def _train(g, batches, feed, **kw):
+    s = build_session(g, "cuda", optimizer="adamw", parameters=default_parameters(g, 0), **kw)
+    s.set_adamw(3e-3, weight_decay=0.05)
+    losses = []
+    for b in batches:
+        feed(s, b)
+        s.step()
+        losses.append(s.read_loss())
+    return s, np.array(losses)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs onnxruntime-gpu with CUDAExecutionProvider")
+@pytest.mark.parametrize("case", [_mlp, _llama], ids=["mlp", "llama_block"])
+def test_train_steps_replayed_as_cuda_graphs_equal_the_steps_run_node_by_node(case):
+    g, batches, feed = case()
+    plain, want = _train(g, batches, feed)
+    graphed, got = _train(g, batches, feed, cuda_graph=True)
+    plan = graphed.plan()
+    assert {ep for *_, ep in plan.placement} == {"CUDAExecutionProvider"}, plan.placement
+    assert not [p for p in plan.placement if p[2].startswith("Memcpy")], plan.placement
+    if meganeura_onnx.custom_op_library("cuda") is not None:
+        assert set(plan.kernels().values()) == {"kernel"}, plan.kernels()  # AdamUpdate (+ ScatterAdd, Rope)
+    # The same kernels in the same order; only ScatterAdd's float atomics (the embedding gradient
+    # of repeated token ids) may sum in another order, hence rtol 1e-5 rather than bit equality.
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for name in plain.parameter_names():
+        np.testing.assert_allclose(graphed.read_param(name), plain.read_param(name), rtol=1e-5, atol=1e-7, err_msg=name)
+    assert graphed.optimizer_step == STEPS
