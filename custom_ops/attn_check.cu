@@ -1,8 +1,11 @@
-// Standalone check + timing of the CUDA CachedAttention launcher, without ORT:
-//   make -C custom_ops attn-check && custom_ops/build/attn_check
-// Compares against a double-precision host reference over several shapes (GQA, T > 1, every
-// head_dim path), then times back-to-back decode launches with CUDA events (pure GPU time, plus
-// the launcher's host work where that is longer).
+// Standalone check + timing of the CUDA CachedAttention, Rope and CacheWrite launchers, without ORT:
+//   make -C custom_ops attn-check && custom_ops/build/attn_check [--check-only] [--sweep] [--json FILE]
+// Checks every element type (float32, float16, bfloat16) against a double-precision host reference
+// computed from the same (rounded) inputs: batches with a position per sequence, GQA, T > 1, every
+// head_dim path, an invalid position (NaN for that sequence only, nothing written out of bounds).
+// Then times the kernels with CUDA events: "graph" replays N launches captured in a CUDA graph (GPU
+// time only, no host launch cost), "stream" launches back to back (GPU time, or the launcher's host
+// work where that is longer). Bandwidth = bytes the op must move / time.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -12,169 +15,400 @@
 #include <string>
 #include <vector>
 
-// The kernels are compiled into this program (not linked) so that it can reach the launcher's
-// tuning knobs in cuda_kernels.cu's anonymous namespace.
+// The kernels are compiled into this program (not linked) so that it can reach the launchers'
+// tuning knobs and configurations in their anonymous namespaces.
 #include "cuda_attention.cu"
+#include "cuda_kernels.cu"
 
-#define CK(x)                                                                       \
-  do {                                                                              \
-    cudaError_t e_ = (x);                                                           \
-    if (e_ != cudaSuccess) {                                                        \
+#define CK(x)                                                                              \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
       std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                 \
-    }                                                                               \
+      std::exit(1);                                                                        \
+    }                                                                                      \
   } while (0)
 
-static void Reference(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v, int T, int H,
-                      int KVH, int hd, int64_t kv_pos, std::vector<float>* out) {
-  const int G = H / KVH;
-  out->assign((size_t)T * H * hd, 0.f);
-  for (int t = 0; t < T; ++t)
-    for (int h = 0; h < H; ++h) {
-      const int kh = h / G;
-      const int64_t L = kv_pos + t + 1;
-      std::vector<double> s(L);
-      double m = -1e300;
-      for (int64_t j = 0; j < L; ++j) {
-        double d = 0;
-        for (int x = 0; x < hd; ++x) d += (double)q[((size_t)t * H + h) * hd + x] * k[(size_t)j * KVH * hd + kh * hd + x];
-        s[j] = d / std::sqrt((double)hd);
-        m = std::max(m, s[j]);
-      }
-      double sum = 0;
-      for (int64_t j = 0; j < L; ++j) sum += (s[j] = std::exp(s[j] - m));
-      for (int x = 0; x < hd; ++x) {
-        double a = 0;
-        for (int64_t j = 0; j < L; ++j) a += s[j] * v[(size_t)j * KVH * hd + kh * hd + x];
-        (*out)[((size_t)t * H + h) * hd + x] = (float)(a / sum);
-      }
+// ---------------------------------------------------------------- host element types
+static uint16_t F2H(float f) { return __half_as_ushort(__float2half_rn(f)); }
+static float H2F(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+static uint16_t F2B(float f) {
+  __nv_bfloat16 b = __float2bfloat16_rn(f);
+  return *reinterpret_cast<uint16_t*>(&b);
+}
+static float B2F(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+static const char* kTypeName[] = {"float32", "float16", "bfloat16"};
+static size_t ElemBytes(int dt) { return dt == MN_F32 ? 4 : 2; }
+// Rounds `x` to the element type in place and returns its device-layout bytes.
+static std::vector<unsigned char> ToDevice(std::vector<float>* x, int dt) {
+  std::vector<unsigned char> out(x->size() * ElemBytes(dt));
+  for (size_t i = 0; i < x->size(); ++i) {
+    float& f = (*x)[i];
+    if (dt == MN_F32) {
+      std::memcpy(out.data() + 4 * i, &f, 4);
+    } else {
+      const uint16_t h = dt == MN_F16 ? F2H(f) : F2B(f);
+      f = dt == MN_F16 ? H2F(h) : B2F(h);
+      std::memcpy(out.data() + 2 * i, &h, 2);
     }
+  }
+  return out;
+}
+static std::vector<float> FromDevice(const std::vector<unsigned char>& b, int dt) {
+  const size_t n = b.size() / ElemBytes(dt);
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (dt == MN_F32) {
+      std::memcpy(&out[i], b.data() + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, b.data() + 2 * i, 2);
+      out[i] = dt == MN_F16 ? H2F(h) : B2F(h);
+    }
+  }
+  return out;
+}
+static void* Upload(const std::vector<unsigned char>& b) {
+  void* p = nullptr;
+  CK(cudaMalloc(&p, std::max<size_t>(b.size(), 16)));
+  CK(cudaMemcpy(p, b.data(), b.size(), cudaMemcpyHostToDevice));
+  return p;
+}
+static std::vector<unsigned char> Download(const void* p, size_t bytes) {
+  std::vector<unsigned char> b(bytes);
+  CK(cudaMemcpy(b.data(), p, bytes, cudaMemcpyDeviceToHost));
+  return b;
+}
+// One relative unit in the last place of the output type (the result is rounded once to it).
+static double Ulp(int dt) { return dt == MN_F32 ? 2e-5 : dt == MN_F16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7); }
+
+static MnPos DevPositions(const std::vector<int64_t>& pos, int64_t** dev) {
+  CK(cudaMalloc(dev, sizeof(int64_t) * pos.size()));
+  CK(cudaMemcpy(*dev, pos.data(), sizeof(int64_t) * pos.size(), cudaMemcpyHostToDevice));
+  return MnPos{*dev, MN_POS_I64, static_cast<int64_t>(pos.size())};
 }
 
-struct Dev {
-  float *q, *k, *v, *o;
+// ---------------------------------------------------------------- references
+static void AttnReference(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v, int B, int T,
+                          int H, int KVH, int hd, int max_seq, const std::vector<int64_t>& pos, std::vector<double>* out) {
+  const int G = H / KVH;
+  out->assign((size_t)B * T * H * hd, 0.0);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < H; ++h) {
+        const int kh = h / G;
+        const int64_t L = pos[b] + t + 1;
+        const size_t qo = (((size_t)b * T + t) * H + h) * hd, co = (size_t)b * max_seq * KVH * hd + (size_t)kh * hd;
+        std::vector<double> s(L);
+        double m = -1e300;
+        for (int64_t j = 0; j < L; ++j) {
+          double d = 0;
+          for (int x = 0; x < hd; ++x) d += (double)q[qo + x] * k[co + (size_t)j * KVH * hd + x];
+          s[j] = d / std::sqrt((double)hd);
+          m = std::max(m, s[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < L; ++j) sum += (s[j] = std::exp(s[j] - m));
+        for (int x = 0; x < hd; ++x) {
+          double a = 0;
+          for (int64_t j = 0; j < L; ++j) a += s[j] * v[co + (size_t)j * KVH * hd + x];
+          (*out)[qo + x] = a / sum;
+        }
+      }
+}
+
+struct AttnCase {
+  int B, T, H, KVH, hd, max_seq;
+  std::vector<int64_t> pos;  // per sequence; an invalid one must give NaN for that sequence only
 };
 
-// kv_pos lives in device memory (as in ORT); one int64 buffer, set before each case.
-static int64_t* g_pos = nullptr;
 static MnScratch* g_scratch = nullptr;
-static MnPos SetPos(int64_t kv_pos) {
-  if (g_pos == nullptr) CK(cudaMalloc(&g_pos, sizeof(int64_t)));
-  if (g_scratch == nullptr) g_scratch = mn_cuda_scratch_new();
-  CK(cudaMemcpy(g_pos, &kv_pos, sizeof kv_pos, cudaMemcpyHostToDevice));
-  return MnPos{g_pos, MN_POS_I64};
-}
 
-static Dev Upload(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v, size_t nout) {
-  Dev d;
-  CK(cudaMalloc(&d.q, q.size() * 4));
-  CK(cudaMalloc(&d.k, k.size() * 4));
-  CK(cudaMalloc(&d.v, v.size() * 4));
-  CK(cudaMalloc(&d.o, nout * 4));
-  CK(cudaMemcpy(d.q, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(d.k, k.data(), k.size() * 4, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(d.v, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
-  return d;
-}
-static void Free(Dev d) {
-  cudaFree(d.q);
-  cudaFree(d.k);
-  cudaFree(d.v);
-  cudaFree(d.o);
-}
-
-__global__ void ReadAll(const float4* __restrict__ k, const float4* __restrict__ v, int64_t n4, float* sink) {
-  float acc = 0.f;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
-    const float4 x = __ldg(k + i), y = __ldg(v + i);
-    acc += x.x + x.y + x.z + x.w + y.x + y.y + y.z + y.w;
-  }
-  if (acc == 12345.f) sink[blockIdx.x] = acc;  // keeps the loads alive
-}
-
-int main(int argc, char** argv) {
-  std::mt19937 rng(7);
+static bool CheckAttention(const AttnCase& c, int dt, std::mt19937& rng) {
   std::normal_distribution<float> nd;
-  struct Case {
-    int T, H, KVH, hd, max_seq;
-    int64_t kv_pos;
-  };
-  const Case cases[] = {{1, 32, 8, 128, 8192, 8191}, {1, 32, 8, 128, 8192, 127}, {1, 32, 8, 128, 600, 0},
-                        {7, 32, 8, 128, 700, 600},   {5, 8, 2, 64, 300, 200},    {3, 12, 4, 32, 64, 10},
-                        {1, 16, 2, 256, 1000, 999},  {2, 6, 6, 128, 50, 0},      {1, 64, 8, 128, 4096, 4095},
-                        {3, 24, 8, 96, 200, 150},    {33, 4, 1, 64, 100, 60},    {1, 12, 4, 64, 5000, 4999}};
-  int bad = 0;
-  SetPos(0);  // creates g_scratch before any call takes it as an argument
-  for (const Case& c : cases) {
-    std::vector<float> q((size_t)c.T * c.H * c.hd), k((size_t)c.max_seq * c.KVH * c.hd), v(k.size()), ref, got;
-    for (auto& x : q) x = nd(rng);
-    for (auto& x : k) x = nd(rng);
-    for (auto& x : v) x = nd(rng);
-    Reference(q, k, v, c.T, c.H, c.KVH, c.hd, c.kv_pos, &ref);
-    Dev d = Upload(q, k, v, ref.size());
-    int e = mn_cuda_cached_attention_f32(d.q, d.k, d.v, d.o, c.T, c.H, c.KVH, c.hd, c.max_seq, SetPos(c.kv_pos), g_scratch, nullptr);
-    CK(cudaDeviceSynchronize());
-    got.resize(ref.size());
-    CK(cudaMemcpy(got.data(), d.o, got.size() * 4, cudaMemcpyDeviceToHost));
-    double err = 0;
-    for (size_t i = 0; i < ref.size(); ++i) err = std::max(err, (double)std::fabs(got[i] - ref[i]));
-    const bool ok = e == 0 && err < 2e-5;
-    bad += !ok;
-    std::printf("check T=%d H=%d KVH=%d hd=%d max_seq=%d kv_pos=%lld: rc %d max_abs_err %.2e %s\n", c.T, c.H, c.KVH, c.hd,
-                c.max_seq, (long long)c.kv_pos, e, err, ok ? "ok" : "FAIL");
-    Free(d);
+  std::vector<float> q((size_t)c.B * c.T * c.H * c.hd), k((size_t)c.B * c.max_seq * c.KVH * c.hd), v(k.size());
+  for (auto* x : {&q, &k, &v})
+    for (auto& f : *x) f = nd(rng);
+  void *dq = Upload(ToDevice(&q, dt)), *dk = Upload(ToDevice(&k, dt)), *dv = Upload(ToDevice(&v, dt));
+  void* dout = nullptr;
+  CK(cudaMalloc(&dout, q.size() * ElemBytes(dt)));
+  int64_t* dpos = nullptr;
+  const MnPos pos = DevPositions(c.pos, &dpos);
+  std::vector<int64_t> ref_pos = c.pos;
+  for (auto& p : ref_pos) p = (p < 0 || p > c.max_seq - c.T) ? 0 : p;  // reference of the valid ones only
+  std::vector<double> ref;
+  AttnReference(q, k, v, c.B, c.T, c.H, c.KVH, c.hd, c.max_seq, ref_pos, &ref);
+  const int e = mn_cuda_cached_attention(dt, dq, dk, dv, dout, c.B, c.T, c.H, c.KVH, c.hd, c.max_seq, pos, g_scratch, nullptr);
+  CK(cudaDeviceSynchronize());
+  const std::vector<float> got = FromDevice(Download(dout, q.size() * ElemBytes(dt)), dt);
+  double err = 0;
+  bool nan_ok = true;
+  const size_t per_seq = (size_t)c.T * c.H * c.hd;
+  for (int b = 0; b < c.B; ++b) {
+    const bool valid = c.pos[b] >= 0 && c.pos[b] <= c.max_seq - c.T;
+    for (size_t i = b * per_seq; i < (b + 1) * per_seq; ++i) {
+      if (!valid) {
+        nan_ok &= std::isnan(got[i]);
+        continue;
+      }
+      err = std::max(err, std::fabs(got[i] - ref[i]) / std::max(1.0, std::fabs(ref[i])));
+    }
   }
-  if (argc > 1 && std::string(argv[1]) == "--check-only") return bad ? 1 : 0;
+  const bool ok = e == 0 && err <= Ulp(dt) && nan_ok;
+  std::printf("check attention %-8s B=%d T=%d H=%d KVH=%d hd=%d max_seq=%d pos=[", kTypeName[dt], c.B, c.T, c.H, c.KVH, c.hd,
+              c.max_seq);
+  for (size_t i = 0; i < c.pos.size(); ++i) std::printf("%s%lld", i ? "," : "", (long long)c.pos[i]);
+  std::printf("]: rc %d max_rel_err %.2e (tol %.1e)%s %s\n", e, err, Ulp(dt), nan_ok ? "" : " NaN-missing", ok ? "ok" : "FAIL");
+  for (void* p : {dq, dk, dv, dout, static_cast<void*>(dpos)}) cudaFree(p);
+  return ok;
+}
 
-  int dev = 0;
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
-  std::printf("timing on %s (%d SMs): decode H=32 KVH=8 hd=128, back-to-back launches, CUDA events\n", prop.name,
-              prop.multiProcessorCount);
-  const int H = 32, KVH = 8, hd = 128, max_seq = 8192;
-  std::vector<float> q((size_t)H * hd), k((size_t)max_seq * KVH * hd), v(k.size());
-  for (auto& x : q) x = nd(rng);
-  for (auto& x : k) x = nd(rng);
-  for (auto& x : v) x = nd(rng);
-  Dev d = Upload(q, k, v, q.size());
+static bool CheckRope(int dt, int B, int S, int D, int hd, int64_t offset, const std::vector<int64_t>& dyn, std::mt19937& rng) {
+  std::normal_distribution<float> nd;
+  std::vector<float> x((size_t)B * S * D);
+  for (auto& f : x) f = nd(rng);
+  void* dx = Upload(ToDevice(&x, dt));
+  void* dy = nullptr;
+  CK(cudaMalloc(&dy, x.size() * ElemBytes(dt)));
+  int64_t* dpos = nullptr;
+  const MnPos pos = DevPositions(dyn, &dpos);
+  std::vector<float> inv(hd / 2);
+  for (int j = 0; j < hd / 2; ++j) inv[j] = powf(10000.f, -2.f * j / hd);
+  const int e = mn_cuda_rope(dt, dx, dy, B, S, D, hd, offset, pos, inv.data(), nullptr);
+  CK(cudaDeviceSynchronize());
+  const std::vector<float> got = FromDevice(Download(dy, x.size() * ElemBytes(dt)), dt);
+  double err = 0;
+  for (int b = 0; b < B; ++b)
+    for (int s = 0; s < S; ++s)
+      for (int h = 0; h < D / hd; ++h)
+        for (int j = 0; j < hd / 2; ++j) {
+          const float ang = static_cast<float>(offset + dyn[dyn.size() == 1 ? 0 : b] + s) * inv[j];  // float32, as the kernel
+          const size_t i = ((size_t)b * S + s) * D + h * hd + j;
+          const double a = x[i], c = x[i + hd / 2], cs = std::cos((double)ang), sn = std::sin((double)ang);
+          const double y0 = a * cs - c * sn, y1 = c * cs + a * sn;
+          err = std::max(err, std::fabs(got[i] - y0) / std::max(1.0, std::fabs(y0)));
+          err = std::max(err, std::fabs(got[i + hd / 2] - y1) / std::max(1.0, std::fabs(y1)));
+        }
+  const bool ok = e == 0 && err <= Ulp(dt);
+  std::printf("check rope %-8s B=%d S=%d D=%d hd=%d: rc %d max_rel_err %.2e %s\n", kTypeName[dt], B, S, D, hd, e, err, ok ? "ok" : "FAIL");
+  for (void* p : {dx, dy, static_cast<void*>(dpos)}) cudaFree(p);
+  return ok;
+}
+
+static bool CheckCacheWrite(int dt, int B, int T, int dim, int max_seq, const std::vector<int64_t>& kv, std::mt19937& rng) {
+  std::normal_distribution<float> nd;
+  std::vector<float> nw((size_t)B * T * dim), cache((size_t)B * max_seq * dim);
+  for (auto* x : {&nw, &cache})
+    for (auto& f : *x) f = nd(rng);
+  const std::vector<unsigned char> nb = ToDevice(&nw, dt), cb = ToDevice(&cache, dt);
+  void *dn = Upload(nb), *dc = Upload(cb);
+  int64_t* dpos = nullptr;
+  const MnPos pos = DevPositions(kv, &dpos);
+  const int e = mn_cuda_cache_write(ElemBytes(dt), dn, dc, dc, B, T, dim, max_seq, pos, nullptr);  // in place
+  CK(cudaDeviceSynchronize());
+  std::vector<unsigned char> want = cb;
+  const size_t row = ElemBytes(dt) * dim;
+  for (int b = 0; b < B; ++b)
+    if (kv[b] >= 0 && kv[b] <= max_seq - T)
+      std::memcpy(want.data() + ((size_t)b * max_seq + kv[b]) * row, nb.data() + (size_t)b * T * row, T * row);
+  const bool ok = e == 0 && Download(dc, cb.size()) == want;
+  std::printf("check cache_write %-8s B=%d T=%d dim=%d max_seq=%d: rc %d %s\n", kTypeName[dt], B, T, dim, max_seq, e, ok ? "ok" : "FAIL");
+  for (void* p : {dn, dc, static_cast<void*>(dpos)}) cudaFree(p);
+  return ok;
+}
+
+// ---------------------------------------------------------------- timing
+struct Timer {
   cudaStream_t s;
-  CK(cudaStreamCreate(&s));
   cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  auto time_us = [&](auto&& launch, int n) {
-    for (int i = 0; i < 10; ++i) launch();
+  Timer() {
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+  }
+  // Back-to-back launches on the stream.
+  template <class F>
+  double Stream(F&& launch, int n = 200) {
+    for (int i = 0; i < 10; ++i) launch(s);
     CK(cudaEventRecord(a, s));
-    for (int i = 0; i < n; ++i) launch();
+    for (int i = 0; i < n; ++i) launch(s);
     CK(cudaEventRecord(b, s));
     CK(cudaEventSynchronize(b));
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, a, b));
     return ms * 1e3 / n;
-  };
-  for (int L : {128, 512, 2048, 4096, 8192}) {
-    const MnPos pos = SetPos(L - 1);  // grid sized for max_seq = 8192 whatever L is
-    const double bytes = 2.0 * L * KVH * hd * 4 + 2.0 * H * hd * 4;
-    const double us = time_us([&] { mn_cuda_cached_attention_f32(d.q, d.k, d.v, d.o, 1, H, KVH, hd, max_seq, pos, g_scratch, s); }, 200);
-    g_attn_skip_combine = true;
-    const double up = time_us([&] { mn_cuda_cached_attention_f32(d.q, d.k, d.v, d.o, 1, H, KVH, hd, max_seq, pos, g_scratch, s); }, 200);
-    g_attn_skip_combine = false;
-    g_attn_waves = 2;
-    const double u2 = time_us([&] { mn_cuda_cached_attention_f32(d.q, d.k, d.v, d.o, 1, H, KVH, hd, max_seq, pos, g_scratch, s); }, 200);
-    g_attn_waves = 1;
-    std::printf("time cached=%d: %.2f us/launch (%.0f GB/s); partial kernel alone %.2f us (%.0f GB/s); 2 waves %.2f us\n", L,
-                us, bytes / us / 1e3, up, bytes / up / 1e3, u2);
   }
-  // ceiling: a plain read of the same K/V bytes (all heads of rows [0, 8192)), float4 grid-stride
-  {
-    const int64_t n4 = (int64_t)max_seq * KVH * hd / 4;
+  // n launches captured once into a CUDA graph, replayed: GPU time without host launch cost.
+  template <class F>
+  double Graph(F&& launch, int n = 100) {
+    launch(s);  // first call outside capture: one-time set-up (attributes, scratch)
+    CK(cudaStreamSynchronize(s));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < n; ++i) launch(s);
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(a, s));
+    for (int r = 0; r < 3; ++r) CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    return ms * 1e3 / (3.0 * n);
+  }
+};
+
+__global__ void ReadAll(const uint4* __restrict__ k, const uint4* __restrict__ v, int64_t n16, float* sink) {
+  uint32_t acc = 0;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n16; i += (int64_t)gridDim.x * blockDim.x) {
+    const uint4 x = __ldcs(k + i), y = __ldcs(v + i);
+    acc ^= x.x ^ x.y ^ x.z ^ x.w ^ y.x ^ y.y ^ y.z ^ y.w;
+  }
+  if (acc == 0x12345u) sink[blockIdx.x] = 1.f;  // keeps the loads alive
+}
+
+static FILE* g_json = nullptr;
+static bool g_first = true;
+static void Record(const char* op, const char* type, const char* config, int B, int L, double bytes, double graph_us, double stream_us,
+                   double peak) {
+  std::printf("time %-15s %-8s %-22s B=%d L=%-6d graph %7.2f us %6.0f GB/s %4.0f%% | stream %7.2f us %6.0f GB/s\n", op, type, config, B,
+              L, graph_us, bytes / graph_us / 1e3, 100.0 * bytes / graph_us / 1e3 / peak, stream_us, bytes / stream_us / 1e3);
+  if (g_json)
+    std::fprintf(g_json,
+                 "%s{\"op\": \"%s\", \"dtype\": \"%s\", \"config\": \"%s\", \"batch\": %d, \"cached\": %d, \"bytes\": %.0f, "
+                 "\"kernel_graph_us\": %.3f, \"kernel_stream_us\": %.3f, \"GBps\": %.1f, \"frac_peak\": %.4f}",
+                 g_first ? "\n  " : ",\n  ", op, type, config, B, L, bytes, graph_us, stream_us, bytes / graph_us / 1e3,
+                 bytes / graph_us / 1e3 / peak);
+  g_first = false;
+}
+
+template <class T, class Cfg>
+static void TimeAttnConfig(Timer& tm, const char* name, int dt, int waves, const void* q, const void* k, const void* v, void* o, int B,
+                           int L, int max_seq, MnPos pos, double peak) {
+  const int H = 32, KVH = 8, hd = 128;
+  const double bytes = (double)B * (2.0 * L * KVH * hd + 2.0 * H * hd) * sizeof(T);
+  auto launch = [&](cudaStream_t s) {
+    LaunchAttn<T, 128, 4, Cfg>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(o), B, 1,
+                               H, KVH, max_seq, pos, g_scratch, s, waves);
+  };
+  char cfg[64];
+  std::snprintf(cfg, sizeof cfg, "%s w%d", name, waves);
+  Record("attention", kTypeName[dt], cfg, B, L, bytes, tm.Graph(launch), tm.Stream(launch), peak);
+}
+
+template <class T>
+static void TimeAttention(Timer& tm, int dt, bool sweep, double peak) {
+  const int H = 32, KVH = 8, hd = 128;
+  for (int B : {1, 8}) {
+    const int max_seq = B == 1 ? 16384 : 4096;
+    std::vector<float> q((size_t)B * H * hd, 0.5f), kv((size_t)B * max_seq * KVH * hd, 0.25f);
+    void *dq = Upload(ToDevice(&q, dt)), *dk = Upload(ToDevice(&kv, dt)), *dv = Upload(ToDevice(&kv, dt)), *dout = nullptr;
+    CK(cudaMalloc(&dout, q.size() * sizeof(T)));
+    for (int L : {512, 2048, 4096, 8192, 16384}) {
+      if (L > max_seq) continue;
+      int64_t* dpos = nullptr;
+      const MnPos pos = DevPositions(std::vector<int64_t>(B, L - 1), &dpos);
+      TimeAttnConfig<T, DefaultCfg<T, 128>>(tm, "default", dt, 1, dq, dk, dv, dout, B, L, max_seq, pos, peak);
+      if (sweep && B == 1 && (L == 4096 || L == 8192)) {
+        TimeAttnConfig<T, DefaultCfg<T, 128>>(tm, "default", dt, 2, dq, dk, dv, dout, B, L, max_seq, pos, peak);
+        TimeAttnConfig<T, AttnCfg<T, 128, 4, 4, 4096>>(tm, "nw4 st4 4K", dt, 1, dq, dk, dv, dout, B, L, max_seq, pos, peak);
+        TimeAttnConfig<T, AttnCfg<T, 128, 8, 3, 4096>>(tm, "nw8 st3 4K", dt, 1, dq, dk, dv, dout, B, L, max_seq, pos, peak);
+        TimeAttnConfig<T, AttnCfg<T, 128, 4, 3, 8192>>(tm, "nw4 st3 8K", dt, 1, dq, dk, dv, dout, B, L, max_seq, pos, peak);
+        TimeAttnConfig<T, AttnCfg<T, 128, 2, 4, 8192>>(tm, "nw2 st4 8K", dt, 1, dq, dk, dv, dout, B, L, max_seq, pos, peak);
+        TimeAttnConfig<T, AttnCfg<T, 128, 4, 2, 8192>>(tm, "nw4 st2 8K", dt, 1, dq, dk, dv, dout, B, L, max_seq, pos, peak);
+      }
+      cudaFree(dpos);
+    }
+    // the ceiling: a plain streaming read of the same K/V bytes (L = max_seq)
+    const int64_t n16 = (int64_t)kv.size() * sizeof(T) / 16;
     float* sink = nullptr;
     CK(cudaMalloc(&sink, 4 * 132 * 64 * 8));
-    const int blocks = prop.multiProcessorCount * 8;
-    const double us = time_us([&] { ReadAll<<<blocks, 256, 0, s>>>(reinterpret_cast<const float4*>(d.k), reinterpret_cast<const float4*>(d.v), n4, sink); }, 200);
-    std::printf("plain read of K+V (%.1f MB): %.2f us, %.0f GB/s\n", 2.0 * n4 * 16 / 1e6, us, 2.0 * n4 * 16 / us / 1e3);
-    cudaFree(sink);
+    int sms = NumSMs();
+    auto read = [&](cudaStream_t s) {
+      ReadAll<<<sms * 8, 256, 0, s>>>(static_cast<const uint4*>(dk), static_cast<const uint4*>(dv), n16, sink);
+    };
+    Record("plain-read-kv", kTypeName[dt], "grid-stride 16B", B, max_seq, 2.0 * n16 * 16, tm.Graph(read), tm.Stream(read), peak);
+    for (void* p : {dq, dk, dv, dout, static_cast<void*>(sink)}) cudaFree(p);
   }
-  Free(d);
+}
+
+static void TimeRope(Timer& tm, int dt, double peak) {
+  const int H = 32, hd = 128, D = H * hd;
+  std::vector<float> inv(hd / 2);
+  for (int j = 0; j < hd / 2; ++j) inv[j] = powf(10000.f, -2.f * j / hd);
+  for (int S : {1, 2048}) {
+    std::vector<float> x((size_t)S * D, 0.5f);
+    void* dx = Upload(ToDevice(&x, dt));
+    void* dy = nullptr;
+    CK(cudaMalloc(&dy, x.size() * ElemBytes(dt)));
+    int64_t* dpos = nullptr;
+    const MnPos pos = DevPositions({S == 1 ? 4095 : 0}, &dpos);
+    auto launch = [&](cudaStream_t s) { mn_cuda_rope(dt, dx, dy, 1, S, D, hd, 0, pos, inv.data(), s); };
+    Record("rope", kTypeName[dt], "default", 1, S, 2.0 * x.size() * ElemBytes(dt), tm.Graph(launch), tm.Stream(launch), peak);
+    for (void* p : {dx, dy, static_cast<void*>(dpos)}) cudaFree(p);
+  }
+}
+
+int main(int argc, char** argv) {
+  bool check_only = false, sweep = false;
+  const char* json = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--check-only") check_only = true;
+    if (a == "--sweep") sweep = true;
+    if (a == "--json" && i + 1 < argc) json = argv[++i];
+  }
+  std::mt19937 rng(7);
+  g_scratch = mn_cuda_scratch_new();
+  const AttnCase cases[] = {
+      {1, 1, 32, 8, 128, 8192, {8191}},       {1, 1, 32, 8, 128, 600, {0}},          {1, 7, 32, 8, 128, 700, {600}},
+      {1, 5, 8, 2, 64, 300, {200}},           {1, 3, 12, 4, 32, 64, {10}},           {1, 1, 16, 2, 256, 1000, {999}},
+      {1, 2, 6, 6, 128, 50, {0}},             {1, 1, 64, 8, 128, 4096, {4095}},      {1, 3, 24, 8, 96, 200, {150}},
+      {1, 33, 4, 1, 64, 100, {60}},           {1, 1, 12, 4, 64, 5000, {4999}},       {4, 1, 32, 8, 128, 2048, {2047, 0, 1000, 7}},
+      {3, 2, 8, 2, 64, 900, {5, 898, 300}},   {2, 1, 6, 2, 96, 80, {79, 3}},         {3, 1, 32, 8, 128, 512, {100, 512, 7}},
+      {2, 1, 4, 4, 64, 64, {-1, 63}},
+  };
+  int bad = 0;
+  for (int dt : {MN_F32, MN_F16, MN_BF16}) {
+    for (const AttnCase& c : cases) bad += !CheckAttention(c, dt, rng);
+    bad += !CheckRope(dt, 3, 5, 4 * 128, 128, 2, {7, 0, 4093}, rng);
+    bad += !CheckRope(dt, 1, 33, 8 * 64, 64, 0, {100000}, rng);
+    bad += !CheckRope(dt, 2, 3, 6 * 96, 96, 1, {5}, rng);  // hd 96: the scalar path
+    bad += !CheckCacheWrite(dt, 3, 1, 1024, 64, {63, 0, 64}, rng);  // sequence 2 out of range: untouched
+    bad += !CheckCacheWrite(dt, 2, 3, 6, 10, {7, 2}, rng);          // 12- or 24-byte rows: the element path
+  }
+  std::printf("checks: %d failed\n", bad);
+  if (check_only) return bad ? 1 : 0;
+
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const double peak = std::string(prop.name).find("H200") != std::string::npos ? 4800.0
+                      : std::string(prop.name).find("H100") != std::string::npos ? 3350.0
+                                                                                  : 1000.0;
+  if (json) {
+    g_json = std::fopen(json, "w");
+    std::fprintf(g_json, "{\"device\": \"%s\", \"sms\": %d, \"peak_GBps\": %.0f, \"cuda_runtime\": %d, \"checks_failed\": %d, \"results\": [",
+                 prop.name, prop.multiProcessorCount, peak, CUDART_VERSION, bad);
+  }
+  std::printf("timing on %s (%d SMs, peak %.0f GB/s): decode H=32 KVH=8 hd=128; CUDA events\n", prop.name, prop.multiProcessorCount,
+              peak);
+  Timer tm;
+  TimeAttention<float>(tm, MN_F32, sweep, peak);
+  TimeAttention<__half>(tm, MN_F16, sweep, peak);
+  TimeAttention<__nv_bfloat16>(tm, MN_BF16, false, peak);
+  for (int dt : {MN_F32, MN_F16}) TimeRope(tm, dt, peak);
+  if (g_json) {
+    std::fprintf(g_json, "\n]}\n");
+    std::fclose(g_json);
+  }
   return bad ? 1 : 0;
 }

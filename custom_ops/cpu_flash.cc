@@ -14,6 +14,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpu_parallel.h"
 #include "flash_ops.h"
 
 namespace mn {
@@ -182,17 +183,6 @@ void BackwardKvHead(const FlashProblem& p, const GradArgs& g, int64_t b, int64_t
   }
 }
 
-template <typename Fn>
-OrtStatus* ParallelFor(OrtKernelContext* ctx, int64_t n, Fn& fn) {
-  if (n <= 0) return nullptr;
-  if (n == 1) {
-    fn(0);
-    return nullptr;
-  }
-  auto tramp = [](void* f, size_t i) { (*static_cast<Fn*>(f))(static_cast<int64_t>(i)); };
-  return g_api->KernelContext_ParallelFor(ctx, tramp, static_cast<size_t>(n), 0, &fn);
-}
-
 class FlashAttentionCpu : public Kernel {
  public:
   static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
@@ -209,8 +199,10 @@ class FlashAttentionCpu : public Kernel {
     float *y = nullptr, *lse = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, in[0].shape, &y));
     MN_RETURN_IF(GetOutput(ctx, 1, {p.B, p.H, p.T}, &lse));
-    auto run = [&](int64_t t) { ForwardHead(p, in[0].f32(), in[1].f32(), in[2].f32(), y, lse, t / p.H, t % p.H); };
-    return ParallelFor(ctx, p.T > 0 ? p.B * p.H : 0, run);
+    auto run = [&](size_t t) {
+      ForwardHead(p, in[0].f32(), in[1].f32(), in[2].f32(), y, lse, int64_t(t) / p.H, int64_t(t) % p.H);
+    };
+    return ParallelFor(ctx, p.T > 0 ? size_t(p.B * p.H) : 0, run);
   }
 
  private:
@@ -234,8 +226,8 @@ class FlashAttentionGradCpu : public Kernel {
     MN_RETURN_IF(GetOutput(ctx, 0, in[0].shape, &g.dq));
     MN_RETURN_IF(GetOutput(ctx, 1, in[1].shape, &g.dk));
     MN_RETURN_IF(GetOutput(ctx, 2, in[2].shape, &g.dv));
-    auto run = [&](int64_t t) { BackwardKvHead(p, g, t / p.KVH, t % p.KVH); };
-    return ParallelFor(ctx, p.B * p.KVH, run);
+    auto run = [&](size_t t) { BackwardKvHead(p, g, int64_t(t) / p.KVH, int64_t(t) % p.KVH); };
+    return ParallelFor(ctx, size_t(p.B * p.KVH), run);
   }
 
  private:

@@ -9,41 +9,20 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "cpu_parallel.h"
 #include "op_common.h"
 
 namespace mn {
 namespace {
 
 constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
 constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;  // index inputs: int64, int32 or uint32
-
-// Runs f(i) for i in [0, total) on ORT's intra-op pool.
-template <class F>
-OrtStatus* ParallelFor(OrtKernelContext* ctx, size_t total, F&& f) {
-  if (total == 0) return nullptr;
-  if (total == 1) {
-    f(size_t{0});
-    return nullptr;
-  }
-  using Fn = typename std::remove_reference<F>::type;
-  auto tramp = [](void* p, size_t i) { (*static_cast<Fn*>(p))(i); };
-  return g_api->KernelContext_ParallelFor(ctx, tramp, total, 0, &f);
-}
-
-// Splits n items into at most `max_chunks` chunks of at least `min_chunk`.
-struct Chunks {
-  int64_t n, size, count;
-  Chunks(int64_t n_, int64_t min_chunk, int64_t max_chunks) : n(n_) {
-    count = std::max<int64_t>(1, std::min<int64_t>(max_chunks, n / std::max<int64_t>(1, min_chunk)));
-    size = (n + count - 1) / std::max<int64_t>(1, count);
-    count = size ? (n + size - 1) / size : 0;
-  }
-  int64_t begin(int64_t c) const { return c * size; }
-  int64_t end(int64_t c) const { return std::min(n, (c + 1) * size); }
-};
 
 // ------------------------------------------------------------------ Rope
 // cos / sin of pos * inv_freq[j] for positions [0, positions), shared by every Rope kernel with the same
@@ -83,6 +62,77 @@ class RopeTable {
   }
 };
 
+// Element types in memory: float, or 16-bit float16/bfloat16 converted on load/store (compute in float32).
+struct Half {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
+
+inline float ToFloat(float x) { return x; }
+inline float ToFloat(Half h) {
+  const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16, exp = (h.bits >> 10) & 0x1fu, man = h.bits & 0x3ffu;
+  if (exp == 0) {  // zero or subnormal: man * 2^-24
+    const float f = static_cast<float>(man) * 5.9604644775390625e-8f;
+    return sign ? -f : f;
+  }
+  const uint32_t bits = exp == 31 ? (sign | 0x7f800000u | (man << 13)) : (sign | ((exp + 112u) << 23) | (man << 13));
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline float ToFloat(BFloat16 h) {
+  const uint32_t bits = static_cast<uint32_t>(h.bits) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+template <class T>
+T FromFloat(float x);
+template <>
+inline float FromFloat<float>(float x) {
+  return x;
+}
+// Round to nearest even, overflow to infinity, NaN kept NaN (what a float->float16 cast does).
+template <>
+inline Half FromFloat<Half>(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t a = x & 0x7fffffffu;
+  if (a >= 0x7f800000u) return Half{static_cast<uint16_t>(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u))};
+  if (a >= 0x477ff000u) return Half{static_cast<uint16_t>(sign | 0x7c00u)};  // >= 65520 rounds to infinity
+  if (a < 0x38800000u) {  // below 2^-14: a subnormal half, round(|f| * 2^24) (exact scaling, ties to even)
+    float af;
+    std::memcpy(&af, &a, sizeof af);
+    return Half{static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(af * 16777216.0f)))};
+  }
+  uint32_t h = (((a >> 23) - 112u) << 10) | ((a & 0x7fffffu) >> 13);
+  const uint32_t rem = a & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent: still correct
+  return Half{static_cast<uint16_t>(sign | h)};
+}
+template <>
+inline BFloat16 FromFloat<BFloat16>(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return BFloat16{static_cast<uint16_t>((x >> 16) | 0x40u)};  // quiet NaN
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return BFloat16{static_cast<uint16_t>(x >> 16)};
+}
+
+// Calls f(T{}) with T the C++ type of the float element type `type` (validated by the Check* functions).
+template <class F>
+OrtStatus* DispatchFloat(ONNXTensorElementDataType type, F&& f) {
+  switch (type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return f(Half{});
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return f(BFloat16{});
+    default: return f(float{});
+  }
+}
+
 class RopeCpu : public Kernel {
  public:
   explicit RopeCpu(const RopeAttrs& a) : a_(a), inv_freq_(a.head_dim / 2) { RopeInvFreq(a.theta, a.head_dim, inv_freq_.data()); }
@@ -98,26 +148,37 @@ class RopeCpu : public Kernel {
     MN_RETURN_IF(GetInput(ctx, 1, &off));
     RopeProblem p;
     MN_RETURN_IF(CheckRope(a_, x, off, &p));
-    float* y = nullptr;
+    void* y = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, x.shape, &y));
-    const float* xs = x.f32();
-    const int64_t half = p.head_dim / 2, heads = p.D / p.head_dim;
+    return DispatchFloat(p.type, [&](auto tag) {
+      using T = decltype(tag);
+      return Run(ctx, p, static_cast<const T*>(x.data), static_cast<T*>(y));
+    });
+  }
+
+ private:
+  template <class T>
+  OrtStatus* Run(OrtKernelContext* ctx, const RopeProblem& p, const T* xs, T* y) {
+    const int64_t half = p.head_dim / 2, heads = p.D / p.head_dim, rows_total = p.B * p.S;
     const float* inv = inv_freq_.data();
+    int64_t last = 0;  // one past the largest position of any row
+    for (int64_t v : p.pos0) last = std::max(last, v + p.S);
     const std::shared_ptr<const RopeTable> table =
-        (p.pos0 >= 0 && p.pos0 < RopeTable::kMaxEntries) ? RopeTable::Get(a_.theta, p.head_dim, inv, p.pos0 + p.S) : nullptr;
-    Chunks rows(p.S, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.D)), 1024);
+        last <= RopeTable::kMaxEntries ? RopeTable::Get(a_.theta, p.head_dim, inv, last) : nullptr;
+    Chunks rows(rows_total, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.D)), 1024);
     return ParallelFor(ctx, rows.count, [&](size_t c) {
       std::vector<float> cs_row(table ? 0 : half), sn_row(table ? 0 : half);
       for (int64_t r = rows.begin(c); r < rows.end(c); ++r) {
+        const int64_t b = r / p.S, pos = p.pos0[p.pos0.size() == 1 ? 0 : b] + r % p.S;
         const float* cs = nullptr;
         const float* sn = nullptr;
         if (table) {
-          cs = table->cs.data() + (p.pos0 + r) * half;
-          sn = table->sn.data() + (p.pos0 + r) * half;
+          cs = table->cs.data() + pos * half;
+          sn = table->sn.data() + pos * half;
         } else {
-          const float pos = static_cast<float>(p.pos0 + r);
+          const float fpos = static_cast<float>(pos);
           for (int64_t j = 0; j < half; ++j) {
-            const float ang = pos * inv[j];
+            const float ang = fpos * inv[j];
             cs_row[j] = std::cos(ang);
             sn_row[j] = std::sin(ang);
           }
@@ -125,24 +186,24 @@ class RopeCpu : public Kernel {
           sn = sn_row.data();
         }
         for (int64_t h = 0; h < heads; ++h) {
-          const float* xi = xs + r * p.D + h * p.head_dim;
-          float* yo = y + r * p.D + h * p.head_dim;
+          const T* xi = xs + r * p.D + h * p.head_dim;
+          T* yo = y + r * p.D + h * p.head_dim;
           for (int64_t j = 0; j < half; ++j) {
-            const float a = xi[j], b = xi[j + half];
-            yo[j] = a * cs[j] - b * sn[j];
-            yo[j + half] = b * cs[j] + a * sn[j];
+            const float a = ToFloat(xi[j]), b2 = ToFloat(xi[j + half]);
+            yo[j] = FromFloat<T>(a * cs[j] - b2 * sn[j]);
+            yo[j + half] = FromFloat<T>(b2 * cs[j] + a * sn[j]);
           }
         }
       }
     });
   }
 
- private:
   RopeAttrs a_;
   std::vector<float> inv_freq_;
 };
 
 // ------------------------------------------------------------------ CacheWrite
+// A pure row copy: any element type, by bytes.
 class CacheWriteCpu : public Kernel {
  public:
   static OrtStatus* Create(const OrtKernelInfo*, Kernel** out) {
@@ -156,18 +217,22 @@ class CacheWriteCpu : public Kernel {
     MN_RETURN_IF(GetInput(ctx, 2, &pos));
     CacheWriteProblem p;
     MN_RETURN_IF(CheckCacheWrite(nw, cache, pos, &p));
-    float* out = nullptr;
-    MN_RETURN_IF(GetOutput(ctx, 0, cache.shape, &out));
-    const float* src = cache.f32();
+    void* out_v = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, cache.shape, &out_v));
+    const size_t es = ElementSize(p.type);
+    char* out = static_cast<char*>(out_v);
+    const char* src = static_cast<const char*>(cache.data);
     if (out != src) {  // ORT gave us a distinct buffer: copy the untouched rows
       CountCacheCopy();
-      const int64_t n = p.max_seq * p.dim;
-      Chunks ch(n, 1 << 16, 64);
-      MN_RETURN_IF(ParallelFor(ctx, ch.count, [&](size_t c) {
-        std::memcpy(out + ch.begin(c), src + ch.begin(c), sizeof(float) * (ch.end(c) - ch.begin(c)));
-      }));
+      const int64_t n = p.B * p.max_seq * p.dim * static_cast<int64_t>(es);
+      Chunks ch(n, 1 << 18, 64);
+      MN_RETURN_IF(ParallelFor(ctx, ch.count, [&](size_t c) { std::memcpy(out + ch.begin(c), src + ch.begin(c), ch.end(c) - ch.begin(c)); }));
     }
-    if (p.T * p.dim > 0) std::memcpy(out + p.kv_pos * p.dim, nw.f32(), sizeof(float) * p.T * p.dim);
+    const size_t row = es * static_cast<size_t>(p.dim);
+    const char* nws = static_cast<const char*>(nw.data);
+    for (int64_t b = 0; b < p.B; ++b)
+      if (p.T * p.dim > 0)
+        std::memcpy(out + (b * p.max_seq + p.kv_pos[b]) * row, nws + b * p.T * row, row * static_cast<size_t>(p.T));
     return nullptr;
   }
 };
@@ -212,9 +277,19 @@ inline float Dot(const float* __restrict__ a, const float* __restrict__ b, int64
 // memory latency). Per tile of rows: the scores of all heads (each K segment read once for its
 // group of G query heads), one rescale per tile, then P V (each V segment read once per group).
 constexpr int64_t kAttnTile = 64;
-void AttendRows(const float* __restrict__ q, const float* __restrict__ kc, const float* __restrict__ vc, int64_t H, int64_t G,
+// Cache row `r` (kvw values) as float32: the row itself for a float cache, else converted into `buf`.
+inline const float* CacheRow(const float* c, int64_t r, int64_t kvw, float*) { return c + r * kvw; }
+template <class T>
+const float* CacheRow(const T* c, int64_t r, int64_t kvw, float* buf) {
+  const T* src = c + r * kvw;
+  for (int64_t i = 0; i < kvw; ++i) buf[i] = ToFloat(src[i]);
+  return buf;
+}
+
+template <class T>
+void AttendRows(const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, int64_t H, int64_t G,
                 int64_t hd, int64_t kvw, int64_t r0, int64_t r1, float scale, float* __restrict__ sc, float* __restrict__ m,
-                float* __restrict__ l, float* __restrict__ acc) {
+                float* __restrict__ l, float* __restrict__ acc, float* __restrict__ rowbuf) {
   for (int64_t h = 0; h < H; ++h) {
     m[h] = -std::numeric_limits<float>::infinity();
     l[h] = 0.f;
@@ -223,7 +298,7 @@ void AttendRows(const float* __restrict__ q, const float* __restrict__ kc, const
   for (int64_t r = r0; r < r1; r += kAttnTile) {
     const int64_t n = std::min(kAttnTile, r1 - r);
     for (int64_t j = 0; j < n; ++j) {
-      const float* kr = kc + (r + j) * kvw;
+      const float* kr = CacheRow(kc, r + j, kvw, rowbuf);
       for (int64_t h = 0; h < H; ++h) sc[h * kAttnTile + j] = Dot(q + h * hd, kr + (h / G) * hd, hd) * scale;
     }
     for (int64_t h = 0; h < H; ++h) {
@@ -246,7 +321,7 @@ void AttendRows(const float* __restrict__ q, const float* __restrict__ kc, const
       l[h] += sum;
     }
     for (int64_t j = 0; j < n; ++j) {
-      const float* __restrict__ vr = vc + (r + j) * kvw;
+      const float* __restrict__ vr = CacheRow(vc, r + j, kvw, rowbuf);
       for (int64_t h = 0; h < H; ++h) {
         const float w = sc[h * kAttnTile + j];
         const float* __restrict__ vh = vr + (h / G) * hd;
@@ -275,55 +350,69 @@ class CachedAttentionCpu : public Kernel {
     MN_RETURN_IF(GetInput(ctx, 3, &pos));
     AttnProblem p;
     MN_RETURN_IF(CheckCachedAttention(a_, q, k, v, pos, &p));
-    float* out = nullptr;
+    void* out = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, q.shape, &out));
-    if (p.T == 0) return nullptr;  // no query rows: an empty output (and no division by T below)
-    const int64_t hd = p.hd, H = p.H, G = p.H / p.KVH, kvw = p.KVH * hd, qw = p.H * hd, T = p.T;
+    if (p.T == 0 || p.B == 0) return nullptr;  // no query rows: an empty output (and no division by T below)
+    return DispatchFloat(p.type, [&](auto tag) {
+      using T = decltype(tag);
+      return Run(ctx, p, static_cast<const T*>(q.data), static_cast<const T*>(k.data), static_cast<const T*>(v.data),
+                 static_cast<T*>(out));
+    });
+  }
+
+ private:
+  template <class T>
+  OrtStatus* Run(OrtKernelContext* ctx, const AttnProblem& p, const T* qs, const T* ks, const T* vs, T* out) {
+    const int64_t hd = p.hd, H = p.H, G = p.H / p.KVH, kvw = p.KVH * hd, qw = p.H * hd, T_ = p.T, B = p.B;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    const float *qs = q.f32(), *ks = k.f32(), *vs = v.f32();
-    // Work item = (query row t, chunk of cache rows), all heads. Decode (T = 1) splits the cache
-    // into chunks (flash-decoding style) so that every thread gets work; the chunks' partial
-    // softmax states are merged afterwards. Long prefills (T >= 64) use one item per row.
-    const int64_t maxL = p.kv_pos + T;
+    // Work item = (sequence b, query row t, chunk of cache rows), all heads. Decode (T = 1) splits the
+    // cache into chunks (flash-decoding style) so that every thread gets work; the chunks' partial
+    // softmax states are merged afterwards. Long prefills (B * T >= 64) use one item per row.
+    int64_t maxL = 0;
+    for (int64_t b = 0; b < B; ++b) maxL = std::max(maxL, p.kv_pos[b] + T_);
     int64_t nch = 1, chunk = maxL;
-    if (T < 64) {
-      nch = (64 + T - 1) / T;
+    if (B * T_ < 64) {
+      nch = (64 + B * T_ - 1) / (B * T_);
       chunk = std::max<int64_t>(kAttnTile, (maxL + nch - 1) / nch);
       chunk = (chunk + kAttnTile - 1) / kAttnTile * kAttnTile;
       nch = (maxL + chunk - 1) / chunk;
     }
+    const int64_t rows = B * T_;
     const int64_t pstride = H * (hd + 2);  // state of one item: acc[H * hd], m[H], l[H]
-    std::vector<float> part(nch > 1 ? static_cast<size_t>(T * nch * pstride) : 0);
-    MN_RETURN_IF(ParallelFor(ctx, static_cast<size_t>(T * nch), [&](size_t item) {
-      const int64_t t = static_cast<int64_t>(item) / nch, c = static_cast<int64_t>(item) % nch;
-      const int64_t L = p.kv_pos + t + 1;  // attends to cache rows [0, kv_pos + t]
+    std::vector<float> part(nch > 1 ? static_cast<size_t>(rows * nch * pstride) : 0);
+    MN_RETURN_IF(ParallelFor(ctx, static_cast<size_t>(rows * nch), [&](size_t item) {
+      const int64_t bt = static_cast<int64_t>(item) / nch, c = static_cast<int64_t>(item) % nch;
+      const int64_t b = bt / T_, t = bt % T_;
+      const int64_t L = p.kv_pos[b] + t + 1;  // attends to its sequence's cache rows [0, kv_pos[b] + t]
       const int64_t r0 = c * chunk, r1 = std::min(L, r0 + chunk);
       std::vector<float> sc(static_cast<size_t>(H * kAttnTile)), own(nch > 1 ? 0 : static_cast<size_t>(pstride));
+      std::vector<float> qf(static_cast<size_t>(qw)), rowbuf(std::is_same<T, float>::value ? 0 : static_cast<size_t>(kvw));
       float* acc = nch > 1 ? part.data() + item * pstride : own.data();
       float *m = acc + H * hd, *l = m + H;
-      if (r0 >= r1) {  // chunk past this row's causal limit (T > 1)
+      if (r0 >= r1) {  // chunk past this row's causal limit (T > 1, or a shorter sequence of the batch)
         std::fill(acc, acc + H * hd, 0.f);
         std::fill(m, m + H, -std::numeric_limits<float>::infinity());
         std::fill(l, l + H, 0.f);
         return;
       }
-      AttendRows(qs + t * qw, ks, vs, H, G, hd, kvw, r0, r1, scale, sc.data(), m, l, acc);
+      for (int64_t i = 0; i < qw; ++i) qf[i] = ToFloat(qs[bt * qw + i]);
+      const int64_t cache_off = b * p.max_seq * kvw;
+      AttendRows(qf.data(), ks + cache_off, vs + cache_off, H, G, hd, kvw, r0, r1, scale, sc.data(), m, l, acc, rowbuf.data());
       if (nch == 1) {
         for (int64_t h = 0; h < H; ++h) {
-          float* o = out + t * qw + h * hd;
+          T* o = out + bt * qw + h * hd;
           const float inv = 1.0f / l[h];
-          for (int64_t d = 0; d < hd; ++d) o[d] = acc[h * hd + d] * inv;
+          for (int64_t d = 0; d < hd; ++d) o[d] = FromFloat<T>(acc[h * hd + d] * inv);
         }
       }
     }));
     if (nch == 1) return nullptr;
-    return ParallelFor(ctx, static_cast<size_t>(T * H), [&](size_t th) {
-      const int64_t t = static_cast<int64_t>(th) / H, h = static_cast<int64_t>(th) % H;
-      const float* base = part.data() + t * nch * pstride;
+    return ParallelFor(ctx, static_cast<size_t>(rows * H), [&](size_t th) {
+      const int64_t bt = static_cast<int64_t>(th) / H, h = static_cast<int64_t>(th) % H;
+      const float* base = part.data() + bt * nch * pstride;
       float M = -std::numeric_limits<float>::infinity();
       for (int64_t c = 0; c < nch; ++c) M = std::max(M, base[c * pstride + H * hd + h]);
-      float* o = out + t * qw + h * hd;
-      std::fill(o, o + hd, 0.f);
+      std::vector<float> o(static_cast<size_t>(hd), 0.f);
       float lt = 0.f;
       for (int64_t c = 0; c < nch; ++c) {
         const float* pc = base + c * pstride;
@@ -335,11 +424,11 @@ class CachedAttentionCpu : public Kernel {
         for (int64_t d = 0; d < hd; ++d) o[d] += a[d] * w;
       }
       const float inv = 1.0f / lt;
-      for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
+      T* dst = out + bt * qw + h * hd;
+      for (int64_t d = 0; d < hd; ++d) dst[d] = FromFloat<T>(o[d] * inv);
     });
   }
 
- private:
   AttnAttrs a_;
 };
 
@@ -387,11 +476,15 @@ class ScatterAddCpu : public Kernel {
 
 void AddCpuOps(std::vector<OpDef*>* ops) {
   const char* ep = "CPUExecutionProvider";
-  ops->push_back(new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, true}, {false, false}, RopeCpu::Create, 0));
-  ops->push_back(new OpDef("CacheWrite", ep, {F32, F32, ANY}, {F32}, {false, false, false}, {false, false, false},
-                           CacheWriteCpu::Create, 1, /*cache_inplace=*/true));
-  ops->push_back(new OpDef("CachedAttention", ep, {F32, F32, F32, ANY}, {F32}, {false, false, false, false},
-                           {false, false, false, false}, CachedAttentionCpu::Create, 0));
+  // One registration per element type: ORT picks the kernel by the inputs' type (float16/bfloat16
+  // are the op table's half_types of these ops; all three run the same kernel classes).
+  for (const auto T : {F32, F16, BF16}) {
+    ops->push_back(new OpDef("Rope", ep, {T, ANY}, {T}, {false, true}, {false, false}, RopeCpu::Create, 0));
+    ops->push_back(new OpDef("CacheWrite", ep, {T, T, ANY}, {T}, {false, false, false}, {false, false, false},
+                             CacheWriteCpu::Create, 1, /*cache_inplace=*/true));
+    ops->push_back(new OpDef("CachedAttention", ep, {T, T, T, ANY}, {T}, {false, false, false, false},
+                             {false, false, false, false}, CachedAttentionCpu::Create, 0));
+  }
   ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {false, false},
                            ScatterAddCpu::Create, -1));
 }

@@ -1,5 +1,5 @@
-// CUDA kernels of com.meganeura CachedAttention (decode and prefill against the KV cache) and their
-// per-kernel-instance scratch. Built by nvcc; called through cuda_kernels.h.
+// CUDA kernels of com.meganeura CachedAttention (decode and prefill against the KV cache, float32,
+// float16 and bfloat16) and their per-kernel-instance scratch. Built by nvcc; called through cuda_kernels.h.
 #include "cuda_common.cuh"
 
 // One buffer per (stream, device): work on one stream is ordered, so a buffer reused by the next
@@ -10,14 +10,17 @@ struct MnScratch {
     int device;
     void* ptr;
     size_t bytes;
+    uint64_t layout;  // what the caller keeps in the buffer (a changed layout must re-initialise it)
   };
   std::mutex mu;
   std::vector<Entry> entries;
 };
 
 // The current device's buffer for `stream`, at least `bytes` long. Allocates only when a larger size
-// is first needed (a new shape); the old buffer is freed after the stream drained it.
-static int ScratchGet(MnScratch* sc, cudaStream_t stream, size_t bytes, void** out) {
+// is first needed (a new shape); the old buffer is freed after the stream drained it. *fresh: the buffer
+// is new or was last used with another `layout`, so the caller must initialise what it keeps there.
+static int ScratchGet(MnScratch* sc, cudaStream_t stream, size_t bytes, void** out, bool* fresh, uint64_t layout = 0) {
+  *fresh = false;
   if (sc == nullptr) return cudaErrorInvalidValue;
   int dev = 0;
   if (cudaError_t e = cudaGetDevice(&dev)) return e;
@@ -26,7 +29,7 @@ static int ScratchGet(MnScratch* sc, cudaStream_t stream, size_t bytes, void** o
   for (auto& x : sc->entries)
     if (x.stream == static_cast<void*>(stream) && x.device == dev) entry = &x;
   if (entry == nullptr) {
-    sc->entries.push_back({static_cast<void*>(stream), dev, nullptr, 0});
+    sc->entries.push_back({static_cast<void*>(stream), dev, nullptr, 0, 0});
     entry = &sc->entries.back();
   }
   if (entry->bytes < bytes) {
@@ -38,7 +41,10 @@ static int ScratchGet(MnScratch* sc, cudaStream_t stream, size_t bytes, void** o
     }
     if (cudaError_t e = cudaMalloc(&entry->ptr, bytes)) return e;
     entry->bytes = bytes;
+    *fresh = true;
   }
+  if (entry->layout != layout) *fresh = true;
+  entry->layout = layout;
   *out = entry->ptr;
   return 0;
 }
@@ -46,41 +52,37 @@ static int ScratchGet(MnScratch* sc, cudaStream_t stream, size_t bytes, void** o
 namespace {
 
 // ------------------------------------------------------------------ CachedAttention
-// Split-K ("flash decoding"). Grid (KV head x head group, split, query row): a block streams its
-// slice [start, end) of the cache rows of one KV head once, for all query heads of the group
-// (GQA: K/V are read once per group), and writes a partial (m, l, acc[hd]) per head; AttnCombine
-// merges the splits. Inside the block each warp runs its own cp.async pipeline: NST stages of TR
-// rows of K and V (4 KiB per stage) in shared memory, so every warp keeps ~8 KiB of loads in
-// flight while it computes; no block barrier in the main loop.
-//   QK: lanes (sub, sl) = (row of the step, float4 slice): C float4 per lane, 8-16 lanes per row,
-//       shuffle-reduced dots; online softmax per tile in base 2 (q pre-scaled by log2(e)/sqrt(hd)).
-//   PV: lanes over head_dim (PL lanes per row), p broadcast by shuffle, acc in registers.
-constexpr int kWarps = 4;
-constexpr int kStages = 3;
-int g_attn_waves = 1;           // split-K grid = waves x resident blocks (tuning knob for attn_check)
-bool g_attn_skip_combine = false;  // attn_check times the partial kernel alone (output then invalid)
-constexpr int kStageBytes = 4096;  // per warp and stage: TR rows of K + TR rows of V
+// Split-K ("flash decoding"). Grid (KV head x head group, split, sequence x query row): a block streams
+// its slice [start, end) of the cache rows of one KV head of one sequence once, for all query heads of
+// the group (GQA: K/V are read once per group), and keeps a partial (m, l, acc[hd]) per head. The last
+// block of a (sequence, row, KV head, group) to finish (an atomic counter per group, reset by that
+// block) merges the splits' partials and writes the output: one kernel, no combine launch.
+// Inside a block each warp runs its own cp.async pipeline: NST stages of TR rows of K and V (STB bytes
+// per stage) in shared memory, 16-byte loads, no block barrier in the main loop.
+//   QK: lanes (sub, sl) = (row of the step, 16-byte slice): C chunks (16 elements) per lane, LPR lanes
+//       per row, shuffle-reduced dots; online softmax per tile in base 2 (q pre-scaled by log2(e)/sqrt(hd)).
+//   PV: lanes over head_dim (PL lanes per row), p broadcast by shuffle, acc in float registers.
+// float16/bfloat16 caches are read as such (half the bytes) and computed in float32.
+int g_attn_waves = 1;  // split-K grid = waves x resident blocks (tuning knob for attn_check)
 
-template <int HD>
+template <class T, int HD, int NW_, int NST_, int STB_>
 struct AttnCfg {
-  static constexpr int F4 = HD / 4;                  // float4 per row
-  static constexpr int C = HD >= 128 ? 4 : HD / 32;  // QK: float4 per lane
-  static constexpr int LPR = F4 / C;                 // QK: lanes per row (8 or 16)
-  static constexpr int R = 32 / LPR;                 // QK: rows per step
-  static constexpr int TR = kStageBytes / (2 * HD * 4);  // rows per stage
+  static constexpr int NW = NW_, NST = NST_, STB = STB_;
+  static constexpr int EPC = Elem<T>::EPC;
+  static constexpr int C16 = HD / EPC;             // 16-byte chunks per row
+  static constexpr int C = 16 / EPC;               // QK: chunks per lane (16 elements)
+  static constexpr int LPR = C16 / C;              // QK: lanes per row
+  static constexpr int R = 32 / LPR;               // QK: rows per step
+  static constexpr int TR = STB / (2 * HD * (int)sizeof(T));  // rows per stage
   static constexpr int STEPS = TR / R;
-  static constexpr int PL = F4 < 32 ? F4 : 32;       // PV: lanes per row
-  static constexpr int RV = 32 / PL;                 // PV: rows in parallel
-  static constexpr int CV = F4 / PL;                 // PV: float4 per lane
-  static constexpr int STAGE_F4 = 2 * TR * F4;       // float4 per stage (K then V)
-  static_assert(TR % R == 0 && R % RV == 0 && (TR * F4) % 32 == 0, "attention tile shape");
+  static constexpr int PL = C16 < 32 ? C16 : 32;   // PV: lanes per row
+  static constexpr int RV = 32 / PL;               // PV: rows in parallel
+  static constexpr int CV = C16 / PL;              // PV: chunks per lane
+  static constexpr int AV = CV * EPC;              // PV: accumulators per lane and head
+  static constexpr int STAGE16 = 2 * TR * C16;     // chunks per stage (K then V)
+  static constexpr int SMEM = NW * NST * STB;
+  static_assert(LPR >= 1 && LPR <= 32 && TR % R == 0 && R % RV == 0 && (TR * C16) % 32 == 0, "attention tile shape");
 };
-
-__device__ __forceinline__ float Dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
-__device__ __forceinline__ float4 Axpy4(float4 acc, float p, float4 v) {
-  return make_float4(acc.x + p * v.x, acc.y + p * v.y, acc.z + p * v.z, acc.w + p * v.w);
-}
-__device__ __forceinline__ float4 Scale4(float4 a, float c) { return make_float4(a.x * c, a.y * c, a.z * c, a.w * c); }
 
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -92,103 +94,120 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-template <int HD, int GB>
-__global__ void __launch_bounds__(kWarps * 32)
-    AttnPartial(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                float* __restrict__ ws_acc, float2* __restrict__ ws_ml, float* __restrict__ out, int H, int KVH, int G,
-                int ngroups, MnPos pos, int64_t max_seq, int splits, float qscale) {
-  using Cfg = AttnCfg<HD>;
-  constexpr int C = Cfg::C, LPR = Cfg::LPR, R = Cfg::R, TR = Cfg::TR, STEPS = Cfg::STEPS;
-  constexpr int PL = Cfg::PL, RV = Cfg::RV, CV = Cfg::CV, F4 = Cfg::F4;
-  __shared__ float4 smem[kWarps * kStages * Cfg::STAGE_F4];  // 48 KiB; reused for the warp merge
+struct AttnArgs {
+  int T, H, KVH, G, ngroups, splits;
+  MnPos pos;
+  int64_t max_seq;
+  float qscale;
+  float* ws_acc;         // [B*T*H][splits][hd] partial sums (splits > 1)
+  float2* ws_ml;         // [B*T*H][splits] (m, l)
+  unsigned* counters;    // [B*T][KVH*ngroups] finished splits, reset to 0 by the last one
+};
 
-  const int kvh = blockIdx.x / ngroups, g0 = (blockIdx.x % ngroups) * GB;
-  const int split = blockIdx.y;
-  const int t = blockIdx.z;
-  // The grid is sized for max_seq; each block finds its slice of the rows actually attended to.
-  const int64_t kv_pos = LoadPos(pos);
-  const bool valid = kv_pos >= 0 && kv_pos <= max_seq - (int64_t)gridDim.z;
+template <class T, int HD, int GB, class Cfg>
+__global__ void __launch_bounds__(Cfg::NW * 32)
+    AttnSplit(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out, AttnArgs a) {
+  using E = Elem<T>;
+  constexpr int NW = Cfg::NW, NST = Cfg::NST, C = Cfg::C, LPR = Cfg::LPR, R = Cfg::R, TR = Cfg::TR, STEPS = Cfg::STEPS;
+  constexpr int PL = Cfg::PL, RV = Cfg::RV, CV = Cfg::CV, AV = Cfg::AV, C16 = Cfg::C16, EPC = Cfg::EPC;
+  extern __shared__ uint4 smem[];
+
+  const int kvh = blockIdx.x / a.ngroups, g0 = (blockIdx.x % a.ngroups) * GB;
+  const int split = blockIdx.y, splits = a.splits;
+  const int bt = blockIdx.z, b = bt / a.T, t = bt % a.T;
+  // The grid is sized for max_seq; each block finds its slice of the rows its sequence attends to.
+  const int64_t kv_pos = LoadPos(a.pos, b);
+  const bool valid = kv_pos >= 0 && kv_pos <= a.max_seq - a.T;
   const int64_t L = valid ? kv_pos + t + 1 : 0;  // query row t attends to cache rows [0, L)
-  constexpr int64_t kRowsPerPass = (int64_t)kWarps * Cfg::TR;
+  constexpr int64_t kRowsPerPass = (int64_t)NW * TR;
   const int64_t chunk = ((L + splits - 1) / splits + kRowsPerPass - 1) / kRowsPerPass * kRowsPerPass;
   const int64_t start = (int64_t)split * chunk;
   const int64_t end = min(start + chunk, L);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane / LPR, sl = lane % LPR;  // QK layout
   const int rv = lane / PL, pl = lane % PL;     // PV layout
-  const int64_t kvw = (int64_t)KVH * HD;
+  const int64_t kvw = (int64_t)a.KVH * HD;
+  const int64_t head0 = (int64_t)bt * a.H + (int64_t)kvh * a.G + g0;  // (sequence, row, first head of the group)
 
-  float4 qr[GB][C];
+  float qr[GB][C * EPC];
 #pragma unroll
   for (int g = 0; g < GB; ++g) {
-    const bool ok = g0 + g < G;
-    const float* qp = q + ((int64_t)t * H + (int64_t)kvh * G + g0 + g) * HD;
+    const bool ok = g0 + g < a.G;
+    const uint4* qp = reinterpret_cast<const uint4*>(q + (head0 + g) * HD);
 #pragma unroll
-    for (int c = 0; c < C; ++c)
-      qr[g][c] = ok ? Scale4(*reinterpret_cast<const float4*>(qp + (c * LPR + sl) * 4), qscale) : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int c = 0; c < C; ++c) {
+      if (ok) {
+        E::Unpack(qp[c * LPR + sl], &qr[g][c * EPC]);
+#pragma unroll
+        for (int e = 0; e < EPC; ++e) qr[g][c * EPC + e] *= a.qscale;
+      } else {
+#pragma unroll
+        for (int e = 0; e < EPC; ++e) qr[g][c * EPC + e] = 0.f;
+      }
+    }
   }
   float m[GB], l[GB];  // m: running max (base 2, warp-uniform); l: this lane's rows only
-  float4 acc[GB][CV];
+  float acc[GB][AV];
 #pragma unroll
   for (int g = 0; g < GB; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.f;
 #pragma unroll
-    for (int c = 0; c < CV; ++c) acc[g][c] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int c = 0; c < AV; ++c) acc[g][c] = 0.f;
   }
 
   const int64_t nrows = end > start ? end - start : 0;
   const int ntiles = static_cast<int>((nrows + TR - 1) / TR);
-  const int my_tiles = ntiles > warp ? (ntiles - warp + kWarps - 1) / kWarps : 0;
-  float4* wsm = smem + warp * kStages * Cfg::STAGE_F4;
-  const float* kb = k + (int64_t)kvh * HD;
-  const float* vb = v + (int64_t)kvh * HD;
+  const int my_tiles = ntiles > warp ? (ntiles - warp + NW - 1) / NW : 0;
+  uint4* wsm = smem + warp * NST * Cfg::STAGE16;
+  const int64_t seq_off = (int64_t)b * a.max_seq * kvw;
+  const uint4* kb = reinterpret_cast<const uint4*>(k + seq_off + (int64_t)kvh * HD);
+  const uint4* vb = reinterpret_cast<const uint4*>(v + seq_off + (int64_t)kvh * HD);
+  const int64_t kvw16 = kvw / EPC;  // row stride in chunks
 
-  auto issue = [&](int i) {  // local tile i -> stage i % kStages (always commits a group)
+  auto issue = [&](int i) {  // local tile i -> stage i % NST (always commits a group)
     if (i < my_tiles) {
-      const int64_t row0 = start + (int64_t)(warp + i * kWarps) * TR;
-      float4* st = wsm + (i % kStages) * Cfg::STAGE_F4;
+      const int64_t row0 = start + (int64_t)(warp + i * NW) * TR;
+      uint4* st = wsm + (i % NST) * Cfg::STAGE16;
 #pragma unroll
-      for (int j = 0; j < TR * F4 / 32; ++j) {
-        const int e = j * 32 + lane, r = e / F4, col = e % F4;
+      for (int j = 0; j < TR * C16 / 32; ++j) {
+        const int e = j * 32 + lane, r = e / C16, col = e % C16;
         if (row0 + r < end) {
-          CpAsync16(st + r * F4 + col, kb + (row0 + r) * kvw + col * 4);
-          CpAsync16(st + TR * F4 + r * F4 + col, vb + (row0 + r) * kvw + col * 4);
+          CpAsync16(st + r * C16 + col, kb + (row0 + r) * kvw16 + col);
+          CpAsync16(st + TR * C16 + r * C16 + col, vb + (row0 + r) * kvw16 + col);
         }
       }
     }
     CpAsyncCommit();
   };
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue(i);
+  for (int i = 0; i < NST - 1; ++i) issue(i);
 
   for (int i = 0; i < my_tiles; ++i) {
-    issue(i + kStages - 1);  // into the stage consumed in iteration i - 1
-    CpAsyncWait<kStages - 1>();
+    issue(i + NST - 1);  // into the stage consumed in iteration i - 1
+    CpAsyncWait<NST - 1>();
     __syncwarp();
-    const float4* Ks = wsm + (i % kStages) * Cfg::STAGE_F4;
-    const float4* Vs = Ks + TR * F4;
-    const int64_t row0 = start + (int64_t)(warp + i * kWarps) * TR;
+    const uint4* Ks = wsm + (i % NST) * Cfg::STAGE16;
+    const uint4* Vs = Ks + TR * C16;
+    const int64_t row0 = start + (int64_t)(warp + i * NW) * TR;
 
-    // scores of this lane's row in each step
     float s[STEPS][GB];
 #pragma unroll
     for (int stp = 0; stp < STEPS; ++stp) {
       const int r = stp * R + sub;
-      float4 kf[C];
+      float kf[C * EPC];
 #pragma unroll
-      for (int c = 0; c < C; ++c) kf[c] = Ks[r * F4 + c * LPR + sl];
+      for (int c = 0; c < C; ++c) E::Unpack(Ks[r * C16 + c * LPR + sl], &kf[c * EPC]);
 #pragma unroll
       for (int g = 0; g < GB; ++g) {
         float d = 0.f;
 #pragma unroll
-        for (int c = 0; c < C; ++c) d += Dot4(qr[g][c], kf[c]);
+        for (int e = 0; e < C * EPC; ++e) d = fmaf(qr[g][e], kf[e], d);
 #pragma unroll
         for (int off = LPR / 2; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
         s[stp][g] = row0 + r < end ? d : -INFINITY;
       }
     }
-    // online softmax update, one rescale per tile
     float p[STEPS][GB];
 #pragma unroll
     for (int g = 0; g < GB; ++g) {
@@ -209,13 +228,12 @@ __global__ void __launch_bounds__(kWarps * 32)
       l[g] = ls;
       m[g] = mn;
 #pragma unroll
-      for (int c = 0; c < CV; ++c) acc[g][c] = Scale4(acc[g][c], corr);
+      for (int c = 0; c < AV; ++c) acc[g][c] *= corr;
     }
-    // PV: this lane's rows r = j * RV + rv of the tile
 #pragma unroll
     for (int j = 0; j < TR / RV; ++j) {
-      const int stp = (j * RV) / R;                      // compile-time after unrolling
-      const int src = ((j * RV) % R + rv) * LPR;         // a QK lane that holds row r's score
+      const int stp = (j * RV) / R;               // compile-time after unrolling
+      const int src = ((j * RV) % R + rv) * LPR;  // a QK lane that holds row r's score
       const int r = j * RV + rv;
       float pr[GB];
 #pragma unroll
@@ -223,9 +241,12 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (row0 + r < end) {
 #pragma unroll
         for (int c = 0; c < CV; ++c) {
-          const float4 vf = Vs[r * F4 + c * PL + pl];
+          float vf[EPC];
+          E::Unpack(Vs[r * C16 + c * PL + pl], vf);
 #pragma unroll
-          for (int g = 0; g < GB; ++g) acc[g][c] = Axpy4(acc[g][c], pr[g], vf);
+          for (int g = 0; g < GB; ++g)
+#pragma unroll
+            for (int e = 0; e < EPC; ++e) acc[g][c * EPC + e] = fmaf(pr[g], vf[e], acc[g][c * EPC + e]);
         }
       }
     }
@@ -239,27 +260,23 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int off = LPR; off < 32; off <<= 1) l[g] += __shfl_xor_sync(0xffffffffu, l[g], off);
 #pragma unroll
-    for (int off = PL; off < 32; off <<= 1) {
+    for (int off = PL; off < 32; off <<= 1)
 #pragma unroll
-      for (int c = 0; c < CV; ++c) {
-        acc[g][c].x += __shfl_xor_sync(0xffffffffu, acc[g][c].x, off);
-        acc[g][c].y += __shfl_xor_sync(0xffffffffu, acc[g][c].y, off);
-        acc[g][c].z += __shfl_xor_sync(0xffffffffu, acc[g][c].z, off);
-        acc[g][c].w += __shfl_xor_sync(0xffffffffu, acc[g][c].w, off);
-      }
-    }
+      for (int c = 0; c < AV; ++c) acc[g][c] += __shfl_xor_sync(0xffffffffu, acc[g][c], off);
   }
 
   // merge the warps through shared memory (the stage buffers are free now)
   __syncthreads();
-  float4* sm_acc = smem;                                            // [kWarps][GB][F4]
-  float* sm_ml = reinterpret_cast<float*>(smem + kWarps * GB * F4);  // [kWarps][GB][2]
-  static_assert(kWarps * GB * F4 + (kWarps * GB * 2 + 3) / 4 <= kWarps * kStages * AttnCfg<HD>::STAGE_F4, "merge area");
+  float* sm_acc = reinterpret_cast<float*>(smem);  // [NW][GB][HD]
+  float* sm_ml = sm_acc + NW * GB * HD;            // [NW][GB][2]
+  static_assert((NW * GB * HD + NW * GB * 2) * 4 <= Cfg::SMEM, "merge area");
   if (rv == 0) {
 #pragma unroll
     for (int g = 0; g < GB; ++g) {
 #pragma unroll
-      for (int c = 0; c < CV; ++c) sm_acc[(warp * GB + g) * F4 + c * PL + pl] = acc[g][c];
+      for (int c = 0; c < CV; ++c)
+#pragma unroll
+        for (int e = 0; e < EPC; ++e) sm_acc[(warp * GB + g) * HD + (c * PL + pl) * EPC + e] = acc[g][c * EPC + e];
       if (lane == 0) {
         sm_ml[(warp * GB + g) * 2] = m[g];
         sm_ml[(warp * GB + g) * 2 + 1] = l[g];
@@ -269,112 +286,110 @@ __global__ void __launch_bounds__(kWarps * 32)
   __syncthreads();
   for (int e = threadIdx.x; e < GB * HD; e += blockDim.x) {
     const int g = e / HD, d = e % HD;
-    if (g0 + g >= G) continue;
+    if (g0 + g >= a.G) continue;
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_ml[(w * GB + g) * 2]);
+    for (int w = 0; w < NW; ++w) M = fmaxf(M, sm_ml[(w * GB + g) * 2]);
     float lt = 0.f, at = 0.f;
     if (M != -INFINITY) {
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
+      for (int w = 0; w < NW; ++w) {
         const float mw = sm_ml[(w * GB + g) * 2];
         if (mw == -INFINITY) continue;
         const float c = exp2f(mw - M);
         lt += sm_ml[(w * GB + g) * 2 + 1] * c;
-        at += reinterpret_cast<const float*>(sm_acc + (w * GB + g) * F4)[d] * c;
+        at += sm_acc[(w * GB + g) * HD + d] * c;
       }
     }
-    const int64_t th = (int64_t)t * H + (int64_t)kvh * G + g0 + g;
-    if (splits == 1) {  // no combine pass: split 0 covers every row
-      out[th * HD + d] = valid ? at / lt : __int_as_float(0x7fc00000);
+    const int64_t th = head0 + g;
+    if (splits == 1) {  // split 0 covers every row
+      out[th * HD + d] = E::FromF(valid ? at / lt : __int_as_float(0x7fc00000));
     } else {
-      ws_acc[(th * splits + split) * HD + d] = at;
-      if (d == 0) ws_ml[th * splits + split] = make_float2(M, lt);
+      a.ws_acc[(th * splits + split) * HD + d] = at;
+      if (d == 0) a.ws_ml[th * splits + split] = make_float2(M, lt);
     }
   }
-}
+  if (splits == 1) return;
 
-// Merges the split partials of one (t, h): out = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M).
-// kCombineWarps warps split the partials between them (lanes over float4s of head_dim), so each
-// thread has only splits / kCombineWarps independent loads in flight; then a shared-memory sum.
-constexpr int kCombineWarps = 8;
-__global__ void __launch_bounds__(kCombineWarps * 32)
-    AttnCombine(const float* __restrict__ ws_acc, const float2* __restrict__ ws_ml, float* __restrict__ out, int hd, int splits,
-                MnPos pos, int64_t max_seq, int64_t T) {
-  extern __shared__ float4 csm[];  // [kCombineWarps][hd / 4] partial sums, then [splits] weights
-  __shared__ float red[kCombineWarps];
-  const int64_t th = blockIdx.x;  // t * H + h
-  const float2* ml = ws_ml + th * splits;
-  const float4* acc = reinterpret_cast<const float4*>(ws_acc + th * splits * hd);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, f4 = hd / 4;
-  const int64_t kv_pos = LoadPos(pos);
-  if (kv_pos < 0 || kv_pos > max_seq - T) {  // invalid position: NaN output (the partials are empty)
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) out[th * hd + d] = __int_as_float(0x7fc00000);
-    return;
-  }
-  float* wsh = reinterpret_cast<float*>(csm + kCombineWarps * f4);
-  float M = -INFINITY;
-  for (int s = threadIdx.x; s < splits; s += blockDim.x) M = fmaxf(M, ml[s].x);
-  for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-  if (lane == 0) red[warp] = M;
+  // The last split of this group to finish merges all splits: out = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M).
+  __shared__ bool last;
+  __threadfence();  // this block's partials are visible device-wide before it counts itself
   __syncthreads();
-  M = red[0];
-  for (int w = 1; w < kCombineWarps; ++w) M = fmaxf(M, red[w]);
-  __syncthreads();
-  float lsum = 0.f;
-  for (int s = threadIdx.x; s < splits; s += blockDim.x) {
-    const float2 x = ml[s];
-    const float w = x.x == -INFINITY ? 0.f : exp2f(x.x - M);
-    wsh[s] = w;
-    lsum += x.y * w;
-  }
-  for (int off = 16; off > 0; off >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, off);
-  if (lane == 0) red[warp] = lsum;
-  __syncthreads();
-  float lt = 0.f;
-  for (int w = 0; w < kCombineWarps; ++w) lt += red[w];
-  for (int d4 = lane; d4 < f4; d4 += 32) {
-    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
-    for (int s = warp; s < splits; s += kCombineWarps) {
-      const float w = wsh[s];
-      if (w == 0.f) continue;  // a split past the attended rows (or fully underflowed)
-      const float4 x = acc[(int64_t)s * f4 + d4];
-      a = make_float4(a.x + w * x.x, a.y + w * x.y, a.z + w * x.z, a.w + w * x.w);
-    }
-    csm[warp * f4 + d4] = a;
+  if (threadIdx.x == 0) {
+    unsigned* counter = a.counters + (int64_t)bt * gridDim.x + blockIdx.x;
+    last = atomicAdd(counter, 1u) == static_cast<unsigned>(splits - 1);
+    if (last) *counter = 0u;  // ready for the next launch (or CUDA-graph replay)
   }
   __syncthreads();
-  const float inv = 1.f / lt;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float a = 0.f;
+  if (!last) return;
+  __threadfence();
+  float* wsh = sm_acc;  // [GB][splits] weights, then [GB] 1 / l
+  for (int g = 0; g < GB; ++g) {
+    if (g0 + g >= a.G) break;
+    const int64_t th = head0 + g;
+    const float2* ml = a.ws_ml + th * splits;
+    if (warp == 0) {
+      float M = -INFINITY;
+      for (int sp = lane; sp < splits; sp += 32) M = fmaxf(M, __ldcg(&ml[sp].x));
 #pragma unroll
-    for (int w = 0; w < kCombineWarps; ++w) a += reinterpret_cast<const float*>(csm + w * f4)[d];
-    out[th * hd + d] = a * inv;
+      for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+      float lsum = 0.f;
+      for (int sp = lane; sp < splits; sp += 32) {
+        const float2 x = __ldcg(&ml[sp]);
+        const float w = x.x == -INFINITY ? 0.f : exp2f(x.x - M);
+        wsh[g * splits + sp] = w;
+        lsum += x.y * w;
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, off);
+      if (lane == 0) wsh[GB * splits + g] = valid ? 1.f / lsum : __int_as_float(0x7fc00000);
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < GB * HD; e += blockDim.x) {
+    const int g = e / HD, d = e % HD;
+    if (g0 + g >= a.G) continue;
+    const int64_t th = head0 + g;
+    const float* w = wsh + g * splits;
+    const float* src = a.ws_acc + th * splits * HD + d;
+    float s0 = 0.f, s1 = 0.f;
+    int sp = 0;
+    for (; sp + 1 < splits; sp += 2) {  // two independent chains of L2 loads
+      if (w[sp] != 0.f) s0 += w[sp] * __ldcg(src + (int64_t)sp * HD);
+      if (w[sp + 1] != 0.f) s1 += w[sp + 1] * __ldcg(src + (int64_t)(sp + 1) * HD);
+    }
+    if (sp < splits && w[sp] != 0.f) s0 += w[sp] * __ldcg(src + (int64_t)sp * HD);
+    out[th * HD + d] = E::FromF((s0 + s1) * wsh[GB * splits + g]);
   }
 }
 
-// Any head_dim: one block per (t, h); scores go through a global scratch row.
-__global__ void AttnGeneric(const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                            float* __restrict__ out, float* __restrict__ scores, int T, int H, int KVH, int hd,
-                            MnPos pos, int64_t max_L, float scale) {
-  const int t = blockIdx.x / H, h = blockIdx.x % H;
+// Any head_dim, any alignment: one block per (sequence, row, head); scores go through a global scratch row.
+template <class T>
+__global__ void AttnGeneric(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out,
+                            float* __restrict__ scores, int T_, int H, int KVH, int hd, MnPos pos, int64_t max_L, float scale) {
+  using E = Elem<T>;
+  const int64_t bth = blockIdx.x;
+  const int h = static_cast<int>(bth % H);
+  const int64_t bt = bth / H, b = bt / T_;
+  const int t = static_cast<int>(bt % T_);
   const int kvh = h / (H / KVH);
-  const int64_t kv_pos = LoadPos(pos);
-  if (kv_pos < 0 || kv_pos > max_L - T) {  // invalid position: NaN output, nothing read
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) out[((int64_t)t * H + h) * hd + d] = __int_as_float(0x7fc00000);
+  const int64_t kv_pos = LoadPos(pos, b);
+  if (kv_pos < 0 || kv_pos > max_L - T_) {  // invalid position: NaN output, nothing read
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) out[bth * hd + d] = E::FromF(__int_as_float(0x7fc00000));
     return;
   }
   const int64_t L = kv_pos + t + 1;
   const int64_t kvw = (int64_t)KVH * hd;
-  const float* qp = q + ((int64_t)t * H + h) * hd;
-  float* sc = scores + (int64_t)blockIdx.x * max_L;
+  const T* qp = q + bth * hd;
+  const T* kc = k + b * max_L * kvw + (int64_t)kvh * hd;
+  const T* vc = v + b * max_L * kvw + (int64_t)kvh * hd;
+  float* sc = scores + bth * max_L;
   __shared__ float red[256];
   float lmax = -INFINITY;
   for (int64_t p = threadIdx.x; p < L; p += blockDim.x) {
-    const float* kp = k + p * kvw + (int64_t)kvh * hd;
+    const T* kp = kc + p * kvw;
     float s = 0.f;
-    for (int d = 0; d < hd; ++d) s += qp[d] * kp[d];
+    for (int d = 0; d < hd; ++d) s += E::ToF(qp[d]) * E::ToF(kp[d]);
     s *= scale;
     sc[p] = s;
     lmax = fmaxf(lmax, s);
@@ -401,64 +416,93 @@ __global__ void AttnGeneric(const float* __restrict__ q, const float* __restrict
   }
   const float inv = 1.f / red[0];
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float a = 0.f;
-    for (int64_t p = 0; p < L; ++p) a += sc[p] * v[p * kvw + (int64_t)kvh * hd + d];
-    out[((int64_t)t * H + h) * hd + d] = a * inv;
+    float acc = 0.f;
+    for (int64_t p = 0; p < L; ++p) acc += sc[p] * E::ToF(vc[p * kvw + d]);
+    out[bth * hd + d] = E::FromF(acc * inv);
   }
 }
 
-template <int HD, int GB>
-int LaunchAttn(const float* q, const float* k, const float* v, float* out, int T, int H, int KVH, int64_t max_seq, MnPos pos,
-               MnScratch* scratch, cudaStream_t s) {
-  using Cfg = AttnCfg<HD>;
-  static int occ = 0;  // resident blocks per SM (smem/register bound), asked once
+// The tuned configuration per element type and head_dim: 4 warps, 3 stages of 4 KiB (48 KiB per block).
+template <class T, int HD>
+using DefaultCfg = AttnCfg<T, HD, 4, 3, 4096>;
+
+template <class T, int HD, int GB, class Cfg>
+int LaunchAttn(const T* q, const T* k, const T* v, T* out, int B, int T_, int H, int KVH, int64_t max_seq, MnPos pos,
+               MnScratch* scratch, cudaStream_t s, int waves) {
+  static int occ = 0;  // resident blocks per SM (smem/register bound), asked once per instantiation
   if (occ <= 0) {
-    // cp.async.cg bypasses L1: give the SM's unified memory to shared memory (4 blocks of 48 KiB)
-    cudaFuncSetAttribute(AttnPartial<HD, GB>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, AttnPartial<HD, GB>, kWarps * 32, 0) != cudaSuccess || occ <= 0) occ = 2;
+    // cp.async.cg bypasses L1: give the SM's unified memory to shared memory
+    cudaFuncSetAttribute(AttnSplit<T, HD, GB, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM);
+    cudaFuncSetAttribute(AttnSplit<T, HD, GB, Cfg>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, AttnSplit<T, HD, GB, Cfg>, Cfg::NW * 32, Cfg::SMEM) != cudaSuccess ||
+        occ <= 0)
+      occ = 1;
     cudaGetLastError();  // clear a refused attribute
   }
   const int G = H / KVH;
   const int ngroups = (G + GB - 1) / GB;
-  const int64_t rows_per_pass = (int64_t)kWarps * Cfg::TR;  // one tile per warp
-  const int64_t base_blocks = (int64_t)KVH * ngroups * T;
-  // Static shapes only (the position is on the device): one wave of resident blocks over the whole
+  const int64_t rows_per_pass = (int64_t)Cfg::NW * Cfg::TR;  // one tile per warp
+  const int64_t base_blocks = (int64_t)KVH * ngroups * B * T_;
+  // Static shapes only (the positions are on the device): one wave of resident blocks over the whole
   // GPU, at most one split per rows_per_pass rows of the cache. Each block derives its chunk from
-  // the actual position; splits past the attended rows exit at once.
-  int64_t splits = ((int64_t)occ * NumSMs() * g_attn_waves + base_blocks - 1) / base_blocks;
+  // its sequence's position; splits past the attended rows only count themselves done.
+  int64_t splits = ((int64_t)occ * NumSMs() * waves + base_blocks - 1) / base_blocks;
   splits = std::max<int64_t>(1, std::min<int64_t>(splits, (max_seq + rows_per_pass - 1) / rows_per_pass));
-  if (splits > 65535 || (int64_t)KVH * ngroups > 0x7fffffff || T > 65535) return cudaErrorInvalidConfiguration;
-  float* ws_acc = nullptr;
-  float2* ws_ml = nullptr;
+  splits = std::min<int64_t>(splits, (Cfg::SMEM / 4 - GB) / (GB + 1));  // the merge's weights fit in shared memory
+  if (splits > 65535 || (int64_t)KVH * ngroups > 0x7fffffff || (int64_t)B * T_ > 65535) return cudaErrorInvalidConfiguration;
+  AttnArgs args{T_, H, KVH, G, ngroups, static_cast<int>(splits), pos, max_seq,
+                1.4426950408889634f / sqrtf(static_cast<float>(HD)),  // log2(e) / sqrt(hd)
+                nullptr, nullptr, nullptr};
   if (splits > 1) {
-    const size_t n = (size_t)T * H * splits;
+    const size_t n = (size_t)B * T_ * H * splits;
+    const size_t ncount = (size_t)B * T_ * KVH * ngroups;
     void* p = nullptr;
-    if (int e = ScratchGet(scratch, s, sizeof(float) * n * HD + sizeof(float2) * n, &p)) return e;
-    ws_acc = static_cast<float*>(p);
-    ws_ml = reinterpret_cast<float2*>(ws_acc + n * HD);
+    const size_t acc_bytes = sizeof(float) * n * HD, ml_bytes = sizeof(float2) * n;
+    bool fresh = false;
+    const uint64_t layout = (static_cast<uint64_t>(acc_bytes + ml_bytes) << 24) ^ ncount;  // where the counters are
+    if (int e = ScratchGet(scratch, s, acc_bytes + ml_bytes + sizeof(unsigned) * ncount, &p, &fresh, layout)) return e;
+    args.ws_acc = static_cast<float*>(p);
+    args.ws_ml = reinterpret_cast<float2*>(static_cast<char*>(p) + acc_bytes);
+    args.counters = reinterpret_cast<unsigned*>(static_cast<char*>(p) + acc_bytes + ml_bytes);
+    // Counters start at 0 in a new buffer; every launch leaves them at 0 again.
+    if (fresh)
+      if (cudaError_t e = cudaMemsetAsync(args.counters, 0, sizeof(unsigned) * ncount, s)) return e;
   }
-  dim3 grid(static_cast<unsigned>(KVH * ngroups), static_cast<unsigned>(splits), static_cast<unsigned>(T));
-  const float qscale = 1.4426950408889634f / sqrtf(static_cast<float>(HD));  // log2(e) / sqrt(hd)
-  AttnPartial<HD, GB><<<grid, kWarps * 32, 0, s>>>(q, k, v, ws_acc, ws_ml, out, H, KVH, G, ngroups, pos, max_seq,
-                                                   static_cast<int>(splits), qscale);
-  int e = cudaGetLastError();
-  if (splits > 1 && e == cudaSuccess && !g_attn_skip_combine) {
-    const size_t smem = sizeof(float4) * kCombineWarps * (HD / 4) + sizeof(float) * splits;
-    if (smem > 48 * 1024) return cudaErrorInvalidConfiguration;
-    AttnCombine<<<T * H, kCombineWarps * 32, smem, s>>>(ws_acc, ws_ml, out, HD, static_cast<int>(splits), pos, max_seq, T);
-    e = cudaGetLastError();
-  }
-  return e;
+  dim3 grid(static_cast<unsigned>(KVH * ngroups), static_cast<unsigned>(splits), static_cast<unsigned>(B * T_));
+  AttnSplit<T, HD, GB, Cfg><<<grid, Cfg::NW * 32, Cfg::SMEM, s>>>(q, k, v, out, args);
+  return cudaGetLastError();
 }
 
-template <int HD>
-int LaunchAttnHD(const float* q, const float* k, const float* v, float* out, int T, int H, int KVH, int64_t max_seq, MnPos pos,
-                 MnScratch* scratch, cudaStream_t s) {
+template <class T, int HD, class Cfg = DefaultCfg<T, HD>>
+int LaunchAttnHD(const T* q, const T* k, const T* v, T* out, int B, int T_, int H, int KVH, int64_t max_seq, MnPos pos,
+                 MnScratch* scratch, cudaStream_t s, int waves = 0) {
+  if (waves <= 0) waves = g_attn_waves;
   const int G = H / KVH;  // head groups of more than 4 run as several blocks (K/V then come from L2)
-  if (G <= 1) return LaunchAttn<HD, 1>(q, k, v, out, T, H, KVH, max_seq, pos, scratch, s);
-  if (G <= 2) return LaunchAttn<HD, 2>(q, k, v, out, T, H, KVH, max_seq, pos, scratch, s);
-  if (G == 3) return LaunchAttn<HD, 3>(q, k, v, out, T, H, KVH, max_seq, pos, scratch, s);
-  return LaunchAttn<HD, 4>(q, k, v, out, T, H, KVH, max_seq, pos, scratch, s);
+  if (G <= 1) return LaunchAttn<T, HD, 1, Cfg>(q, k, v, out, B, T_, H, KVH, max_seq, pos, scratch, s, waves);
+  if (G <= 2) return LaunchAttn<T, HD, 2, Cfg>(q, k, v, out, B, T_, H, KVH, max_seq, pos, scratch, s, waves);
+  if (G == 3) return LaunchAttn<T, HD, 3, Cfg>(q, k, v, out, B, T_, H, KVH, max_seq, pos, scratch, s, waves);
+  return LaunchAttn<T, HD, 4, Cfg>(q, k, v, out, B, T_, H, KVH, max_seq, pos, scratch, s, waves);
+}
+
+template <class T>
+int CachedAttention(const T* q, const T* k, const T* v, T* out, int64_t B, int64_t T_, int64_t H, int64_t KVH, int64_t head_dim,
+                    int64_t max_seq, MnPos kv_pos, MnScratch* scratch, cudaStream_t s) {
+  const int b = static_cast<int>(B), t = static_cast<int>(T_), h = static_cast<int>(H), kvh = static_cast<int>(KVH);
+  const bool aligned = ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) & 15) == 0;
+  switch (aligned ? head_dim : 0) {  // the fast path reads 16-byte chunks (cp.async 16 B)
+    case 32: return LaunchAttnHD<T, 32>(q, k, v, out, b, t, h, kvh, max_seq, kv_pos, scratch, s);
+    case 64: return LaunchAttnHD<T, 64>(q, k, v, out, b, t, h, kvh, max_seq, kv_pos, scratch, s);
+    case 128: return LaunchAttnHD<T, 128>(q, k, v, out, b, t, h, kvh, max_seq, kv_pos, scratch, s);
+    case 256: return LaunchAttnHD<T, 256>(q, k, v, out, b, t, h, kvh, max_seq, kv_pos, scratch, s);
+    default: break;
+  }
+  void* scores = nullptr;  // [B * T * H, max_seq] (static size: the positions are on the device)
+  bool fresh = false;
+  if (int e = ScratchGet(scratch, s, sizeof(float) * (size_t)B * T_ * H * std::max<int64_t>(max_seq, 1), &scores, &fresh)) return e;
+  AttnGeneric<T><<<static_cast<unsigned>(B * T_ * H), 256, 0, s>>>(q, k, v, out, static_cast<float*>(scores), t, h, kvh,
+                                                                   static_cast<int>(head_dim), kv_pos, max_seq,
+                                                                   1.0f / sqrtf(static_cast<float>(head_dim)));
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -480,26 +524,23 @@ void mn_cuda_scratch_free(MnScratch* sc) {
   delete sc;
 }
 
-int mn_cuda_cached_attention_f32(const float* q, const float* k, const float* v, float* out, int64_t T, int64_t H,
-                                 int64_t KVH, int64_t head_dim, int64_t max_seq, MnPos kv_pos, MnScratch* scratch,
-                                 void* stream) {
-  if (T == 0) return 0;
+int mn_cuda_cached_attention(int dtype, const void* q, const void* k, const void* v, void* out, int64_t B, int64_t T, int64_t H,
+                             int64_t KVH, int64_t head_dim, int64_t max_seq, MnPos kv_pos, MnScratch* scratch, void* stream) {
+  if (T == 0 || B == 0) return 0;
   if (int e = UseDeviceOf(q)) return e;
   cudaStream_t s = S(stream);
-  const int t = static_cast<int>(T), h = static_cast<int>(H), kvh = static_cast<int>(KVH);
-  const bool aligned = ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) & 15) == 0;
-  switch (aligned ? head_dim : 0) {  // the fast path reads float4s (cp.async 16 B)
-    case 32: return LaunchAttnHD<32>(q, k, v, out, t, h, kvh, max_seq, kv_pos, scratch, s);
-    case 64: return LaunchAttnHD<64>(q, k, v, out, t, h, kvh, max_seq, kv_pos, scratch, s);
-    case 128: return LaunchAttnHD<128>(q, k, v, out, t, h, kvh, max_seq, kv_pos, scratch, s);
-    case 256: return LaunchAttnHD<256>(q, k, v, out, t, h, kvh, max_seq, kv_pos, scratch, s);
-    default: break;
+  switch (dtype) {
+    case MN_F16:
+      return CachedAttention(static_cast<const __half*>(q), static_cast<const __half*>(k), static_cast<const __half*>(v),
+                             static_cast<__half*>(out), B, T, H, KVH, head_dim, max_seq, kv_pos, scratch, s);
+    case MN_BF16:
+      return CachedAttention(static_cast<const __nv_bfloat16*>(q), static_cast<const __nv_bfloat16*>(k),
+                             static_cast<const __nv_bfloat16*>(v), static_cast<__nv_bfloat16*>(out), B, T, H, KVH, head_dim,
+                             max_seq, kv_pos, scratch, s);
+    default:
+      return CachedAttention(static_cast<const float*>(q), static_cast<const float*>(k), static_cast<const float*>(v),
+                             static_cast<float*>(out), B, T, H, KVH, head_dim, max_seq, kv_pos, scratch, s);
   }
-  void* scores = nullptr;  // [T * H, max_seq] (static size: the position is on the device)
-  if (int e = ScratchGet(scratch, s, sizeof(float) * (size_t)T * H * std::max<int64_t>(max_seq, 1), &scores)) return e;
-  AttnGeneric<<<t * h, 256, 0, s>>>(q, k, v, out, static_cast<float*>(scores), t, h, kvh, static_cast<int>(head_dim), kv_pos,
-                                    max_seq, 1.0f / sqrtf(static_cast<float>(head_dim)));
-  return cudaGetLastError();
 }
 
 }  // extern "C"

@@ -1,6 +1,8 @@
 // Internal helpers shared by the CUDA kernel files (cuda_kernels.cu, cuda_attention.cu); each
 // translation unit gets its own copy (anonymous namespace).
 #pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -41,15 +43,80 @@ inline int ScratchAlloc(void** p, size_t bytes, cudaStream_t s) {
   return cudaMallocAsync(p, bytes < 16 ? 16 : bytes, s);
 }
 
-// Positions in device memory. An absent position reads as 0.
-__device__ __forceinline__ int64_t LoadPos(MnPos p) {
+// Positions in device memory: entry `i` (sequence i of a batch), or entry 0 when the tensor holds a
+// single position shared by every sequence (p.count == 1). An absent position reads as 0.
+__device__ __forceinline__ int64_t LoadPos(MnPos p, int64_t i = 0) {
+  if (p.count <= 1) i = 0;
   switch (p.type) {
-    case MN_POS_I64: return *static_cast<const int64_t*>(p.ptr);
-    case MN_POS_I32: return *static_cast<const int32_t*>(p.ptr);
-    case MN_POS_U32: return *static_cast<const uint32_t*>(p.ptr);
+    case MN_POS_I64: return static_cast<const int64_t*>(p.ptr)[i];
+    case MN_POS_I32: return static_cast<const int32_t*>(p.ptr)[i];
+    case MN_POS_U32: return static_cast<const uint32_t*>(p.ptr)[i];
     default: return 0;
   }
 }
+
+// Element types in device memory: EPC elements per 16-byte chunk, converted to and from float32.
+template <class T>
+struct Elem;
+template <>
+struct Elem<float> {
+  static constexpr int EPC = 4;  // elements per 16-byte chunk
+  __device__ static __forceinline__ void Unpack(const uint4& u, float* f) {
+    f[0] = __uint_as_float(u.x);
+    f[1] = __uint_as_float(u.y);
+    f[2] = __uint_as_float(u.z);
+    f[3] = __uint_as_float(u.w);
+  }
+  __device__ static __forceinline__ uint4 Pack(const float* f) {
+    return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
+  }
+  __device__ static __forceinline__ float ToF(float x) { return x; }
+  __device__ static __forceinline__ float FromF(float x) { return x; }
+};
+template <>
+struct Elem<__half> {
+  static constexpr int EPC = 8;
+  __device__ static __forceinline__ void Unpack(const uint4& u, float* f) {
+    const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 x = __half22float2(h[i]);
+      f[2 * i] = x.x;
+      f[2 * i + 1] = x.y;
+    }
+  }
+  __device__ static __forceinline__ uint4 Pack(const float* f) {
+    uint4 u;
+    __half2* h = reinterpret_cast<__half2*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+    return u;
+  }
+  __device__ static __forceinline__ float ToF(__half x) { return __half2float(x); }
+  __device__ static __forceinline__ __half FromF(float x) { return __float2half_rn(x); }
+};
+template <>
+struct Elem<__nv_bfloat16> {
+  static constexpr int EPC = 8;
+  __device__ static __forceinline__ void Unpack(const uint4& u, float* f) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 x = __bfloat1622float2(h[i]);
+      f[2 * i] = x.x;
+      f[2 * i + 1] = x.y;
+    }
+  }
+  __device__ static __forceinline__ uint4 Pack(const float* f) {
+    uint4 u;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    return u;
+  }
+  __device__ static __forceinline__ float ToF(__nv_bfloat16 x) { return __bfloat162float(x); }
+  __device__ static __forceinline__ __nv_bfloat16 FromF(float x) { return __float2bfloat16_rn(x); }
+};
 
 inline int NumSMs() {
   static int cached[64] = {};

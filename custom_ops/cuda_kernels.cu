@@ -1,5 +1,8 @@
-// CUDA kernels of the com.meganeura ops Rope, CacheWrite and ScatterAdd, and the position/index read-back.
+// CUDA kernels of the com.meganeura ops Rope, CacheWrite (float32, float16, bfloat16) and ScatterAdd,
+// and the position/index read-back.
 // Built by nvcc; called through cuda_kernels.h. CachedAttention lives in cuda_attention.cu.
+#include <cstring>
+
 #include "cuda_common.cuh"
 
 namespace {
@@ -9,40 +12,91 @@ struct InvFreq {
   float v[MN_ROPE_MAX_HALF];
 };
 
-__global__ void RopeKernel(const float* __restrict__ x, float* __restrict__ y, int64_t S, int64_t D, int half,
+// One row per block iteration (grid-stride over rows). A thread owns V consecutive pair indices j of
+// every head it visits; blockDim.x is a multiple of half / V, so a thread keeps the same j for all of
+// its heads and computes their cos/sin once per row. V = elements per 16-byte access (1: any alignment).
+template <class T, int V>
+__global__ void RopeKernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t S, int64_t D, int half,
                            int64_t offset, MnPos dyn_pos, InvFreq inv) {
-  const int64_t pairs_per_row = D / 2;
-  const int64_t n = S * pairs_per_row;
-  const int64_t dyn = LoadPos(dyn_pos);
-  const bool valid = dyn >= 0 && dyn <= MN_ROPE_MAX_OFFSET;
-  const int64_t pos0 = offset + dyn;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t r = i / pairs_per_row, k = i % pairs_per_row;
-    const int64_t h = k / half;
-    const int j = static_cast<int>(k % half);
-    const int64_t base = r * D + h * 2 * half + j;
-    if (!valid) {  // an invalid position is made visible, never silently wrong
-      y[base] = y[base + half] = __int_as_float(0x7fc00000);
-      continue;
+  using E = Elem<T>;
+  const int nj = half / V;  // vector groups per half head
+  const int64_t groups = D / 2 / V;  // vector groups per row (all heads)
+  const int jv = threadIdx.x % nj;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t dyn = LoadPos(dyn_pos, r / S);
+    const bool valid = dyn >= 0 && dyn <= MN_ROPE_MAX_OFFSET;
+    const float pos = static_cast<float>(offset + dyn + r % S);
+    float cs[V], sn[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      sincosf(pos * inv.v[jv * V + i], &sn[i], &cs[i]);
+      if (!valid) cs[i] = sn[i] = __int_as_float(0x7fc00000);  // an invalid position is made visible, never silently wrong
     }
-    const float ang = static_cast<float>(pos0 + r) * inv.v[j];
-    float sn, cs;
-    sincosf(ang, &sn, &cs);
-    const float a = x[base], b = x[base + half];
-    y[base] = a * cs - b * sn;
-    y[base + half] = b * cs + a * sn;
+    const T* xr = x + r * D;
+    T* yr = y + r * D;
+    for (int64_t e = threadIdx.x; e < groups; e += blockDim.x) {
+      const int64_t base = (e / nj) * 2 * half + (int64_t)jv * V;  // first element of this thread's j in head e / nj
+      float a[V], b[V], ya[V], yb[V];
+      if constexpr (V == 1) {
+        a[0] = E::ToF(xr[base]);
+        b[0] = E::ToF(xr[base + half]);
+      } else {
+        static_assert(V == E::EPC, "one 16-byte chunk per access");
+        E::Unpack(*reinterpret_cast<const uint4*>(xr + base), a);
+        E::Unpack(*reinterpret_cast<const uint4*>(xr + base + half), b);
+      }
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        ya[i] = a[i] * cs[i] - b[i] * sn[i];
+        yb[i] = b[i] * cs[i] + a[i] * sn[i];
+      }
+      if constexpr (V == 1) {
+        yr[base] = E::FromF(ya[0]);
+        yr[base + half] = E::FromF(yb[0]);
+      } else {
+        *reinterpret_cast<uint4*>(yr + base) = E::Pack(ya);
+        *reinterpret_cast<uint4*>(yr + base + half) = E::Pack(yb);
+      }
+    }
   }
 }
 
+template <class T>
+int LaunchRope(const T* x, T* y, int64_t B, int64_t Srows, int64_t D, int64_t head_dim, int64_t offset, MnPos dyn,
+               const InvFreq& inv, cudaStream_t s) {
+  constexpr int V = Elem<T>::EPC;
+  const int half = static_cast<int>(head_dim / 2);
+  const bool vec = half % V == 0 && ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y)) & 15) == 0;
+  const int nj = vec ? half / V : half;
+  const int threads = nj >= 128 ? nj : nj * (128 / nj);  // a multiple of nj (nj <= 512)
+  const int64_t rows = B * Srows;
+  const int blocks = static_cast<int>(std::min<int64_t>(rows, 65535 * 16));
+  if (vec)
+    RopeKernel<T, V><<<blocks, threads, 0, s>>>(x, y, rows, Srows, D, half, offset, dyn, inv);
+  else
+    RopeKernel<T, 1><<<blocks, threads, 0, s>>>(x, y, rows, Srows, D, half, offset, dyn, inv);
+  return cudaGetLastError();
+}
+
 // ------------------------------------------------------------------ CacheWrite
-// out[kv_pos + r] = new[r] for r < T; nothing when kv_pos is outside [0, max_seq - T].
+// out[b, kv_pos[b] + r] = new[b, r] for r < T; nothing for a sequence whose kv_pos is outside
+// [0, max_seq - T]. V: the unit copied (16, 4 or 2 bytes); row = units per cache row.
 template <typename V>
 __global__ void CacheWriteKernel(const V* __restrict__ nw, V* __restrict__ out, int64_t n, int64_t row, int64_t T,
                                  int64_t max_seq, MnPos pos) {
-  const int64_t kv = LoadPos(pos);
-  if (kv < 0 || kv > max_seq - T) return;
-  V* dst = out + kv * row;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) dst[i] = nw[i];
+  const int64_t per_seq = T * row;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t b = i / per_seq;
+    const int64_t kv = LoadPos(pos, b);
+    if (kv < 0 || kv > max_seq - T) continue;
+    out[(b * max_seq + kv) * row + i % per_seq] = nw[i];
+  }
+}
+
+InvFreq MakeInvFreq(const float* inv_freq, int64_t head_dim) {
+  InvFreq inv;
+  for (int64_t j = 0; j < head_dim / 2; ++j) inv.v[j] = inv_freq[j];
+  return inv;
 }
 
 // ------------------------------------------------------------------ ScatterAdd
@@ -74,10 +128,9 @@ extern "C" {
 
 const char* mn_cuda_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
 
-int mn_cuda_read_pos(MnPos pos, void* stream, int64_t* value, int* captured) {
-  *value = 0;
+int mn_cuda_read_pos(MnPos pos, void* stream, int64_t* values, int* captured) {
   *captured = 0;
-  if (pos.type == MN_POS_NONE) return 0;
+  if (pos.type == MN_POS_NONE || pos.count <= 0) return 0;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaError_t e = cudaStreamIsCapturing(s, &status)) return e;
@@ -85,49 +138,69 @@ int mn_cuda_read_pos(MnPos pos, void* stream, int64_t* value, int* captured) {
     *captured = 1;
     return 0;
   }
-  union {
-    int64_t i64;
-    int32_t i32;
-    uint32_t u32;
-  } v{};
-  const size_t bytes = pos.type == MN_POS_I64 ? sizeof(int64_t) : sizeof(int32_t);
-  if (cudaError_t e = cudaMemcpyAsync(&v, pos.ptr, bytes, cudaMemcpyDeviceToHost, s)) return e;
+  const size_t width = pos.type == MN_POS_I64 ? sizeof(int64_t) : sizeof(int32_t);
+  std::vector<unsigned char> raw(width * static_cast<size_t>(pos.count));
+  if (cudaError_t e = cudaMemcpyAsync(raw.data(), pos.ptr, raw.size(), cudaMemcpyDeviceToHost, s)) return e;
   if (cudaError_t e = cudaStreamSynchronize(s)) return e;
-  *value = pos.type == MN_POS_I64 ? v.i64 : pos.type == MN_POS_I32 ? static_cast<int64_t>(v.i32) : static_cast<int64_t>(v.u32);
+  for (int64_t i = 0; i < pos.count; ++i) {
+    const unsigned char* p = raw.data() + width * i;
+    if (pos.type == MN_POS_I64) {
+      int64_t v;
+      memcpy(&v, p, sizeof v);
+      values[i] = v;
+    } else if (pos.type == MN_POS_I32) {
+      int32_t v;
+      memcpy(&v, p, sizeof v);
+      values[i] = v;
+    } else {
+      uint32_t v;
+      memcpy(&v, p, sizeof v);
+      values[i] = v;
+    }
+  }
   return 0;
 }
 
-int mn_cuda_rope_f32(const float* x, float* y, int64_t Srows, int64_t D, int64_t head_dim, int64_t offset, MnPos dyn,
-                     const float* inv_freq, void* stream) {
-  const int64_t n = Srows * (D / 2);
-  if (n == 0) return 0;
-  if (head_dim / 2 > MN_ROPE_MAX_HALF) return cudaErrorInvalidValue;
+int mn_cuda_rope(int dtype, const void* x, void* y, int64_t B, int64_t Srows, int64_t D, int64_t head_dim, int64_t offset,
+                 MnPos dyn, const float* inv_freq, void* stream) {
+  if (B * Srows * (D / 2) == 0) return 0;
+  if (head_dim / 2 > MN_ROPE_MAX_HALF || head_dim < 2 || D % head_dim != 0) return cudaErrorInvalidValue;
   if (int e = UseDeviceOf(x)) return e;
-  InvFreq inv;
-  for (int64_t j = 0; j < head_dim / 2; ++j) inv.v[j] = inv_freq[j];
-  const int threads = 256;
-  const int blocks = static_cast<int>(n / threads + 1 < 65536 * 16 ? n / threads + 1 : 65536 * 16);
-  RopeKernel<<<blocks, threads, 0, S(stream)>>>(x, y, Srows, D, static_cast<int>(head_dim / 2), offset, dyn, inv);
-  return cudaGetLastError();
+  const InvFreq inv = MakeInvFreq(inv_freq, head_dim);
+  switch (dtype) {
+    case MN_F16:
+      return LaunchRope(static_cast<const __half*>(x), static_cast<__half*>(y), B, Srows, D, head_dim, offset, dyn, inv, S(stream));
+    case MN_BF16:
+      return LaunchRope(static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y), B, Srows, D, head_dim, offset, dyn,
+                        inv, S(stream));
+    default:
+      return LaunchRope(static_cast<const float*>(x), static_cast<float*>(y), B, Srows, D, head_dim, offset, dyn, inv, S(stream));
+  }
 }
 
-int mn_cuda_cache_write_f32(const float* new_rows, const float* cache, float* out, int64_t T, int64_t dim,
-                            int64_t max_seq, MnPos kv_pos, void* stream) {
-  if (max_seq * dim == 0) return 0;
+int mn_cuda_cache_write(size_t elem_bytes, const void* new_rows, const void* cache, void* out, int64_t B, int64_t T, int64_t dim,
+                        int64_t max_seq, MnPos kv_pos, void* stream) {
+  if (B * max_seq * dim == 0) return 0;
   if (int e = UseDeviceOf(cache)) return e;
   cudaStream_t s = S(stream);
   cudaError_t e = cudaSuccess;
-  if (out != cache) e = cudaMemcpyAsync(out, cache, sizeof(float) * max_seq * dim, cudaMemcpyDeviceToDevice, s);
+  if (out != cache) e = cudaMemcpyAsync(out, cache, elem_bytes * B * max_seq * dim, cudaMemcpyDeviceToDevice, s);
   if (e != cudaSuccess || T * dim == 0 || T > max_seq) return e;  // T > max_seq: no position is valid
-  const bool vec = dim % 4 == 0 && ((reinterpret_cast<uintptr_t>(new_rows) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
-  const int64_t n = vec ? T * dim / 4 : T * dim;
+  const int64_t row_bytes = static_cast<int64_t>(elem_bytes) * dim;
+  const bool vec = row_bytes % 16 == 0 && ((reinterpret_cast<uintptr_t>(new_rows) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
+  const int64_t unit = vec ? 16 : static_cast<int64_t>(elem_bytes);
+  const int64_t row = row_bytes / unit, n = B * T * row;
   const int threads = 256;
   const int blocks = static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 4096));
-  if (vec)
-    CacheWriteKernel<float4><<<blocks, threads, 0, s>>>(reinterpret_cast<const float4*>(new_rows), reinterpret_cast<float4*>(out), n,
-                                                        dim / 4, T, max_seq, kv_pos);
+  if (unit == 16)
+    CacheWriteKernel<uint4><<<blocks, threads, 0, s>>>(static_cast<const uint4*>(new_rows), static_cast<uint4*>(out), n, row, T,
+                                                       max_seq, kv_pos);
+  else if (unit == 4)
+    CacheWriteKernel<uint32_t><<<blocks, threads, 0, s>>>(static_cast<const uint32_t*>(new_rows), static_cast<uint32_t*>(out), n,
+                                                          row, T, max_seq, kv_pos);
   else
-    CacheWriteKernel<float><<<blocks, threads, 0, s>>>(new_rows, out, n, dim, T, max_seq, kv_pos);
+    CacheWriteKernel<uint16_t><<<blocks, threads, 0, s>>>(static_cast<const uint16_t*>(new_rows), static_cast<uint16_t*>(out), n,
+                                                          row, T, max_seq, kv_pos);
   return cudaGetLastError();
 }
 

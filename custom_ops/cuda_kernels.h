@@ -19,12 +19,16 @@ extern "C" {
 #define MN_ROPE_MAX_HALF 512  // head_dim <= 1024
 #define MN_ROPE_MAX_OFFSET (((int64_t)1) << 40)
 
-// A [1] integer tensor in device memory (or none).
+// A [1] or [B] (one per sequence) integer tensor in device memory (or none).
 enum { MN_POS_NONE = 0, MN_POS_I64 = 1, MN_POS_I32 = 2, MN_POS_U32 = 3 };
 typedef struct {
   const void* ptr;
-  int type;  // MN_POS_*
+  int type;       // MN_POS_*
+  int64_t count;  // entries: 1 (shared by every sequence) or B
 } MnPos;
+
+// Element types of the float tensors (float16/bfloat16 are computed in float32).
+enum { MN_F32 = 0, MN_F16 = 1, MN_BF16 = 2 };
 
 // Per-kernel-instance device scratch, one buffer per (stream, device), allocated with cudaMalloc
 // the first time a size is needed and kept (no allocation per call, fixed addresses for CUDA graphs).
@@ -34,26 +38,30 @@ void mn_cuda_scratch_free(MnScratch* s);
 
 const char* mn_cuda_error_string(int code);
 
-// Reads the [1] position `pos` back to the host as *value, unless `stream` is capturing a CUDA graph:
-// then *captured = 1 and nothing is read (a captured graph must not sync; the kernels guard on the
-// device and the Session validates positions when they are uploaded). Synchronises `stream` when it reads.
-int mn_cuda_read_pos(MnPos pos, void* stream, int64_t* value, int* captured);
+// Reads the pos.count positions of `pos` back to the host into values[], unless `stream` is capturing a
+// CUDA graph: then *captured = 1 and nothing is read (a captured graph must not sync; the kernels guard
+// on the device and the Session validates positions when they are uploaded). Synchronises `stream` when it reads.
+int mn_cuda_read_pos(MnPos pos, void* stream, int64_t* values, int* captured);
 
-// y[r, h*hd + j (+hd/2)] = rotate-half of x with position offset + dyn[0] + r; inv_freq (host, hd/2
-// values). dyn < 0 or > MN_ROPE_MAX_OFFSET: y = NaN.
-int mn_cuda_rope_f32(const float* x, float* y, int64_t S, int64_t D, int64_t head_dim, int64_t offset, MnPos dyn,
-                     const float* inv_freq, void* stream);
+// Element types (dtype MN_F32, MN_F16, MN_BF16): float16/bfloat16 tensors are read and written as
+// such and computed in float32. Batched forms: B sequences side by side, each with its own position
+// (pos.count == B) or one shared position (pos.count == 1).
 
-// out = cache with rows [kv_pos, kv_pos + T) = new; copies the cache first when out != cache.
-// kv_pos < 0 or kv_pos + T > max_seq: those rows are not written (out == cache, untouched).
-int mn_cuda_cache_write_f32(const float* new_rows, const float* cache, float* out, int64_t T, int64_t dim,
-                            int64_t max_seq, MnPos kv_pos, void* stream);
+// y[b, s, h*hd + j (+hd/2)] = rotate-half of x[b, s] with position offset + dyn[b] + s; inv_freq (host,
+// hd/2 values). dyn[b] < 0 or > MN_ROPE_MAX_OFFSET: sequence b's rows of y = NaN.
+int mn_cuda_rope(int dtype, const void* x, void* y, int64_t B, int64_t S, int64_t D, int64_t head_dim, int64_t offset, MnPos dyn,
+                 const float* inv_freq, void* stream);
 
-// out[t, h*hd:(h+1)*hd] = softmax(q_t,h . K[0..kv_pos+t] / sqrt(hd)) V, GQA head h -> h / (H/KVH).
-// kv_pos < 0 or kv_pos + T > max_seq: out = NaN. scratch: the kernel instance's (required).
-int mn_cuda_cached_attention_f32(const float* q, const float* k, const float* v, float* out, int64_t T, int64_t H,
-                                 int64_t KVH, int64_t head_dim, int64_t max_seq, MnPos kv_pos, MnScratch* scratch,
-                                 void* stream);
+// out = cache [B, max_seq, dim] with rows [kv_pos[b], kv_pos[b] + T) of sequence b = new[b] ([B, T, dim]);
+// copies the cache first when out != cache. A sequence with kv_pos[b] < 0 or kv_pos[b] + T > max_seq
+// gets no rows written (its cache rows stay untouched). Any element size (a byte copy).
+int mn_cuda_cache_write(size_t elem_bytes, const void* new_rows, const void* cache, void* out, int64_t B, int64_t T, int64_t dim,
+                        int64_t max_seq, MnPos kv_pos, void* stream);
+
+// out[b, t, h*hd:(h+1)*hd] = softmax(q[b,t,h] . K[b, 0..kv_pos[b]+t] / sqrt(hd)) V[b], GQA head h -> h / (H/KVH).
+// kv_pos[b] < 0 or kv_pos[b] + T > max_seq: sequence b's output = NaN. scratch: the kernel instance's (required).
+int mn_cuda_cached_attention(int dtype, const void* q, const void* k, const void* v, void* out, int64_t B, int64_t T, int64_t H,
+                             int64_t KVH, int64_t head_dim, int64_t max_seq, MnPos kv_pos, MnScratch* scratch, void* stream);
 
 // out[num_rows, D] = 0; out[idx[i]] += src[i]. idx: N indices in DEVICE memory (MnPos type: int64,
 // int32 or uint32; ptr = the first). An index outside [0, num_rows) makes the whole output NaN.

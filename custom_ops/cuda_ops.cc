@@ -9,7 +9,9 @@
 // validated the same way outside capture; under capture an index out of range makes the output NaN.
 #include <vector>
 
+#include "cuda_glue.h"
 #include "cuda_kernels.h"
+#include "fused_ops.h"
 #include "flash_ops.h"
 #include "op_common.h"
 
@@ -17,53 +19,9 @@ namespace mn {
 namespace {
 
 constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
 constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-
-OrtStatus* Stream(OrtKernelContext* ctx, void** stream) {
-  return g_api->KernelContext_GetGPUComputeStream(ctx, stream);
-}
-
-// A [1] integer input in device memory, for the kernels (types were checked by Check*).
-MnPos DevicePos(const Tensor& t) {
-  if (!t.present) return MnPos{nullptr, MN_POS_NONE};
-  switch (t.type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return MnPos{t.data, MN_POS_I64};
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return MnPos{t.data, MN_POS_I32};
-    default: return MnPos{t.data, MN_POS_U32};
-  }
-}
-
-OrtStatus* Cuda(const char* op, int code) {
-  if (code == 0) return nullptr;
-  return Error(ORT_EP_FAIL, "%s: CUDA error %d (%s)", op, code, mn_cuda_error_string(code));
-}
-
-// A device position read back for the host checks (see the top of this file). `host` views `value`
-// with the input's own element type, so Check*(..., host_positions=true) validates it as on the CPU.
-struct HostPos {
-  Tensor host;
-  bool captured = false;
-  union {
-    int64_t i64;
-    int32_t i32;
-    uint32_t u32;
-  } value{};
-};
-
-OrtStatus* ReadBack(const char* op, const char* arg, const Tensor& t, void* stream, HostPos* out) {
-  out->host = t;
-  if (!t.present) return nullptr;
-  MN_RETURN_IF(CheckScalarIndex(op, arg, t));
-  int64_t v = 0;
-  int captured = 0;
-  MN_RETURN_IF(Cuda(op, mn_cuda_read_pos(DevicePos(t), stream, &v, &captured)));
-  out->captured = captured != 0;
-  if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64) out->value.i64 = v;
-  else if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32) out->value.i32 = static_cast<int32_t>(v);
-  else out->value.u32 = static_cast<uint32_t>(v);
-  out->host.data = &out->value;
-  return nullptr;
-}
 
 class RopeCuda : public Kernel {
  public:
@@ -83,14 +41,15 @@ class RopeCuda : public Kernel {
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
     RopeProblem p;
-    MN_RETURN_IF(CheckTensor("Rope", "X", x, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
+    MN_RETURN_IF(CheckFloatTensor("Rope", "X", x, x.shape.size() == 3 ? 3 : 2));
     HostPos h;
     MN_RETURN_IF(ReadBack("Rope", "offset_dyn", off, stream, &h));
     MN_RETURN_IF(CheckRope(a_, x, h.captured ? off : h.host, &p, /*host_positions=*/!h.captured));
-    p.pos0 = a_.offset;  // the kernel adds offset_dyn itself, read on the device
-    float* y = nullptr;
+    void* y = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, x.shape, &y));
-    return Cuda("Rope", mn_cuda_rope_f32(x.f32(), y, p.S, p.D, p.head_dim, p.pos0, DevicePos(off), inv_freq_.data(), stream));
+    // the kernel adds offset_dyn itself, read on the device
+    return Cuda("Rope", mn_cuda_rope(DType(p.type), x.data, y, p.B, p.S, p.D, p.head_dim, a_.offset, DevicePos(off),
+                                     inv_freq_.data(), stream));
   }
 
  private:
@@ -115,10 +74,11 @@ class CacheWriteCuda : public Kernel {
     MN_RETURN_IF(ReadBack("CacheWrite", "kv_pos", pos, stream, &h));
     CacheWriteProblem p;
     MN_RETURN_IF(CheckCacheWrite(nw, cache, h.captured ? pos : h.host, &p, /*host_positions=*/!h.captured));
-    float* out = nullptr;
+    void* out = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, cache.shape, &out));
-    if (out != cache.f32() && p.max_seq * p.dim > 0) CountCacheCopy();
-    return Cuda("CacheWrite", mn_cuda_cache_write_f32(nw.f32(), cache.f32(), out, p.T, p.dim, p.max_seq, DevicePos(pos), stream));
+    if (out != cache.data && p.B * p.max_seq * p.dim > 0) CountCacheCopy();
+    return Cuda("CacheWrite", mn_cuda_cache_write(ElementSize(p.type), nw.data, cache.data, out, p.B, p.T, p.dim, p.max_seq,
+                                                  DevicePos(pos), stream));
   }
 };
 
@@ -146,18 +106,18 @@ class CachedAttentionCuda : public Kernel {
     MN_RETURN_IF(ReadBack("CachedAttention", "kv_pos", pos, stream, &h));
     AttnProblem p;
     MN_RETURN_IF(CheckCachedAttention(a_, q, k, v, h.captured ? pos : h.host, &p, /*host_positions=*/!h.captured));
-    if (p.T > 65535 || p.T * p.H > (int64_t(1) << 31) - 1)
-      return MN_INVALID("CachedAttention: T %lld x num_heads %lld is too large for the CUDA kernel", (long long)p.T, (long long)p.H);
-    float* out = nullptr;
+    if (p.B * p.T > 65535 || p.B * p.T * p.H > (int64_t(1) << 31) - 1)
+      return MN_INVALID("CachedAttention: batch %lld x T %lld x num_heads %lld is too large for the CUDA kernel", (long long)p.B,
+                        (long long)p.T, (long long)p.H);
+    void* out = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, q.shape, &out));
-    return Cuda("CachedAttention",
-                mn_cuda_cached_attention_f32(q.f32(), k.f32(), v.f32(), out, p.T, p.H, p.KVH, p.hd, p.max_seq, DevicePos(pos), scratch_,
-                                             stream));
+    return Cuda("CachedAttention", mn_cuda_cached_attention(DType(p.type), q.data, k.data, v.data, out, p.B, p.T, p.H, p.KVH, p.hd,
+                                                            p.max_seq, DevicePos(pos), scratch_, stream));
   }
 
  private:
   AttnAttrs a_;
-  MnScratch* scratch_;  // split-K partials / generic scores: allocated once per shape and stream, then reused
+  MnScratch* scratch_;  // split-K partials and counters / generic scores: allocated once per shape and stream, then reused
 };
 
 class ScatterAddCuda : public Kernel {
@@ -203,13 +163,16 @@ class ScatterAddCuda : public Kernel {
 void AddCudaOps(std::vector<OpDef*>* ops) {
   const char* ep = "CUDAExecutionProvider";
   // in_cpu: every position and index is in device memory (no Memcpy node: CUDA-graph capturable).
-  ops->push_back(new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, true}, {false, false}, RopeCuda::Create, 0));
-  ops->push_back(new OpDef("CacheWrite", ep, {F32, F32, ANY}, {F32}, {false, false, false}, {false, false, false},
-                           CacheWriteCuda::Create, 1, /*cache_inplace=*/true));
-  ops->push_back(new OpDef("CachedAttention", ep, {F32, F32, F32, ANY}, {F32}, {false, false, false, false},
-                           {false, false, false, false}, CachedAttentionCuda::Create, 0));
+  for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
+    ops->push_back(new OpDef("Rope", ep, {T, ANY}, {T}, {false, true}, {false, false}, RopeCuda::Create, 0));
+    ops->push_back(new OpDef("CacheWrite", ep, {T, T, ANY}, {T}, {false, false, false}, {false, false, false},
+                             CacheWriteCuda::Create, 1, /*cache_inplace=*/true));
+    ops->push_back(new OpDef("CachedAttention", ep, {T, T, T, ANY}, {T}, {false, false, false, false},
+                             {false, false, false, false}, CachedAttentionCuda::Create, 0));
+  }
   ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {false, false}, ScatterAddCuda::Create, -1));
   AddCudaOptimOps(ops);  // AdamUpdate (cuda_optim_ops.cc)
+  AddCudaFusedOps(ops);  // SwiGLU, RopeCacheWrite (cuda_fused_ops.cc)
   AddCudaFlashOps(ops);  // FlashAttention, FlashAttentionGrad (cuda_flash_ops.cc)
 }
 

@@ -1,6 +1,7 @@
 // Validation, OrtCustomOp plumbing and the exported RegisterCustomOps.
 #include "op_common.h"
 
+#include "fused_ops.h"
 #include "flash_ops.h"
 
 #include <cmath>
@@ -32,10 +33,17 @@ static const char* TypeName(ONNXTensorElementDataType t) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return "int32";
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: return "uint32";
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return "float16";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return "bfloat16";
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return "float64";
     default: return "other";
   }
 }
+
+bool IsFloatType(ONNXTensorElementDataType t) {
+  return t == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT || t == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 ||
+         t == ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+}
+size_t ElementSize(ONNXTensorElementDataType t) { return t == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT ? 4 : 2; }
 
 OrtStatus* GetInput(OrtKernelContext* ctx, size_t index, Tensor* out) {
   *out = Tensor();
@@ -67,6 +75,19 @@ OrtStatus* GetOutput(OrtKernelContext* ctx, size_t index, const std::vector<int6
   OrtValue* v = nullptr;
   MN_RETURN_IF(g_api->KernelContext_GetOutput(ctx, index, shape.data(), shape.size(), &v));
   return g_api->GetTensorMutableData(v, reinterpret_cast<void**>(data));
+}
+
+OrtStatus* GetOutput(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape, void** data) {
+  OrtValue* v = nullptr;
+  MN_RETURN_IF(g_api->KernelContext_GetOutput(ctx, index, shape.data(), shape.size(), &v));
+  return g_api->GetTensorMutableData(v, data);
+}
+
+OrtStatus* CheckFloatTensor(const char* op, const char* arg, const Tensor& t, size_t rank) {
+  if (!t.present) return MN_INVALID("%s: input '%s' is missing", op, arg);
+  if (!IsFloatType(t.type))
+    return MN_INVALID("%s: input '%s' must be float32, float16 or bfloat16, got %s", op, arg, TypeName(t.type));
+  return CheckTensor(op, arg, t, t.type, rank);
 }
 
 OrtStatus* CheckTensor(const char* op, const char* arg, const Tensor& t, ONNXTensorElementDataType type,
@@ -101,6 +122,16 @@ OrtStatus* CheckScalarIndex(const char* op, const char* arg, const Tensor& t) {
   MN_RETURN_IF(CheckIndexType(op, arg, t));
   if (t.shape.size() > 1 || t.numel() != 1)
     return MN_INVALID("%s: input '%s' must have shape [1], got %s", op, arg, ShapeStr(t.shape).c_str());
+  return nullptr;
+}
+
+OrtStatus* CheckPositions(const char* op, const char* arg, const Tensor& t, int64_t batch) {
+  if (!t.present) return MN_INVALID("%s: input '%s' is missing", op, arg);
+  MN_RETURN_IF(CheckIndexType(op, arg, t));
+  const bool one = t.shape.size() <= 1 && t.numel() == 1;
+  if (!(one && batch == 1) && !(t.shape.size() == 1 && t.shape[0] == batch))
+    return MN_INVALID("%s: input '%s' must have shape [%lld] (one position per sequence), got %s", op, arg, (long long)batch,
+                      ShapeStr(t.shape).c_str());
   return nullptr;
 }
 
@@ -179,23 +210,35 @@ OrtStatus* ReadRopeAttrs(const OrtKernelInfo* info, RopeAttrs* a) {
 }
 
 OrtStatus* CheckRope(const RopeAttrs& a, const Tensor& x, const Tensor& offset_dyn, RopeProblem* p, bool host_positions) {
-  MN_RETURN_IF(CheckTensor("Rope", "X", x, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
-  p->S = x.shape[0];
-  p->D = x.shape[1];
+  if (!x.present) return MN_INVALID("Rope: input 'X' is missing");
+  MN_RETURN_IF(CheckFloatTensor("Rope", "X", x, x.shape.size() == 3 ? 3 : 2));
+  const bool batched = x.shape.size() == 3;
+  p->type = x.type;
+  p->B = batched ? x.shape[0] : 1;
+  p->S = x.shape[batched ? 1 : 0];
+  p->D = x.shape[batched ? 2 : 1];
   p->head_dim = a.head_dim;
   if (p->D % a.head_dim != 0)
     return MN_INVALID("Rope: X has %lld features, not a multiple of head_dim %lld (shape %s)", (long long)p->D,
                       (long long)a.head_dim, ShapeStr(x.shape).c_str());
-  int64_t dyn = 0;
-  if (offset_dyn.present && !host_positions) {
+  p->pos0.assign(1, a.offset);
+  if (!offset_dyn.present) return nullptr;
+  // One offset for all rows of a 2-D X; one per sequence (or one shared) for a 3-D X.
+  if (batched && offset_dyn.numel() != 1) {
+    MN_RETURN_IF(CheckPositions("Rope", "offset_dyn", offset_dyn, p->B));
+  } else {
     MN_RETURN_IF(CheckScalarIndex("Rope", "offset_dyn", offset_dyn));
-    p->pos0 = a.offset;  // + offset_dyn, added (and checked) on the device
-    return nullptr;
   }
-  if (offset_dyn.present) MN_RETURN_IF(ReadScalarIndex("Rope", "offset_dyn", offset_dyn, &dyn));
-  if (dyn < 0) return MN_INVALID("Rope: offset_dyn must be >= 0, got %lld", (long long)dyn);
-  if (dyn > kMaxPosition) return MN_INVALID("Rope: offset_dyn %lld is too large (at most 2^40)", (long long)dyn);
-  p->pos0 = a.offset + dyn;
+  if (!host_positions) return nullptr;  // + offset_dyn, added (and checked) on the device
+  const int64_t n = offset_dyn.numel();
+  p->pos0.resize(n);
+  for (int64_t b = 0; b < n; ++b) {
+    const int64_t dyn = IndexAt(offset_dyn, b);
+    if (dyn < 0) return MN_INVALID("Rope: offset_dyn[%lld] must be >= 0, got %lld", (long long)b, (long long)dyn);
+    if (dyn > kMaxPosition)
+      return MN_INVALID("Rope: offset_dyn[%lld] = %lld is too large (at most 2^40)", (long long)b, (long long)dyn);
+    p->pos0[b] = a.offset + dyn;
+  }
   return nullptr;
 }
 
@@ -205,28 +248,47 @@ void RopeInvFreq(float theta, int64_t head_dim, float* inv_freq) {
 }
 
 // ---------------------------------------------------------------- CacheWrite
+// Reads B positions (host memory) and checks 0 <= kv_pos[b] <= max_seq - T for each; never computes
+// kv_pos + T (a position from the model may be near 2^63).
+static OrtStatus* ReadCachePositions(const char* op, const Tensor& kv_pos, int64_t B, int64_t T, int64_t max_seq,
+                                     std::vector<int64_t>* out) {
+  out->resize(B);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t v = IndexAt(kv_pos, b);
+    if (v < 0 || v > max_seq - T) {
+      if (B == 1)
+        return MN_INVALID("%s: kv_pos %lld + T %lld exceeds the cache length max_seq %lld", op, (long long)v, (long long)T,
+                          (long long)max_seq);
+      return MN_INVALID("%s: kv_pos[%lld] = %lld + T %lld exceeds the cache length max_seq %lld", op, (long long)b,
+                        (long long)v, (long long)T, (long long)max_seq);
+    }
+    (*out)[b] = v;
+  }
+  return nullptr;
+}
+
 OrtStatus* CheckCacheWrite(const Tensor& nw, const Tensor& cache, const Tensor& kv_pos, CacheWriteProblem* p,
                            bool host_positions) {
-  MN_RETURN_IF(CheckTensor("CacheWrite", "new", nw, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
-  MN_RETURN_IF(CheckTensor("CacheWrite", "cache", cache, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
-  p->kv_pos = -1;
-  if (host_positions)
-    MN_RETURN_IF(ReadScalarIndex("CacheWrite", "kv_pos", kv_pos, &p->kv_pos));
-  else
-    MN_RETURN_IF(CheckScalarIndex("CacheWrite", "kv_pos", kv_pos));
-  p->T = nw.shape[0];
-  p->dim = nw.shape[1];
-  p->max_seq = cache.shape[0];
-  if (cache.shape[1] != p->dim)
-    return MN_INVALID("CacheWrite: new has shape %s but cache has shape %s (row widths differ)",
+  const char* op = "CacheWrite";
+  const size_t rank = nw.present && nw.shape.size() == 3 ? 3 : 2;  // [B, T, dim] or [T, dim]
+  MN_RETURN_IF(CheckFloatTensor(op, "new", nw, rank));
+  MN_RETURN_IF(CheckTensor(op, "cache", cache, nw.type, rank));
+  const size_t r0 = rank - 2;
+  p->type = nw.type;
+  p->B = rank == 3 ? nw.shape[0] : 1;
+  p->T = nw.shape[r0];
+  p->dim = nw.shape[r0 + 1];
+  p->max_seq = cache.shape[r0];
+  if (cache.shape[r0 + 1] != p->dim || (rank == 3 && cache.shape[0] != p->B))
+    return MN_INVALID("%s: new has shape %s but cache has shape %s (batch sizes or row widths differ)", op,
                       ShapeStr(nw.shape).c_str(), ShapeStr(cache.shape).c_str());
+  MN_RETURN_IF(CheckPositions(op, "kv_pos", kv_pos, p->B));
+  p->kv_pos.clear();
   // Never kv_pos + T > max_seq: kv_pos comes from the model and may be near 2^63 (signed overflow).
   if (p->T > p->max_seq)
-    return MN_INVALID("CacheWrite: new has %lld rows, more than the cache length max_seq %lld", (long long)p->T,
+    return MN_INVALID("%s: new has %lld rows, more than the cache length max_seq %lld", op, (long long)p->T,
                       (long long)p->max_seq);
-  if (host_positions && (p->kv_pos < 0 || p->kv_pos > p->max_seq - p->T))
-    return MN_INVALID("CacheWrite: kv_pos %lld + T %lld exceeds the cache length max_seq %lld", (long long)p->kv_pos,
-                      (long long)p->T, (long long)p->max_seq);
+  if (host_positions) MN_RETURN_IF(ReadCachePositions(op, kv_pos, p->B, p->T, p->max_seq, &p->kv_pos));
   return nullptr;
 }
 
@@ -249,35 +311,37 @@ OrtStatus* ReadAttnAttrs(const OrtKernelInfo* info, AttnAttrs* a) {
 OrtStatus* CheckCachedAttention(const AttnAttrs& a, const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& kv_pos, AttnProblem* p, bool host_positions) {
   const char* op = "CachedAttention";
-  MN_RETURN_IF(CheckTensor(op, "Q", q, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
-  MN_RETURN_IF(CheckTensor(op, "K_cache", k, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
-  MN_RETURN_IF(CheckTensor(op, "V_cache", v, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
-  p->kv_pos = -1;
-  if (host_positions)
-    MN_RETURN_IF(ReadScalarIndex(op, "kv_pos", kv_pos, &p->kv_pos));
-  else
-    MN_RETURN_IF(CheckScalarIndex(op, "kv_pos", kv_pos));
-  p->T = q.shape[0];
+  const size_t rank = q.present && q.shape.size() == 3 ? 3 : 2;  // [B, T, H*hd] or [T, H*hd]
+  MN_RETURN_IF(CheckFloatTensor(op, "Q", q, rank));
+  MN_RETURN_IF(CheckTensor(op, "K_cache", k, q.type, rank));
+  MN_RETURN_IF(CheckTensor(op, "V_cache", v, q.type, rank));
+  const size_t r0 = rank - 2;
+  p->type = q.type;
+  p->B = rank == 3 ? q.shape[0] : 1;
+  p->T = q.shape[r0];
   p->H = a.num_heads;
   p->KVH = a.num_kv_heads;
   p->hd = a.head_dim;
-  p->max_seq = k.shape[0];
-  if (q.shape[1] != a.num_heads * a.head_dim)
+  p->max_seq = k.shape[r0];
+  if (q.shape[r0 + 1] != a.num_heads * a.head_dim)
     return MN_INVALID("%s: Q has shape %s but num_heads %lld * head_dim %lld = %lld", op, ShapeStr(q.shape).c_str(),
                       (long long)a.num_heads, (long long)a.head_dim, (long long)(a.num_heads * a.head_dim));
-  if (k.shape[1] != a.num_kv_heads * a.head_dim)
+  if (k.shape[r0 + 1] != a.num_kv_heads * a.head_dim)
     return MN_INVALID("%s: K_cache has shape %s but num_kv_heads %lld * head_dim %lld = %lld", op,
                       ShapeStr(k.shape).c_str(), (long long)a.num_kv_heads, (long long)a.head_dim,
                       (long long)(a.num_kv_heads * a.head_dim));
+  if (rank == 3 && k.shape[0] != p->B)
+    return MN_INVALID("%s: Q has shape %s but K_cache has shape %s (batch sizes differ)", op, ShapeStr(q.shape).c_str(),
+                      ShapeStr(k.shape).c_str());
   if (v.shape != k.shape)
     return MN_INVALID("%s: V_cache shape %s differs from K_cache shape %s", op, ShapeStr(v.shape).c_str(),
                       ShapeStr(k.shape).c_str());
+  MN_RETURN_IF(CheckPositions(op, "kv_pos", kv_pos, p->B));
+  p->kv_pos.clear();
   if (p->T > p->max_seq)
     return MN_INVALID("%s: Q has %lld rows, more than the cache length max_seq %lld", op, (long long)p->T,
                       (long long)p->max_seq);
-  if (host_positions && (p->kv_pos < 0 || p->kv_pos > p->max_seq - p->T))
-    return MN_INVALID("%s: kv_pos %lld + T %lld exceeds the cache length max_seq %lld", op, (long long)p->kv_pos,
-                      (long long)p->T, (long long)p->max_seq);
+  if (host_positions) MN_RETURN_IF(ReadCachePositions(op, kv_pos, p->B, p->T, p->max_seq, &p->kv_pos));
   return nullptr;
 }
 
@@ -497,6 +561,7 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL Regist
     mn::g_api = api;
     mn::AddCpuOps(&ops);
     mn::AddCpuOptimOps(&ops);
+    mn::AddCpuFusedOps(&ops);
     mn::AddCpuFlashOps(&ops);  // cpu_flash.cc
     mn::AddCudaOps(&ops);
   });

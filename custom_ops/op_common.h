@@ -52,10 +52,16 @@ struct Tensor {
   const float* f32() const { return static_cast<const float*>(data); }
 };
 
+// Float element types the Rope/CacheWrite/CachedAttention kernels take (float16 and bfloat16 are
+// held in memory as such and computed in float32).
+bool IsFloatType(ONNXTensorElementDataType t);
+size_t ElementSize(ONNXTensorElementDataType t);
+
 // Reads input `index`; an absent optional input leaves present == false.
 OrtStatus* GetInput(OrtKernelContext* ctx, size_t index, Tensor* out);
 // Allocates output `index` with `shape` and returns its data pointer.
 OrtStatus* GetOutput(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape, float** data);
+OrtStatus* GetOutput(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape, void** data);
 
 // Checks the element type and rank of an input, naming op/argument/shape on failure.
 OrtStatus* CheckTensor(const char* op, const char* arg, const Tensor& t, ONNXTensorElementDataType type, size_t rank);
@@ -66,6 +72,11 @@ OrtStatus* CheckIndexType(const char* op, const char* arg, const Tensor& t);
 OrtStatus* CheckScalarIndex(const char* op, const char* arg, const Tensor& t);
 // A [1] (or scalar) integer tensor in host memory -> its value.
 OrtStatus* ReadScalarIndex(const char* op, const char* arg, const Tensor& t, int64_t* value);
+// Type and shape of a per-sequence position tensor: [B] integers (or a scalar / [1] when B == 1),
+// without reading it (it may be device memory).
+OrtStatus* CheckPositions(const char* op, const char* arg, const Tensor& t, int64_t batch);
+// A float input of rank 2 ([rows, width]) or 3 ([batch, rows, width]) of a float type the kernels take.
+OrtStatus* CheckFloatTensor(const char* op, const char* arg, const Tensor& t, size_t rank);
 
 OrtStatus* AttrInt(const OrtKernelInfo* info, const char* op, const char* name, int64_t* out, const int64_t* dflt);
 OrtStatus* AttrFloat(const OrtKernelInfo* info, const char* op, const char* name, float* out, const float* dflt);
@@ -77,19 +88,27 @@ struct RopeAttrs {
   int64_t head_dim, offset;
 };
 OrtStatus* ReadRopeAttrs(const OrtKernelInfo* info, RopeAttrs* a);
+// X is [S, D] (one sequence) or [B, S, D]; offset_dyn is [1] or [B]: row s of sequence b has position
+// offset + offset_dyn[b] + s (offset_dyn[0] for every sequence when it has one element).
 struct RopeProblem {
-  int64_t S, D, head_dim, pos0;  // row r has position pos0 + r
+  int64_t B, S, D, head_dim;
+  std::vector<int64_t> pos0;  // per sequence (host_positions); a single entry when offset_dyn has one
+  ONNXTensorElementDataType type;
 };
 // host_positions = false (CUDA: offset_dyn is in device memory): types and shapes are checked, the
-// value is not read (pos0 = the static offset; the kernel adds offset_dyn and checks it).
+// values are not read (pos0 = {static offset}; the kernel adds offset_dyn and checks it).
 OrtStatus* CheckRope(const RopeAttrs& a, const Tensor& x, const Tensor& offset_dyn, RopeProblem* p, bool host_positions = true);
 // inv_freq[j] = powf(theta, -2j/hd) in float32, j < hd/2 (host; passed to the device kernels too).
 void RopeInvFreq(float theta, int64_t head_dim, float* inv_freq);
 
+// new [T, dim] with cache [max_seq, dim] and kv_pos [1] (B = 1), or new [B, T, dim] with cache
+// [B, max_seq, dim] and kv_pos [B]: sequence b's rows [kv_pos[b], kv_pos[b] + T) are replaced.
 struct CacheWriteProblem {
-  int64_t T, dim, max_seq, kv_pos;  // kv_pos = -1 when not read (host_positions = false)
+  int64_t B, T, dim, max_seq;
+  std::vector<int64_t> kv_pos;  // B entries; empty when not read (host_positions = false)
+  ONNXTensorElementDataType type;
 };
-// host_positions = false: kv_pos is in device memory; its type and shape are checked, not its value.
+// host_positions = false: kv_pos is in device memory; its type and shape are checked, not its values.
 OrtStatus* CheckCacheWrite(const Tensor& nw, const Tensor& cache, const Tensor& kv_pos, CacheWriteProblem* p,
                            bool host_positions = true);
 
@@ -97,8 +116,12 @@ struct AttnAttrs {
   int64_t num_heads, num_kv_heads, head_dim;
 };
 OrtStatus* ReadAttnAttrs(const OrtKernelInfo* info, AttnAttrs* a);
+// Q [T, H*hd] with K/V [max_seq, KVH*hd] and kv_pos [1], or Q [B, T, H*hd] with K/V
+// [B, max_seq, KVH*hd] and kv_pos [B]: query row t of sequence b attends to its rows [0, kv_pos[b] + t].
 struct AttnProblem {
-  int64_t T, H, KVH, hd, max_seq, kv_pos;  // kv_pos = -1 when not read (host_positions = false)
+  int64_t B, T, H, KVH, hd, max_seq;
+  std::vector<int64_t> kv_pos;  // B entries; empty when not read (host_positions = false)
+  ONNXTensorElementDataType type;
 };
 OrtStatus* CheckCachedAttention(const AttnAttrs& a, const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& kv_pos, AttnProblem* p, bool host_positions = true);

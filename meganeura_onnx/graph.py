@@ -12,6 +12,7 @@ from .ops.decoder import DecoderBuilders
 from .ops.elementwise import ElementwiseBuilders
 from .ops.embedding import EmbeddingBuilders
 from .ops.flash_attention import FlashAttentionBuilders
+from .ops.fused import FusedBuilders
 from .ops.kv_cache import KvCacheBuilders
 from .ops.leaves import LeafBuilders
 from .ops.linalg import LinalgBuilders
@@ -34,6 +35,7 @@ class Graph(
     AttentionBuilders,
     FlashAttentionBuilders,
     EmbeddingBuilders,
+    FusedBuilders,
     KvCacheBuilders,
     DecoderBuilders,
     ConvBuilders,

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
@@ -65,7 +66,10 @@ _NP2ONNX = {
     np.dtype(np.int64): TensorProto.INT64,
     np.dtype(np.uint32): TensorProto.UINT32,
     np.dtype(np.int32): TensorProto.INT32,
+    np.dtype(np.float16): TensorProto.FLOAT16,
+    np.dtype(ml_dtypes.bfloat16): TensorProto.BFLOAT16,
 }
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def make_model(
@@ -77,6 +81,7 @@ def make_model(
     with_function: bool = True,
     input_names: list[str] | None = None,
     unknown_shapes: bool = False,
+    out_dtype=np.float32,
 ) -> bytes:
     """A one-node model ``op(inputs...) -> Y``; ``input_names`` may use '' for an absent optional input.
 
@@ -85,7 +90,7 @@ def make_model(
     names = input_names if input_names is not None else list(inputs)
     vis = [helper.make_tensor_value_info(n, _NP2ONNX[a.dtype], None if unknown_shapes else list(a.shape)) for n, a in inputs.items()]
     node = helper.make_node(op, names, ["Y"], domain=DOMAIN, name=f"{op}_0", **attrs)
-    out = helper.make_tensor_value_info("Y", TensorProto.FLOAT, out_shape)
+    out = helper.make_tensor_value_info("Y", _NP2ONNX[np.dtype(out_dtype)], out_shape)
     graph = helper.make_graph([node], f"test_{op}", vis, [out])
     functions = [function_proto(op)] if with_function else []
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(DOMAIN, 1)], functions=functions)
@@ -104,6 +109,23 @@ def session(model: bytes, *, library: str | None, providers=("CPUExecutionProvid
         so.enable_profiling = True
         so.profile_file_prefix = profile_prefix
     return ort.InferenceSession(model, so, providers=list(providers))
+
+
+def run_typed(sess, inputs: dict[str, np.ndarray], out_shape, out_dtype) -> np.ndarray:
+    """One run with output Y of ``out_dtype``; bfloat16 tensors (which ORT's numpy bridge does not
+    convert) go in and out as their 16-bit patterns through IOBinding."""
+    binding = sess.io_binding()
+    keep = []
+    for name, arr in inputs.items():
+        if arr.dtype == BFLOAT16:
+            keep.append(ort.OrtValue.ortvalue_from_numpy_with_onnx_type(arr.view(np.uint16), TensorProto.BFLOAT16))
+            binding.bind_ortvalue_input(name, keep[-1])
+        else:
+            binding.bind_cpu_input(name, arr)
+    out = np.zeros(out_shape, np.uint16 if np.dtype(out_dtype) == BFLOAT16 else out_dtype)
+    binding.bind_ortvalue_output("Y", ort.OrtValue.ortvalue_from_numpy_with_onnx_type(out, _NP2ONNX[np.dtype(out_dtype)]))
+    sess.run_with_iobinding(binding)
+    return out.view(BFLOAT16) if np.dtype(out_dtype) == BFLOAT16 else out
 
 
 def profiled_nodes(sess) -> list[dict]:
@@ -150,6 +172,11 @@ def cache_write_ref(new: np.ndarray, cache: np.ndarray, kv_pos: int) -> np.ndarr
     out = cache.copy()
     out[kv_pos : kv_pos + new.shape[0]] = new
     return out
+
+
+def batched(ref, per_seq_args, positions) -> np.ndarray:
+    """``ref`` applied to each sequence of a batch (its arrays' leading axis) at its own position."""
+    return np.stack([ref(*(a[b] for a in per_seq_args), p) for b, p in enumerate(positions)])
 
 
 def cached_attention_ref(q, kc, vc, kv_pos: int, h: int, kvh: int, hd: int) -> np.ndarray:

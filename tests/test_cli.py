@@ -107,7 +107,7 @@ def test_builtin_models_are_taken_by_name_from_any_folder(tmp_path):
     assert shapes == {"x": [2, 784], "labels": [2, 10]}
     meganeura("export", "llama", "-o", "decode.onnx", "--set", "mode='decode'", "--set", "max_seq=32", cwd=tmp_path)
     custom = {n.op_type for n in onnx.load(tmp_path / "decode.onnx").graph.node if n.domain == "com.meganeura"}
-    assert custom == {"Rope", "CacheWrite", "CachedAttention"}
+    assert custom == {"Rope", "CacheWrite", "CachedAttention", "SwiGLU"}
     out = json.loads(
         meganeura("generate", "llama", "--preset", "tiny", "--prompt-ids", "1,2,3", "--max-new-tokens", "4", "--json", cwd=tmp_path).stdout
     )

@@ -1,9 +1,11 @@
 """The C++ kernels agree with the op table's ``com.meganeura`` schemas (``OpDef.custom``).
 
-Three checks, each able to fail when either side changes:
-- the registration rows (``new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, true}, ...)`` in
+Four checks, each able to fail when either side changes:
+- the registration rows (``new OpDef("Rope", ep, {T, ANY}, {T}, {false, true}, ...)`` in
   ``cpu_kernels.cc`` and ``cuda_ops.cc``) against the schema's inputs, outputs, optional inputs and
-  in-place input;
+  in-place input, and the element types a row is registered for (``T`` of its enclosing
+  ``for (const auto T : {F32, F16, BF16})``, or F32 written out) against float + the op's ``half_types``;
+- the element types the built CPU library has kernels for (a session per type) against the same;
 - the attributes the kernels read (``AttrInt``/``AttrFloat`` calls) against the schema's attributes
   (name, int/float, required or with a default);
 - the values the built CPU library accepts for each attribute (probed at its range edges, by
@@ -21,21 +23,24 @@ from pathlib import Path
 import kernel_cases as kc
 import pytest
 from conftest import build_example
-from onnx import helper
+from onnx import TensorProto, helper
 
 from meganeura_onnx.export import to_model
 from meganeura_onnx.ops import OPS
 from meganeura_onnx.ops.table import INT64_MAX, Attr, CustomOp
 
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "custom_ops"
-# The registration rows of each library (the CPU one, the CUDA one), over the files that hold them.
-REGISTRY_FILES = {"cpu_kernels.cc": ("cpu_kernels.cc", "cpu_flash.cc"), "cuda_ops.cc": ("cuda_ops.cc", "cuda_flash_ops.cc")}
-ATTR_FILES = ("op_common.cc", "cpu_kernels.cc", "cuda_ops.cc", "optim_kernels.cc", "cpu_flash.cc")
+# Each execution provider's registration rows, spread over the files that hold its kernel classes.
+REGISTRY_FILES = {"CPU": ("cpu_kernels.cc", "cpu_fused.cc", "cpu_flash.cc"), "CUDA": ("cuda_ops.cc", "cuda_fused_ops.cc", "cuda_flash_ops.cc")}
+ATTR_FILES = ("op_common.cc", "cpu_kernels.cc", "cuda_ops.cc", "optim_kernels.cc", "cpu_fused.cc", "cpu_flash.cc")
 SCHEMAS = {d.custom.name: d.custom for d in OPS.values() if d.custom is not None}
 # Rows of variadic ops (AdamUpdate) are built in code, not in the one-line form parsed here; their
 # attributes and accepted values are still checked below, their arity by their own kernel tests.
 FIXED_ARITY = {name: s for name, s in SCHEMAS.items() if not s.variadic_inputs}
-C_TYPE = {"F32": "float", "ANY": "index"}
+C_TYPE = {"F32": "float", "T": "float", "ANY": "index"}  # T: the float type of a per-type registration loop
+C_ELEMENT = {"F32": "float", "F16": "float16", "BF16": "bfloat16"}
+HALF_TYPES = {d.custom.name: d.half_types for d in OPS.values() if d.custom is not None}
+TYPE_LOOP = re.compile(r"for \(const auto T : \{(?P<types>[^}]*)\}\) \{(?P<body>.*?)\n  \}", re.S)
 
 ROW = re.compile(
     r"new OpDef\(\"(?P<name>\w+)\",\s*ep,\s*\{(?P<ins>[^}]*)\},\s*\{(?P<outs>[^}]*)\},\s*\{(?P<opt>[^}]*)\},\s*"
@@ -48,9 +53,24 @@ def _items(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def registry_disagreements(source: str, schemas: dict[str, CustomOp], where: str) -> list[str]:
-    """Differences between the registration rows in ``source`` and the schemas."""
+def registered_element_types(source: str) -> dict[str, set[str]]:
+    """op name -> the float element types its rows in ``source`` are registered for."""
+    types: dict[str, set[str]] = {}
+    for loop in TYPE_LOOP.finditer(source):
+        for m in ROW.finditer(loop["body"]):
+            types[m["name"]] = {C_ELEMENT[t] for t in _items(loop["types"])}
+    for m in ROW.finditer(source):
+        if m["name"] not in types and "F32" in m["ins"] + m["outs"]:
+            types[m["name"]] = {"float"}
+    return types
+
+
+def registry_disagreements(
+    source: str, schemas: dict[str, CustomOp], where: str, half_types: dict[str, frozenset[str]] = HALF_TYPES
+) -> list[str]:
+    """Differences between the registration rows in ``source`` and the schemas (and their half_types)."""
     rows = {m["name"]: m for m in ROW.finditer(source)}
+    element_types = registered_element_types(source)
     problems = (
         [f"{where}: registers {sorted(set(rows) - set(schemas))}, which the op table does not declare"] if set(rows) - set(schemas) else []
     )
@@ -68,6 +88,11 @@ def registry_disagreements(source: str, schemas: dict[str, CustomOp], where: str
             problems.append(f"{where}: {name} outputs are {outs}, the table says {[t.dtype for t in schema.outputs]}")
         if optional != [t.optional for t in schema.inputs]:
             problems.append(f"{where}: {name} optional inputs are {optional}, the table says {[t.optional for t in schema.inputs]}")
+        want_types = {"float", *half_types.get(name, ())} if any(t.dtype == "float" for t in (*schema.inputs, *schema.outputs)) else set()
+        if element_types.get(name, set()) != want_types:
+            problems.append(
+                f"{where}: {name} is registered for {sorted(element_types.get(name, set()))}, the table says {sorted(want_types)}"
+            )
         inplace = row["inplace"] == "true"
         if inplace != (schema.inplace_input is not None):
             problems.append(f"{where}: {name} cache_inplace={inplace}, the table's in-place input is {schema.inplace_input}")
@@ -100,9 +125,14 @@ def _sources(files) -> dict[str, str]:
     return {f: (KERNEL_DIR / f).read_text() for f in files}
 
 
+def _registry(ep: str) -> str:
+    return "\n".join(_sources(REGISTRY_FILES[ep]).values())
+
+
 def test_kernel_registration_rows_match_the_op_table():
-    libraries = {lib: "\n".join(_sources(files).values()) for lib, files in REGISTRY_FILES.items()}
-    problems = [p for lib, text in libraries.items() for p in registry_disagreements(text, FIXED_ARITY, lib)]
+# Each execution provider's registration rows, spread over the files that hold its kernel classes.
+REGISTRY_FILES = {"CPU": ("cpu_kernels.cc", "cpu_fused.cc", "cpu_flash.cc"), "CUDA": ("cuda_ops.cc", "cuda_fused_ops.cc", "cuda_flash_ops.cc")}
+ATTR_FILES = ("op_common.cc", "cpu_kernels.cc", "cuda_ops.cc", "optim_kernels.cc", "cpu_fused.cc", "cpu_flash.cc")
     assert not problems, "\n".join(problems)
 
 
@@ -111,7 +141,44 @@ def test_attributes_the_kernels_read_match_the_op_table():
     assert not problems, "\n".join(problems)
 
 
-# -- the built library: which attribute values does it accept? ----------------------------------------
+# -- the built library: which element types and attribute values does it accept? ---------------------
+ONNX_ELEMENT = {"float": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
+
+
+def library_element_types(op_name: str) -> set[str]:
+    """The float element types for which the CPU library gives ``op_name``'s custom op a kernel: a
+    one-node model per type (float inputs/outputs of that type, int64 indices), a session for each."""
+    schema = OPS[op_name].custom
+    _, example = _custom_model(op_name)
+    accepted = set()
+    for name, elem in ONNX_ELEMENT.items():
+        kind = {"float": elem, "index": TensorProto.INT64}
+        ins = [helper.make_tensor_value_info(t.name, kind[t.dtype], None) for t in schema.inputs]
+        outs = [helper.make_tensor_value_info(t.name, kind[t.dtype], None) for t in schema.outputs]
+        node = helper.make_node(schema.name, [t.name for t in schema.inputs], [t.name for t in schema.outputs], domain=schema.domain)
+        node.attribute.extend(example.attribute)
+        model = helper.make_model(
+            helper.make_graph([node], "types", ins, outs),
+            opset_imports=[helper.make_opsetid("", kc.OPSET), helper.make_opsetid(schema.domain, 1)],
+        )
+        model.ir_version = 10
+        try:
+            kc.session(model.SerializeToString(), library=kc.kernel_library("cpu"))
+        except Exception as e:  # noqa: BLE001 - ORT reports a missing kernel as a generic exception
+            # no kernel of that type ("Could not find an implementation"), or a type no registration has
+            if "implementation" not in str(e) and "Type Error" not in str(e):
+                raise
+            continue
+        accepted.add(name)
+    return accepted
+
+
+@pytest.mark.skipif(kc.kernel_library("cpu") is None, reason="custom-op library not built (make -C custom_ops cpu)")
+@pytest.mark.parametrize("op_name", [n for n, d in OPS.items() if d.custom is not None and d.custom.name in FIXED_ARITY])
+def test_the_cpu_library_has_kernels_for_exactly_the_declared_element_types(op_name):
+    assert library_element_types(op_name) == {"float", *OPS[op_name].half_types}
+
+
 def probe_values(a: Attr) -> list:
     """Values at and around the edges of what ``a`` accepts (plus a few clearly bad ones)."""
     if a.kind == "float":
@@ -186,19 +253,27 @@ def test_the_cpu_kernels_accept_exactly_the_attribute_values_the_table_accepts()
 
 # -- the checks catch a change on either side -----------------------------------------------------------
 def test_a_changed_registration_row_is_caught():
-    text = "\n".join(_sources(REGISTRY_FILES["cpu_kernels.cc"]).values())
+    text = _registry("CPU")
     assert not registry_disagreements(text, FIXED_ARITY, "cpu_kernels.cc")
-    mutated = text.replace(
-        'new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, true}', 'new OpDef("Rope", ep, {F32, ANY}, {F32}, {false, false}', 1
-    )
+    mutated = text.replace('new OpDef("Rope", ep, {T, ANY}, {T}, {false, true}', 'new OpDef("Rope", ep, {T, ANY}, {T}, {false, false}', 1)
     assert mutated != text
     assert any("Rope optional inputs" in p for p in registry_disagreements(mutated, FIXED_ARITY, "cpu_kernels.cc"))
+
+
+def test_a_changed_element_type_list_is_caught():
+    text = _registry("CPU")
+    mutated = text.replace("for (const auto T : {F32, F16, BF16})", "for (const auto T : {F32, F16})", 1)
+    assert mutated != text
+    problems = registry_disagreements(mutated, FIXED_ARITY, "cpu_kernels.cc")
+    assert any("Rope is registered for ['float', 'float16']" in p for p in problems), problems
+    fewer = {**HALF_TYPES, "CachedAttention": frozenset({"float16"})}
+    assert any("CachedAttention is registered for" in p for p in registry_disagreements(text, FIXED_ARITY, "cpu_kernels.cc", fewer))
 
 
 def test_a_changed_schema_is_caught_by_the_registry_and_attribute_checks():
     rope = SCHEMAS["Rope"]
     extra_input = {**FIXED_ARITY, "Rope": dataclasses.replace(rope, inputs=(*rope.inputs, rope.inputs[0]))}
-    text = (KERNEL_DIR / "cpu_kernels.cc").read_text()
+    text = _registry("CPU")
     assert any("Rope inputs" in p for p in registry_disagreements(text, extra_input, "cpu_kernels.cc"))
     renamed = {**SCHEMAS, "Rope": dataclasses.replace(rope, attrs=(dataclasses.replace(rope.attrs[0], name="base"), *rope.attrs[1:]))}
     problems = attribute_disagreements(_sources(ATTR_FILES), renamed)

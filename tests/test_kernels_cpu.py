@@ -55,6 +55,20 @@ ATTN_CASES = [  # (T, H, KVH, head_dim, max_seq, kv_pos)
     (7, 12, 4, 64, 1100, 1000),  # cache split into chunks, T > 1
     (1, 16, 2, 32, 3000, 2999),  # chunks, head group of 8
 ]
+# Batches of sequences, each at its own position (the [B, ...] forms with [B] positions).
+BATCH_ROPE_CASES = [  # (B, S, D, head_dim, static offset, dynamic offsets)
+    (3, 1, 4 * 64, 64, 0, (7, 0, 4095)),
+    (2, 5, 2 * 128, 128, 3, (11, 2)),
+]
+BATCH_CACHE_WRITE_CASES = [  # (B, max_seq, dim, T, kv_pos per sequence)
+    (3, 16, 2 * 64, 1, (0, 15, 7)),
+    (2, 9, 64, 3, (6, 0)),
+]
+BATCH_ATTN_CASES = [  # (B, T, H, KVH, head_dim, max_seq, kv_pos per sequence)
+    (4, 1, 8, 2, 64, 40, (39, 0, 17, 5)),
+    (2, 3, 4, 1, 128, 1100, (1000, 12)),  # one long sequence (chunks), one short
+    (3, 1, 32, 8, 128, 600, (599, 300, 1)),
+]
 SCATTER_CASES = [  # (N, D, num_rows, index dtype)
     (10, 64, 5, np.int64),
     (0, 8, 3, np.int64),
@@ -87,6 +101,24 @@ def attn_case(T, H, KVH, hd, max_seq, kv_pos):
     return inputs, attrs, None, ref
 
 
+def batch_rope_case(B, S, D, hd, off, dyns, dtype=np.float32):
+    x = f32(B, S, D).astype(dtype)
+    ref = kc.batched(lambda xb, p: kc.rope_ref(xb, 10000.0, hd, off + p), (x.astype(np.float32),), dyns)
+    return {"X": x, "offset_dyn": np.array(dyns, np.int64)}, dict(theta=10000.0, head_dim=hd, offset=off), None, ref
+
+
+def batch_cache_write_case(B, max_seq, dim, T, kv_pos, dtype=np.float32):
+    inputs = {"new": f32(B, T, dim).astype(dtype), "cache": f32(B, max_seq, dim).astype(dtype), "kv_pos": np.array(kv_pos, np.int64)}
+    return inputs, {}, None, kc.batched(kc.cache_write_ref, (inputs["new"], inputs["cache"]), kv_pos)
+
+
+def batch_attn_case(B, T, H, KVH, hd, max_seq, kv_pos, dtype=np.float32):
+    q, k, v = f32(B, T, H * hd).astype(dtype), f32(B, max_seq, KVH * hd).astype(dtype), f32(B, max_seq, KVH * hd).astype(dtype)
+    inputs = {"Q": q, "K": k, "V": v, "kv_pos": np.array(kv_pos, np.int64)}
+    ref = kc.batched(lambda *a: kc.cached_attention_ref(*a, H, KVH, hd), tuple(x.astype(np.float32) for x in (q, k, v)), kv_pos)
+    return inputs, dict(num_heads=H, num_kv_heads=KVH, head_dim=hd), None, ref
+
+
 def scatter_case(N, D, rows, dtype):
     idx = rng.integers(0, rows, size=N).astype(dtype)
     if N > 2:
@@ -100,6 +132,9 @@ ALL = (
     + [("CacheWrite", cache_write_case, c, 0.0) for c in CACHE_WRITE_CASES]
     + [("CachedAttention", attn_case, c, ATTN_TOL) for c in ATTN_CASES]
     + [("ScatterAdd", scatter_case, c, RTOL) for c in SCATTER_CASES]
+    + [("Rope", batch_rope_case, c, RTOL) for c in BATCH_ROPE_CASES]
+    + [("CacheWrite", batch_cache_write_case, c, 0.0) for c in BATCH_CACHE_WRITE_CASES]
+    + [("CachedAttention", batch_attn_case, c, ATTN_TOL) for c in BATCH_ATTN_CASES]
 )
 IDS = [f"{op}-{'-'.join(str(getattr(v, '__name__', v)) for v in c)}" for op, _, c, _ in ALL]
 
@@ -153,7 +188,7 @@ def test_index_inputs_accept_int64_int32_uint32():
 # ------------------------------------------------------------------ the kernel (not the function) ran
 @pytest.mark.parametrize(
     "op,make,case,tol",
-    [ALL[0], ALL[len(ROPE_CASES)], ALL[-len(SCATTER_CASES) - 1], ALL[-len(SCATTER_CASES)]],
+    [next(c for c in ALL if c[0] == op) for op in ("Rope", "CacheWrite", "CachedAttention", "ScatterAdd")],
     ids=["Rope", "CacheWrite", "CachedAttention", "ScatterAdd"],
 )
 def test_profile_shows_custom_kernel_on_cpu(op, make, case, tol, tmp_path):
@@ -245,13 +280,32 @@ BAD = [
     ("Rope", {"X": f32(3, 20), "offset_dyn": I64(0)}, dict(theta=1e4, head_dim=8, offset=0), ["20", "8"]),
     ("Rope", {"X": f32(3, 18), "offset_dyn": I64(0)}, dict(theta=1e4, head_dim=9, offset=0), ["head_dim", "9"]),
     ("Rope", {"X": f32(3, 16), "offset_dyn": I64(-1)}, dict(theta=1e4, head_dim=8, offset=0), ["-1"]),
-    ("Rope", {"X": f32(2, 3, 16), "offset_dyn": I64(0)}, dict(theta=1e4, head_dim=8, offset=0), ["rank", "[2, 3, 16]"]),
+    ("Rope", {"X": f32(1, 2, 3, 16), "offset_dyn": I64(0)}, dict(theta=1e4, head_dim=8, offset=0), ["rank", "[1, 2, 3, 16]"]),
+    ("Rope", {"X": f32(2, 3, 16), "offset_dyn": I64(0, -3)}, dict(theta=1e4, head_dim=8, offset=0), ["offset_dyn[1]", "-3"]),
+    ("Rope", {"X": f32(2, 3, 16), "offset_dyn": I64(1, 2, 3)}, dict(theta=1e4, head_dim=8, offset=0), ["offset_dyn", "[2]", "[3]"]),
     ("Rope", {"X": f32(3, 16), "offset_dyn": I64(1, 2)}, dict(theta=1e4, head_dim=8, offset=0), ["offset_dyn", "[2]"]),
     ("CacheWrite", {"new": f32(1, 8), "cache": f32(4, 8), "kv_pos": I64(4)}, {}, ["kv_pos 4", "max_seq 4"]),
     ("CacheWrite", {"new": f32(3, 8), "cache": f32(4, 8), "kv_pos": I64(2)}, {}, ["kv_pos 2", "T 3"]),
     ("CacheWrite", {"new": f32(1, 8), "cache": f32(4, 8), "kv_pos": I64(-1)}, {}, ["-1"]),
     ("CacheWrite", {"new": f32(1, 6), "cache": f32(4, 8), "kv_pos": I64(0)}, {}, ["[1, 6]", "[4, 8]"]),
     ("CacheWrite", {"new": f32(1, 8), "cache": f32(4, 8, 1), "kv_pos": I64(0)}, {}, ["rank"]),
+    # batches: every sequence's position is checked, overflow-safe, and the counts must agree
+    ("CacheWrite", {"new": f32(2, 1, 8), "cache": f32(2, 4, 8), "kv_pos": I64(0, 4)}, {}, ["kv_pos[1] = 4", "max_seq 4"]),
+    ("CacheWrite", {"new": f32(2, 1, 8), "cache": f32(2, 4, 8), "kv_pos": I64(2**63 - 1, 0)}, {}, ["kv_pos[0] = 9223372036854775807"]),
+    ("CacheWrite", {"new": f32(2, 1, 8), "cache": f32(2, 4, 8), "kv_pos": I64(0)}, {}, ["kv_pos", "[2]", "[1]"]),
+    ("CacheWrite", {"new": f32(2, 1, 8), "cache": f32(3, 4, 8), "kv_pos": I64(0, 0)}, {}, ["[2, 1, 8]", "[3, 4, 8]"]),
+    (
+        "CachedAttention",
+        {"Q": f32(2, 1, 16), "K": f32(2, 4, 8), "V": f32(2, 4, 8), "kv_pos": I64(3, -1)},
+        dict(num_heads=2, num_kv_heads=1, head_dim=8),
+        ["kv_pos[1] = -1"],
+    ),
+    (
+        "CachedAttention",
+        {"Q": f32(2, 1, 16), "K": f32(3, 4, 8), "V": f32(3, 4, 8), "kv_pos": I64(0, 0)},
+        dict(num_heads=2, num_kv_heads=1, head_dim=8),
+        ["batch sizes differ"],
+    ),
     (
         "CachedAttention",
         {"Q": f32(2, 16), "K": f32(4, 8), "V": f32(4, 8), "kv_pos": I64(3)},
@@ -307,3 +361,29 @@ def test_missing_attribute_is_reported_at_load():
         dict(num_heads=2, head_dim=8),
         "num_kv_heads",
     )
+
+
+# ------------------------------------------------------------------ float16 / bfloat16
+# The kernels read and write the 16-bit types and compute in float32: the result is the float32
+# reference of the (rounded) inputs, rounded once to the type. Tolerance: one unit in the last place.
+HALF_TOL = {np.dtype(np.float16): 2.0**-10, kc.BFLOAT16: 2.0**-7}
+HALF_CASES = [
+    ("Rope", batch_rope_case, BATCH_ROPE_CASES[1]),
+    ("Rope", lambda *c, dtype: batch_rope_case(1, *c, (5,), dtype=dtype), (7, 2 * 128, 128, 0)),
+    ("CacheWrite", batch_cache_write_case, BATCH_CACHE_WRITE_CASES[0]),
+    ("CachedAttention", batch_attn_case, BATCH_ATTN_CASES[1]),
+    ("CachedAttention", batch_attn_case, (1, 1, 16, 2, 32, 3000, (2999,))),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), kc.BFLOAT16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("op,make,case", HALF_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(HALF_CASES)])
+def test_half_precision_kernels_match_float32_reference(op, make, case, dtype):
+    inputs, attrs, _, ref = make(*case, dtype=dtype)
+    sess = kc.session(kc.make_model(op, inputs, attrs, out_dtype=dtype, with_function=False), library=LIB)
+    got = kc.run_typed(sess, inputs, ref.shape, dtype)
+    if op == "CacheWrite":  # a copy: bit-exact
+        np.testing.assert_array_equal(got.view(np.uint16), ref.view(np.uint16))
+    else:
+        tol = HALF_TOL[dtype]
+        np.testing.assert_allclose(got.astype(np.float32), ref, rtol=tol, atol=tol)

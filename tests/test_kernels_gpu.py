@@ -174,7 +174,7 @@ def test_decode_step_replays_as_cuda_graph_with_device_positions(hd):
     cpu_s = build_inference_session(g, "cpu")
     plan = gpu.plan()
     assert gpu.inplace_state == {"k_cache", "v_cache"}
-    assert plan.kernels() == dict.fromkeys(["CacheWrite", "CachedAttention", "Rope"], "kernel")
+    assert plan.kernels() == dict.fromkeys(["CacheWrite", "CachedAttention", "Rope", "RopeCacheWrite"], "kernel")
     assert not [p for p in plan.placement if "Memcpy" in p[2]], plan.placement
     assert {ep for *_, ep in plan.placement} == {"CUDAExecutionProvider"}, plan.placement
     rng = np.random.default_rng(5)

@@ -64,6 +64,14 @@ def _random_graph(rng: np.random.Generator, rows: int = 3, cols: int = 4) -> tup
 
     pool = [leaf("x", [rows, cols]) for _ in range(2)]
     pick = lambda: pool[int(rng.integers(len(pool)))]  # noqa: E731
+    written: list[int] = []  # KV caches written by the steps: outputs of their own (another shape)
+
+    def rope_then_cache_write() -> None:
+        pos = g.input_u32(f"pos{len(feeds)}", [1])
+        feeds[f"pos{len(feeds)}"] = np.array([int(rng.integers(0, 2 * rows))], np.uint32)
+        k = g.rope_dynamic_offset(pick(), 10000.0, pos, 2)
+        written.append(g.cache_write(k, leaf("x", [3 * rows, cols]), pos))
+
     patterns = [
         lambda: g.bias_add(g.matmul(pick(), leaf("w", [cols, cols])), leaf("b", [cols])),
         lambda: g.bias_add(g.matmul_bt(pick(), leaf("w", [cols, cols])), leaf("b", [cols])),
@@ -84,14 +92,21 @@ def _random_graph(rng: np.random.Generator, rows: int = 3, cols: int = 4) -> tup
         lambda: g.mul(pick(), pick()),
         lambda: g.sigmoid(pick()),
         lambda: g.matmul(pick(), leaf("w", [cols, cols])),
+        lambda: g.add(pick(), g.matmul(pick(), leaf("w", [cols, cols]))),
+        lambda: g.add(g.matmul(pick(), leaf("w", [cols, cols])), pick()),
+        lambda: g.add(pick(), g.matmul_bt(pick(), leaf("w", [cols, cols]))),
+        lambda: g.add(g.matmul_bt(pick(), leaf("w", [cols, cols])), pick()),
+        rope_then_cache_write,
     ]
     for _ in range(int(rng.integers(3, 9))):
         node = patterns[int(rng.integers(len(patterns)))]()
+        if node is None:
+            continue
         pool.append(node)
         if rng.random() < 0.3:  # share an intermediate: the extractor must not recompute it
             pool.append(g.node(node).inputs[0])
     outs = [pool[int(i)] for i in rng.choice(len(pool), size=int(rng.integers(1, 4)))]
-    g.set_outputs(outs if rng.random() < 0.9 else [*outs, outs[0]])
+    g.set_outputs([*(outs if rng.random() < 0.9 else [*outs, outs[0]]), *written])
     return g, feeds
 
 
@@ -125,8 +140,22 @@ def _build_pattern(tree, shapes: dict[str, list[int]]) -> Graph:
     return g
 
 
+def _rope_then_cache_write() -> Graph:
+    g = Graph()
+    pos = g.input_u32("kv_pos", [1])
+    k = g.rope_dynamic_offset(g.input("k", [1, 8]), 10000.0, pos, 4)
+    g.set_outputs([g.cache_write(k, g.input("cache", [4, 8]), pos)])
+    return g
+
+
+# Rules whose left side needs more than F32 inputs of [4, 4] / [4] (U32 positions, a KV cache).
+PATTERN_GRAPHS = {"rope_then_cache_write": _rope_then_cache_write}
+
+
 def _pattern_graph(rule) -> Graph:
     """The rule's left side with its variables as inputs, the first shapes its ops accept."""
+    if rule.name in PATTERN_GRAPHS:
+        return PATTERN_GRAPHS[rule.name]()
     tree = _parse_sexpr(rule.lhs, rule.name)
     names = sorted(set(_variables(tree)))
     for combo in itertools.product(([4, 4], [4]), repeat=len(names)):
@@ -166,6 +195,8 @@ def test_each_rule_fires_on_its_pattern_and_the_sessions_agree(rule):
         s = build_inference_session(g, optimize=flag)
         for name, v in feeds.items():
             s.set_input(name, v)
+        for name, _ in g.leaves("input_u32"):
+            s.set_input_u32(name, [1])
         s.step()
         outs.append(s.read_output_by_index(0))
     np.testing.assert_allclose(outs[1], outs[0], **FP32)

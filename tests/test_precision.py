@@ -281,15 +281,19 @@ def test_kv_caches_are_stored_in_half_and_written_in_place_only_where_the_cache_
     model, spec = to_model(llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 16), params_as_inputs=True, with_state=True)
     caches = sorted(spec.state)
     at = OPS["cache_write"].custom.input_names().index("cache")
-    # Today's cache kernels take float32 only: caches stay float32, their ops too, nothing cast in front.
+    declared = {name: OPS[name].half_types for name in ("cache_write", "cached_attention")}
+    assert all("float16" in t for t in declared.values())  # the table declares the half cache kernels
+    # Cache kernels that took float32 only: caches stay float32, their ops too, nothing cast in front.
+    for name in declared:
+        monkeypatch.setattr(OPS[name], "half_types", frozenset())
     assert not half_storage_inputs(model, "fp16", "cuda", caches)
     lowered, _ = lower_precision(model, "fp16", device="cuda")
     writes = [n for n in lowered.graph.node if n.op_type == "CacheWrite"]
     assert writes and all(n.input[at] in caches for n in writes)
-    # Kernels that take float16 (as the op table would declare them): caches stored in half, read and
+    # Kernels that take float16 (as the op table declares them): caches stored in half, read and
     # written by the half kernels directly, their next values half, the logits float32.
-    for name in ("cache_write", "cached_attention"):
-        monkeypatch.setattr(OPS[name], "half_types", frozenset({"float16"}))
+    for name, types in declared.items():
+        monkeypatch.setattr(OPS[name], "half_types", types)
     stored = half_storage_inputs(model, "fp16", "cuda", caches)
     assert stored == set(caches)
     assert not half_storage_inputs(model, "fp16", "cuda", caches, custom_kernels=False)  # function bodies: float32

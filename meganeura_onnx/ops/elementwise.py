@@ -8,7 +8,8 @@ import numpy as np
 from onnx import TensorProto
 
 from ..ir import Dim, NodeId, TensorType
-from .table import OPS, Feeds, dim_attr, examples, float_attr, op, rank, require, same_shape
+from .lowering import CUSTOM_DOMAIN, function_body
+from .table import OPS, CustomOp, Feeds, TensorArg, dim_attr, examples, float_attr, op, rank, require, same_shape
 
 SHAPES = ({"shape": [3, 5]}, {"shape": [2, 3, 4]})
 
@@ -68,14 +69,22 @@ greater.numpy(lambda a, b: (a > b).astype(a.dtype))
 greater.onnx(lambda ctx, node, a, b: ctx.cast(ctx.op("Greater", a, b), TensorProto.FLOAT))
 examples(greater, lambda g, f, shape: g.greater(f.param(g, "a", shape), f.param(g, "b", shape)), *SHAPES)
 
-swiglu = op("swiglu", ("gate", "up"))
+# One com.meganeura.SwiGLU kernel: ORT fuses the standard pattern only as far as QuickGelu + Mul
+# (two kernels and a round trip of silu(gate) through memory); the function body is that pattern.
+swiglu = op("swiglu", ("gate", "up"), custom=CustomOp("SwiGLU", (TensorArg("gate"), TensorArg("up")), (TensorArg("out"),)))
 swiglu.shape(lambda gate, up: same_shape("swiglu", gate, up, ("gate", "up")))
 swiglu.numpy(lambda gate, up: gate * _sigmoid(gate) * up)
 
 
+@swiglu.function_body
+def swiglu_function(opset: int):
+    return function_body(swiglu.custom, lambda ctx, gate, up: ctx.op("Mul", ctx.op("Mul", gate, ctx.op("Sigmoid", gate)), up), opset)
+
+
 @swiglu.onnx
 def _(ctx, node, gate, up):
-    return ctx.op("Mul", ctx.op("Mul", gate, ctx.op("Sigmoid", gate)), up)
+    ctx.use_function(swiglu_function(ctx.opset))
+    return ctx.op("SwiGLU", gate, up, domain=CUSTOM_DOMAIN)
 
 
 examples(swiglu, lambda g, f, shape: g.swiglu(f.param(g, "gate", shape, -3, 3), f.param(g, "up", shape)), *SHAPES)

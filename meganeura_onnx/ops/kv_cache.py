@@ -1,20 +1,31 @@
 """KV cache ops, exported as ``com.meganeura.CacheWrite`` and ``com.meganeura.CachedAttention``.
 
-``kv_pos`` follows Meganeura's implementation (DESIGN §3): the same node is passed to
-``cache_write`` and ``cached_attention``; query row t is the token at position ``kv_pos + t`` and
-attends to cache rows ``[0, kv_pos + t]`` inclusive, so a decode step sees the token it just wrote.
-A cache whose ``cache`` operand is a graph input persists across ``Session.step()`` calls.
+``kv_pos`` follows Meganeura's implementation: the same node is passed to ``cache_write`` and
+``cached_attention``; query row t is the token at position ``kv_pos + t`` and attends to cache rows
+``[0, kv_pos + t]`` inclusive, so a decode step sees the token it just wrote. A cache whose
+``cache`` operand is a graph input persists across ``Session.step()`` calls.
+
+Two forms, with the same kernels:
+
+- one sequence: ``new_kv [T, D]``, ``cache [max_seq, D]``, ``q [T, H*hd]``, ``kv_pos`` U32 ``[1]``;
+- a batch of B sequences, each at its own position: ``new_kv [B, T, D]``, ``cache [B, max_seq, D]``,
+  ``q [B, T, H*hd]``, ``kv_pos`` U32 ``[B]`` (sequence b writes rows ``[kv_pos[b], kv_pos[b] + T)``
+  of its cache and its query row t attends to its rows ``[0, kv_pos[b] + t]``).
+
+Every position must satisfy ``0 <= kv_pos[b] <= max_seq - T``: the kernels check each one (an ONNX
+Runtime error naming the op and the value) and never read or write outside the cache.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from onnx import TensorProto
 
 from ..ir import NodeId, TensorType
 from .attention import attention_ref, check_heads
 from .lowering import CUSTOM_DOMAIN, function_body
-from .onnx_util import arange, attend, dim, scalar_of
-from .table import CustomOp, Position, TensorArg, examples, int_attr, op, rank, require
+from .onnx_util import NEG_INF, arange, dim, dims
+from .table import CustomOp, Position, TensorArg, examples, int_attr, op, require, same_dim
 
 cache_write = op(
     "cache_write",
@@ -29,6 +40,7 @@ cache_write = op(
     ),
     inplace_input="cache",
     positions=(Position("kv_pos", rows="new_kv", within="cache"),),
+    half_types=frozenset({"float16", "bfloat16"}),
 )
 # The kernels keep one head's partial sums in registers/shared memory: head_dim <= 1024.
 HEADS = (int_attr("num_heads", 1), int_attr("num_kv_heads", 1), int_attr("head_dim", 1, 1024))
@@ -46,11 +58,31 @@ cached_attention = op(
         relations=("num_heads % num_kv_heads == 0",),
     ),
     positions=(Position("kv_pos", rows="q", within="k_cache"),),
+    half_types=frozenset({"float16", "bfloat16"}),
 )
 
 
-def _kv_pos(name: str, t: TensorType) -> None:
-    require(t.elements() == 1, name, f"kv_pos must be a U32 [1] node, got {list(t.shape)}")
+def _batch_form(name: str, rows_arg: str, rows: TensorType, cache_arg: str, cache: TensorType, kv_pos: TensorType) -> None:
+    """Both operands 2-D with a U32 ``[1]`` kv_pos, or both 3-D ``[B, ...]`` with a U32 ``[B]`` kv_pos."""
+    require(rows.rank() in (2, 3), name, f"{rows_arg} must be 2-D [T, width] or 3-D [batch, T, width], got shape {list(rows.shape)}")
+    batched = rows.rank() == 3
+    want = "3-D [batch, max_seq, width]" if batched else "2-D [max_seq, width]"
+    require(cache.rank() == rows.rank(), name, f"{cache_arg} must be {want} like {rows_arg} {list(rows.shape)}, got {list(cache.shape)}")
+    if batched:
+        same_dim(
+            name,
+            rows.shape[0],
+            cache.shape[0],
+            f"{rows_arg} {list(rows.shape)} and {cache_arg} {list(cache.shape)} must have the same batch size",
+        )
+        ok = kv_pos.rank() == 1 and kv_pos.shape[0] == rows.shape[0]
+        require(ok, name, f"kv_pos must be a U32 [{rows.shape[0]}] node (one position per sequence), got {list(kv_pos.shape)}")
+    else:
+        require(kv_pos.elements() == 1, name, f"kv_pos must be a U32 [1] node, got {list(kv_pos.shape)}")
+    # A symbolic row count is checked at run time (the kernels and the session's position limits).
+    t, s = rows.shape[-2], cache.shape[-2]
+    fits = not (isinstance(t, int) and isinstance(s, int)) or t <= s
+    require(fits, name, f"{rows_arg} has {t} rows per sequence, more than the cache's {s}")
 
 
 def check_kv_pos(name: str, kv_pos: int, rows: int, max_seq: int) -> None:
@@ -58,36 +90,52 @@ def check_kv_pos(name: str, kv_pos: int, rows: int, max_seq: int) -> None:
         raise ValueError(f"{name}: kv_pos {kv_pos} + {rows} rows exceeds the cache length {max_seq}")
 
 
+def _positions(name: str, kv_pos: np.ndarray, rows: int, max_seq: int) -> list[int]:
+    out = [int(p) for p in kv_pos.reshape(-1)]
+    for p in out:
+        check_kv_pos(name, p, rows, max_seq)
+    return out
+
+
 @cache_write.shape
 def _(new_kv: TensorType, cache: TensorType, kv_pos: TensorType) -> TensorType:
-    rank("cache_write", new_kv, 2, "new_kv")
-    rank("cache_write", cache, 2, "cache")
-    _kv_pos("cache_write", kv_pos)
+    _batch_form("cache_write", "new_kv", new_kv, "cache", cache, kv_pos)
     require(
-        new_kv.shape[1] == cache.shape[1],
+        new_kv.shape[-1] == cache.shape[-1],
         "cache_write",
         f"new_kv {list(new_kv.shape)} and cache {list(cache.shape)} must have the same width",
     )
-    # A symbolic row count is checked at run time (the kernels and the session's position limits).
-    fits = not (isinstance(new_kv.shape[0], int) and isinstance(cache.shape[0], int)) or new_kv.shape[0] <= cache.shape[0]
-    require(fits, "cache_write", f"new_kv has {new_kv.shape[0]} rows, more than the cache's {cache.shape[0]}")
     return cache
 
 
 @cache_write.numpy
 def _(new_kv, cache, kv_pos):
-    p = int(kv_pos.reshape(-1)[0])
-    check_kv_pos("cache_write", p, new_kv.shape[0], cache.shape[0])
+    t = new_kv.shape[-2]
     out = cache.copy()
-    out[p : p + new_kv.shape[0]] = new_kv
+    seqs = zip(new_kv[None] if new_kv.ndim == 2 else new_kv, out[None] if out.ndim == 2 else out, strict=True)
+    for (new, rows), p in zip(seqs, _positions("cache_write", kv_pos, t, cache.shape[-2]), strict=True):
+        rows[p : p + t] = new
     return out
+
+
+def _batched(ctx, x: str, batch: str, width: int | str) -> str:
+    """x (2-D, or 3-D with ``batch`` sequences) as ``[batch, rows, width]``."""
+    return ctx.op("Reshape", x, dims(ctx, batch, -1, width))
 
 
 @cache_write.function_body
 def cache_write_function(opset: int):
+    # Rank-generic: B = the number of positions (1 for the 2-D form); row t of sequence b goes to
+    # index (b, kv_pos[b] + t) of the cache seen as [B, max_seq, width].
     def body(ctx, new, cache, kv_pos):
-        rows = arange(ctx, dim(ctx, new, 0), scalar_of(ctx, kv_pos))
-        return ctx.op("ScatterND", cache, ctx.op("Unsqueeze", rows, ctx.ints([1])), new)
+        pos = ctx.op("Reshape", ctx.to_int64(kv_pos), ctx.ints([-1]))  # [B]
+        batch = ctx.op("Size", pos)
+        width = ctx.op("Squeeze", ctx.op("Shape", cache, start=-1), ctx.ints([0]))
+        new3, cache3 = _batched(ctx, new, batch, width), _batched(ctx, cache, batch, width)
+        rows = ctx.op("Add", ctx.op("Unsqueeze", pos, ctx.ints([1])), ctx.op("Unsqueeze", arange(ctx, dim(ctx, new3, 1)), ctx.ints([0])))
+        seq = ctx.op("Expand", ctx.op("Unsqueeze", arange(ctx, batch), ctx.ints([1])), ctx.op("Shape", rows))  # [B, T]
+        index = ctx.op("Concat", ctx.op("Unsqueeze", seq, ctx.ints([2])), ctx.op("Unsqueeze", rows, ctx.ints([2])), axis=2)
+        return ctx.op("Reshape", ctx.op("ScatterND", cache3, index, new3), ctx.op("Shape", cache))
 
     return function_body(cache_write.custom, body, opset)
 
@@ -102,35 +150,55 @@ def _(ctx, node, new_kv, cache, kv_pos):
 def _(q: TensorType, k: TensorType, v: TensorType, kv_pos: TensorType, *, num_heads: int, num_kv_heads: int, head_dim: int) -> TensorType:
     name = "cached_attention"
     check_heads(name, num_heads, num_kv_heads, head_dim)
-    for arg, t in (("q", q), ("k_cache", k), ("v_cache", v)):
-        rank(name, t, 2, arg)
-    _kv_pos(name, kv_pos)
-    require(q.shape[1] == num_heads * head_dim, name, f"q must be [T, {num_heads}*{head_dim}], got {list(q.shape)}")
+    _batch_form(name, "q", q, "k_cache", k, kv_pos)
+    lead = "[B, T, " if q.rank() == 3 else "[T, "
+    require(q.shape[-1] == num_heads * head_dim, name, f"q must be {lead}{num_heads}*{head_dim}], got {list(q.shape)}")
+    lead = "[B, max_seq, " if q.rank() == 3 else "[max_seq, "
     require(
-        k.shape[1] == num_kv_heads * head_dim and v.shape == k.shape,
+        k.shape[-1] == num_kv_heads * head_dim and v.shape == k.shape,
         name,
-        f"k_cache and v_cache must both be [max_seq, {num_kv_heads}*{head_dim}], got {list(k.shape)} and {list(v.shape)}",
+        f"k_cache and v_cache must both be {lead}{num_kv_heads}*{head_dim}], got {list(k.shape)} and {list(v.shape)}",
     )
-    fits = not (isinstance(q.shape[0], int) and isinstance(k.shape[0], int)) or q.shape[0] <= k.shape[0]
-    require(fits, name, f"q has {q.shape[0]} rows, more than the cache's {k.shape[0]}")
     return q
 
 
 @cached_attention.numpy
 def _(q, k, v, kv_pos, *, num_heads, num_kv_heads, head_dim):
-    p = int(kv_pos.reshape(-1)[0])
-    check_kv_pos("cached_attention", p, q.shape[0], k.shape[0])
-    return attention_ref(q, k, v, num_heads, num_kv_heads, head_dim, p + np.arange(q.shape[0]))
+    t = q.shape[-2]
+    positions = _positions("cached_attention", kv_pos, t, k.shape[-2])
+    if q.ndim == 2:
+        return attention_ref(q, k, v, num_heads, num_kv_heads, head_dim, positions[0] + np.arange(t))
+    heads = (num_heads, num_kv_heads, head_dim)
+    return np.stack([attention_ref(q[b], k[b], v[b], *heads, p + np.arange(t)) for b, p in enumerate(positions)])
 
 
 @cached_attention.function_body
 def cached_attention_function(opset: int):
+    # Rank-generic: B = the number of positions (1 for the 2-D form); [B, T, H, hd] queries against
+    # [B, max_seq, KVH, hd] keys/values, query (b, t) seeing key j where j <= kv_pos[b] + t. Constants
+    # take the queries' element type (CastLike), so float16/bfloat16 models run the body too.
     def body(ctx, q, k, v, kv_pos):
         hd = ctx.attr_ref("head_dim", "int")
-        rep = ctx.op("Div", ctx.attr_ref("num_heads", "int"), ctx.attr_ref("num_kv_heads", "int"))
-        qpos = arange(ctx, dim(ctx, q, 0), scalar_of(ctx, kv_pos))
-        kpos = arange(ctx, dim(ctx, k, 0))
-        return attend(ctx, q, k, v, hd, rep, (qpos, kpos))
+        heads, kv_heads = ctx.attr_ref("num_heads", "int"), ctx.attr_ref("num_kv_heads", "int")
+        pos = ctx.op("Reshape", ctx.to_int64(kv_pos), ctx.ints([-1]))  # [B]
+        batch = ctx.op("Size", pos)
+        q4 = ctx.op("Reshape", q, dims(ctx, batch, -1, heads, hd))  # [B, T, H, hd]
+
+        def per_head(x: str) -> str:  # [B, S, KVH*hd] -> [B, H, S, hd], KV head h // rep for query head h
+            x5 = ctx.op("Reshape", x, dims(ctx, batch, -1, kv_heads, 1, hd))
+            x5 = ctx.op("Expand", x5, dims(ctx, 1, 1, 1, ctx.op("Div", heads, kv_heads), 1))
+            return ctx.op("Transpose", ctx.op("Reshape", x5, dims(ctx, batch, -1, heads, hd)), perm=[0, 2, 1, 3])
+
+        kh, vh = per_head(k), per_head(v)
+        scale = ctx.op("CastLike", ctx.op("Reciprocal", ctx.op("Sqrt", ctx.cast(hd, TensorProto.FLOAT))), q)
+        qh = ctx.op("Transpose", q4, perm=[0, 2, 1, 3])  # [B, H, T, hd]
+        scores = ctx.op("Mul", ctx.op("MatMul", qh, ctx.op("Transpose", kh, perm=[0, 1, 3, 2])), scale)  # [B, H, T, S]
+        qpos = ctx.op("Add", ctx.op("Unsqueeze", pos, ctx.ints([1])), ctx.op("Unsqueeze", arange(ctx, dim(ctx, q4, 1)), ctx.ints([0])))
+        kpos = arange(ctx, dim(ctx, kh, 2))  # [S]
+        hidden = ctx.op("Greater", kpos, ctx.op("Unsqueeze", qpos, ctx.ints([1, 3])))  # [B, 1, T, S]
+        scores = ctx.op("Where", hidden, ctx.op("CastLike", ctx.const(NEG_INF), scores), scores)
+        out = ctx.op("MatMul", ctx.op("Softmax", scores, axis=-1), vh)  # [B, H, T, hd]
+        return ctx.op("Reshape", ctx.op("Transpose", out, perm=[0, 2, 1, 3]), ctx.op("Shape", q))
 
     return function_body(cached_attention.custom, body, opset)
 
@@ -152,21 +220,29 @@ def _(ctx, node, q, k, v, kv_pos):
     )
 
 
-def _pos(g, f, max_seq, t, kv_pos):
-    node = g.input_u32("kv_pos", [1])
-    f.inputs["kv_pos"] = np.array([kv_pos], dtype=np.uint32)
+def _pos(g, f, kv_pos: int | list[int]):
+    """A U32 kv_pos input: ``[1]`` for an int, ``[B]`` (one per sequence) for a list."""
+    values = [kv_pos] if isinstance(kv_pos, int) else list(kv_pos)
+    node = g.input_u32("kv_pos", [len(values)])
+    f.inputs["kv_pos"] = np.array(values, dtype=np.uint32)
     return node
 
 
+def _lead(kv_pos: int | list[int]) -> list[int]:
+    return [] if isinstance(kv_pos, int) else [len(kv_pos)]
+
+
 def _ex_write(g, f, max_seq, dim_, t, kv_pos):
-    return g.cache_write(f.param(g, "new_kv", [t, dim_]), f.input(g, "cache", [max_seq, dim_]), _pos(g, f, max_seq, t, kv_pos))
+    b = _lead(kv_pos)
+    return g.cache_write(f.param(g, "new_kv", [*b, t, dim_]), f.input(g, "cache", [*b, max_seq, dim_]), _pos(g, f, kv_pos))
 
 
 def _ex_attn(g, f, max_seq, t, h, kvh, hd, kv_pos):
-    q = f.param(g, "q", [t, h * hd])
-    k = f.input(g, "k_cache", [max_seq, kvh * hd])
-    v = f.input(g, "v_cache", [max_seq, kvh * hd])
-    return g.cached_attention(q, k, v, _pos(g, f, max_seq, t, kv_pos), h, kvh, hd)
+    b = _lead(kv_pos)
+    q = f.param(g, "q", [*b, t, h * hd])
+    k = f.input(g, "k_cache", [*b, max_seq, kvh * hd])
+    v = f.input(g, "v_cache", [*b, max_seq, kvh * hd])
+    return g.cached_attention(q, k, v, _pos(g, f, kv_pos), h, kvh, hd)
 
 
 examples(
@@ -175,6 +251,8 @@ examples(
     {"max_seq": 8, "dim_": 6, "t": 1, "kv_pos": 3},
     {"max_seq": 5, "dim_": 4, "t": 3, "kv_pos": 2},
     {"max_seq": 6, "dim_": 4, "t": 1, "kv_pos": 5},
+    {"max_seq": 6, "dim_": 4, "t": 1, "kv_pos": [5, 0, 2]},  # a batch, one position per sequence
+    {"max_seq": 7, "dim_": 6, "t": 2, "kv_pos": [1, 5]},
 )
 examples(
     cached_attention,
@@ -182,19 +260,28 @@ examples(
     {"max_seq": 8, "t": 1, "h": 4, "kvh": 2, "hd": 8, "kv_pos": 0},
     {"max_seq": 8, "t": 1, "h": 4, "kvh": 2, "hd": 8, "kv_pos": 7},
     {"max_seq": 10, "t": 4, "h": 2, "kvh": 1, "hd": 16, "kv_pos": 3},
+    {"max_seq": 8, "t": 1, "h": 4, "kvh": 2, "hd": 8, "kv_pos": [7, 0, 3]},  # a batch, one position per sequence
+    {"max_seq": 9, "t": 3, "h": 2, "kvh": 1, "hd": 16, "kv_pos": [6, 1]},
 )
 
 
 class KvCacheBuilders:
     def cache_write(self, new_kv: NodeId, cache: NodeId, kv_pos: NodeId) -> NodeId:
         """The cache ``[max_seq, dim]`` with rows ``[kv_pos, kv_pos + T)`` replaced by new_kv ``[T, dim]``
-        (T = 1 in Meganeura; T > 1 is the prefill extension). kv_pos is a U32 ``[1]`` node."""
+        (T = 1 in Meganeura; T > 1 is the prefill extension). kv_pos is a U32 ``[1]`` node.
+
+        Batched: new_kv ``[B, T, dim]``, cache ``[B, max_seq, dim]`` and kv_pos U32 ``[B]``; sequence b's
+        rows ``[kv_pos[b], kv_pos[b] + T)`` are replaced. Each position must be ``<= max_seq - T``."""
         return self.apply("cache_write", new_kv, cache, kv_pos)
 
     def cached_attention(
         self, q: NodeId, k_cache: NodeId, v_cache: NodeId, kv_pos: NodeId, num_heads: int, num_kv_heads: int, head_dim: int
     ) -> NodeId:
-        """Attention of q ``[T, H*hd]`` over cache rows ``[0, kv_pos + t]`` (inclusive) for query row t."""
+        """Attention of q ``[T, H*hd]`` over cache rows ``[0, kv_pos + t]`` (inclusive) for query row t;
+        k_cache/v_cache ``[max_seq, KVH*hd]``, kv_pos a U32 ``[1]`` node; output ``[T, H*hd]``.
+
+        Batched: q ``[B, T, H*hd]``, caches ``[B, max_seq, KVH*hd]``, kv_pos U32 ``[B]``: query row t of
+        sequence b attends to its rows ``[0, kv_pos[b] + t]``; output ``[B, T, H*hd]``."""
         return self.apply(
             "cached_attention", q, k_cache, v_cache, kv_pos, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim
         )

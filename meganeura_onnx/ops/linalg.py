@@ -58,14 +58,24 @@ gemm = op("gemm", ("a", "b", "bias"), attrs=(bool_attr("trans_b"),))
 @gemm.shape
 def _(a: TensorType, b: TensorType, bias: TensorType, *, trans_b: bool) -> TensorType:
     out = OPS["matmul_bt" if trans_b else "matmul"].shape_rule(a, b, _name="gemm")  # errors name gemm
-    require(bias.shape == (out.shape[1],), "gemm", f"bias must have shape [{out.shape[1]}], got {list(bias.shape)}")
+    require(
+        bias.shape in ((out.shape[1],), out.shape),
+        "gemm",
+        f"bias must have shape [{out.shape[1]}] (a bias row) or {list(out.shape)} (a residual), got {list(bias.shape)}",
+    )
     return out
 
 
 # One kernel instead of two, and the product never makes a round trip through memory.
 gemm.rewrite("matmul_bias_to_gemm", "(bias_add (matmul ?a ?b) ?bias)", '(gemm ?a ?b ?bias {"trans_b": False})')
 gemm.rewrite("matmul_bt_bias_to_gemm", "(bias_add (matmul_bt ?a ?b) ?bias)", '(gemm ?a ?b ?bias {"trans_b": True})')
-gemm.numpy(lambda a, b, bias, *, trans_b: (a @ (b.T if trans_b else b)) + bias.reshape(1, -1))
+# A residual added to a product (LLaMA's o_proj and down_proj outputs join the residual stream) is
+# Gemm's C input with beta = 1: standard ONNX, one node instead of Gemm + Add (ORT fuses neither).
+for _prod, _tb in (("matmul", False), ("matmul_bt", True)):
+    _attrs = f'{{"trans_b": {_tb}}}'
+    gemm.rewrite(f"residual_add_{_prod}_to_gemm", f"(add ?c ({_prod} ?a ?b))", f"(gemm ?a ?b ?c {_attrs})")
+    gemm.rewrite(f"{_prod}_add_residual_to_gemm", f"(add ({_prod} ?a ?b) ?c)", f"(gemm ?a ?b ?c {_attrs})")
+gemm.numpy(lambda a, b, bias, *, trans_b: (a @ (b.T if trans_b else b)) + (bias if bias.ndim == 2 else bias.reshape(1, -1)))
 gemm.onnx(lambda ctx, node, a, b, bias: ctx.op("Gemm", a, b, bias, transB=int(bool(node.attrs["trans_b"]))))
 
 
@@ -73,21 +83,29 @@ gemm.onnx(lambda ctx, node, a, b, bias: ctx.op("Gemm", a, b, bias, transB=int(bo
 def _(g, node, dy):
     a, b, _bias = node.inputs
     inner = OPS["matmul_bt" if node.attrs["trans_b"] else "matmul"].vjp_rule(g, node, dy)
-    return [*inner, g.col_sum(dy)]
+    return [*inner, dy if g.node(_bias).ty.rank() == 2 else g.col_sum(dy)]
 
 
-def _ex_gemm(g, f, m, k, n, trans_b):
+def _ex_gemm(g, f, m, k, n, trans_b, residual=False):
     b = f.param(g, "b", [n, k] if trans_b else [k, n])
-    return g.gemm(f.param(g, "a", [m, k]), b, f.param(g, "bias", [n]), trans_b)
+    return g.gemm(f.param(g, "a", [m, k]), b, f.param(g, "bias", [m, n] if residual else [n]), trans_b)
 
 
-examples(gemm, _ex_gemm, {"m": 3, "k": 4, "n": 5, "trans_b": False}, {"m": 6, "k": 2, "n": 3, "trans_b": True})
+examples(
+    gemm,
+    _ex_gemm,
+    {"m": 3, "k": 4, "n": 5, "trans_b": False},
+    {"m": 6, "k": 2, "n": 3, "trans_b": True},
+    {"m": 2, "k": 5, "n": 4, "trans_b": True, "residual": True},
+    {"m": 4, "k": 3, "n": 2, "trans_b": False, "residual": True},
+)
 
 
 class LinalgBuilders:
     def gemm(self, a: NodeId, b: NodeId, bias: NodeId, trans_b: bool = False) -> NodeId:
-        """``a @ b + bias`` (``a @ b.T + bias`` with ``trans_b``): one ONNX Gemm. The e-graph optimizer
-        fuses ``bias_add(matmul(a, b), bias)`` into this."""
+        """``a @ b + bias`` (``a @ b.T + bias`` with ``trans_b``): one ONNX Gemm. ``bias`` is a row
+        ``[N]`` or a residual ``[M, N]``. The e-graph optimizer fuses ``bias_add(matmul(a, b), bias)``
+        and ``add(residual, matmul(a, b))`` into this."""
         return self.apply("gemm", a, b, bias, trans_b=trans_b)
 
     def matmul(self, a: NodeId, b: NodeId) -> NodeId:

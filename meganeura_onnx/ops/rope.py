@@ -3,6 +3,10 @@
 One op serves ``rope``, ``rope_with_offset`` and ``rope_dynamic_offset``: row r of x has position
 ``r + offset + offset_dyn[0]`` (``offset`` static, ``offset_dyn`` an optional U32 ``[1]`` node).
 The ONNX node always gets two inputs; for static rope the second is a constant ``[0]``.
+
+A batch of sequences at their own positions: x ``[B, S, D]`` with ``offset_dyn`` U32 ``[B]`` (row s
+of sequence b at position ``s + offset + offset_dyn[b]``; a ``[1]`` offset is shared by all).
+The kernels take float32, float16 and bfloat16 (computed in float32).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from onnx import TensorProto
 
 from ..ir import Dim, NodeId, TensorType, dim_div, dim_mul
 from .lowering import CUSTOM_DOMAIN, function_body
-from .onnx_util import arange, dim, dims, scalar_of
+from .onnx_util import arange, dim, dims
 from .table import (
     CustomOp,
     Position,
@@ -24,7 +28,6 @@ from .table import (
     int_attr,
     op,
     optional,
-    rank,
     require,
     static_dim,
 )
@@ -53,6 +56,7 @@ rope = op(
         (THETA, HEAD_DIM, optional(int_attr("offset", 0, MAX_POSITION), 0)),
     ),
     positions=(Position("offset", max_value=MAX_POSITION),),
+    half_types=frozenset({"float16", "bfloat16"}),
 )
 
 
@@ -67,7 +71,8 @@ def inv_freq(theta: float, head_dim: int, dtype=np.float32) -> np.ndarray:
 
 
 def rope_ref(x: np.ndarray, positions: np.ndarray, theta: float, head_dim: int, inverse: bool = False) -> np.ndarray:
-    """Rotate-half RoPE; ``inverse`` rotates by the negated angle (the transpose, i.e. the VJP)."""
+    """Rotate-half RoPE of x ``[seq, width]`` (row i at ``positions[i]``); ``inverse`` rotates by the
+    negated angle (the transpose, i.e. the VJP)."""
     seq, width = x.shape
     half = head_dim // 2
     ang = positions.astype(x.dtype)[:, None] * inv_freq(theta, head_dim, x.dtype.type)[None, :]
@@ -91,44 +96,58 @@ def _(
     inverse: bool = False,
     period: int | None = None,
 ) -> TensorType:
-    rank("rope", x, 2, "x")
-    static_dim("rope", x, 1, "x")
+    require(x.rank() in (2, 3), "rope", f"x must be 2-D [seq, dim] or 3-D [batch, seq, dim], got shape {list(x.shape)}")
+    static_dim("rope", x, x.rank() - 1, "x")
     if period is not None:  # rows = blocks of `period` sequences, positions restart in each
         require(
-            dim_div(x.shape[0], period) is not None and offset is None,
+            x.rank() == 2 and dim_div(x.shape[0], period) is not None and offset is None,
             "rope",
-            f"period {period} must divide the rows of x {list(x.shape)} (static offsets only)",
+            f"period {period} must divide the rows of a 2-D x {list(x.shape)} (static offsets only)",
         )
-    require(x.shape[1] % head_dim == 0, "rope", f"x width {x.shape[1]} (shape {list(x.shape)}) must be divisible by head_dim {head_dim}")
+    require(x.shape[-1] % head_dim == 0, "rope", f"x width {x.shape[-1]} (shape {list(x.shape)}) must be divisible by head_dim {head_dim}")
     if offset is not None:
-        require(offset.elements() == 1, "rope", f"offset must be a U32 [1] node, got {list(offset.shape)}")
+        per_seq = x.rank() == 3 and offset.rank() == 1 and offset.shape[0] == x.shape[0]
+        want = f"[1] or [{x.shape[0]}] (one per sequence)" if x.rank() == 3 else "[1]"
+        require(offset.elements() == 1 or per_seq, "rope", f"offset must be a U32 {want} node, got {list(offset.shape)}")
     return x
 
 
 @rope.numpy
 def _(x, offset=None, *, theta, head_dim, offset_static, inverse=False, period=None):
-    start = offset_static + (int(offset.reshape(-1)[0]) if offset is not None else 0)
+    dyn = offset.reshape(-1).astype(np.int64) if offset is not None else np.zeros(1, np.int64)
+    if x.ndim == 3:  # sequence b starts at offset_static + dyn[b] (dyn[0] when shared)
+        starts = offset_static + np.broadcast_to(dyn, (x.shape[0],))
+        return np.stack(
+            [rope_ref(xb, start + np.arange(x.shape[1]), theta, head_dim, inverse) for xb, start in zip(x, starts, strict=True)]
+        )
     rows = np.arange(x.shape[0]) % (period or x.shape[0])
-    return rope_ref(x, start + rows, theta, head_dim, inverse)
+    return rope_ref(x, offset_static + int(dyn[0]) + rows, theta, head_dim, inverse)
 
 
 @rope.function_body
 def rope_function(opset: int):
+    # Rank-generic: x [S, D] or [B, S, D]; the starts [n] (n = 1 or B) broadcast against x seen as
+    # [(B,) S, heads, hd]. Angles are float32 (as in the kernels); cos/sin take x's element type.
     def body(ctx, x, offset_dyn):
         hd = ctx.attr_ref("head_dim", "int")
         half = ctx.op("Div", hd, ctx.const(2, np.int64))
-        start = ctx.op("Add", ctx.attr_ref("offset", "int"), scalar_of(ctx, offset_dyn))
-        pos = ctx.cast(arange(ctx, dim(ctx, x, 0), start), TensorProto.FLOAT)  # [S]
+        starts = ctx.op("Add", ctx.attr_ref("offset", "int"), ctx.op("Reshape", ctx.to_int64(offset_dyn), ctx.ints([-1])))  # [n]
+        rows = arange(ctx, dim(ctx, x, -2))  # [S]
+        pos = ctx.op("Add", ctx.op("Unsqueeze", starts, ctx.ints([1])), ctx.op("Unsqueeze", rows, ctx.ints([0])))  # [n, S]
         j = ctx.cast(arange(ctx, half), TensorProto.FLOAT)
         exponent = ctx.op("Div", ctx.op("Mul", j, ctx.const(-2.0)), ctx.cast(hd, TensorProto.FLOAT))
         freq = ctx.op("Pow", ctx.attr_ref("theta", "float"), exponent)  # [hd/2]
-        ang = ctx.op("Mul", ctx.op("Unsqueeze", pos, ctx.ints([1])), ctx.op("Unsqueeze", freq, ctx.ints([0])))
-        cos = ctx.op("Unsqueeze", ctx.op("Concat", ctx.op("Cos", ang), ctx.op("Cos", ang), axis=1), ctx.ints([1]))
-        sin = ctx.op("Unsqueeze", ctx.op("Concat", ctx.op("Sin", ang), ctx.op("Sin", ang), axis=1), ctx.ints([1]))
-        xh = ctx.op("Reshape", x, dims(ctx, 0, -1, hd))  # [S, heads, hd]
-        x1 = ctx.op("Slice", xh, dims(ctx, 0), dims(ctx, half), ctx.ints([2]))
-        x2 = ctx.op("Slice", xh, dims(ctx, half), dims(ctx, hd), ctx.ints([2]))
-        rotated = ctx.op("Concat", ctx.op("Neg", x2), x1, axis=2)
+        ang = ctx.op("Mul", ctx.op("Unsqueeze", ctx.cast(pos, TensorProto.FLOAT), ctx.ints([2])), freq)  # [n, S, hd/2]
+
+        def table(fn: str) -> str:  # [n, S, 1, hd] in x's element type
+            t = ctx.op(fn, ang)
+            return ctx.op("CastLike", ctx.op("Unsqueeze", ctx.op("Concat", t, t, axis=2), ctx.ints([2])), x)
+
+        cos, sin = table("Cos"), table("Sin")
+        xh = ctx.op("Reshape", x, ctx.op("Concat", ctx.op("Shape", x, end=-1), dims(ctx, -1, hd), axis=0))  # [(B,) S, heads, hd]
+        x1 = ctx.op("Slice", xh, dims(ctx, 0), dims(ctx, half), ctx.ints([-1]))
+        x2 = ctx.op("Slice", xh, dims(ctx, half), dims(ctx, hd), ctx.ints([-1]))
+        rotated = ctx.op("Concat", ctx.op("Neg", x2), x1, axis=-1)
         out = ctx.op("Add", ctx.op("Mul", xh, cos), ctx.op("Mul", rotated, sin))
         return ctx.op("Reshape", out, ctx.op("Shape", x))
 
@@ -140,7 +159,10 @@ def _(ctx, node, x, offset=None):
     ctx.use_function(rope_function(ctx.opset))
     dyn = ctx.to_int64(offset) if offset is not None else ctx.ints([0])
     a = node.attrs
-    rows, width = ctx.input_types(node)[0].shape
+    shape = ctx.input_types(node)[0].shape
+    if len(shape) == 3:  # a batch: one Rope over [B, S, D] (period is for 2-D x only)
+        return _rope_node(ctx, x, dyn, a, shape[2])
+    rows, width = shape
     period = a.get("period") or rows
     if period != rows:  # [B*S, D] -> [S, B*D]: row s of every sequence shares position s, one Rope
         blocks = dim_div(rows, period)
@@ -185,6 +207,11 @@ def _(g, node, dy):
 
 
 def _ex(g, f, seq, width, hd, static, dynamic, inverse=False, period=None):
+    if isinstance(dynamic, list):  # a batch [B, seq, width], one offset per sequence
+        x = f.param(g, "x", [len(dynamic), seq, width])
+        off = g.input_u32("offset", [len(dynamic)])
+        f.inputs["offset"] = np.array(dynamic, dtype=np.uint32)
+        return g.apply("rope", x, off, theta=500.0, head_dim=hd, offset_static=static, inverse=inverse)
     x = f.param(g, "x", [seq, width])
     if inverse or period:
         return g.apply("rope", x, theta=10000.0, head_dim=hd, offset_static=static, inverse=inverse, period=period)
@@ -203,6 +230,8 @@ examples(
     {"seq": 4, "width": 16, "hd": 16, "static": 0, "dynamic": 11},
     {"seq": 4, "width": 8, "hd": 4, "static": 2, "dynamic": None, "inverse": True},
     {"seq": 6, "width": 8, "hd": 4, "static": 1, "dynamic": None, "period": 3},
+    {"seq": 3, "width": 16, "hd": 8, "static": 2, "dynamic": [9, 0, 4]},
+    {"seq": 2, "width": 8, "hd": 4, "static": 0, "dynamic": [5, 1], "inverse": True},
 )
 
 
@@ -216,5 +245,7 @@ class RopeBuilders:
         return self.apply("rope", x, theta=theta, head_dim=head_dim, offset_static=pos_offset)
 
     def rope_dynamic_offset(self, x: NodeId, theta: float, offset: NodeId, head_dim: int) -> NodeId:
-        """Like :meth:`rope` with row i at position ``i + offset[0]``, offset a U32 ``[1]`` node."""
+        """Like :meth:`rope` with row i at position ``i + offset[0]``, offset a U32 ``[1]`` node.
+
+        Batched: x ``[B, seq, dim]`` with offset U32 ``[B]``: row i of sequence b at ``i + offset[b]``."""
         return self.apply("rope", x, offset, theta=theta, head_dim=head_dim, offset_static=0)

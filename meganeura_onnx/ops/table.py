@@ -250,7 +250,9 @@ class CustomOp:
 @dataclass(frozen=True)
 class Position:
     """A U32 position input and its valid range: ``0 <= value <= max_value`` and, with ``rows`` and
-    ``within``, ``value + rows(rows) <= rows(within)`` (rows = dimension 0 of those inputs)."""
+    ``within``, ``value + rows(rows) <= rows(within)`` (rows = the second-to-last dimension of those
+    inputs: dimension 0 of ``[rows, width]``, 1 of a batch ``[batch, rows, width]``). A position input
+    of a batch holds one value per sequence; each must lie in the range."""
 
     input: str
     rows: str | None = None
@@ -263,7 +265,7 @@ class Position:
         run; a symbolic ``within`` gives no static limit."""
         limits = [self.max_value] if self.max_value is not None else []
         if self.rows is not None and self.within is not None:
-            within, rows = shapes[self.within][0], shapes[self.rows][0]
+            within, rows = shapes[self.within][-2], shapes[self.rows][-2]
             if isinstance(within, int):
                 limits.append(within - (rows if isinstance(rows, int) else 1))
         return min(limits) if limits else None
@@ -324,7 +326,8 @@ class OpDef:
     half_types: frozenset[str] = frozenset()
     """Element types besides float32 that this op's ``com.meganeura`` kernels take for their float
     inputs and outputs (``"float16"``, ``"bfloat16"``): the precision pass runs the op in those
-    types; an op without them computes in float32 with casts around it."""
+    types; an op without them computes in float32 with casts around it. ``tests/test_custom_op_schema.py``
+    holds the kernels' per-type registrations (CPU and CUDA) to it."""
 
     def shape(self, fn: ShapeRule) -> ShapeRule:
         self.shape_rule = fn

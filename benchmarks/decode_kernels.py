@@ -1,0 +1,93 @@
+"""ONNX nodes per decoder layer of the one-token decode step, as exported and as ONNX Runtime runs it.
+
+    python benchmarks/decode_kernels.py                  # SmolLM2-135M shape, CPUExecutionProvider
+    python benchmarks/decode_kernels.py --device cuda    # the same after the CUDA EP's own fusions
+
+The decode step of ``models/llama.py`` (mode ``decode``) is built with 1 and with 2 decoder layers,
+with and without the e-graph optimizer; each is exported (parameters as inputs, KV caches as state)
+and loaded into an ``InferenceSession`` with our kernel library registered and
+``optimized_model_filepath`` set, which writes the graph ORT runs after its own fusions (Simplified
+LayerNormalization, QuickGelu, ...). One layer's nodes are the difference between the two models,
+so the embedding, final norm and LM head drop out. After ORT's fusions every node is one kernel launch
+(except ORT's Gemm with a full-size C input on CUDA, which copies C into the output first).
+
+Prints (and with ``--out`` writes) JSON: per-layer node counts by op type, machine and load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+
+def _model_nodes(cfg, layers: int, optimize: bool, device: str) -> tuple[Counter, Counter]:
+    """(op type -> count) of the exported decode step and of the graph ORT runs."""
+    import onnx
+    import onnxruntime as ort
+    from meganeura_onnx.models import llama
+
+    from meganeura_onnx import custom_op_library
+    from meganeura_onnx.export import to_model
+    from meganeura_onnx.transforms.rewrite import optimize as optimize_graph
+
+    g = llama.build_graph(dataclasses.replace(cfg, num_hidden_layers=layers), "decode", 1, 256)
+    if optimize:
+        g, _ = optimize_graph(g, stage="inference")
+    model, _ = to_model(g, params_as_inputs=True, with_state=True)
+    ours = Counter(n.op_type for n in model.graph.node)
+    with tempfile.TemporaryDirectory() as tmp:
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
+        library = custom_op_library(device)
+        if library is not None:
+            so.register_custom_ops_library(library)
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+        ort.InferenceSession(model.SerializeToString(), so, providers=providers)
+        ran = Counter(n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node)
+    return ours, ran
+
+
+def decode_layer_nodes(cfg, *, optimize: bool, device: str = "cpu") -> dict:
+    """One decoder layer's ONNX nodes by op type: ``exported`` (our file) and ``ort`` (what ORT runs)."""
+    one, two = _model_nodes(cfg, 1, optimize, device), _model_nodes(cfg, 2, optimize, device)
+    out = {}
+    for key, a, b in (("exported", one[0], two[0]), ("ort", one[1], two[1])):
+        per_layer = {op: b[op] - a[op] for op in sorted(set(a) | set(b)) if b[op] != a[op]}
+        out[key] = {"total": sum(per_layer.values()), "by_op": per_layer}
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    import onnxruntime as ort
+    from meganeura_onnx.models import llama
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="smollm2-135m")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    cfg = llama.PRESETS[args.preset]
+    result = {
+        "what": f"ONNX nodes per decoder layer, {args.preset} decode step (1 token), {args.device}",
+        "unoptimized": decode_layer_nodes(cfg, optimize=False, device=args.device),
+        "optimized": decode_layer_nodes(cfg, optimize=True, device=args.device),
+        "machine": platform.node(),
+        "onnxruntime": ort.__version__,
+        "load_average": os.getloadavg(),
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+// CPU kernels of the fused decode-layer ops (meganeura_onnx/ops/fused.py declares them):
+//   SwiGLU          out = gate * sigmoid(gate) * up, one pass instead of ORT's QuickGelu + Mul;
+//   RopeCacheWrite  rotate the new key rows and write them into the KV cache in place, one pass
+//                   instead of Rope + CacheWrite (the rotated rows never go through memory).
+#include <cmath>
+#include <cstring>
+
+#include "cpu_parallel.h"
+#include "fused_ops.h"
+
+namespace mn {
+
+OrtStatus* CheckSwiGLU(const Tensor& gate, const Tensor& up) {
+  if (gate.type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT || up.type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)
+    return MN_INVALID("SwiGLU: gate and up must be float32, got element types %d and %d", (int)gate.type, (int)up.type);
+  if (gate.shape != up.shape)
+    return MN_INVALID("SwiGLU: gate and up must have one shape, got %s and %s", ShapeStr(gate.shape).c_str(),
+                      ShapeStr(up.shape).c_str());
+  return nullptr;
+}
+
+OrtStatus* ReadRopeCacheWriteAttrs(const OrtKernelInfo* info, RopeCacheWriteAttrs* a) {
+  MN_RETURN_IF(AttrFloat(info, "RopeCacheWrite", "theta", &a->theta, nullptr));
+  MN_RETURN_IF(AttrInt(info, "RopeCacheWrite", "head_dim", &a->head_dim, nullptr));
+  if (a->head_dim <= 0 || a->head_dim % 2 != 0 || a->head_dim > 1024)
+    return MN_INVALID("RopeCacheWrite: attribute head_dim must be even and in [2, 1024], got %lld", (long long)a->head_dim);
+  if (!(a->theta > 0.0f) || !std::isfinite(a->theta))
+    return MN_INVALID("RopeCacheWrite: attribute theta must be a positive finite number, got %g", (double)a->theta);
+  return nullptr;
+}
+
+OrtStatus* CheckRopeCacheWrite(const RopeCacheWriteAttrs& a, const Tensor& nw, const Tensor& cache, const Tensor& kv_pos,
+                               RopeCacheWriteProblem* p, bool host_positions) {
+  MN_RETURN_IF(CheckTensor("RopeCacheWrite", "new_kv", nw, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
+  MN_RETURN_IF(CheckTensor("RopeCacheWrite", "cache", cache, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
+  p->kv_pos = -1;
+  if (host_positions)
+    MN_RETURN_IF(ReadScalarIndex("RopeCacheWrite", "kv_pos", kv_pos, &p->kv_pos));
+  else
+    MN_RETURN_IF(CheckScalarIndex("RopeCacheWrite", "kv_pos", kv_pos));
+  p->T = nw.shape[0];
+  p->dim = nw.shape[1];
+  p->max_seq = cache.shape[0];
+  if (cache.shape[1] != p->dim)
+    return MN_INVALID("RopeCacheWrite: new_kv has shape %s but cache has shape %s (row widths differ)", ShapeStr(nw.shape).c_str(),
+                      ShapeStr(cache.shape).c_str());
+  if (p->dim % a.head_dim != 0)
+    return MN_INVALID("RopeCacheWrite: new_kv has %lld features, not a multiple of head_dim %lld (shape %s)", (long long)p->dim,
+                      (long long)a.head_dim, ShapeStr(nw.shape).c_str());
+  if (p->T > p->max_seq)  // never kv_pos + T > max_seq below: kv_pos may be near 2^63
+    return MN_INVALID("RopeCacheWrite: new_kv has %lld rows, more than the cache length max_seq %lld", (long long)p->T,
+                      (long long)p->max_seq);
+  if (host_positions && (p->kv_pos < 0 || p->kv_pos > p->max_seq - p->T))
+    return MN_INVALID("RopeCacheWrite: kv_pos %lld + T %lld exceeds the cache length max_seq %lld", (long long)p->kv_pos,
+                      (long long)p->T, (long long)p->max_seq);
+  return nullptr;
+}
+
+namespace {
+
+constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+
+class SwiGLUCpu : public Kernel {
+ public:
+  static OrtStatus* Create(const OrtKernelInfo*, Kernel** out) {
+    *out = new SwiGLUCpu();
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor gate, up;
+    MN_RETURN_IF(GetInput(ctx, 0, &gate));
+    MN_RETURN_IF(GetInput(ctx, 1, &up));
+    MN_RETURN_IF(CheckSwiGLU(gate, up));
+    float* out = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, gate.shape, &out));
+    const float *g = gate.f32(), *u = up.f32();
+    Chunks ch(gate.numel(), 1 << 14, 256);
+    return ParallelFor(ctx, ch.count, [&](size_t c) {
+      for (int64_t i = ch.begin(c); i < ch.end(c); ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    });
+  }
+};
+
+class RopeCacheWriteCpu : public Kernel {
+ public:
+  explicit RopeCacheWriteCpu(const RopeCacheWriteAttrs& a) : a_(a), inv_freq_(a.head_dim / 2) {
+    RopeInvFreq(a.theta, a.head_dim, inv_freq_.data());
+  }
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    RopeCacheWriteAttrs a;
+    MN_RETURN_IF(ReadRopeCacheWriteAttrs(info, &a));
+    *out = new RopeCacheWriteCpu(a);
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor nw, cache, pos;
+    MN_RETURN_IF(GetInput(ctx, 0, &nw));
+    MN_RETURN_IF(GetInput(ctx, 1, &cache));
+    MN_RETURN_IF(GetInput(ctx, 2, &pos));
+    RopeCacheWriteProblem p;
+    MN_RETURN_IF(CheckRopeCacheWrite(a_, nw, cache, pos, &p));
+    float* out = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, cache.shape, &out));
+    const float* src = cache.f32();
+    if (out != src) {  // ORT gave us a distinct buffer: copy the untouched rows
+      CountCacheCopy();
+      const int64_t n = p.max_seq * p.dim;
+      Chunks ch(n, 1 << 16, 64);
+      MN_RETURN_IF(ParallelFor(ctx, ch.count, [&](size_t c) {
+        std::memcpy(out + ch.begin(c), src + ch.begin(c), sizeof(float) * (ch.end(c) - ch.begin(c)));
+      }));
+    }
+    const int64_t half = a_.head_dim / 2, heads = p.dim / a_.head_dim;
+    const float* x = nw.f32();
+    const float* inv = inv_freq_.data();
+    std::vector<float> cs(half), sn(half);
+    for (int64_t r = 0; r < p.T; ++r) {  // T rows of one token each: a decode step writes one
+      const float position = static_cast<float>(p.kv_pos + r);
+      for (int64_t j = 0; j < half; ++j) {  // the same float32 angle as the Rope kernels
+        const float ang = position * inv[j];
+        cs[j] = std::cos(ang);
+        sn[j] = std::sin(ang);
+      }
+      float* row = out + (p.kv_pos + r) * p.dim;
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* xi = x + r * p.dim + h * a_.head_dim;
+        float* yo = row + h * a_.head_dim;
+        for (int64_t j = 0; j < half; ++j) {
+          const float a = xi[j], b = xi[j + half];
+          yo[j] = a * cs[j] - b * sn[j];
+          yo[j + half] = b * cs[j] + a * sn[j];
+        }
+      }
+    }
+    return nullptr;
+  }
+
+ private:
+  RopeCacheWriteAttrs a_;
+  std::vector<float> inv_freq_;
+};
+
+}  // namespace
+
+void AddCpuFusedOps(std::vector<OpDef*>* ops) {
+  const char* ep = "CPUExecutionProvider";
+  ops->push_back(new OpDef("SwiGLU", ep, {F32, F32}, {F32}, {false, false}, {false, false}, SwiGLUCpu::Create, 0));
+  ops->push_back(new OpDef("RopeCacheWrite", ep, {F32, F32, ANY}, {F32}, {false, false, false}, {false, false, false},
+                           RopeCacheWriteCpu::Create, 1, /*cache_inplace=*/true));
+}
+
+}  // namespace mn

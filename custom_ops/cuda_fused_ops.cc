@@ -1,0 +1,78 @@
+// CUDAExecutionProvider registrations of the fused decode-layer ops SwiGLU and RopeCacheWrite (ORT API
+// code only; the kernels are in cuda_fused.cu). kv_pos is in device memory and read by the kernel; it is
+// read back and checked here as on the CPU except under CUDA-graph capture (see cuda_ops.cc).
+#include <vector>
+
+#include "cuda_fused.h"
+#include "cuda_glue.h"
+#include "fused_ops.h"
+
+namespace mn {
+namespace {
+
+constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+
+class SwiGLUCuda : public Kernel {
+ public:
+  static OrtStatus* Create(const OrtKernelInfo*, Kernel** out) {
+    *out = new SwiGLUCuda();
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor gate, up;
+    MN_RETURN_IF(GetInput(ctx, 0, &gate));
+    MN_RETURN_IF(GetInput(ctx, 1, &up));
+    MN_RETURN_IF(CheckSwiGLU(gate, up));
+    float* out = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, gate.shape, &out));
+    void* stream = nullptr;
+    MN_RETURN_IF(Stream(ctx, &stream));
+    return Cuda("SwiGLU", mn_cuda_swiglu_f32(gate.f32(), up.f32(), out, gate.numel(), stream));
+  }
+};
+
+class RopeCacheWriteCuda : public Kernel {
+ public:
+  explicit RopeCacheWriteCuda(const RopeCacheWriteAttrs& a) : a_(a), inv_freq_(a.head_dim / 2) {
+    RopeInvFreq(a.theta, a.head_dim, inv_freq_.data());
+  }
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    RopeCacheWriteAttrs a;
+    MN_RETURN_IF(ReadRopeCacheWriteAttrs(info, &a));
+    *out = new RopeCacheWriteCuda(a);
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor nw, cache, pos;
+    MN_RETURN_IF(GetInput(ctx, 0, &nw));
+    MN_RETURN_IF(GetInput(ctx, 1, &cache));
+    MN_RETURN_IF(GetInput(ctx, 2, &pos));
+    void* stream = nullptr;
+    MN_RETURN_IF(Stream(ctx, &stream));
+    HostPos h;
+    MN_RETURN_IF(ReadBack("RopeCacheWrite", "kv_pos", pos, stream, &h));
+    RopeCacheWriteProblem p;
+    MN_RETURN_IF(CheckRopeCacheWrite(a_, nw, cache, h.captured ? pos : h.host, &p, /*host_positions=*/!h.captured));
+    float* out = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, cache.shape, &out));
+    if (out != cache.f32() && p.max_seq * p.dim > 0) CountCacheCopy();
+    return Cuda("RopeCacheWrite", mn_cuda_rope_cache_write_f32(nw.f32(), cache.f32(), out, p.T, p.dim, p.max_seq, a_.head_dim,
+                                                               inv_freq_.data(), DevicePos(pos), stream));
+  }
+
+ private:
+  RopeCacheWriteAttrs a_;
+  std::vector<float> inv_freq_;
+};
+
+}  // namespace
+
+void AddCudaFusedOps(std::vector<OpDef*>* ops) {
+  const char* ep = "CUDAExecutionProvider";
+  ops->push_back(new OpDef("SwiGLU", ep, {F32, F32}, {F32}, {false, false}, {false, false}, SwiGLUCuda::Create, 0));
+  ops->push_back(new OpDef("RopeCacheWrite", ep, {F32, F32, ANY}, {F32}, {false, false, false}, {false, false, false},
+                           RopeCacheWriteCuda::Create, 1, /*cache_inplace=*/true));
+}
+
+}  // namespace mn

@@ -1,0 +1,31 @@
+// Fused decode-layer ops (SwiGLU, RopeCacheWrite): attribute reading and input checks shared by the
+// CPU kernels (cpu_fused.cc) and the CUDA glue (cuda_fused_ops.cc).
+#pragma once
+
+#include <vector>
+
+#include "op_common.h"
+
+namespace mn {
+
+// SwiGLU: out = silu(gate) * up elementwise; gate and up float32 of one shape.
+OrtStatus* CheckSwiGLU(const Tensor& gate, const Tensor& up);
+
+// RopeCacheWrite: the cache with rows [kv_pos, kv_pos + T) = rotate-half RoPE of new_kv's rows at
+// positions kv_pos + r (what Rope(offset_dyn = kv_pos) followed by CacheWrite does, in one pass).
+struct RopeCacheWriteAttrs {
+  float theta;
+  int64_t head_dim;
+};
+OrtStatus* ReadRopeCacheWriteAttrs(const OrtKernelInfo* info, RopeCacheWriteAttrs* a);
+struct RopeCacheWriteProblem {
+  int64_t T, dim, max_seq, kv_pos;  // kv_pos = -1 when not read (host_positions = false)
+};
+// host_positions = false (CUDA): kv_pos is in device memory; its type and shape are checked, not its value.
+OrtStatus* CheckRopeCacheWrite(const RopeCacheWriteAttrs& a, const Tensor& nw, const Tensor& cache, const Tensor& kv_pos,
+                               RopeCacheWriteProblem* p, bool host_positions = true);
+
+void AddCpuFusedOps(std::vector<OpDef*>* ops);
+void AddCudaFusedOps(std::vector<OpDef*>* ops);
+
+}  // namespace mn

@@ -1,0 +1,77 @@
+"""CUDA kernels of the fused decode-layer ops (SwiGLU, RopeCacheWrite): placement on
+CUDAExecutionProvider, parity with numpy and the CPU kernels, in place on device buffers, bad input,
+and the tiny LLaMA's fused decode step replayed as a CUDA graph.
+
+Skips unless onnxruntime-gpu with a working CUDAExecutionProvider and the CUDA library are present.
+"""
+
+from __future__ import annotations
+
+import kernel_cases as kc
+import numpy as np
+import onnxruntime as ort
+import pytest
+import test_fused_kernels as cpu
+
+CUDA_LIB = kc.custom_op_library("cuda")
+HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
+pytestmark = [
+    pytest.mark.skipif(not HAS_CUDA, reason="no CUDAExecutionProvider (onnxruntime-gpu) here"),
+    pytest.mark.skipif(CUDA_LIB is None, reason="CUDA custom-op library not built (make -C custom_ops cuda)"),
+]
+CUDA = (("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider")
+CASES = cpu.CASES + [
+    ("RopeCacheWrite", cpu.rope_cache_write_case, (8192, 1024, 128, 1, 8191)),  # 8 KV heads of 128
+    ("RopeCacheWrite", cpu.rope_cache_write_case, (300, 96, 48, 64, 200)),  # a prefill chunk, head_dim not a power of 2
+]
+
+
+def cuda_session(model, **kw):
+    return kc.session(model, library=CUDA_LIB, providers=CUDA, **kw)
+
+
+@pytest.mark.parametrize("op,make,case", CASES, ids=[f"{op}-{'x'.join(map(str, c))}" for op, _, c in CASES])
+def test_cuda_fused_kernel_matches_numpy_and_the_cpu_kernel_and_runs_on_cuda(op, make, case, tmp_path):
+    inputs, attrs, ref = make(*case)
+    model = kc.make_model(op, inputs, attrs)
+    sess = cuda_session(model, profile_prefix=str(tmp_path / "cuda"))
+    got = sess.run(None, inputs)[0]
+    assert [(n["op_name"], n["provider"]) for n in kc.profiled_nodes(sess) if n["op_name"] == op] == [(op, "CUDAExecutionProvider")]
+    np.testing.assert_allclose(got, ref, rtol=cpu.RTOL, atol=cpu.ATOL)
+    on_cpu = kc.session(model, library=CUDA_LIB).run(None, inputs)[0]  # the CUDA library serves CPU sessions too
+    np.testing.assert_allclose(got, on_cpu, rtol=cpu.RTOL, atol=cpu.ATOL)
+
+
+def test_rope_cache_write_in_place_on_device():
+    inputs, attrs, ref = cpu.rope_cache_write_case(4096, 1024, 128, 1, 1234)
+    sess = cuda_session(kc.make_model("RopeCacheWrite", inputs, attrs))
+    cache = ort.OrtValue.ortvalue_from_numpy(inputs["cache"].copy(), "cuda", 0)
+    b = sess.io_binding()
+    b.bind_ortvalue_input("new_kv", ort.OrtValue.ortvalue_from_numpy(inputs["new_kv"], "cuda", 0))
+    b.bind_ortvalue_input("cache", cache)
+    b.bind_cpu_input("kv_pos", inputs["kv_pos"])
+    b.bind_ortvalue_output("Y", cache)
+    sess.run_with_iobinding(b)
+    np.testing.assert_allclose(cache.numpy(), ref, rtol=cpu.RTOL, atol=cpu.ATOL)
+
+
+@pytest.mark.parametrize("op,inputs,attrs,match", cpu.BAD, ids=[f"{b[0]}-{k}" for k, b in enumerate(cpu.BAD)])
+def test_bad_input_raises_an_ort_error_on_cuda(op, inputs, attrs, match):
+    model = kc.make_model(op, inputs, attrs, unknown_shapes=True, with_function=False)
+    with pytest.raises(Exception) as info:  # noqa: PT011 - checked below
+        cuda_session(model).run(None, inputs)
+    assert type(info.value).__module__.startswith("onnxruntime"), repr(info.value)
+    msg = str(info.value)
+    assert op in msg and all(m in msg for m in match), msg
+
+
+def test_tiny_llama_fused_decode_step_replays_as_a_cuda_graph_and_matches_the_cpu():
+    """The optimized decode step (RopeCacheWrite, SwiGLU, residual Gemm) captured once and replayed:
+    every node on CUDA, the same logits as the unoptimized step on the CPU, step after step."""
+    from test_decode_fusion import decode_sessions, feed_steps
+
+    gpu, cpu_plain = decode_sessions(("cuda", True, True), ("cpu", False, False))
+    assert {"RopeCacheWrite", "SwiGLU"} <= set(gpu.plan().kernels())
+    assert {ep for *_, ep in gpu.plan().placement} == {"CUDAExecutionProvider"}, gpu.plan().placement
+    for step, (got, want) in enumerate(feed_steps(gpu, cpu_plain, steps=6)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"step {step}")
