@@ -8,8 +8,7 @@ same shape: two buffers are swapped after each step, so nothing crosses to the h
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -18,85 +17,11 @@ import onnxruntime as ort
 from ..ir import DType, TensorType
 from ..ops import OPS
 from . import custom_ops
-from .half import HALF_ITEMSIZE, HalfBuffers, is_half
+from .half import HalfBuffers, is_half
+from .plan import Buffer, ExecutionPlan, MemorySummary
 from .sizes import SymbolSizes
 
 NUMPY = {DType.F32: np.float32, DType.U32: np.uint32}
-
-
-@dataclass
-class MemorySummary:
-    """Bytes held by the session's buffers (Meganeura's MemorySummary)."""
-
-    total_buffer_bytes: int
-    adam_state_bytes: int
-    num_buffers: int
-    largest_buffer_bytes: int
-
-    def __str__(self) -> str:
-        mb = 1e6
-        return f"{self.num_buffers} buffers, {self.total_buffer_bytes / mb:.1f} MB total ({self.adam_state_bytes / mb:.1f} MB adam state), largest {self.largest_buffer_bytes / mb:.1f} MB"
-
-
-@dataclass
-class Buffer:
-    name: str
-    ty: TensorType
-    kind: str  # "input", "parameter", "state", "output", "optimizer"
-    storage: str = "float32"
-    """Element type of the device buffer: float32 (or uint32 for U32 buffers), float16 or bfloat16."""
-
-    @property
-    def size_bytes(self) -> int:
-        return self.ty.num_elements() * HALF_ITEMSIZE if self.storage != "float32" else self.ty.size_bytes()
-
-
-@dataclass
-class ExecutionPlan:
-    """What the session runs: ONNX nodes, buffers, providers and which provider runs which node."""
-
-    providers: list[str]
-    nodes: list[tuple[str, str, str]]  # (name, domain, op_type) of the model as exported
-    buffers: list[Buffer]
-    placement: list[tuple[str, str, str, str]] = field(default_factory=list)
-    """(node name, domain, op_type, provider) of every node ORT runs, after function inlining."""
-    custom_op_library: str | None = None
-    precision: str = "fp32"
-    """The session's ``precision=`` (fp32, tf32, bf16, fp16)."""
-    precisions: list[tuple[str, str, str, str]] = field(default_factory=list)
-    """(node name, domain, op_type, precision) of every exported node under bf16/fp16: ``float32``,
-    ``float16``/``bfloat16``, or ``"<half> (emulated)"`` (rounded through half, computed in float32
-    where the device has no half kernel). Empty for fp32/tf32 (everything float32)."""
-
-    def precision_of(self, op_type: str, domain: str = "") -> set[str]:
-        """Precisions the nodes of ``op_type`` compute in (``{"float32"}`` under fp32/tf32)."""
-        if not self.precisions:
-            return {"float32"} if any(op == op_type and dom == domain for _, dom, op in self.nodes) else set()
-        return {p for _, dom, op, p in self.precisions if op == op_type and dom == domain}
-
-    def kernels(self) -> dict[str, str]:
-        """How each exported com.meganeura op runs: "kernel" (the library's) or "function" (inlined body)."""
-        exported = sorted({op for _, dom, op in self.nodes if dom == "com.meganeura"})
-        as_kernel = {op for _, dom, op, _ in self.placement if dom == "com.meganeura"}
-        return {op: "kernel" if op in as_kernel else "function" for op in exported}
-
-    def providers_of(self, op_type: str, domain: str = "") -> set[str]:
-        """Providers that run nodes of ``op_type`` (e.g. ``providers_of("Rope", "com.meganeura")``)."""
-        return {ep for _, dom, op, ep in self.placement if op == op_type and dom == domain}
-
-    def __str__(self) -> str:
-        by_ep: dict[str, int] = {}
-        for *_, ep in self.placement:
-            by_ep[ep] = by_ep.get(ep, 0) + 1
-        lines = [f"ExecutionPlan: {len(self.nodes)} ONNX nodes, {len(self.buffers)} buffers, providers {self.providers}"]
-        lines += [f"  {ep}: {n} nodes" for ep, n in sorted(by_ep.items())]
-        lines += [f"  com.meganeura.{op}: {how}" for op, how in self.kernels().items()]
-        by_prec: dict[str, set[str]] = {}
-        for _, dom, op, prec in self.precisions:
-            by_prec.setdefault(prec, set()).add(f"{dom}.{op}" if dom else op)
-        lines.append(f"  precision {self.precision}" + ("" if by_prec else ": every op in float32" if self.precision == "fp32" else ""))
-        lines += [f"    {prec}: {', '.join(sorted(ops))}" for prec, ops in sorted(by_prec.items())]
-        return "\n".join(lines)
 
 
 def host_array(name: str, data: object, ty: TensorType, dtype: DType, what: str) -> np.ndarray:
@@ -214,6 +139,7 @@ class Session:
         providers: Sequence | None = None,
         use_custom_ops: bool = True,
         inplace_state: Sequence[str] = (),
+        inplace_kernels: Collection[tuple[str, str]] = (),
         cuda_graph: bool = False,
         position_limits: Mapping[str, int] | None = None,
         check_finite: bool = False,
@@ -256,11 +182,14 @@ class Session:
         self._pairs = {name: out for name, (out, _) in state.items()}
         # With our in-place CacheWrite kernel running, a KV cache is ONE buffer bound as input and
         # output (a decode step writes one row, never copies the cache). Otherwise two buffers swap.
+        # ``inplace_kernels``: more (domain, op) kernels that may write their outputs over their inputs
+        # (training: AdamUpdate, when the caller checked it runs after every other reader).
         inplace_ops = {(d.custom.domain, d.custom.name) for d in OPS.values() if d.custom and d.custom.inplace_input}
-        cache_write_kernel = any(
+        inplace_ops |= set(inplace_kernels)
+        inplace_kernel = any(
             (n.domain, n.op_type) in inplace_ops for sub in self._ort.get_provider_graph_assignment_info() for n in sub.get_nodes()
         )
-        self._aliased = {n for n in inplace_state if n in self._pairs} if cache_write_kernel else set()
+        self._aliased = {n for n in inplace_state if n in self._pairs} if inplace_kernel else set()
         self._spare: dict[str, ort.OrtValue] = {}
         # Inputs with symbolic dims get their buffer at set_input; outputs whose shape depends on
         # them are (re)allocated when a step runs with sizes that differ from the last ones.
