@@ -36,23 +36,29 @@ import tiny_llama  # noqa: E402
 
 llama = load_module(ROOT / "models" / "llama.py")
 CFG = {"vocab": 64, "hidden": 64, "heads": 4, "kv_heads": 2, "intermediate": 128, "layers": 2}
-SEQ, BATCH, STEPS = 32, 4, 100
+SEQ, BATCH, STEPS, LR = 32, 4, 100, 1e-3
+
+
+def _corpus() -> np.ndarray:
+    """A generated text with structure to learn, as ids below the vocab (bytes mod 64)."""
+    animals, verbs = ["cat", "dog", "fox", "owl", "bee"], ["sees", "likes", "chases", "greets"]
+    lines = [f"the {a} {v} the {b}." for a in animals for v in verbs for b in animals if a != b]
+    return np.frombuffer(" ".join(lines).encode(), np.uint8) % CFG["vocab"]
 
 
 def _train_both(precision: str) -> tuple[list[float], list[float], object]:
     g = tiny_llama.build(**CFG, seq=SEQ, batch=BATCH)
     params = default_parameters(g, 0)
-    rng = np.random.default_rng(0)
-    data = [rng.integers(0, CFG["vocab"], (BATCH, SEQ + 1)) for _ in range(8)]
+    rng, text = np.random.default_rng(0), _corpus()
     s = build_session(g, "cuda", optimizer="adamw", parameters=params, precision=precision)
-    s.set_adamw(2e-3, weight_decay=0.01)
+    s.set_adamw(LR, weight_decay=0.01)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     w, loss_fn = tiny_llama.torch_model(params, **CFG, device="cuda")
-    opt = torch.optim.AdamW(w.values(), lr=2e-3, weight_decay=0.01)
+    opt = torch.optim.AdamW(w.values(), lr=LR, weight_decay=0.01)
     ours, theirs = [], []
-    for step in range(STEPS):
-        ids = data[step % len(data)]
+    for _ in range(STEPS):  # a fresh batch of random windows every step
+        ids = np.stack([text[a : a + SEQ + 1] for a in rng.integers(0, text.size - SEQ - 1, BATCH)])
         x, y = ids[:, :-1].astype(np.uint32), ids[:, 1:].astype(np.uint32)
         s.set_input_u32("input_ids", x.reshape(-1))
         s.set_input_u32("labels", y.reshape(-1))
@@ -74,7 +80,7 @@ def _train_both(precision: str) -> tuple[list[float], list[float], object]:
 def test_a_hundred_bf16_steps_of_the_tiny_llama_follow_pytorch_autocast_bf16_within_two_percent():
     ours, theirs, s = _train_both("bf16")
     np.testing.assert_allclose(ours, theirs, rtol=0.02)
-    assert np.mean(theirs[-8:]) < 0.8 * np.mean(theirs[:8])  # it trained
+    assert np.mean(theirs[-8:]) < 0.5 * np.mean(theirs[:8])  # it trained
     plan = s.plan()
     assert plan.precision_of("MatMul") == {"bfloat16"} and "CUDAExecutionProvider" in plan.providers_of("MatMul")
     assert plan.precision_of("Softmax") <= {"float32"}
@@ -119,7 +125,8 @@ def test_fp16_logits_match_transformers_in_fp16(hf_tiny):
         ref = model(torch.tensor([PROMPT], device="cuda")).logits[0, -1].float().cpu().numpy()
     assert ours.dtype == np.float32
     assert np.abs(ours - ref).max() <= 1e-2 * np.abs(ref).max() + 1e-3
-    assert runner.decoder.plan().precision_of("MatMul") == {"float16"}
+    plan = runner.decoder.plan()
+    assert plan.precision_of("MatMul") | plan.precision_of("Gemm") == {"float16"}
 
 
 def test_fp16_greedy_tokens_equal_transformers_fp16_where_the_top_two_logits_are_not_within_rounding(hf_tiny):
@@ -136,3 +143,11 @@ def test_fp16_greedy_tokens_equal_transformers_fp16_where_the_top_two_logits_are
             top2 = np.sort(logits[k])[-2:]
             assert top2[1] - top2[0] <= 1e-2 * abs(top2[1]) + 2e-3, (k, ours, theirs, top2)
             break
+
+
+def test_tf32_sessions_ask_the_cuda_provider_for_tf32_and_fp32_ones_do_not():
+    g = tiny_llama.build(**CFG, seq=SEQ)
+    for precision, flag in (("tf32", "1"), ("fp32", "0")):
+        s = build_session(g, "cuda", optimizer="adam", precision=precision)
+        assert s.onnx_model() is not None and s.precision == precision
+        assert s._ort.get_provider_options()["CUDAExecutionProvider"]["use_tf32"] == flag

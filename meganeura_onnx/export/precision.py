@@ -12,8 +12,8 @@ model or a whole train step), per ONNX node:
 - **everything else** stays float32: reductions, Softmax/LogSoftmax, normalisations, Exp/Log/Sqrt/Pow,
   losses, elementwise arithmetic and the optimizer update. A half input is cast back to float32.
 - ``com.meganeura`` custom ops compute in half only where the op table says their kernels take it
-  (``OpDef.half_types``), and only on CUDA (the half kernels are GPU kernels); elsewhere they run in
-  float32 with casts around them.
+  (``OpDef.half_types``, registered by the CPU and the CUDA library alike) and the kernel library
+  runs them; elsewhere (function bodies) they run in float32 with casts around them.
 
 On a device without a half kernel for a half-compute op (ORT's CPU EP has no fp16/bf16 MatMul or
 Gemm, and no bf16 arithmetic at all) the op is *emulated*: its inputs are rounded through the half
@@ -293,7 +293,9 @@ def lower_precision(
 
 
 def _custom_runs_half(op_type: str, dtype: str, device: str, custom_kernels: bool) -> bool:
-    return custom_kernels and device == "cuda" and dtype in custom_half_types(op_type)
+    # half_types is what the kernels of both libraries (CPU and CUDA) register
+    # (tests/test_custom_op_schema.py holds them to it): no device condition.
+    return custom_kernels and dtype in custom_half_types(op_type)
 
 
 def half_storage_inputs(

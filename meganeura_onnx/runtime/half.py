@@ -29,6 +29,18 @@ def _cast_model(src: int, dst: int) -> bytes:
     return model.SerializeToString()
 
 
+def _without_cuda_graph(providers: Sequence) -> list:
+    """``providers`` with CUDA-graph replay turned off. The cast sessions run on a new pair of
+    buffers at every call; a captured graph would replay the first call's addresses, so every
+    later write would land in the first buffer written."""
+    out = []
+    for p in providers:
+        if isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], dict):
+            p = (p[0], {k: v for k, v in p[1].items() if k != "enable_cuda_graph"})
+        out.append(p)
+    return out
+
+
 class HalfBuffers:
     """Allocates, writes and reads ``dtype`` ("float16"/"bfloat16") buffers on ``device`` ("cpu"/"cuda")."""
 
@@ -39,8 +51,9 @@ class HalfBuffers:
         self.onnx_type = ONNX_TYPE[dtype]
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
-        self._down = ort.InferenceSession(_cast_model(TensorProto.FLOAT, self.onnx_type), opts, providers=list(providers))
-        self._up = ort.InferenceSession(_cast_model(self.onnx_type, TensorProto.FLOAT), opts, providers=list(providers))
+        providers = _without_cuda_graph(providers)
+        self._down = ort.InferenceSession(_cast_model(TensorProto.FLOAT, self.onnx_type), opts, providers=providers)
+        self._up = ort.InferenceSession(_cast_model(self.onnx_type, TensorProto.FLOAT), opts, providers=providers)
 
     def new(self, arr: np.ndarray) -> ort.OrtValue:
         """A new device buffer holding ``arr`` (float32 values) rounded to the half type."""

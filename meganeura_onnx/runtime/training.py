@@ -397,10 +397,17 @@ class TrainingSession(Session):
             self._opt_steps += apply
 
     def _accept_step(self) -> bool:
+        # Dropping a step relies on its update having gone to the spare buffers: with loss scaling,
+        # no parameter or optimizer buffer may be updated in place (aliased).
         if self._scaler is None:
             return True
         check = float(self._outputs[LOSS_SCALE_CHECK].numpy().reshape(-1)[0])
         self._overflowed = not self._scaler.update(math.isfinite(check))
+        if self._overflowed and self._aliased:
+            raise RuntimeError(
+                f"step: fp16 gradients overflowed but {sorted(self._aliased)[:3]}... were updated in place; "
+                "loss-scaled sessions must not alias parameter or optimizer buffers"
+            )
         return not self._overflowed
 
     @property
