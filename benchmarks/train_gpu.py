@@ -252,7 +252,7 @@ def ort_profile(cfg: dict, params: dict, out: Path) -> dict:
     feeds = {"input_ids": inp, "labels": tgt, **params}
     feeds.update({m: np.zeros(params[m.split(".", 1)[1]].shape, np.float32) for m in prog.moments})
     hyper = {"opt.lr": LR, "opt.beta1": 0.9, "opt.beta2": 0.999, "opt.eps": 1e-8, "opt.step": 1.0, "opt.weight_decay": WD}
-    feeds.update({h: np.array([hyper[h]], np.float32) for h in prog.hyper})
+    feeds.update({h: np.array([hyper[h]], np.float32) for h in prog.hyper + prog.counters})
     for _ in range(2):
         sess.run(None, feeds)
     events = json.loads(Path(sess.end_profiling()).read_text())

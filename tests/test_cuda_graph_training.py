@@ -33,6 +33,43 @@ def test_cuda_graph_training_is_refused_off_cuda():
         build_session(mnist_mlp.build(batch=4), "cpu", optimizer="adam", cuda_graph=True)
 
 
+def test_adam_step_counter_is_device_state_the_model_advances():
+    """``opt.step`` (Adam's t) is no host-written hyper-parameter: the model outputs
+    ``opt.step.next`` and the session swaps it in, so steps with unchanged hyper-parameters write
+    nothing to the device; a checkpoint load writes the restored count."""
+    g = mnist_mlp.build(batch=4)
+    s = build_session(g, optimizer="adam")
+    s.set_adam(1e-3)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        s.set_input("x", rng.normal(size=(4, 784)).astype(np.float32))
+        s.step()
+    assert "opt.step" not in s._prog.hyper and s._prog.counters == ["opt.step"]
+    assert "opt.step.next" in [o.name for o in s.onnx_model().graph.output]
+    assert s._values["opt.step"].numpy().tolist() == [4.0] and s.optimizer_step == 3
+    written = dict(s._written)
+    s.step()  # nothing changed: no hyper-parameter is written again
+    assert s._written == written and s._values["opt.step"].numpy().tolist() == [5.0]
+
+
+def test_restored_step_count_reaches_the_device_counter(tmp_path):
+    g = mnist_mlp.build(batch=4)
+    s = build_session(g, optimizer="adam")
+    s.set_adam(1e-3)
+    for _ in range(2):
+        s.step()
+    s.save_checkpoint(tmp_path / "c.safetensors")
+    t = build_session(g, optimizer="adam")
+    t.set_adam(1e-3)
+    t.step()
+    t.load_checkpoint(tmp_path / "c.safetensors")
+    assert t.optimizer_step == 2 and t._values["opt.step"].numpy().tolist() == [3.0]
+    s.step()
+    t.step()  # the same update from the same state: equal parameters
+    for name in s.parameter_names():
+        np.testing.assert_array_equal(t.read_param(name), s.read_param(name), err_msg=name)
+
+
 def _fake_session(placement):
     subs = {}
     for name, op, ep in placement:

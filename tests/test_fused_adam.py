@@ -101,3 +101,38 @@ def test_fused_adam_on_cuda_runs_our_cuda_kernel_and_equals_the_decomposed_updat
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-6)
     for name in ref.parameter_names():
         np.testing.assert_allclose(fused.read_param(name), ref.read_param(name), rtol=1e-6, atol=1e-8, err_msg=name)
+
+
+def _tensors_bytes(s, names):
+    return sum(s._types[n].size_bytes() for n in names)
+
+
+@needs_kernels
+def test_adam_kernel_updates_in_place_with_one_buffer_per_tensor_and_the_same_numbers():
+    """Where nothing needs the old values after the step, the AdamUpdate kernel writes p', m', v'
+    over p, m, v: no second buffer per tensor, the same results as two swapped buffers
+    (``check_finite=True`` keeps those)."""
+    inplace, losses = _run("adam")
+    swapped, swapped_losses = _run("adam", check_finite=True)
+    updated = set(inplace._prog.trainable) | set(inplace._prog.moments)
+    assert inplace.inplace_state == updated and swapped.inplace_state == set()
+    saved = swapped.memory_summary().total_buffer_bytes - inplace.memory_summary().total_buffer_bytes
+    assert saved == _tensors_bytes(inplace, updated)
+    np.testing.assert_array_equal(losses, swapped_losses)
+    for name in swapped.parameter_names():
+        np.testing.assert_array_equal(inplace.read_param(name), swapped.read_param(name), err_msg=name)
+
+
+def test_no_in_place_update_when_a_parameter_is_read_outside_the_gradient():
+    """A graph output that reads a parameter without feeding the loss may run after the update:
+    the session keeps two buffers. Gradient accumulation (old values gated back) does too."""
+    g = meganeura_onnx.Graph()
+    w = g.parameter("w", [3, 2])
+    loss = g.mean_all(g.matmul(g.input("x", [4, 3]), w))
+    g.set_outputs({"loss": loss, "w_sum": g.sum_all(w)})
+    s = build_session(g, optimizer="adam")
+    assert s.inplace_state == set()
+    s, _ = _run("adam", steps=1)
+    s.set_grad_accumulation(2)
+    s.step()
+    assert s.inplace_state == set()

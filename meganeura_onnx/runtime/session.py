@@ -8,7 +8,7 @@ same shape: two buffers are swapped after each step, so nothing crosses to the h
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -214,6 +214,7 @@ class Session:
         providers: Sequence | None = None,
         use_custom_ops: bool = True,
         inplace_state: Sequence[str] = (),
+        inplace_kernels: Collection[tuple[str, str]] = (),
         cuda_graph: bool = False,
         position_limits: Mapping[str, int] | None = None,
         check_finite: bool = False,
@@ -256,11 +257,14 @@ class Session:
         self._pairs = {name: out for name, (out, _) in state.items()}
         # With our in-place CacheWrite kernel running, a KV cache is ONE buffer bound as input and
         # output (a decode step writes one row, never copies the cache). Otherwise two buffers swap.
+        # ``inplace_kernels``: more (domain, op) kernels that may write their outputs over their inputs
+        # (training: AdamUpdate, when the caller checked it runs after every other reader).
         inplace_ops = {(d.custom.domain, d.custom.name) for d in OPS.values() if d.custom and d.custom.inplace_input}
-        cache_write_kernel = any(
+        inplace_ops |= set(inplace_kernels)
+        inplace_kernel = any(
             (n.domain, n.op_type) in inplace_ops for sub in self._ort.get_provider_graph_assignment_info() for n in sub.get_nodes()
         )
-        self._aliased = {n for n in inplace_state if n in self._pairs} if cache_write_kernel else set()
+        self._aliased = {n for n in inplace_state if n in self._pairs} if inplace_kernel else set()
         self._spare: dict[str, ort.OrtValue] = {}
         # Inputs with symbolic dims get their buffer at set_input; outputs whose shape depends on
         # them are (re)allocated when a step runs with sizes that differ from the last ones.

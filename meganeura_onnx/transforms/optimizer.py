@@ -43,6 +43,10 @@ class OptimizerSpec:
     """Adam/AdamW as one multi-tensor ``AdamUpdate`` node instead of ~13 ONNX nodes per parameter."""
     accumulate: bool = False
     """Gradient accumulation: ``grad_acc.<p>`` state, ``opt.accum_scale`` and ``opt.apply`` inputs."""
+    device_step: bool = False
+    """Adam's ``opt.step`` is state the model advances itself (``opt.step.next`` = step + 1, or
+    + apply with accumulation), so a session writes it only when it resets it: replaying the step
+    (a CUDA graph) needs no host copy for it."""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -91,10 +95,12 @@ def append_update(g, params: Mapping[str, NodeId], grads: Mapping[str, NodeId], 
             up.next_values[f"grad_acc.{name}"] = g.mul_scalar(total, keep)
             grads[name] = g.mul_scalar(total, h["accum_scale"])
     _update(g, params, grads, spec, h, up)
+    if spec.device_step and spec.uses_moments:
+        up.next_values["opt.step"] = g.add(h["step"], h["apply"]) if spec.accumulate else g.affine(h["step"], 1.0, 1.0)
     if spec.accumulate:  # keep the old values except on the K-th micro-batch
         old = {**params, **up.state}
         for key, new in list(up.next_values.items()):
-            if not key.startswith("grad_acc."):
+            if not key.startswith(("grad_acc.", "opt.")):
                 up.next_values[key] = g.add(g.mul_scalar(new, h["apply"]), g.mul_scalar(old[key], keep))
     return up
 
