@@ -112,11 +112,17 @@ class LlamaForCausalLM:
             self.lm_head = Linear.new(g, "lm_head", cfg.hidden_size, cfg.vocab_size, bias=False)
 
     def forward(
-        self, g: Graph, input_ids: NodeId, caches: list[KvCache] | list[PastKv] | None = None, last_row: NodeId | None = None
+        self,
+        g: Graph,
+        input_ids: NodeId,
+        caches: list[KvCache] | list[PastKv] | None = None,
+        last_row: NodeId | None = None,
+        fused_attention: bool = False,
     ) -> NodeId:
+        """``fused_attention`` (no caches): fused attention kernels forward and backward (training)."""
         h = self.embed_tokens.forward(g, input_ids)
         for i, layer in enumerate(self.layers):
-            h = layer.forward(g, h, caches[i] if caches else None)
+            h = layer.forward(g, h, caches[i] if caches else None, fused_attention)
         if last_row is not None:
             h = g.embedding(last_row, h)  # gather one row: the LM head then runs on [1, hidden]
         return self.lm_head.forward(g, self.norm.forward(g, h))
@@ -137,8 +143,8 @@ def build_graph(cfg: LlamaConfig, mode: str = "logits", seq: int = 16, max_seq: 
     g = Graph()
     model = LlamaForCausalLM(g, cfg)
     if mode in ("logits", "train"):
-        logits = model.forward(g, g.input_u32("input_ids", [seq]))
-        # train: next-token cross-entropy over U32 token ids [seq] (sparse_cross_entropy_loss).
+        # train: fused attention kernels (flash_attention), and next-token cross-entropy over U32 token ids [seq].
+        logits = model.forward(g, g.input_u32("input_ids", [seq]), fused_attention=mode == "train")
         g.set_outputs([g.sparse_cross_entropy_loss(logits, g.input_u32("labels", [seq]))] if mode == "train" else [logits])
         return g
     if mode == "past":

@@ -155,7 +155,8 @@ class LlamaAttention:
             cfg.rope_theta,
         )
 
-    def forward(self, g: Graph, x: NodeId, cache: KvCache | PastKv | None = None) -> NodeId:
+    def forward(self, g: Graph, x: NodeId, cache: KvCache | PastKv | None = None, fused_attention: bool = False) -> NodeId:
+        """``fused_attention`` (no cache only): :meth:`Graph.flash_attention`, for training graphs."""
         q, k, v = (p.forward(g, x) for p in (self.q_proj, self.k_proj, self.v_proj))
         heads = (self.num_heads, self.num_kv_heads, self.head_dim)
         if isinstance(cache, PastKv):  # rows = batch sequences of new tokens; keys/values grow by concat
@@ -165,7 +166,7 @@ class LlamaAttention:
             out = g.masked_causal_attention(q, cache.present_k, cache.present_v, cache.attention_mask, *heads)
         elif cache is None:
             q, k = g.rope(q, self.rope_theta, self.head_dim), g.rope(k, self.rope_theta, self.head_dim)
-            out = g.causal_attention(q, k, v, *heads)
+            out = g.causal_attention(q, k, v, *heads, fused=fused_attention)
         else:
             out = self._cached(g, q, k, v, cache)
         return self.o_proj.forward(g, out)
@@ -224,6 +225,6 @@ class LlamaDecoderLayer:
             LlamaMLP.new(g, join(name, "mlp"), d, cfg.intermediate_size),
         )
 
-    def forward(self, g: Graph, x: NodeId, cache: KvCache | PastKv | None = None) -> NodeId:
-        h = g.add(x, self.self_attn.forward(g, self.input_layernorm.forward(g, x), cache))
+    def forward(self, g: Graph, x: NodeId, cache: KvCache | PastKv | None = None, fused_attention: bool = False) -> NodeId:
+        h = g.add(x, self.self_attn.forward(g, self.input_layernorm.forward(g, x), cache, fused_attention))
         return g.add(h, self.mlp.forward(g, self.post_attention_layernorm.forward(g, h)))
