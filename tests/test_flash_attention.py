@@ -170,7 +170,9 @@ def _tiny_llama():
 
 
 def _fused_and_unfused_steps(device: str) -> dict:
-    """Three Adam steps of a tiny LLaMA (2 layers, GQA, 3 sequences) with and without fused attention."""
+    """Three SGD steps of a tiny LLaMA (2 layers, GQA, 3 sequences) with and without fused attention
+    (SGD: the parameters move by the gradients themselves; Adam's m / sqrt(v) would magnify float32
+    rounding in near-zero gradients into visible parameter differences)."""
     tiny_llama = _tiny_llama()
     cfg = {"vocab": 32, "hidden": 32, "heads": 4, "kv_heads": 2, "intermediate": 48, "layers": 2, "seq": 8, "batch": 3}
     rng = np.random.default_rng(0)
@@ -179,8 +181,8 @@ def _fused_and_unfused_steps(device: str) -> dict:
     for fused in (False, True):
         graph = tiny_llama.build(**cfg, fused_attention=fused)
         assert any(n.op == "flash_attention" for n in graph.nodes()) == fused
-        s = build_session(graph, device, optimizer="adam", seed=0)
-        s.set_adam(1e-2)
+        s = build_session(graph, device, optimizer="sgd", seed=0)
+        s.set_learning_rate(0.5)
         losses = []
         for _ in range(3):
             s.set_input_u32("input_ids", ids)
@@ -214,4 +216,4 @@ def test_cuda_training_steps_with_fused_attention_equal_the_unfused_ones():
     results = _fused_and_unfused_steps("cuda")
     np.testing.assert_allclose(results[True][0], results[False][0], rtol=1e-5)
     for name, p in results[False][1].items():
-        np.testing.assert_allclose(results[True][1][name], p, rtol=1e-4, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(results[True][1][name], p, rtol=1e-5, atol=1e-6, err_msg=name)
