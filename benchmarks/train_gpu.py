@@ -12,7 +12,8 @@
    - ours fp32 (strict: ``use_tf32=0``), tf32 (``use_tf32=1``), bf16 and fp16 (``precision=``: MatMul/Gemm
      in half with fp32 accumulation, fp32 master weights; fp16 with dynamic loss scaling), and fp32
      and bf16 with the step replayed as CUDA graphs (``cuda_graph=True``); the train-step model is
-     compiled once and cached in OUT_DIR for every variant;
+     compiled once and cached in OUT_DIR for every variant; attention is the fused kernels
+     (``flash_attention``), and ours fp32 runs once more with it decomposed into MatMul/Softmax;
    - Hugging Face ``LlamaForCausalLM`` (its default SDPA attention, no compilation) fp32 strict,
      and bf16 autocast (fp32 master weights, as mixed-precision training runs);
    - the same model under ``torch.compile``, bf16 autocast.
@@ -121,26 +122,29 @@ def _data(cfg: dict):
     return ids[:, :-1].reshape(-1).astype(np.uint32), ids[:, 1:].reshape(-1).astype(np.uint32)
 
 
-def _session(cfg: dict, params: dict, out: Path, **kw):
+def _session(cfg: dict, params: dict, out: Path, fused_attention: bool = True, **kw):
     """Our training session; the compiled train-step model is cached in ``out`` (compiled once for
     every variant: precision and CUDA graphs are applied when the session is built)."""
     import tiny_llama
 
     from meganeura_onnx.runtime.training import build_session_cached
 
-    graph = tiny_llama.build(**cfg, seq=SEQ, batch=BATCH)
-    cache = out / ("train_step_loss_scaled.onnx" if kw.get("precision") == "fp16" else "train_step.onnx")  # fp16 compiles its own
+    graph = tiny_llama.build(**cfg, seq=SEQ, batch=BATCH, fused_attention=fused_attention)
+    name = "train_step_loss_scaled" if kw.get("precision") == "fp16" else "train_step"  # fp16 compiles its own
+    cache = out / (name + ("" if fused_attention else "_decomposed_attention") + ".onnx")
     return build_session_cached(graph, cache, "cuda", optimizer="adamw", parameters=params, **kw)
 
 
-def ours(cfg: dict, params: dict, steps: int, repeats: int, out: Path, precision: str, cuda_graph: bool = False) -> dict:
+def ours(
+    cfg: dict, params: dict, steps: int, repeats: int, out: Path, precision: str, cuda_graph: bool = False, fused_attention: bool = True
+) -> dict:
     import torch
 
     inp, tgt = _data(cfg)
     gc.collect()  # the previous variant's session (its ORT arena goes with it)
     free0 = torch.cuda.mem_get_info()[0]
     t0 = time.perf_counter()
-    s = _session(cfg, params, out, precision=precision, cuda_graph=cuda_graph)
+    s = _session(cfg, params, out, fused_attention, precision=precision, cuda_graph=cuda_graph)
     build_s = time.perf_counter() - t0
     s.set_adamw(LR, weight_decay=WD)
     s.set_input_u32("input_ids", inp)
@@ -291,6 +295,7 @@ def speed(layers: int, steps: int, repeats: int, out: Path) -> dict:
         # ours first: before PyTorch's caching allocator holds memory
         "ours_fp32": lambda: ours(cfg, params, steps, repeats, out, "fp32"),
         "ours_fp32_cuda_graph": lambda: ours(cfg, params, steps, repeats, out, "fp32", cuda_graph=True),
+        "ours_fp32_decomposed_attention": lambda: ours(cfg, params, steps, repeats, out, "fp32", fused_attention=False),
         "ours_tf32": lambda: ours(cfg, params, steps, repeats, out, "tf32"),
         "ours_bf16": lambda: ours(cfg, params, steps, repeats, out, "bf16"),
         "ours_bf16_cuda_graph": lambda: ours(cfg, params, steps, repeats, out, "bf16", cuda_graph=True),

@@ -5,14 +5,17 @@
 #include <cmath>
 #include <cstring>
 
+#include "cpu_elements.h"
+#include "cpu_math.h"
 #include "cpu_parallel.h"
 #include "fused_ops.h"
 
 namespace mn {
 
 OrtStatus* CheckSwiGLU(const Tensor& gate, const Tensor& up) {
-  if (gate.type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT || up.type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)
-    return MN_INVALID("SwiGLU: gate and up must be float32, got element types %d and %d", (int)gate.type, (int)up.type);
+  if (!IsFloatType(gate.type) || up.type != gate.type)
+    return MN_INVALID("SwiGLU: gate and up must be float, float16 or bfloat16 of one element type, got element types %d and %d",
+                      (int)gate.type, (int)up.type);
   if (gate.shape != up.shape)
     return MN_INVALID("SwiGLU: gate and up must have one shape, got %s and %s", ShapeStr(gate.shape).c_str(),
                       ShapeStr(up.shape).c_str());
@@ -31,8 +34,9 @@ OrtStatus* ReadRopeCacheWriteAttrs(const OrtKernelInfo* info, RopeCacheWriteAttr
 
 OrtStatus* CheckRopeCacheWrite(const RopeCacheWriteAttrs& a, const Tensor& nw, const Tensor& cache, const Tensor& kv_pos,
                                RopeCacheWriteProblem* p, bool host_positions) {
-  MN_RETURN_IF(CheckTensor("RopeCacheWrite", "new_kv", nw, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
-  MN_RETURN_IF(CheckTensor("RopeCacheWrite", "cache", cache, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 2));
+  MN_RETURN_IF(CheckFloatTensor("RopeCacheWrite", "new_kv", nw, 2));
+  MN_RETURN_IF(CheckTensor("RopeCacheWrite", "cache", cache, nw.type, 2));
+  p->type = nw.type;
   p->kv_pos = -1;
   if (host_positions)
     MN_RETURN_IF(ReadScalarIndex("RopeCacheWrite", "kv_pos", kv_pos, &p->kv_pos));
@@ -59,6 +63,8 @@ OrtStatus* CheckRopeCacheWrite(const RopeCacheWriteAttrs& a, const Tensor& nw, c
 namespace {
 
 constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
 constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 
 class SwiGLUCpu : public Kernel {
@@ -72,13 +78,31 @@ class SwiGLUCpu : public Kernel {
     MN_RETURN_IF(GetInput(ctx, 0, &gate));
     MN_RETURN_IF(GetInput(ctx, 1, &up));
     MN_RETURN_IF(CheckSwiGLU(gate, up));
-    float* out = nullptr;
+    void* out = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, gate.shape, &out));
-    const float *g = gate.f32(), *u = up.f32();
-    Chunks ch(gate.numel(), 1 << 14, 256);
-    return ParallelFor(ctx, ch.count, [&](size_t c) {
-      for (int64_t i = ch.begin(c); i < ch.end(c); ++i) out[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    return DispatchFloat(gate.type, [&](auto tag) {
+      using T = decltype(tag);
+      return Run(ctx, gate.numel(), static_cast<const T*>(gate.data), static_cast<const T*>(up.data), static_cast<T*>(out));
     });
+  }
+
+ private:
+  template <class T>
+  static OrtStatus* Run(OrtKernelContext* ctx, int64_t n, const T* g, const T* u, T* out) {
+    Chunks ch(n, 1 << 14, 256);
+    return ParallelFor(ctx, ch.count, [&](size_t c) { Span(g, u, out, ch.begin(c), ch.end(c)); });
+  }
+  // sigmoid(x) from e = exp(-|x|) in (0, 1]: 1 / (1 + e) for x >= 0, e / (1 + e) below; never
+  // overflows, and ExpNeg (plain arithmetic, unlike libm's expf) lets the float loop vectorise.
+  template <class T>
+  static void Span(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ out, int64_t begin, int64_t end) {
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) {
+      const float x = ToFloat(g[i]);
+      const float e = ExpNeg(-std::fabs(x));
+      const float s = 1.0f / (1.0f + e);
+      out[i] = FromFloat<T>(x * (x >= 0.0f ? s : e * s) * ToFloat(u[i]));
+    }
   }
 };
 
@@ -100,19 +124,26 @@ class RopeCacheWriteCpu : public Kernel {
     MN_RETURN_IF(GetInput(ctx, 2, &pos));
     RopeCacheWriteProblem p;
     MN_RETURN_IF(CheckRopeCacheWrite(a_, nw, cache, pos, &p));
-    float* out = nullptr;
+    void* out = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, cache.shape, &out));
-    const float* src = cache.f32();
+    return DispatchFloat(p.type, [&](auto tag) {
+      using T = decltype(tag);
+      return Run(ctx, p, static_cast<const T*>(nw.data), static_cast<const T*>(cache.data), static_cast<T*>(out));
+    });
+  }
+
+ private:
+  template <class T>
+  OrtStatus* Run(OrtKernelContext* ctx, const RopeCacheWriteProblem& p, const T* x, const T* src, T* out) {
     if (out != src) {  // ORT gave us a distinct buffer: copy the untouched rows
       CountCacheCopy();
       const int64_t n = p.max_seq * p.dim;
       Chunks ch(n, 1 << 16, 64);
       MN_RETURN_IF(ParallelFor(ctx, ch.count, [&](size_t c) {
-        std::memcpy(out + ch.begin(c), src + ch.begin(c), sizeof(float) * (ch.end(c) - ch.begin(c)));
+        std::memcpy(out + ch.begin(c), src + ch.begin(c), sizeof(T) * (ch.end(c) - ch.begin(c)));
       }));
     }
     const int64_t half = a_.head_dim / 2, heads = p.dim / a_.head_dim;
-    const float* x = nw.f32();
     const float* inv = inv_freq_.data();
     std::vector<float> cs(half), sn(half);
     for (int64_t r = 0; r < p.T; ++r) {  // T rows of one token each: a decode step writes one
@@ -122,14 +153,14 @@ class RopeCacheWriteCpu : public Kernel {
         cs[j] = std::cos(ang);
         sn[j] = std::sin(ang);
       }
-      float* row = out + (p.kv_pos + r) * p.dim;
+      T* row = out + (p.kv_pos + r) * p.dim;
       for (int64_t h = 0; h < heads; ++h) {
-        const float* xi = x + r * p.dim + h * a_.head_dim;
-        float* yo = row + h * a_.head_dim;
+        const T* xi = x + r * p.dim + h * a_.head_dim;
+        T* yo = row + h * a_.head_dim;
         for (int64_t j = 0; j < half; ++j) {
-          const float a = xi[j], b = xi[j + half];
-          yo[j] = a * cs[j] - b * sn[j];
-          yo[j + half] = b * cs[j] + a * sn[j];
+          const float a = ToFloat(xi[j]), b = ToFloat(xi[j + half]);
+          yo[j] = FromFloat<T>(a * cs[j] - b * sn[j]);
+          yo[j + half] = FromFloat<T>(b * cs[j] + a * sn[j]);
         }
       }
     }
@@ -145,9 +176,11 @@ class RopeCacheWriteCpu : public Kernel {
 
 void AddCpuFusedOps(std::vector<OpDef*>* ops) {
   const char* ep = "CPUExecutionProvider";
-  ops->push_back(new OpDef("SwiGLU", ep, {F32, F32}, {F32}, {false, false}, {false, false}, SwiGLUCpu::Create, 0));
-  ops->push_back(new OpDef("RopeCacheWrite", ep, {F32, F32, ANY}, {F32}, {false, false, false}, {false, false, false},
-                           RopeCacheWriteCpu::Create, 1, /*cache_inplace=*/true));
+  for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
+    ops->push_back(new OpDef("SwiGLU", ep, {T, T}, {T}, {false, false}, {false, false}, SwiGLUCpu::Create, 0));
+    ops->push_back(new OpDef("RopeCacheWrite", ep, {T, T, ANY}, {T}, {false, false, false}, {false, false, false},
+                             RopeCacheWriteCpu::Create, 1, /*cache_inplace=*/true));
+  }
 }
 
 }  // namespace mn

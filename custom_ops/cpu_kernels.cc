@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "cpu_elements.h"
+#include "cpu_math.h"
 #include "cpu_parallel.h"
 #include "op_common.h"
 
@@ -61,77 +63,6 @@ class RopeTable {
     return slot;
   }
 };
-
-// Element types in memory: float, or 16-bit float16/bfloat16 converted on load/store (compute in float32).
-struct Half {
-  uint16_t bits;
-};
-struct BFloat16 {
-  uint16_t bits;
-};
-
-inline float ToFloat(float x) { return x; }
-inline float ToFloat(Half h) {
-  const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16, exp = (h.bits >> 10) & 0x1fu, man = h.bits & 0x3ffu;
-  if (exp == 0) {  // zero or subnormal: man * 2^-24
-    const float f = static_cast<float>(man) * 5.9604644775390625e-8f;
-    return sign ? -f : f;
-  }
-  const uint32_t bits = exp == 31 ? (sign | 0x7f800000u | (man << 13)) : (sign | ((exp + 112u) << 23) | (man << 13));
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-inline float ToFloat(BFloat16 h) {
-  const uint32_t bits = static_cast<uint32_t>(h.bits) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-template <class T>
-T FromFloat(float x);
-template <>
-inline float FromFloat<float>(float x) {
-  return x;
-}
-// Round to nearest even, overflow to infinity, NaN kept NaN (what a float->float16 cast does).
-template <>
-inline Half FromFloat<Half>(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
-  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-  const uint32_t a = x & 0x7fffffffu;
-  if (a >= 0x7f800000u) return Half{static_cast<uint16_t>(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u))};
-  if (a >= 0x477ff000u) return Half{static_cast<uint16_t>(sign | 0x7c00u)};  // >= 65520 rounds to infinity
-  if (a < 0x38800000u) {  // below 2^-14: a subnormal half, round(|f| * 2^24) (exact scaling, ties to even)
-    float af;
-    std::memcpy(&af, &a, sizeof af);
-    return Half{static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(af * 16777216.0f)))};
-  }
-  uint32_t h = (((a >> 23) - 112u) << 10) | ((a & 0x7fffffu) >> 13);
-  const uint32_t rem = a & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // may carry into the exponent: still correct
-  return Half{static_cast<uint16_t>(sign | h)};
-}
-template <>
-inline BFloat16 FromFloat<BFloat16>(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return BFloat16{static_cast<uint16_t>((x >> 16) | 0x40u)};  // quiet NaN
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return BFloat16{static_cast<uint16_t>(x >> 16)};
-}
-
-// Calls f(T{}) with T the C++ type of the float element type `type` (validated by the Check* functions).
-template <class F>
-OrtStatus* DispatchFloat(ONNXTensorElementDataType type, F&& f) {
-  switch (type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return f(Half{});
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return f(BFloat16{});
-    default: return f(float{});
-  }
-}
 
 class RopeCpu : public Kernel {
  public:
@@ -238,25 +169,6 @@ class CacheWriteCpu : public Kernel {
 };
 
 // ------------------------------------------------------------------ CachedAttention
-// exp(x) for x <= 0 (Cephes expf: range reduction + degree-6 polynomial, ~1 ulp). Plain
-// arithmetic, so the loops that call it vectorise (libm's expf does not without -ffast-math).
-inline float ExpNeg(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500E-4f;
-  p = p * r + 1.3981999507E-3f;
-  p = p * r + 8.3334519073E-3f;
-  p = p * r + 4.1665795894E-2f;
-  p = p * r + 1.6666665459E-1f;
-  p = p * r + 5.0000001201E-1f;
-  p = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
-
 // Dot product with 16 independent partial sums (4 SSE vectors): no single dependent add chain.
 inline float Dot(const float* __restrict__ a, const float* __restrict__ b, int64_t n) {
   float part[16] = {};

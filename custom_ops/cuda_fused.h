@@ -1,6 +1,7 @@
 // Plain C launchers of the fused decode-layer kernels (cuda_fused.cu), called by cuda_fused_ops.cc.
-// Same conventions as cuda_kernels.h: work on `stream`, 0 or a cudaError_t code, positions in
-// device memory read by the kernels (CUDA-graph capturable).
+// Same conventions as cuda_kernels.h: work on `stream`, 0 or a cudaError_t code, element type `dtype`
+// (MN_F32, MN_F16, MN_BF16; half types computed in float32), positions in device memory read by the
+// kernels (CUDA-graph capturable).
 #pragma once
 #include <stdint.h>
 
@@ -11,13 +12,13 @@ extern "C" {
 #endif
 
 // out[i] = gate[i] * sigmoid(gate[i]) * up[i], i < n.
-int mn_cuda_swiglu_f32(const float* gate, const float* up, float* out, int64_t n, void* stream);
+int mn_cuda_swiglu(int dtype, const void* gate, const void* up, void* out, int64_t n, void* stream);
 
-// out = cache with rows [kv_pos, kv_pos + T) = rotate-half RoPE of new_rows (row r at position kv_pos + r,
-// head_dim wide heads, inv_freq: hd/2 host values); copies the cache first when out != cache.
-// kv_pos < 0 or kv_pos + T > max_seq: nothing is written (out == cache, untouched), as CacheWrite.
-int mn_cuda_rope_cache_write_f32(const float* new_rows, const float* cache, float* out, int64_t T, int64_t dim,
-                                 int64_t max_seq, int64_t head_dim, const float* inv_freq, MnPos kv_pos, void* stream);
+// out = cache [max_seq, dim] with rows [kv_pos, kv_pos + T) = rotate-half RoPE of new_rows [T, dim] (row r
+// at position kv_pos + r, head_dim wide heads, inv_freq: hd/2 host values); copies the cache first when
+// out != cache. kv_pos < 0 or kv_pos + T > max_seq: nothing is written (out == cache, untouched), as CacheWrite.
+int mn_cuda_rope_cache_write(int dtype, const void* new_rows, const void* cache, void* out, int64_t T, int64_t dim, int64_t max_seq,
+                             int64_t head_dim, const float* inv_freq, MnPos kv_pos, void* stream);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,8 @@ namespace mn {
 namespace {
 
 constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
 constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 
 class SwiGLUCuda : public Kernel {
@@ -24,11 +26,11 @@ class SwiGLUCuda : public Kernel {
     MN_RETURN_IF(GetInput(ctx, 0, &gate));
     MN_RETURN_IF(GetInput(ctx, 1, &up));
     MN_RETURN_IF(CheckSwiGLU(gate, up));
-    float* out = nullptr;
+    void* out = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, gate.shape, &out));
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
-    return Cuda("SwiGLU", mn_cuda_swiglu_f32(gate.f32(), up.f32(), out, gate.numel(), stream));
+    return Cuda("SwiGLU", mn_cuda_swiglu(DType(gate.type), gate.data, up.data, out, gate.numel(), stream));
   }
 };
 
@@ -54,11 +56,11 @@ class RopeCacheWriteCuda : public Kernel {
     MN_RETURN_IF(ReadBack("RopeCacheWrite", "kv_pos", pos, stream, &h));
     RopeCacheWriteProblem p;
     MN_RETURN_IF(CheckRopeCacheWrite(a_, nw, cache, h.captured ? pos : h.host, &p, /*host_positions=*/!h.captured));
-    float* out = nullptr;
+    void* out = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, cache.shape, &out));
-    if (out != cache.f32() && p.max_seq * p.dim > 0) CountCacheCopy();
-    return Cuda("RopeCacheWrite", mn_cuda_rope_cache_write_f32(nw.f32(), cache.f32(), out, p.T, p.dim, p.max_seq, a_.head_dim,
-                                                               inv_freq_.data(), DevicePos(pos), stream));
+    if (out != cache.data && p.max_seq * p.dim > 0) CountCacheCopy();
+    return Cuda("RopeCacheWrite", mn_cuda_rope_cache_write(DType(p.type), nw.data, cache.data, out, p.T, p.dim, p.max_seq, a_.head_dim,
+                                                           inv_freq_.data(), DevicePos(pos), stream));
   }
 
  private:
@@ -70,9 +72,11 @@ class RopeCacheWriteCuda : public Kernel {
 
 void AddCudaFusedOps(std::vector<OpDef*>* ops) {
   const char* ep = "CUDAExecutionProvider";
-  ops->push_back(new OpDef("SwiGLU", ep, {F32, F32}, {F32}, {false, false}, {false, false}, SwiGLUCuda::Create, 0));
-  ops->push_back(new OpDef("RopeCacheWrite", ep, {F32, F32, ANY}, {F32}, {false, false, false}, {false, false, false},
-                           RopeCacheWriteCuda::Create, 1, /*cache_inplace=*/true));
+  for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
+    ops->push_back(new OpDef("SwiGLU", ep, {T, T}, {T}, {false, false}, {false, false}, SwiGLUCuda::Create, 0));
+    ops->push_back(new OpDef("RopeCacheWrite", ep, {T, T, ANY}, {T}, {false, false, false}, {false, false, false},
+                             RopeCacheWriteCuda::Create, 1, /*cache_inplace=*/true));
+  }
 }
 
 }  // namespace mn

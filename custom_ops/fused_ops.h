@@ -8,7 +8,8 @@
 
 namespace mn {
 
-// SwiGLU: out = silu(gate) * up elementwise; gate and up float32 of one shape.
+// SwiGLU: out = silu(gate) * up elementwise; gate and up of one shape and float type (float16/bfloat16
+// computed in float32).
 OrtStatus* CheckSwiGLU(const Tensor& gate, const Tensor& up);
 
 // RopeCacheWrite: the cache with rows [kv_pos, kv_pos + T) = rotate-half RoPE of new_kv's rows at
@@ -19,6 +20,7 @@ struct RopeCacheWriteAttrs {
 };
 OrtStatus* ReadRopeCacheWriteAttrs(const OrtKernelInfo* info, RopeCacheWriteAttrs* a);
 struct RopeCacheWriteProblem {
+  ONNXTensorElementDataType type;   // float, float16 or bfloat16 (new_kv and cache alike)
   int64_t T, dim, max_seq, kv_pos;  // kv_pos = -1 when not read (host_positions = false)
 };
 // host_positions = false (CUDA): kv_pos is in device memory; its type and shape are checked, not its value.

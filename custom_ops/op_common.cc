@@ -2,6 +2,7 @@
 #include "op_common.h"
 
 #include "fused_ops.h"
+#include "flash_ops.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -561,6 +562,7 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL Regist
     mn::AddCpuOps(&ops);
     mn::AddCpuOptimOps(&ops);
     mn::AddCpuFusedOps(&ops);
+    mn::AddCpuFlashOps(&ops);  // cpu_flash.cc
     mn::AddCudaOps(&ops);
   });
   OrtCustomOpDomain* domain = nullptr;  // owned by the process: it must outlive every session

@@ -2,7 +2,8 @@
 
 The model is anything with the :class:`CausalModel` shape: ``prefill(ids)`` runs the prompt and
 returns the logits of its last token, ``decode(token)`` feeds one more token and returns the logits
-after it. Sampling happens on the host from one row of logits per step.
+after it. :func:`generate_batch` does the same for several prompts at once over a
+:class:`BatchCausalModel`. Sampling happens on the host from one row of logits per sequence and step.
 """
 
 from __future__ import annotations
@@ -19,6 +20,18 @@ class CausalModel(Protocol):
     def prefill(self, ids: Sequence[int]) -> np.ndarray: ...
 
     def decode(self, token: int) -> np.ndarray: ...
+
+
+class BatchCausalModel(Protocol):
+    """Several sequences at once, each at its own position: ``prefill(prompts)`` returns one row of
+    logits per prompt ``[len(prompts), vocab]``, ``decode(tokens)`` takes one token per prompt."""
+
+    max_seq: int
+    batch: int
+
+    def prefill(self, prompts: Sequence[Sequence[int]]) -> np.ndarray: ...
+
+    def decode(self, tokens: Sequence[int]) -> np.ndarray: ...
 
 
 def sample(logits: np.ndarray, temperature: float = 0.0, top_k: int = 0, rng: np.random.Generator | None = None) -> int:
@@ -74,3 +87,38 @@ def generate(
         if token in stop or k == max_new_tokens - 1:
             return
         token = sample(model.decode(token), temperature, top_k, rng)
+
+
+def generate_batch(
+    model: BatchCausalModel,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    *,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    seed: int | None = None,
+    stop_ids: Iterable[int] = (),
+) -> list[list[int]]:
+    """Up to ``max_new_tokens`` new token ids for each prompt (prompts may differ in length; each
+    sequence stops after its own stop id). The batch keeps its shape until every sequence is done:
+    a finished sequence's row is still computed, its tokens dropped."""
+    if not 1 <= len(prompts) <= model.batch:
+        raise ValueError(f"generate_batch: expected 1 to {model.batch} prompts (the model's batch), got {len(prompts)}")
+    for p in prompts:
+        check_budget(len(p), max_new_tokens, model.max_seq)
+    out: list[list[int]] = [[] for _ in prompts]
+    if max_new_tokens <= 0:
+        return out
+    rng = np.random.default_rng(seed)
+    stop = set(stop_ids)
+    done = [False] * len(prompts)
+    tokens = [sample(row, temperature, top_k, rng) for row in model.prefill([list(p) for p in prompts])]
+    for k in range(max_new_tokens):
+        for i, token in enumerate(tokens):
+            if not done[i]:
+                out[i].append(token)
+                done[i] = token in stop
+        if all(done) or k == max_new_tokens - 1:
+            return out
+        tokens = [sample(row, temperature, top_k, rng) for row in model.decode(tokens)]
+    return out

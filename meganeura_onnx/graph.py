@@ -11,6 +11,7 @@ from .ops.conv import ConvBuilders
 from .ops.decoder import DecoderBuilders
 from .ops.elementwise import ElementwiseBuilders
 from .ops.embedding import EmbeddingBuilders
+from .ops.flash_attention import FlashAttentionBuilders
 from .ops.fused import FusedBuilders
 from .ops.kv_cache import KvCacheBuilders
 from .ops.leaves import LeafBuilders
@@ -32,6 +33,7 @@ class Graph(
     NormBuilders,
     RopeBuilders,
     AttentionBuilders,
+    FlashAttentionBuilders,
     EmbeddingBuilders,
     FusedBuilders,
     KvCacheBuilders,

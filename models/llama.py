@@ -29,6 +29,10 @@ ending exactly at the prompt's end (it recomputes a few rows, writing the same k
 a prompt shorter than C is padded. Padded rows write cache rows past the prompt, but decode writes
 position p before it attends to rows [0, p], so those rows are overwritten before anyone reads them.
 
+Several sequences at once (:class:`LlamaBatchRunner`): the ``prefill``/``decode`` graphs built with
+``batch=B`` hold caches ``[B, max_seq, kv_dim]`` and take ``kv_pos [B]``, one position per sequence,
+so prompts of different lengths decode together without a mask.
+
 Model-file contracts: ``build(**kwargs) -> Graph`` and ``export_folder(...)`` (``meganeura
 export``), and ``load_generator(...)`` (``meganeura generate``).
 """
@@ -108,24 +112,39 @@ class LlamaForCausalLM:
             self.lm_head = Linear.new(g, "lm_head", cfg.hidden_size, cfg.vocab_size, bias=False)
 
     def forward(
-        self, g: Graph, input_ids: NodeId, caches: list[KvCache] | list[PastKv] | None = None, last_row: NodeId | None = None
+        self,
+        g: Graph,
+        input_ids: NodeId,
+        caches: list[KvCache] | list[PastKv] | None = None,
+        last_row: NodeId | None = None,
+        fused_attention: bool = False,
     ) -> NodeId:
+        """``fused_attention`` (no caches): fused attention kernels forward and backward (training)."""
         h = self.embed_tokens.forward(g, input_ids)
         for i, layer in enumerate(self.layers):
-            h = layer.forward(g, h, caches[i] if caches else None)
+            h = layer.forward(g, h, caches[i] if caches else None, fused_attention)
         if last_row is not None:
             h = g.embedding(last_row, h)  # gather one row: the LM head then runs on [1, hidden]
         return self.lm_head.forward(g, self.norm.forward(g, h))
 
 
-def build_graph(cfg: LlamaConfig, mode: str = "logits", seq: int = 16, max_seq: int = 256) -> Graph:
+def build_graph(cfg: LlamaConfig, mode: str = "logits", seq: int = 16, max_seq: int = 256, batch: int | None = None) -> Graph:
     """The ``logits`` (``seq`` rows), ``train`` (``seq`` rows, output 0 the loss), ``prefill`` (chunk of
-    ``seq`` rows) or ``decode`` graph; output 0 is the logits except in ``train``."""
+    ``seq`` rows) or ``decode`` graph; output 0 is the logits except in ``train``.
+
+    ``batch=B`` (``prefill``/``decode`` only): ``B`` sequences with caches of their own, each at its own
+    position: ``input_ids [B*rows]`` (sequence-major), ``kv_pos [B]``, caches ``[B, max_seq, kv_dim]``;
+    a prefill's ``last_row [B]`` holds flat row indexes (``b*seq + row``) and its logits are ``[B, vocab]``.
+    """
+    if batch is not None and (mode not in ("prefill", "decode") or not isinstance(batch, int) or batch < 1 or not isinstance(seq, int)):
+        raise ValueError(
+            f"build: batch must be a positive int, with mode 'prefill' or 'decode' and an int seq; got batch={batch!r}, mode={mode!r}, seq={seq!r}"
+        )
     g = Graph()
     model = LlamaForCausalLM(g, cfg)
     if mode in ("logits", "train"):
-        logits = model.forward(g, g.input_u32("input_ids", [seq]))
-        # train: next-token cross-entropy over U32 token ids [seq] (sparse_cross_entropy_loss).
+        # train: fused attention kernels (flash_attention), and next-token cross-entropy over U32 token ids [seq].
+        logits = model.forward(g, g.input_u32("input_ids", [seq]), fused_attention=mode == "train")
         g.set_outputs([g.sparse_cross_entropy_loss(logits, g.input_u32("labels", [seq]))] if mode == "train" else [logits])
         return g
     if mode == "past":
@@ -135,10 +154,12 @@ def build_graph(cfg: LlamaConfig, mode: str = "logits", seq: int = 16, max_seq: 
     rows = 1 if mode == "decode" else seq
     if isinstance(rows, int) and rows > max_seq:  # seq may name a symbolic dim: any chunk length
         raise ValueError(f"build: a {mode} chunk of {rows} rows does not fit a KV cache of {max_seq} positions")
-    ids = g.input_u32("input_ids", [rows])
-    kv_pos = g.input_u32("kv_pos", [1])
-    last = g.input_u32("last_row", [1]) if mode == "prefill" else None
-    caches = [KvCache.new(g, f"model.layers.{i}.self_attn", max_seq, cfg.kv_dim, kv_pos) for i in range(cfg.num_hidden_layers)]
+    n = 1 if batch is None else batch
+    ids = g.input_u32("input_ids", [n * rows] if isinstance(rows, int) else [rows])
+    kv_pos = g.input_u32("kv_pos", [n])
+    last = g.input_u32("last_row", [n]) if mode == "prefill" else None
+    layers = range(cfg.num_hidden_layers)
+    caches = [KvCache.new(g, f"model.layers.{i}.self_attn", max_seq, cfg.kv_dim, kv_pos, batch) for i in layers]
     g.set_outputs([model.forward(g, ids, caches, last)])
     return g
 
@@ -175,6 +196,9 @@ class LlamaRunner:
     ``weights``: a HF safetensors file, or a name -> array dict; None gives the default random init.
     """
 
+    batch: int | None = None
+    """Sequences per step: None here (one sequence, caches ``[max_seq, kv_dim]``); see :class:`LlamaBatchRunner`."""
+
     def __init__(
         self,
         cfg: LlamaConfig,
@@ -195,7 +219,7 @@ class LlamaRunner:
 
             cuda_graph = device == "cuda" and use_custom_ops and custom_op_library("cuda") is not None
         self.chunk = max(1, min(int(prefill_chunk), self.max_seq))
-        decode_graph = build_graph(cfg, "decode", 1, self.max_seq)
+        decode_graph = build_graph(cfg, "decode", 1, self.max_seq, self.batch)
         if weights is None:
             params = default_parameters(decode_graph, seed)
         elif isinstance(weights, dict):
@@ -209,7 +233,7 @@ class LlamaRunner:
         self.decoder = build_inference_session(
             decode_graph, device, parameters=params, use_custom_ops=use_custom_ops, cuda_graph=cuda_graph, precision=precision
         )
-        prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq)
+        prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq, self.batch)
         self.prefiller = build_inference_session(
             prefill_graph, device, parameters=params, use_custom_ops=use_custom_ops, precision=precision
         )
@@ -266,6 +290,74 @@ class LlamaRunner:
             raise ValueError(f"token ids {bad[:5]} are out of range for a vocabulary of {self.cfg.vocab_size}")
 
 
+class LlamaBatchRunner(LlamaRunner):
+    """``batch`` sequences prefilled and decoded together, each at its own position (the graphs'
+    caches are ``[batch, max_seq, kv_dim]``, ``kv_pos`` is ``[batch]``); keyword arguments as
+    :class:`LlamaRunner`.
+
+    Prompts of different lengths need no mask: every step gives each sequence its own ``kv_pos``.
+    Prefill runs ``ceil(longest / prefill_chunk)`` steps; in step k a sequence of n tokens takes its
+    rows from ``min(k*C, max(n-C, 0))``, so a sequence that is done re-runs its last chunk (writing the
+    same keys and values again) and every sequence's last token lies in the last step. Rows past a
+    prompt shorter than C are padding: they write cache rows at and after the prompt's end, which
+    decode overwrites before it reads them (as in :class:`LlamaRunner`). Fewer prompts than
+    ``batch`` fill the spare rows with a copy of the first prompt, whose results are dropped.
+    """
+
+    def __init__(self, cfg: LlamaConfig, weights: str | Path | dict[str, np.ndarray] | None = None, *, batch: int, **kwargs) -> None:
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise ValueError(f"LlamaBatchRunner: batch must be an int >= 1, got {batch!r}")
+        self.batch = batch
+        super().__init__(cfg, weights, **kwargs)
+        self.positions: list[int] = [0] * batch
+        self.active = batch
+
+    def prefill(self, prompts: Sequence[Sequence[int]]) -> np.ndarray:
+        """Run up to ``batch`` prompts from position 0; returns the logits ``[len(prompts), vocab]``
+        after each prompt's last token."""
+        if not 1 <= len(prompts) <= self.batch:
+            raise ValueError(f"prefill: expected 1 to {self.batch} prompts (the runner's batch), got {len(prompts)}")
+        for i, ids in enumerate(prompts):
+            if len(ids) == 0:
+                raise ValueError(f"prefill: prompt {i} is empty")
+            if len(ids) > self.max_seq:
+                raise ValueError(f"prefill: prompt {i} has {len(ids)} tokens, longer than the KV cache ({self.max_seq} positions)")
+            self._check_ids(ids)
+        self.active = len(prompts)
+        padded = [list(p) for p in prompts] + [list(prompts[0])] * (self.batch - len(prompts))
+        lengths = [len(p) for p in padded]
+        s, c = self.prefiller, self.chunk
+        s.share_buffers(self.decoder, parameters=False)  # continue from the decoder's current cache buffers
+        for k in range(-(-max(lengths) // c)):
+            starts = [min(k * c, max(n - c, 0)) for n in lengths]
+            ids, last = [], []
+            for b, (p, start) in enumerate(zip(padded, starts, strict=True)):
+                piece = p[start : start + c]
+                ids += piece + [0] * (c - len(piece))
+                last.append(b * c + len(piece) - 1)
+            s.set_input_u32("input_ids", ids)
+            s.set_input_u32("kv_pos", starts)
+            s.set_input_u32("last_row", last)
+            s.step()
+        self.decoder.share_buffers(s, parameters=False)
+        self.positions = lengths
+        return s.read_output_by_index(0)[: self.active]
+
+    def decode(self, tokens: Sequence[int]) -> np.ndarray:
+        """Feed one token per sequence, each at its own next position; returns the logits ``[len(tokens), vocab]``."""
+        if len(tokens) != self.active:
+            raise ValueError(f"decode: expected {self.active} tokens (one per prompt of the last prefill), got {len(tokens)}")
+        if max(self.positions) >= self.max_seq:
+            raise ValueError(f"decode: the KV cache is full ({self.max_seq} positions)")
+        self._check_ids(tokens)
+        d = self.decoder
+        d.set_input_u32("input_ids", list(tokens) + [tokens[0]] * (self.batch - self.active))
+        d.set_input_u32("kv_pos", self.positions)
+        d.step()
+        self.positions = [p + 1 for p in self.positions]
+        return d.read_output_by_index(0)[: self.active]
+
+
 def logits(cfg: LlamaConfig, params: dict[str, np.ndarray], ids: Sequence[int], device: str = "cpu") -> np.ndarray:
     """Full-sequence logits ``[T, vocab]`` (no cache) for parity checks."""
     s = build_inference_session(build_graph(cfg, "logits", len(ids)), device, parameters=params)
@@ -287,14 +379,17 @@ def load_generator(
     prefill_chunk: int = 64,
     device: str = "cpu",
     precision: str = "fp32",
+    batch: int | None = None,
 ) -> LlamaRunner:
-    """Model-file entry point for ``meganeura generate``: config.json beside the weights by default."""
+    """Model-file entry point for ``meganeura generate``: config.json beside the weights by default;
+    ``batch``: a :class:`LlamaBatchRunner` for that many prompts at once."""
     if config is None and preset is None and weights is not None:
         config = config_beside(weights)
         if not config.is_file():
             raise FileNotFoundError(f"no config.json beside {weights}; pass --config")
     cfg = load_config(config, preset)
-    return LlamaRunner(cfg, weights, max_seq=max_seq, prefill_chunk=prefill_chunk, device=device, precision=precision)
+    kw = dict(max_seq=max_seq, prefill_chunk=prefill_chunk, device=device, precision=precision)
+    return LlamaRunner(cfg, weights, **kw) if batch is None else LlamaBatchRunner(cfg, weights, batch=batch, **kw)
 
 
 def stop_ids(cfg: LlamaConfig) -> set[int]:

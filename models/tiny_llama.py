@@ -28,8 +28,13 @@ def build(
     theta: float = 10000.0,
     eps: float = 1e-5,
     ignore_index: int | None = None,
+    fused_attention: bool = True,
 ) -> Graph:
-    """The decoder with the mean cross entropy over next-token ids (U32 ``labels [rows]``) as output 0."""
+    """The decoder with the mean cross entropy over next-token ids (U32 ``labels [rows]``) as output 0.
+
+    ``fused_attention``: causal attention as one fused kernel forward and backward (``flash_attention``,
+    which keeps each row's log-sum-exp instead of the ``seq x seq`` probabilities); False builds the
+    decomposed ``causal_attention`` (the same function)."""
     hd = hidden // heads
     rows = batch * seq
     g = Graph()
@@ -43,10 +48,7 @@ def build(
         k = g.matmul_bt(x, g.parameter(p + "self_attn.k_proj.weight", [kv_heads * hd, hidden]))
         v = g.matmul_bt(x, g.parameter(p + "self_attn.v_proj.weight", [kv_heads * hd, hidden]))
         q, k = _rope(g, q, theta, hd, batch, seq), _rope(g, k, theta, hd, batch, seq)
-        if batch == 1:
-            a = g.causal_attention(q, k, v, heads, kv_heads, hd)
-        else:
-            a = g.apply("causal_attention", q, k, v, num_heads=heads, num_kv_heads=kv_heads, head_dim=hd, batch=batch)
+        a = g.causal_attention(q, k, v, heads, kv_heads, hd, batch=batch, fused=fused_attention)
         h = g.add(h, g.matmul_bt(a, g.parameter(p + "self_attn.o_proj.weight", [hidden, heads * hd])))
         x = g.rms_norm(h, g.parameter(p + "post_attention_layernorm.weight", [hidden]), eps)
         gate = g.matmul_bt(x, g.parameter(p + "mlp.gate_proj.weight", [intermediate, hidden]))

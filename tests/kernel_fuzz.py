@@ -42,6 +42,8 @@ OPS = {  # op -> (input names, attributes with a plausible value)
     "CacheWrite": (["new", "cache", "kv_pos"], {}),
     "CachedAttention": (["Q", "K_cache", "V_cache", "kv_pos"], {"num_heads": 2, "num_kv_heads": 1, "head_dim": 8}),
     "ScatterAdd": (["indices", "src"], {"num_rows": 4}),
+    "SwiGLU": (["gate", "up"], {}),
+    "RopeCacheWrite": (["new_kv", "cache", "kv_pos"], {"theta": 10000.0, "head_dim": 8}),
     # The fused optimizer: 6 [1] hyper-parameters, then (p, g, m, v) per parameter; 3 outputs each.
     "AdamUpdate": (["lr", "beta1", "beta2", "eps", "step", "weight_decay", "p0", "g0", "m0", "v0", "p1", "g1", "m1", "v1"], {}),
 }
@@ -70,6 +72,10 @@ def _plausible_shapes(op: str, rng: np.random.Generator) -> dict[str, list[int]]
         return {"X": [T, 2 * hd], "offset_dyn": [1]}
     if op == "CacheWrite":
         return {"new": [T, 16], "cache": [max_seq, 16], "kv_pos": [1]}
+    if op == "RopeCacheWrite":
+        return {"new_kv": [T, 2 * hd], "cache": [max_seq, 2 * hd], "kv_pos": [1]}
+    if op == "SwiGLU":
+        return {"gate": [T, 3], "up": [T, 3]}
     if op == "CachedAttention":
         return {"Q": [T, 2 * hd], "K_cache": [max_seq, hd], "V_cache": [max_seq, hd], "kv_pos": [1]}
     if op == "AdamUpdate":

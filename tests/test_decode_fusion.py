@@ -76,3 +76,27 @@ def test_optimized_decode_step_running_function_bodies_matches_the_plain_one():
     assert set(bodies.plan().kernels().values()) == {"function"}
     for step, (got, want) in enumerate(feed_steps(bodies, plain, steps=4, seed=1)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"step {step}")
+
+
+def test_fp16_lowering_for_cuda_keeps_both_kv_caches_in_half_and_never_casts_them():
+    """The precision pass as a CUDA session runs it: RopeCacheWrite and SwiGLU take half, so the K
+    cache is stored in half like the V cache and no Cast copies a cache (checked on the model, no GPU)."""
+    from meganeura_onnx.export import to_model
+    from meganeura_onnx.export.precision import half_storage_inputs, lower_precision
+    from meganeura_onnx.transforms.rewrite import optimize
+
+    g, _ = optimize(llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 32), stage="inference")
+    model, spec = to_model(g, params_as_inputs=True, with_state=True)
+    stored = half_storage_inputs(model, "fp16", "cuda", [*spec.parameters, *spec.state])
+    assert set(spec.state) <= stored, sorted(set(spec.state) - stored)
+    lowered, _ = lower_precision(model, "fp16", device="cuda", half_inputs=stored, half_outputs=[spec.state[n] for n in spec.state])
+    caches = set(spec.state) | set(spec.state.values())
+    casts = [n.input[0] for n in lowered.graph.node if n.op_type == "Cast" and n.input[0] in caches]
+    assert not casts, casts
+    fused = [n for n in lowered.graph.node if n.op_type in ("RopeCacheWrite", "SwiGLU")]
+    assert len(fused) == 4
+    produced = {o: n for n in lowered.graph.node for o in n.output}
+    for n in fused:  # every float input comes in half: a half tensor, not a Cast to float
+        for name in n.input[:2]:
+            src = produced.get(name)
+            assert src is None or not (src.op_type == "Cast" and src.attribute[0].i == 1), (n.op_type, name)

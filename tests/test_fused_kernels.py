@@ -126,3 +126,34 @@ def test_bad_input_raises_an_ort_error_naming_the_op_and_the_values(op, inputs, 
     assert type(info.value).__module__.startswith("onnxruntime"), repr(info.value)
     msg = str(info.value)
     assert op in msg and all(m in msg for m in match), msg
+
+
+# ------------------------------------------------------------------ float16 / bfloat16
+# Read and written in the 16-bit type, computed in float32: the float32 reference of the rounded
+# inputs, rounded once (one unit in the last place); untouched cache rows are bit-exact copies.
+HALF_TOL = {np.dtype(np.float16): 2.0**-10, kc.BFLOAT16: 2.0**-7}
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), kc.BFLOAT16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("op,make,case", [CASES[0], CASES[1], CASES[3], CASES[4]], ids=["SwiGLU-0", "SwiGLU-1", "RCW-0", "RCW-1"])
+def test_half_precision_fused_kernels_match_the_float32_reference(op, make, case, dtype):
+    inputs, attrs, _ = make(*case)
+    rounded = {k: v.astype(dtype) if v.dtype == np.float32 else v for k, v in inputs.items()}
+    _, _, ref = make_from(op, {k: v.astype(np.float32) if v.dtype == dtype else v for k, v in rounded.items()}, attrs)
+    sess = kc.session(kc.make_model(op, rounded, attrs, out_dtype=dtype, with_function=False), library=LIB)
+    got = kc.run_typed(sess, rounded, ref.shape, dtype)
+    tol = HALF_TOL[dtype]
+    np.testing.assert_allclose(got.astype(np.float32), ref, rtol=tol, atol=tol)
+    if op == "RopeCacheWrite":
+        untouched = np.ones(ref.shape[0], bool)
+        untouched[int(inputs["kv_pos"][0]) : int(inputs["kv_pos"][0]) + inputs["new_kv"].shape[0]] = False
+        np.testing.assert_array_equal(got[untouched].view(np.uint16), rounded["cache"][untouched].view(np.uint16))
+
+
+def make_from(op, inputs, attrs):
+    """The float32 reference of given inputs (the rounded half inputs widened back to float32)."""
+    if op == "SwiGLU":
+        return inputs, attrs, swiglu_ref(inputs["gate"], inputs["up"])
+    pos = int(inputs["kv_pos"][0])
+    rotated = kc.rope_ref(inputs["new_kv"], attrs["theta"], attrs["head_dim"], pos)
+    return inputs, attrs, kc.cache_write_ref(rotated, inputs["cache"], pos)

@@ -12,6 +12,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import test_fused_kernels as cpu
+from meganeura_onnx.models import llama
+from test_decode_fusion import decode_sessions, feed_steps
+
+from meganeura_onnx import build_inference_session
+from meganeura_onnx.init import default_parameters
 
 CUDA_LIB = kc.custom_op_library("cuda")
 HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
@@ -42,6 +47,18 @@ def test_cuda_fused_kernel_matches_numpy_and_the_cpu_kernel_and_runs_on_cuda(op,
     np.testing.assert_allclose(got, on_cpu, rtol=cpu.RTOL, atol=cpu.ATOL)
 
 
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), kc.BFLOAT16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("op,make,case", CASES, ids=[f"{op}-{'x'.join(map(str, c))}" for op, _, c in CASES])
+def test_half_precision_cuda_kernels_match_the_float32_reference(op, make, case, dtype):
+    inputs, attrs, _ = make(*case)
+    rounded = {k: v.astype(dtype) if v.dtype == np.float32 else v for k, v in inputs.items()}
+    _, _, ref = cpu.make_from(op, {k: v.astype(np.float32) if v.dtype == dtype else v for k, v in rounded.items()}, attrs)
+    sess = cuda_session(kc.make_model(op, rounded, attrs, out_dtype=dtype, with_function=False))
+    got = kc.run_typed(sess, rounded, ref.shape, dtype)
+    tol = cpu.HALF_TOL[dtype]
+    np.testing.assert_allclose(got.astype(np.float32), ref, rtol=tol, atol=tol)
+
+
 def test_rope_cache_write_in_place_on_device():
     inputs, attrs, ref = cpu.rope_cache_write_case(4096, 1024, 128, 1, 1234)
     sess = cuda_session(kc.make_model("RopeCacheWrite", inputs, attrs))
@@ -65,10 +82,22 @@ def test_bad_input_raises_an_ort_error_on_cuda(op, inputs, attrs, match):
     assert op in msg and all(m in msg for m in match), msg
 
 
+def test_tiny_llama_fp16_decode_runs_the_fused_kernels_in_half_on_cuda():
+    """precision="fp16": RopeCacheWrite and SwiGLU run in half on CUDA with both KV caches stored in
+    half; the logits follow the fp32 step on the CPU to half precision's rounding."""
+    g = llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 32)
+    params = default_parameters(g, 3)
+    half = build_inference_session(g, "cuda", parameters=params, precision="fp16", cuda_graph=True)
+    (plain,) = decode_sessions(("cpu", False, False))
+    assert {"RopeCacheWrite", "SwiGLU"} <= set(half.plan().kernels())
+    assert not [p for p in half.plan().placement if "Memcpy" in p[2]], half.plan().placement
+    for step, (got, want) in enumerate(feed_steps(half, plain, steps=6)):
+        np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2, err_msg=f"step {step}")
+
+
 def test_tiny_llama_fused_decode_step_replays_as_a_cuda_graph_and_matches_the_cpu():
     """The optimized decode step (RopeCacheWrite, SwiGLU, residual Gemm) captured once and replayed:
     every node on CUDA, the same logits as the unoptimized step on the CPU, step after step."""
-    from test_decode_fusion import decode_sessions, feed_steps
 
     gpu, cpu_plain = decode_sessions(("cuda", True, True), ("cpu", False, False))
     assert {"RopeCacheWrite", "SwiGLU"} <= set(gpu.plan().kernels())

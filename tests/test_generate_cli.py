@@ -83,3 +83,18 @@ def test_generate_refuses_weights_of_another_architecture(checkpoint, tmp_path):
     )  # fmt: skip
     assert r.returncode != 0
     assert "do not fit the model" in r.stderr and "another architecture" in r.stderr
+
+
+def test_generate_with_several_prompts_decodes_them_as_one_batch_like_transformers_one_by_one(checkpoint):
+    model, d = checkpoint
+    r = meganeura(
+        "generate", LLAMA, "--weights", str(d / "model.safetensors"), "--prompt", "the quick brown fox jumps",
+        "--prompt", "hello", "--prompt", "a b c", "--max-new-tokens", "8", "--json",
+    )  # fmt: skip
+    sequences = json.loads(r.stdout)["sequences"]
+    assert len(sequences) == 3 and len({len(s["prompt_ids"]) for s in sequences}) == 3  # three different lengths
+    for s in sequences:
+        with torch.no_grad():
+            ref = model.generate(torch.tensor([s["prompt_ids"]]), max_new_tokens=8, do_sample=False)[0, len(s["prompt_ids"]) :]
+        assert s["generated_ids"] == ref.tolist()  # each stops at [SEP] on its own, as transformers does
+    assert "3 prompts" in r.stderr and "tokens/s over the batch" in r.stderr

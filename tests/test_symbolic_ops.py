@@ -77,7 +77,10 @@ def test_op_with_a_symbolic_dim_exports_once_and_matches_numpy_at_two_sizes(name
 
 
 @pytest.mark.skipif(custom_op_library("cpu") is None, reason="custom-op library not built (make -C custom_ops)")
-@pytest.mark.parametrize("name", ["rope", "cache_write", "cached_attention", "scatter_add", "rope_cache_write", "swiglu"])
+@pytest.mark.parametrize(
+    "name",
+    ["rope", "cache_write", "cached_attention", "scatter_add", "rope_cache_write", "swiglu", "flash_attention", "flash_attention_backward"],
+)
 def test_custom_op_kernel_with_a_symbolic_dim_matches_numpy_at_two_sizes(name):
     check_symbolic_variant(name, library=custom_op_library("cpu"))
 

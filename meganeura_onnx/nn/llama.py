@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..graph import Graph
-from ..ir import NodeId
+from ..ir import NodeId, dim_div, dim_mul
 from .layers import Linear, RmsNorm, join, read_config_json
 
 
@@ -93,15 +93,22 @@ class LlamaConfig:
 
 @dataclass
 class KvCache:
-    """The cache inputs of one layer and the shared U32 ``kv_pos [1]`` node (position of row 0)."""
+    """The cache inputs of one layer and the shared U32 ``kv_pos`` node.
+
+    One sequence (``batch=None``): caches ``[max_seq, kv_dim]``, ``kv_pos [1]`` the position of row 0.
+    ``batch=B`` sequences: caches ``[B, max_seq, kv_dim]``, ``kv_pos [B]`` the position of each
+    sequence's first row; the layer's rows are ``B`` sequences of ``rows`` tokens each (sequence-major).
+    """
 
     k: NodeId
     v: NodeId
     kv_pos: NodeId
+    batch: int | None = None
 
     @classmethod
-    def new(cls, g: Graph, name: str, max_seq: int, kv_dim: int, kv_pos: NodeId) -> KvCache:
-        return cls(g.input(join(name, "k_cache"), [max_seq, kv_dim]), g.input(join(name, "v_cache"), [max_seq, kv_dim]), kv_pos)
+    def new(cls, g: Graph, name: str, max_seq: int, kv_dim: int, kv_pos: NodeId, batch: int | None = None) -> KvCache:
+        shape = [max_seq, kv_dim] if batch is None else [batch, max_seq, kv_dim]
+        return cls(g.input(join(name, "k_cache"), shape), g.input(join(name, "v_cache"), shape), kv_pos, batch)
 
 
 @dataclass
@@ -148,7 +155,8 @@ class LlamaAttention:
             cfg.rope_theta,
         )
 
-    def forward(self, g: Graph, x: NodeId, cache: KvCache | PastKv | None = None) -> NodeId:
+    def forward(self, g: Graph, x: NodeId, cache: KvCache | PastKv | None = None, fused_attention: bool = False) -> NodeId:
+        """``fused_attention`` (no cache only): :meth:`Graph.flash_attention`, for training graphs."""
         q, k, v = (p.forward(g, x) for p in (self.q_proj, self.k_proj, self.v_proj))
         heads = (self.num_heads, self.num_kv_heads, self.head_dim)
         if isinstance(cache, PastKv):  # rows = batch sequences of new tokens; keys/values grow by concat
@@ -158,14 +166,24 @@ class LlamaAttention:
             out = g.masked_causal_attention(q, cache.present_k, cache.present_v, cache.attention_mask, *heads)
         elif cache is None:
             q, k = g.rope(q, self.rope_theta, self.head_dim), g.rope(k, self.rope_theta, self.head_dim)
-            out = g.causal_attention(q, k, v, *heads)
+            out = g.causal_attention(q, k, v, *heads, fused=fused_attention)
         else:
-            q = g.rope_dynamic_offset(q, self.rope_theta, cache.kv_pos, self.head_dim)
-            k = g.rope_dynamic_offset(k, self.rope_theta, cache.kv_pos, self.head_dim)
-            k_all = g.cache_write(k, cache.k, cache.kv_pos)
-            v_all = g.cache_write(v, cache.v, cache.kv_pos)
-            out = g.cached_attention(q, k_all, v_all, cache.kv_pos, *heads)
+            out = self._cached(g, q, k, v, cache)
         return self.o_proj.forward(g, out)
+
+    def _cached(self, g: Graph, q: NodeId, k: NodeId, v: NodeId, cache: KvCache) -> NodeId:
+        """Rope at the cache positions, the rows written into the cache, attention over it. With a
+        batch the projections' ``[B*rows, width]`` rows go to the cache ops as ``[B, rows, width]``."""
+        rows = None
+        if cache.batch is not None:
+            rows = dim_div(g.node(q).ty.shape[0], cache.batch)
+            q, k, v = (g.reshape(x, [cache.batch, rows, g.node(x).ty.shape[1]]) for x in (q, k, v))
+        q = g.rope_dynamic_offset(q, self.rope_theta, cache.kv_pos, self.head_dim)
+        k = g.rope_dynamic_offset(k, self.rope_theta, cache.kv_pos, self.head_dim)
+        k_all = g.cache_write(k, cache.k, cache.kv_pos)
+        v_all = g.cache_write(v, cache.v, cache.kv_pos)
+        out = g.cached_attention(q, k_all, v_all, cache.kv_pos, self.num_heads, self.num_kv_heads, self.head_dim)
+        return out if rows is None else g.reshape(out, [dim_mul(cache.batch, rows), self.num_heads * self.head_dim])
 
 
 @dataclass
@@ -207,6 +225,6 @@ class LlamaDecoderLayer:
             LlamaMLP.new(g, join(name, "mlp"), d, cfg.intermediate_size),
         )
 
-    def forward(self, g: Graph, x: NodeId, cache: KvCache | PastKv | None = None) -> NodeId:
-        h = g.add(x, self.self_attn.forward(g, self.input_layernorm.forward(g, x), cache))
+    def forward(self, g: Graph, x: NodeId, cache: KvCache | PastKv | None = None, fused_attention: bool = False) -> NodeId:
+        h = g.add(x, self.self_attn.forward(g, self.input_layernorm.forward(g, x), cache, fused_attention))
         return g.add(h, self.mlp.forward(g, self.post_attention_layernorm.forward(g, h)))

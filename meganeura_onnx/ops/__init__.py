@@ -1,6 +1,23 @@
 """The op table. Importing this package registers every op (see :mod:`.table`)."""
 
-from . import attention, conv, decoder, elementwise, embedding, fused, kv_cache, leaves, linalg, losses, norm, optim, reduce, rope, shape  # noqa: F401
+from . import (  # noqa: F401
+    attention,
+    conv,
+    decoder,
+    elementwise,
+    embedding,
+    flash_attention,
+    fused,
+    kv_cache,
+    leaves,
+    linalg,
+    losses,
+    norm,
+    optim,
+    reduce,
+    rope,
+    shape,
+)
 from .table import OPS, Feeds, OpDef
 
 __all__ = ["OPS", "OpDef", "Feeds"]

@@ -412,22 +412,46 @@ examples(
 
 
 class AttentionBuilders:
-    def causal_attention(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int, head_dim: int) -> NodeId:
-        """Causal multi-head attention with GQA: q ``[S, H*hd]``, k/v ``[S, KVH*hd]`` -> ``[S, H*hd]``."""
-        return self.apply("causal_attention", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
+    def _self_attention(self, name: str, q, k, v, heads: tuple[int, int, int], batch: Dim, fused: bool, causal: bool) -> NodeId:
+        h, kvh, hd = heads
+        if fused:  # one kernel forward, one backward (flash_attention), same function
+            return self.apply("flash_attention", q, k, v, num_heads=h, num_kv_heads=kvh, head_dim=hd, causal=causal, batch=batch)
+        extra = {} if batch == 1 else {"batch": batch}  # graphs without batches keep their attributes
+        return self.apply(name, q, k, v, num_heads=h, num_kv_heads=kvh, head_dim=hd, **extra)
 
-    def full_attention(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int, head_dim: int) -> NodeId:
-        """Bidirectional (unmasked) self-attention; same shapes as :meth:`causal_attention`."""
-        return self.apply("full_attention", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
+    def causal_attention(
+        self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int, head_dim: int, batch: Dim = 1, fused: bool = False
+    ) -> NodeId:
+        """Causal multi-head attention with GQA: q ``[S, H*hd]``, k/v ``[S, KVH*hd]`` -> ``[S, H*hd]``.
 
-    def cross_attention(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int, head_dim: int) -> NodeId:
-        """Unmasked attention of q ``[Sq, H*hd]`` over k/v ``[Skv, KVH*hd]`` from another sequence."""
-        return self.apply("cross_attention", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim)
+        ``batch``: the rows hold this many sequences of ``S / batch`` rows each, attended separately
+        (an int or a symbolic dim). ``fused``: build it as :meth:`flash_attention` (one fused kernel
+        forward and backward, which keeps the log-sum-exp instead of the probabilities; for training)."""
+        return self._self_attention("causal_attention", q, k, v, (num_heads, num_kv_heads, head_dim), batch, fused, True)
 
-    def multi_head_attn(self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int, head_dim: int, is_cross: bool) -> NodeId:
+    def full_attention(
+        self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int, head_dim: int, batch: Dim = 1, fused: bool = False
+    ) -> NodeId:
+        """Bidirectional (unmasked) self-attention; same shapes and arguments as :meth:`causal_attention`."""
+        return self._self_attention("full_attention", q, k, v, (num_heads, num_kv_heads, head_dim), batch, fused, False)
+
+    def cross_attention(
+        self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int, head_dim: int, batch: Dim = 1, fused: bool = False
+    ) -> NodeId:
+        """Unmasked attention of q ``[Sq, H*hd]`` over k/v ``[Skv, KVH*hd]`` from another sequence;
+        ``batch`` and ``fused`` as in :meth:`causal_attention` (q and k/v rows hold ``batch`` blocks each)."""
+        return self._self_attention("cross_attention", q, k, v, (num_heads, num_kv_heads, head_dim), batch, fused, False)
+
+    def multi_head_attn(
+        self, q: NodeId, k: NodeId, v: NodeId, num_heads: int, num_kv_heads: int, head_dim: int, is_cross: bool, batch: Dim = 1
+    ) -> NodeId:
         """Meganeura's differentiable attention: causal self-attention when ``is_cross`` is False
-        (q and k/v of the same length), unmasked cross-attention when True."""
-        return self.apply("multi_head_attn", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, is_cross=is_cross)
+        (q and k/v of the same length), unmasked cross-attention when True; ``batch`` as in
+        :meth:`causal_attention`."""
+        extra = {} if batch == 1 else {"batch": batch}
+        return self.apply(
+            "multi_head_attn", q, k, v, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, is_cross=is_cross, **extra
+        )
 
     def masked_full_attention(
         self, q: NodeId, k: NodeId, v: NodeId, attention_mask: NodeId, num_heads: int, num_kv_heads: int, head_dim: int

@@ -71,7 +71,12 @@ examples(greater, lambda g, f, shape: g.greater(f.param(g, "a", shape), f.param(
 
 # One com.meganeura.SwiGLU kernel: ORT fuses the standard pattern only as far as QuickGelu + Mul
 # (two kernels and a round trip of silu(gate) through memory); the function body is that pattern.
-swiglu = op("swiglu", ("gate", "up"), custom=CustomOp("SwiGLU", (TensorArg("gate"), TensorArg("up")), (TensorArg("out"),)))
+swiglu = op(
+    "swiglu",
+    ("gate", "up"),
+    custom=CustomOp("SwiGLU", (TensorArg("gate"), TensorArg("up")), (TensorArg("out"),)),
+    half_types=frozenset({"float16", "bfloat16"}),
+)
 swiglu.shape(lambda gate, up: same_shape("swiglu", gate, up, ("gate", "up")))
 swiglu.numpy(lambda gate, up: gate * _sigmoid(gate) * up)
 

@@ -25,7 +25,7 @@ from .kv_cache import cache_write, check_kv_pos
 from .lowering import CUSTOM_DOMAIN, function_body
 from .onnx_util import arange, dim, dims, scalar_of
 from .rope import HEAD_DIM, MAX_POSITION, THETA, rope_ref
-from .table import CustomOp, Position, TensorArg, bool_attr, dim_attr, examples, int_attr, op, optional, require
+from .table import CustomOp, Position, TensorArg, bool_attr, dim_attr, examples, int_attr, op, optional, rank, require
 
 rope_cache_write = op(
     "rope_cache_write",
@@ -48,6 +48,7 @@ rope_cache_write = op(
     ),
     inplace_input="cache",
     positions=(Position("kv_pos", rows="new_kv", within="cache"),),
+    half_types=frozenset({"float16", "bfloat16"}),
 )
 
 rope_cache_write.rewrite(
@@ -74,7 +75,8 @@ def _(
         f"rotates row r by position kv_pos + r only (offset_static 0, inverse False, no period), got offset_static={offset_static}, "
         f"inverse={inverse}, period={period}",
     )
-    require(new_kv.rank() == 2, name, f"takes one sequence, new_kv [T, width], got shape {list(new_kv.shape)}")  # no batch form yet
+    rank(name, new_kv, 2, "new_kv")  # one sequence: the kernels take no [batch, ...] form
+    rank(name, cache, 2, "cache")
     try:  # cache_write's checks, under this op's name
         out = cache_write.shape_rule(new_kv, cache, kv_pos)
     except ValueError as e:

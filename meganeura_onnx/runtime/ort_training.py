@@ -256,7 +256,7 @@ class OrtTrainingSession:
     # -- inspection --------------------------------------------------------------------------------------------
     def memory_summary(self) -> Any:
         """Host-side sizes of what ORT's state holds (parameters, gradients, Adam moments, inputs)."""
-        from .session import MemorySummary
+        from .plan import MemorySummary
 
         params = [self._types[n].size_bytes() for n in self.artifacts.parameters]
         adam = 2 * sum(params) if self.artifacts.optimizer == "adamw" else 0

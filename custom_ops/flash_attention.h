@@ -1,0 +1,27 @@
+// com.meganeura.FlashAttention / FlashAttentionGrad: the C interface between the ORT glue (g++) and
+// the CUDA kernels (nvcc, cuda_flash.cu). No ORT headers here.
+//
+// Layout (row-major): Q, Y, dY, dQ [B, T, H*hd]; K, V, dK, dV [B, S, KVH*hd]; LSE [B, H, T] (the
+// natural log-sum-exp of each query row's scaled scores q.k / sqrt(hd)). Query head h reads KV head
+// h / (H / KVH). causal: key s is hidden from query t where s > t (needs S == T).
+#pragma once
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MN_FLASH_MAX_HEAD_DIM 256
+
+// Y and LSE. Returns 0 or a cudaError_t code.
+int mn_cuda_flash_attention_f32(const float* q, const float* k, const float* v, float* y, float* lse, int64_t B, int64_t T,
+                                int64_t S, int64_t H, int64_t KVH, int64_t head_dim, int causal, void* stream);
+
+// dQ, dK, dV from Q, K, V, Y, dY and the forward's LSE (the probabilities are recomputed, tile by tile).
+int mn_cuda_flash_attention_grad_f32(const float* q, const float* k, const float* v, const float* y, const float* dy,
+                                     const float* lse, float* dq, float* dk, float* dv, int64_t B, int64_t T, int64_t S,
+                                     int64_t H, int64_t KVH, int64_t head_dim, int causal, void* stream);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,113 @@
+"""Batch > 1 LLaMA decode: B prompts of different lengths, each sequence at its own positions, against
+B single-sequence runs of ours and against transformers (torch CPU) on a tiny GQA model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from meganeura_onnx.cli.model_file import load_module  # noqa: E402
+
+from meganeura_onnx.generation import generate, generate_batch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+llama = load_module(ROOT / "models" / "llama.py")
+
+# Lengths 10, 3, 7, 1: with prefill_chunk 4 the longest takes chunks and a remainder, the short ones
+# are padded and re-run their last chunk while the longest is still prefilling.
+PROMPTS = [[5, 17, 99, 3, 64, 12, 8, 127, 40, 1], [7, 7, 100], [42, 9, 13, 88, 2, 61, 30], [11]]
+STEPS = 24
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny_llama_batch")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        initializer_range=0.1,  # logits with some spread, so greedy choices are not near-ties
+    )
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    model.save_pretrained(folder)
+    return model, folder / "model.safetensors", llama.LlamaConfig.from_json(folder / "config.json")
+
+
+def _hf_greedy(model, prompt: list[int], n: int) -> list[int]:
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
+    return out[0, len(prompt) :].tolist()
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["kernels-if-built", "function-bodies"])
+def test_batched_greedy_generation_equals_single_sequence_runs_and_transformers(tiny, kernels):
+    model, path, cfg = tiny
+    batched = llama.LlamaBatchRunner(cfg, path, batch=len(PROMPTS), max_seq=48, prefill_chunk=4, use_custom_ops=kernels)
+    ours = generate_batch(batched, PROMPTS, STEPS)
+    single = llama.LlamaRunner(cfg, path, max_seq=48, prefill_chunk=4, use_custom_ops=kernels)
+    assert ours == [list(generate(single, p, STEPS)) for p in PROMPTS]
+    assert ours == [_hf_greedy(model, p, STEPS) for p in PROMPTS]
+
+
+def test_batched_prefill_logits_equal_transformers_per_prompt(tiny):
+    model, path, cfg = tiny
+    runner = llama.LlamaBatchRunner(cfg, path, batch=len(PROMPTS), max_seq=32, prefill_chunk=8)
+    ours = runner.prefill(PROMPTS)
+    assert ours.shape == (len(PROMPTS), cfg.vocab_size)
+    for row, prompt in zip(ours, PROMPTS, strict=True):
+        with torch.no_grad():
+            ref = model(torch.tensor([prompt])).logits[0, -1].numpy()
+        assert np.abs(row - ref).max() <= 1e-4
+
+
+def test_fewer_prompts_than_the_batch_and_a_second_round_reuse_the_runner(tiny):
+    model, path, cfg = tiny
+    runner = llama.LlamaBatchRunner(cfg, path, batch=4, max_seq=48, prefill_chunk=4)
+    first = generate_batch(runner, PROMPTS[:2], 8)
+    assert first == [_hf_greedy(model, p, 8) for p in PROMPTS[:2]]
+    again = generate_batch(runner, PROMPTS[2:][::-1], 8)  # the caches of the first round must not leak in
+    assert again == [_hf_greedy(model, p, 8) for p in PROMPTS[2:][::-1]]
+
+
+def test_each_sequence_stops_at_its_own_stop_id(tiny):
+    model, path, cfg = tiny
+    runner = llama.LlamaBatchRunner(cfg, path, batch=2, max_seq=48, prefill_chunk=4)
+    full = [_hf_greedy(model, p, 12) for p in PROMPTS[:2]]
+    stop = full[0][3]  # sequence 0 stops at its 4th token; sequence 1 at that id if it produces it
+    out = generate_batch(runner, PROMPTS[:2], 12, stop_ids=[stop])
+    for got, ref in zip(out, full, strict=True):
+        cut = ref.index(stop) + 1 if stop in ref else len(ref)
+        assert got == ref[:cut]
+
+
+def test_batch_errors_name_the_argument_and_the_values(tiny):
+    _, path, cfg = tiny
+    runner = llama.LlamaBatchRunner(cfg, path, batch=2, max_seq=16, prefill_chunk=4)
+    with pytest.raises(ValueError, match="expected 1 to 2 prompts"):
+        runner.prefill(PROMPTS[:3])
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        runner.prefill([[1], []])
+    with pytest.raises(ValueError, match="prompt 0 has 17 tokens"):
+        runner.prefill([[1] * 17])
+    runner.prefill(PROMPTS[:2])
+    with pytest.raises(ValueError, match="expected 2 tokens"):
+        runner.decode([1])
+    with pytest.raises(ValueError, match="need 19 cache positions"):
+        generate_batch(runner, [[1] * 10, [2]], 10)
+    with pytest.raises(ValueError, match="batch must be an int >= 1"):
+        llama.LlamaBatchRunner(cfg, path, batch=0)
+    with pytest.raises(ValueError, match="batch must be a positive int"):
+        llama.build_graph(cfg, "logits", 4, 16, batch=2)
