@@ -1,0 +1,29 @@
+// Vectorisable float math of the CPU kernels (cpu_kernels.cc: softmax; cpu_fused.cc: SwiGLU's sigmoid).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace mn {
+
+// exp(x) for x <= 0 (Cephes expf: range reduction + degree-6 polynomial, ~1 ulp). Plain
+// arithmetic, so the loops that call it vectorise (libm's expf does not without -ffast-math).
+inline float ExpNeg(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * r * r + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+}  // namespace mn
