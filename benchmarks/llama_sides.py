@@ -4,15 +4,16 @@
 configuration. The worker loads its side, runs one untimed warm-up (first runs allocate, tune,
 capture CUDA graphs, compile), prints one JSON line (``ready``: load time, versions, ...), then
 answers each ``run`` line on stdin with one timed run as a JSON line (``prefill_s``, ``decode_s``,
-``tokens``) until ``quit``. A process per side keeps thread pools, CUDA contexts, compiled graphs
-and allocator caches of one library from slowing another, lets onnxruntime-genai run under another
-interpreter, and lets the caller interleave the repeats of several sides (on a shared machine a
-change of load then hits every side alike).
+``decode_cpu_s``, ``tokens``) until ``quit``. A process per side keeps thread pools, CUDA contexts,
+compiled graphs and allocator caches of one library from slowing another, lets onnxruntime-genai run
+under another interpreter, and lets the caller interleave the repeats of several sides (on a shared
+machine a change of load then hits every side alike).
 
 Sides (``spec["side"]``), all over the same Hugging Face folder (``config.json`` + ``model.safetensors``)
 and the same prompts (``B`` rows of one length), greedy, end-of-sequence ignored:
 
-- ``ours``: ``LlamaRunner`` (batch 1) or ``LlamaBatchRunner`` of ``models/llama.py``;
+- ``ours``: ``LlamaRunner`` (batch 1) or ``LlamaBatchRunner`` of ``models/llama.py`` (``ours-spin``:
+  with ``thread_spinning=True``);
 - ``hf``: ``transformers`` ``generate``, ``eager`` (``DynamicCache``, ``attn_implementation="eager"``)
   or ``static`` (``cache_implementation="static"``, SDPA: on CUDA, transformers compiles the step);
 - ``genai``: onnxruntime-genai's ``Generator`` over the folder its model builder wrote.
@@ -52,19 +53,21 @@ def load_llama_module():
 
 
 def loop_runner(prefill: Callable[[], list[int]], step: Callable[[list[int]], list[int]], new_tokens: int):
-    """One run as ``(prefill_s, decode_s, tokens [rows][new_tokens])``: prefill, then ``new_tokens - 1``
-    steps, each fed the tokens it chose last (reading them on the host waits for the device)."""
+    """One run: prefill, then ``new_tokens - 1`` steps, each fed the tokens it chose last (reading
+    them on the host waits for the device). Returns ``prefill_s``, ``decode_s``, ``decode_cpu_s``
+    (CPU time of this process, all threads, during the decode: on a shared machine it shows the
+    work done where wall time also shows the waiting) and ``tokens [rows][new_tokens]``."""
 
-    def run() -> tuple[float, float, list[list[int]]]:
+    def run() -> dict:
         t0 = time.perf_counter()
         last = prefill()
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         out = [last]
         for _ in range(new_tokens - 1):
             last = step(last)
             out.append(last)
-        t2 = time.perf_counter()
-        return t1 - t0, t2 - t1, [list(row) for row in zip(*out, strict=True)]
+        t2, c2 = time.perf_counter(), time.process_time()
+        return {"prefill_s": t1 - t0, "decode_s": t2 - t1, "decode_cpu_s": c2 - c1, "tokens": [list(r) for r in zip(*out, strict=True)]}
 
     return run
 
@@ -78,6 +81,8 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
     cfg = llama.LlamaConfig.from_json(folder / "config.json")
     rows, plen = len(prompts), len(prompts[0])
     kw = dict(max_seq=plen + n, prefill_chunk=spec.get("prefill_chunk") or plen, device=spec["device"], cuda_graph=spec["cuda_graph"])
+    if spec.get("spin"):
+        kw["thread_spinning"] = True
     cls = llama.LlamaRunner if rows == 1 else getattr(llama, "LlamaBatchRunner", None)
     if cls is None:
         raise NotAvailable("models/llama.py has no LlamaBatchRunner (batch > 1 decode)")
@@ -122,22 +127,22 @@ def open_hf(spec: dict) -> tuple[dict, Callable]:
     ids = torch.tensor(prompts, device=device)
     extra = {"cache_implementation": "static"} if mode == "static" else {}
 
-    def generate(k: int) -> tuple[float, list[list[int]]]:
+    def generate(k: int) -> tuple[float, float, list[list[int]]]:
         if device == "cuda":
             torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         with torch.no_grad():
             out = model.generate(ids, max_new_tokens=k, min_new_tokens=k, do_sample=False, pad_token_id=0, **extra)
         if device == "cuda":
             torch.cuda.synchronize()
-        return time.perf_counter() - t0, out[:, ids.shape[1] :].tolist()
+        return time.perf_counter() - t0, time.process_time() - c0, out[:, ids.shape[1] :].tolist()
 
-    def run() -> tuple[float, float, list[list[int]]]:
+    def run() -> dict:
         # The longer generation first: transformers then keeps one static cache of that length for
         # both, so what the warm-up run compiled is not compiled again.
-        full, tokens = generate(n)
-        first, _ = generate(1)
-        return first, max(full - first, 1e-9), tokens
+        full, full_cpu, tokens = generate(n)
+        first, first_cpu, _ = generate(1)
+        return {"prefill_s": first, "decode_s": max(full - first, 1e-9), "decode_cpu_s": full_cpu - first_cpu, "tokens": tokens}
 
     info = {
         "model_load_s": round(build_s, 3),
@@ -196,8 +201,7 @@ def serve(spec: dict) -> None:
     for line in sys.stdin:
         if line.strip() != "run":
             break
-        prefill_s, decode_s, tokens = run()
-        print(json.dumps({"prefill_s": prefill_s, "decode_s": decode_s, "tokens": tokens}), flush=True)
+        print(json.dumps(run()), flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -54,6 +54,21 @@ def test_cuda_kernel_matches_reference_and_cpu_kernel_and_runs_on_cuda(op, make,
         np.testing.assert_allclose(got, on_cpu, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), kc.BFLOAT16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("op,make,case", cpu.HALF_CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(cpu.HALF_CASES)])
+def test_cuda_half_precision_kernels_match_float32_reference(op, make, case, dtype, tmp_path):
+    inputs, attrs, _, ref = make(*case, dtype=dtype)
+    sess = cuda_session(kc.make_model(op, inputs, attrs, out_dtype=dtype, with_function=False), profile_prefix=str(tmp_path / "half"))
+    got = kc.run_typed(sess, inputs, ref.shape, dtype)
+    placed = [(n["op_name"], n["provider"]) for n in kc.profiled_nodes(sess) if n["op_name"] == op]
+    assert placed == [(op, "CUDAExecutionProvider")], placed
+    if op == "CacheWrite":  # a copy: bit-exact
+        np.testing.assert_array_equal(got.view(np.uint16), ref.view(np.uint16))
+    else:
+        tol = cpu.HALF_TOL[dtype]
+        np.testing.assert_allclose(got.astype(np.float32), ref, rtol=tol, atol=tol)
+
+
 def test_cuda_library_also_serves_cpu_sessions():
     inputs, attrs, names, ref = cpu.attn_case(2, 4, 2, 64, 16, 5)
     got = kc.session(kc.make_model("CachedAttention", inputs, attrs), library=CUDA_LIB).run(None, inputs)[0]

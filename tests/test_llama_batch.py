@@ -111,3 +111,12 @@ def test_batch_errors_name_the_argument_and_the_values(tiny):
         llama.LlamaBatchRunner(cfg, path, batch=0)
     with pytest.raises(ValueError, match="batch must be a positive int"):
         llama.build_graph(cfg, "logits", 4, 16, batch=2)
+
+
+@pytest.mark.parametrize("spinning", [False, True])
+def test_the_runner_passes_its_thread_spinning_choice_to_both_sessions(tiny, spinning):
+    _, path, cfg = tiny
+    runner = llama.LlamaRunner(cfg, path, max_seq=16, prefill_chunk=4, thread_spinning=spinning)
+    for session in runner.sessions:
+        options = session._ort.get_session_options()
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == ("1" if spinning else "0")

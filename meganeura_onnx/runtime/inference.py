@@ -53,6 +53,7 @@ def build_inference_session(
     check_finite: bool = False,
     optimize: bool = True,
     precision: str = "fp32",
+    session_config: Mapping[str, str] | None = None,
 ) -> Session:
     """Compile ``graph`` for inference on ``device`` ("cpu" or "cuda").
 
@@ -75,6 +76,9 @@ def build_inference_session(
     normalisations, softmax and the rest run in float32 and outputs (logits) come back as float32
     (:mod:`meganeura_onnx.export.precision`; ``session.plan()`` lists each op's precision).
     ``set_parameter`` and ``read_param`` still take and give float32 arrays.
+
+    ``session_config``: ONNX Runtime session config entries (``SessionOptions.add_session_config_entry``),
+    e.g. ``{"session.intra_op.allow_spinning": "0"}``.
     """
     check_precision(precision, device, providers, "build_inference_session")
     compiled, report = optimize_graph(graph, stage="inference") if optimize else (graph, None)
@@ -121,6 +125,7 @@ def build_inference_session(
         half_storage=half_storage,
         precision=precision,
         precisions=precisions,
+        session_config=session_config,
     )
     session.report = report
     return session

@@ -146,6 +146,7 @@ class Session:
         half_storage: Mapping[str, str] | None = None,
         precision: str = "fp32",
         precisions: Sequence[tuple[str, str, str, str]] = (),
+        session_config: Mapping[str, str] | None = None,
     ) -> None:
         self.check_finite = bool(check_finite)
         # Buffers stored in float16/bfloat16 (name -> type): written and read as float32 through
@@ -159,6 +160,8 @@ class Session:
         self._halfbuf = HalfBuffers(kinds.pop(), self._device, self._providers) if kinds else None
         opts = ort.SessionOptions()
         opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        for key, value in (session_config or {}).items():  # ORT session config entries, e.g. thread spinning
+            opts.add_session_config_entry(key, value)
         lib = custom_ops.register(opts, self._device) if use_custom_ops else None
         self._model = model
         try:
