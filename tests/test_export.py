@@ -216,6 +216,8 @@ def test_broadcast_to_feeding_an_elementwise_op_is_left_to_onnx_broadcasting():
     g.set_outputs([y])
     model, _ = onnx_export.to_model(g)
     assert "Expand" not in {n.op_type for n in model.graph.node}
+    used = {i for n in model.graph.node for i in n.input}
+    assert all(t.name in used for t in model.graph.initializer)  # its shape constant went too
     rng = np.random.default_rng(0)
     feeds = {"x": rng.normal(size=(4, 3)).astype(np.float32), "w": rng.normal(size=3).astype(np.float32)}
     feeds["r"] = rng.normal(size=(4, 1)).astype(np.float32)

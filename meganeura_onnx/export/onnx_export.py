@@ -207,7 +207,11 @@ def _drop_unused(ctx: LoweringContext, ranges, graph_outputs: set[str]) -> None:
         if not outs & graph_outputs and all(start <= j < end for o in outs for j in readers.get(o, ())):
             drop.update(range(start, end))
     if drop:
+        freed = {i for j in drop for i in ctx.nodes[j].input}
         ctx.nodes[:] = [node for j, node in enumerate(ctx.nodes) if j not in drop]
+        still = {i for node in ctx.nodes for i in node.input} | graph_outputs
+        # their shape constants too (ORT would log each unused initializer it removes)
+        ctx.initializers[:] = [t for t in ctx.initializers if t.name not in freed or t.name in still]
 
 
 def _state_outputs(graph: GraphCore, spec: ExportSpec) -> list[tuple[str, NodeId]]:
