@@ -21,6 +21,7 @@ import dataclasses
 import json
 import os
 import platform
+import subprocess
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
         "unoptimized": decode_layer_nodes(cfg, optimize=False, device=args.device),
         "optimized": decode_layer_nodes(cfg, optimize=True, device=args.device),
         "machine": platform.node(),
+        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip(),
         "onnxruntime": ort.__version__,
         "load_average": os.getloadavg(),
     }

@@ -5,7 +5,8 @@
 // keys in tiles of kK rows: scores of the tile, then an online softmax (running max and sum per row)
 // rescales the fp32 accumulator, so no S x S matrix is formed. LSE = max + log(sum) per row.
 // Backward: one task per (sequence, KV head), which owns its dK/dV rows and the dQ rows of its query
-// heads (no two tasks write the same row, no atomics). Per key tile, for each query row:
+// heads (no two tasks write the same row, no atomics). Per key tile (dK/dV accumulated locally), for
+// each query row of each query head of the KV head:
 // p = exp(s - LSE), dp = dY . v, ds = p (dp - D) with D = dY . Y, then dq += ds k, dk += ds q, dv += p dY.
 #include <algorithm>
 #include <cmath>
@@ -77,7 +78,15 @@ OrtStatus* CheckFlash(const char* op, const FlashAttrs& a, OrtKernelContext* ctx
 
 namespace {
 
-constexpr int64_t kQ = 16;  // query rows per tile
+// The library's baseline is x86-64-v2 (SSE4.2); the two hot loops also get an AVX2 + FMA copy that
+// the loader picks on CPUs that have it (GCC function multi-versioning): 2-4x on the dot products.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define MN_HOT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define MN_HOT_CLONES
+#endif
+
+constexpr int64_t kQ = 32;  // query rows per tile (forward)
 constexpr int64_t kK = 64;  // key rows per tile
 
 struct View {  // element (b, row, head, d) of a [B, rows, heads * hd] tensor
@@ -97,11 +106,34 @@ inline void Axpy(float* y, float a, const float* x, int64_t n) {
   for (int64_t d = 0; d < n; ++d) y[d] += a * x[d];
 }
 
-void ForwardHead(const FlashProblem& p, const float* q, const float* k, const float* v, float* y, float* lse, int64_t b, int64_t h) {
+// xt[d * kK + c] = dimension d of row r0 + c of one head (zeros past nk): a query row's scores with
+// the tile's keys are then hd axpys across the keys (vectorised) instead of one reduction per key.
+inline void TransposeTile(const float* x, const View& xv, int64_t b, int64_t head, int64_t r0, int64_t nk, float* xt) {
+  for (int64_t c = 0; c < kK; ++c) {
+    const float* row = c < nk ? x + xv.at(b, r0 + c, head) : nullptr;
+    for (int64_t d = 0; d < xv.hd; ++d) xt[d * kK + c] = row ? row[d] : 0.f;
+  }
+}
+
+// s[c] = a . row c of the transposed tile, for the kK rows.
+inline void TileDots(const float* a, const float* xt, int64_t hd, float* s) {
+  float acc[kK] = {};
+  for (int64_t d = 0; d < hd; ++d) {
+    const float ad = a[d];
+    const float* row = xt + d * kK;
+#pragma omp simd
+    for (int64_t c = 0; c < kK; ++c) acc[c] += ad * row[c];
+  }
+  std::memcpy(s, acc, sizeof acc);
+}
+
+MN_HOT_CLONES void ForwardHead(const FlashProblem& p, const float* q, const float* k, const float* v, float* y, float* lse, int64_t b,
+                               int64_t h) {
   const View qv{p.T, p.H, p.hd}, kv{p.S, p.KVH, p.hd};
   const int64_t kh = h / (p.H / p.KVH);
   const float scale = 1.f / std::sqrt(static_cast<float>(p.hd)), ninf = -std::numeric_limits<float>::infinity();
-  std::vector<float> acc(kQ * p.hd), sc(kQ * kK), m(kQ), l(kQ);
+  std::vector<float> acc(kQ * p.hd), kt(p.hd * kK), m(kQ), l(kQ);
+  float s[kK];
   for (int64_t i0 = 0; i0 < p.T; i0 += kQ) {
     const int64_t nq = std::min(kQ, p.T - i0), kend = p.causal ? i0 + nq : p.S;
     std::fill(acc.begin(), acc.end(), 0.f);
@@ -109,25 +141,21 @@ void ForwardHead(const FlashProblem& p, const float* q, const float* k, const fl
     std::fill(l.begin(), l.end(), 0.f);
     for (int64_t j0 = 0; j0 < kend; j0 += kK) {
       const int64_t nk = std::min(kK, kend - j0);
+      TransposeTile(k, kv, b, kh, j0, nk, kt.data());
       for (int64_t r = 0; r < nq; ++r) {
         const int64_t i = i0 + r;
-        const float* qi = q + qv.at(b, i, h);
-        float* s = &sc[r * kK];
+        const int64_t cend = p.causal ? std::min(nk, i - j0 + 1) : nk;  // keys past i are hidden
+        if (cend <= 0) continue;
+        TileDots(q + qv.at(b, i, h), kt.data(), p.hd, s);
         float mx = m[r];
-        for (int64_t c = 0; c < nk; ++c) {
-          const int64_t j = j0 + c;
-          s[c] = (p.causal && j > i) ? ninf : Dot(qi, k + kv.at(b, j, kh), p.hd) * scale;
-          mx = std::max(mx, s[c]);
-        }
-        if (mx == ninf) continue;  // every key of the tile hidden, none seen before
+        for (int64_t c = 0; c < cend; ++c) mx = std::max(mx, s[c] *= scale);
         const float a = std::exp(m[r] - mx);  // rescale the running sum to the new max
         float* ar = &acc[r * p.hd];
         if (a != 1.f)
           for (int64_t d = 0; d < p.hd; ++d) ar[d] *= a;
         l[r] *= a;
         m[r] = mx;
-        for (int64_t c = 0; c < nk; ++c) {
-          if (s[c] == ninf) continue;
+        for (int64_t c = 0; c < cend; ++c) {
           const float pr = std::exp(s[c] - mx);
           l[r] += pr;
           Axpy(ar, pr, v + kv.at(b, j0 + c, kh), p.hd);
@@ -148,37 +176,43 @@ struct GradArgs {
   float *dq, *dk, *dv;
 };
 
-void BackwardKvHead(const FlashProblem& p, const GradArgs& g, int64_t b, int64_t kh) {
+MN_HOT_CLONES void BackwardKvHead(const FlashProblem& p, const GradArgs& g, int64_t b, int64_t kh) {
   const View qv{p.T, p.H, p.hd}, kv{p.S, p.KVH, p.hd};
-  const int64_t rep = p.H / p.KVH;
+  const int64_t rep = p.H / p.KVH, h0 = kh * rep;
   const float scale = 1.f / std::sqrt(static_cast<float>(p.hd));
-  for (int64_t j = 0; j < p.S; ++j) {
-    std::memset(g.dk + kv.at(b, j, kh), 0, sizeof(float) * p.hd);
-    std::memset(g.dv + kv.at(b, j, kh), 0, sizeof(float) * p.hd);
-  }
-  std::vector<float> dsum(p.T);
-  for (int64_t h = kh * rep; h < (kh + 1) * rep; ++h) {
-    const float* lse = g.lse + (b * p.H + h) * p.T;
+  std::vector<float> dsum(rep * p.T), kt(p.hd * kK), vt(p.hd * kK), dkt(kK * p.hd), dvt(kK * p.hd);
+  float s[kK], dp[kK];
+  for (int64_t h = h0; h < h0 + rep; ++h)
     for (int64_t i = 0; i < p.T; ++i) {
       std::memset(g.dq + qv.at(b, i, h), 0, sizeof(float) * p.hd);
-      dsum[i] = Dot(g.dy + qv.at(b, i, h), g.y + qv.at(b, i, h), p.hd);  // D_i = sum_j p_ij dp_ij
+      dsum[(h - h0) * p.T + i] = Dot(g.dy + qv.at(b, i, h), g.y + qv.at(b, i, h), p.hd);  // D_i = sum_j p_ij dp_ij
     }
-    for (int64_t j0 = 0; j0 < p.S; j0 += kK) {  // a key tile stays in cache while every query visits it
-      const int64_t nk = std::min(kK, p.S - j0);
+  for (int64_t j0 = 0; j0 < p.S; j0 += kK) {  // one key tile at a time: its dK/dV rows stay local
+    const int64_t nk = std::min(kK, p.S - j0);
+    TransposeTile(g.k, kv, b, kh, j0, nk, kt.data());
+    TransposeTile(g.v, kv, b, kh, j0, nk, vt.data());
+    std::fill(dkt.begin(), dkt.end(), 0.f);
+    std::fill(dvt.begin(), dvt.end(), 0.f);
+    for (int64_t h = h0; h < h0 + rep; ++h) {
+      const float *lse = g.lse + (b * p.H + h) * p.T, *dsum_h = &dsum[(h - h0) * p.T];
       for (int64_t i = p.causal ? j0 : 0; i < p.T; ++i) {
         const float *qi = g.q + qv.at(b, i, h), *doi = g.dy + qv.at(b, i, h);
         float* dqi = g.dq + qv.at(b, i, h);
         const int64_t cend = p.causal ? std::min(nk, i - j0 + 1) : nk;
+        TileDots(qi, kt.data(), p.hd, s);
+        TileDots(doi, vt.data(), p.hd, dp);
         for (int64_t c = 0; c < cend; ++c) {
-          const int64_t j = j0 + c;
-          const float* kj = g.k + kv.at(b, j, kh);
-          const float pr = std::exp(Dot(qi, kj, p.hd) * scale - lse[i]);
-          const float ds = pr * (Dot(doi, g.v + kv.at(b, j, kh), p.hd) - dsum[i]) * scale;
-          Axpy(dqi, ds, kj, p.hd);
-          Axpy(g.dk + kv.at(b, j, kh), ds, qi, p.hd);
-          Axpy(g.dv + kv.at(b, j, kh), pr, doi, p.hd);
+          const float pr = std::exp(s[c] * scale - lse[i]);
+          const float ds = pr * (dp[c] - dsum_h[i]) * scale;
+          Axpy(dqi, ds, g.k + kv.at(b, j0 + c, kh), p.hd);
+          Axpy(&dkt[c * p.hd], ds, qi, p.hd);
+          Axpy(&dvt[c * p.hd], pr, doi, p.hd);
         }
       }
+    }
+    for (int64_t c = 0; c < nk; ++c) {
+      std::memcpy(g.dk + kv.at(b, j0 + c, kh), &dkt[c * p.hd], sizeof(float) * p.hd);
+      std::memcpy(g.dv + kv.at(b, j0 + c, kh), &dvt[c * p.hd], sizeof(float) * p.hd);
     }
   }
 }

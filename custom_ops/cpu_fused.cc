@@ -92,6 +92,30 @@ class SwiGLUCpu : public Kernel {
     Chunks ch(n, 1 << 14, 256);
     return ParallelFor(ctx, ch.count, [&](size_t c) { Span(g, u, out, ch.begin(c), ch.end(c)); });
   }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  // float32 on a CPU with AVX2 + FMA: the same loop compiled for 8 lanes (the library's baseline,
+  // x86-64-v2, has 4), picked at run time as ORT's own elementwise kernels do.
+  static OrtStatus* Run(OrtKernelContext* ctx, int64_t n, const float* g, const float* u, float* out) {
+    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    Chunks ch(n, 1 << 14, 256);
+    return ParallelFor(ctx, ch.count, [&](size_t c) {
+      if (avx2)
+        SpanAvx2(g, u, out, ch.begin(c), ch.end(c));
+      else
+        Span(g, u, out, ch.begin(c), ch.end(c));
+    });
+  }
+  __attribute__((target("avx2,fma"))) static void SpanAvx2(const float* __restrict__ g, const float* __restrict__ u,
+                                                           float* __restrict__ out, int64_t begin, int64_t end) {
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) {
+      const float x = g[i];
+      const float e = ExpNeg(-std::fabs(x));
+      const float s = 1.0f / (1.0f + e);
+      out[i] = x * (x >= 0.0f ? s : e * s) * u[i];
+    }
+  }
+#endif
   // sigmoid(x) from e = exp(-|x|) in (0, 1]: 1 / (1 + e) for x >= 0, e / (1 + e) below; never
   // overflows, and ExpNeg (plain arithmetic, unlike libm's expf) lets the float loop vectorise.
   template <class T>

@@ -5,7 +5,8 @@
 #   PHASE=checks  kernels/  custom-op GPU tests, compute-sanitizer memcheck (tests and hostile-model
 #                           fuzz), custom-op benchmark (custom_ops/gpu_check.sh)
 #                 pytest_gpu.txt  the GPU tests of training parity, fused Adam, the train step as
-#                                 CUDA graphs, symbolic sizes, fuzz
+#                                 CUDA graphs, symbolic sizes, fuzz, fused attention
+#                 flash_check.txt FlashAttention(Grad) vs a host reference, CUDA-graph replay, timing
 #   PHASE=bench   optimize-cuda.json  e-graph optimizer off vs on: train and decode step, kernels
 #                 llama*.json   SmolLM2-135M-shaped decode tokens/s and prefill vs transformers
 #                               (fp32, batch 1: a quick look; PHASE=llama has the full comparison)
@@ -32,6 +33,8 @@ if [ "$PHASE" = checks ]; then
   pytest_gpu() { bash -c "timeout 150 $PY -m pytest -q -p no:cacheprovider -rs $* 2>&1 | tee -a '$OUT/pytest_gpu.txt'; exit \${PIPESTATUS[0]}"; }
   step pytest_gpu -m gpu tests/test_fused_adam.py tests/test_training_parity.py tests/test_cuda_graph_training.py
   step pytest_gpu tests/test_symbolic_models.py tests/test_kernel_fuzz.py -k cuda
+  step pytest_gpu -m gpu tests/test_flash_attention.py
+  step bash -c "make -C custom_ops flash-check >/dev/null && custom_ops/build/flash_check | tee '$OUT/flash_check.txt'; exit \${PIPESTATUS[0]}"
 elif [ "$PHASE" = llama ]; then
   wheels=$(ls .whl/onnxruntime_genai_cuda-*.whl .whl/onnx_ir-*.whl 2>/dev/null)
   [ -n "$wheels" ] && step $PY -m pip install -q --no-deps $wheels

@@ -202,3 +202,30 @@ def test_weights_mapped_from_a_safetensors_file_are_copied_file_to_file_exactly(
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(tmp_path / "m.onnx").graph.initializer}
     for name, value in values.items():
         np.testing.assert_array_equal(inits[name], value)
+
+
+def test_broadcast_to_feeding_an_elementwise_op_is_left_to_onnx_broadcasting():
+    """``mul(x, broadcast_to(w))`` and ``sub(broadcast_to(r), x)`` export without the Expand copy
+    (ONNX Mul/Sub broadcast); a broadcast_to that is also an output keeps its Expand. Values equal
+    numpy's."""
+    g = Graph()
+    x = g.input("x", [4, 3])
+    w = g.input("w", [3])
+    r = g.input("r", [4, 1])
+    y = g.sub(g.broadcast_to(r, [4, 3]), g.mul(x, g.broadcast_to(w, [4, 3])))
+    g.set_outputs([y])
+    model, _ = onnx_export.to_model(g)
+    assert "Expand" not in {n.op_type for n in model.graph.node}
+    used = {i for n in model.graph.node for i in n.input}
+    assert all(t.name in used for t in model.graph.initializer)  # its shape constant went too
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.normal(size=(4, 3)).astype(np.float32), "w": rng.normal(size=3).astype(np.float32)}
+    feeds["r"] = rng.normal(size=(4, 1)).astype(np.float32)
+    np.testing.assert_allclose(run_model(model, feeds)[0], feeds["r"] - feeds["x"] * feeds["w"], rtol=1e-6)
+    shown = g.broadcast_to(w, [4, 3])
+    g.set_outputs([g.mul(x, shown), shown])
+    model, _ = onnx_export.to_model(g)
+    assert [n.op_type for n in model.graph.node].count("Expand") == 1
+    out, rep = run_model(model, feeds)
+    np.testing.assert_allclose(out, feeds["x"] * feeds["w"], rtol=1e-6)
+    np.testing.assert_array_equal(rep, np.broadcast_to(feeds["w"], (4, 3)))

@@ -99,6 +99,7 @@ def to_model(
     ctx.graph = graph
     spec = ExportSpec()
     names: dict[NodeId, str] = {}
+    expands: dict[NodeId, tuple[int, int]] = {}  # broadcast_to node -> the ONNX nodes it lowered to
     g_inputs: list[onnx.ValueInfoProto] = []
 
     def vinfo(name: str, nid: NodeId, elem_type: int | None = None) -> onnx.ValueInfoProto:
@@ -144,7 +145,10 @@ def to_model(
         else:
             ctx.prefix = f"n{n.id}_{n.op}/"
             ctx.doc = f"meganeura Graph node {n.id}: {n.op}({', '.join(map(str, n.inputs))}) -> {n.ty}"
-            names[n.id] = OPS[n.op].lowering(ctx, n, *(names[i] for i in n.inputs))
+            start = len(ctx.nodes)
+            names[n.id] = OPS[n.op].lowering(ctx, n, *_operands(graph, n, names))
+            if n.op == "broadcast_to":
+                expands[n.id] = (start, len(ctx.nodes))
     ctx.prefix, ctx.doc = "", ""
 
     outputs: list[tuple[str, NodeId]] = list(graph.named_outputs().items())
@@ -156,6 +160,7 @@ def to_model(
     g_outputs = [vinfo(name, nid) for name, nid in outputs]
     spec.outputs += [name for name, _ in outputs]
     _bind_outputs(ctx, [(name, names[nid]) for name, nid in outputs])
+    _drop_unused(ctx, expands.values(), {o.name for o in g_outputs})
 
     onnx_graph = helper.make_graph(ctx.nodes, model_name, g_inputs, g_outputs, ctx.initializers)
     opsets = [helper.make_opsetid("", opset)]
@@ -167,6 +172,46 @@ def to_model(
     model.doc_string = "Exported by meganeura-onnx from a Graph."
     helper.set_model_props(model, {"meganeura.parameters": json.dumps(spec.parameters), "meganeura.graph_nodes": str(len(graph))})
     return model, spec
+
+
+_BROADCASTING = frozenset({"add", "sub", "mul", "div"})  # their ONNX ops broadcast (multidirectional)
+
+
+def _operands(graph: GraphCore, node, names: Mapping[NodeId, str]) -> list[str]:
+    """The ONNX names of ``node``'s inputs. An operand of add/sub/mul/div that a ``broadcast_to``
+    only repeats to the other operand's shape is passed un-repeated: ONNX broadcasting gives the
+    same values without the Expand copy (an RMSNorm backward has three per layer)."""
+    args = [names[i] for i in node.inputs]
+    if node.op not in _BROADCASTING:
+        return args
+    for k in (0, 1):
+        src, other = graph.node(node.inputs[k]), graph.node(node.inputs[1 - k])
+        if src.op != "broadcast_to" or other.op == "broadcast_to" or other.ty.shape != node.ty.shape:
+            continue
+        inner, full = graph.node(src.inputs[0]).ty.shape, node.ty.shape
+        if all(isinstance(d, int) for d in (*inner, *full)) and len(inner) <= len(full) and np.broadcast_shapes(inner, full) == tuple(full):
+            args[k] = names[src.inputs[0]]
+    return args
+
+
+def _drop_unused(ctx: LoweringContext, ranges, graph_outputs: set[str]) -> None:
+    """Remove the ONNX nodes of each of ``ranges`` (a broadcast_to's lowering, ``[start, end)`` in
+    ``ctx.nodes``) when nothing outside the range reads them any more."""
+    readers: dict[str, set[int]] = {}
+    for j, node in enumerate(ctx.nodes):
+        for i in node.input:
+            readers.setdefault(i, set()).add(j)
+    drop: set[int] = set()
+    for start, end in ranges:
+        outs = {o for node in ctx.nodes[start:end] for o in node.output}
+        if not outs & graph_outputs and all(start <= j < end for o in outs for j in readers.get(o, ())):
+            drop.update(range(start, end))
+    if drop:
+        freed = {i for j in drop for i in ctx.nodes[j].input}
+        ctx.nodes[:] = [node for j, node in enumerate(ctx.nodes) if j not in drop]
+        still = {i for node in ctx.nodes for i in node.input} | graph_outputs
+        # their shape constants too (ORT would log each unused initializer it removes)
+        ctx.initializers[:] = [t for t in ctx.initializers if t.name not in freed or t.name in still]
 
 
 def _state_outputs(graph: GraphCore, spec: ExportSpec) -> list[tuple[str, NodeId]]:

@@ -333,8 +333,14 @@ class TrainingSession(Session):
         """Whether the AdamUpdate kernel may write p', m', v' over p, m, v (one buffer each instead
         of two swapped: for SmolLM2-135M 1.6 GB less). Only when nothing needs the old values after
         the step (no ``check_finite``, no fp16 step that may be dropped, no accumulation gate) and
-        every other reader of a parameter feeds the update, so ORT runs it before the update."""
+        every other reader of a parameter feeds the update, so ORT runs it before the update.
+
+        Not under ``cuda_graph=True``: ORT's first ``run`` of a graph executes the model more than
+        once (warm-up runs, then capture and replay) inside the one call. Swapped buffers make that
+        idempotent; an update in place would be applied twice."""
         if spec is None or not spec.fused or spec.accumulate or self._build["check_finite"] or self._scaler is not None:
+            return False
+        if self._build["cuda_graph"]:
             return False
         return update_runs_last(prog.model, set(prog.trainable))
 
