@@ -127,6 +127,27 @@ class PastKv:
 
 
 @dataclass
+class InOutLinear(Linear):
+    """A bias-free ``Linear`` whose weight is stored ``[in, out]`` (the transpose of torch's layout,
+    under the same name) and applied with a plain ``matmul``. For inference on the CPU: ONNX
+    Runtime's one-row product is ~40% faster on ``[in, out]`` weights than ``Gemm(transB=1)`` on
+    ``[out, in]`` ones (SmolLM2-135M's projections: 6.7 vs 9.4 ms per 30 products of 576x1536)."""
+
+    @classmethod
+    def new(cls, g: Graph, name: str, in_features: int, out_features: int, bias: bool = False) -> InOutLinear:
+        if bias:
+            raise ValueError(f"InOutLinear {name!r}: bias is not supported")
+        return cls(name, in_features, out_features, g.parameter(join(name, "weight"), [in_features, out_features]), None)
+
+    def forward(self, g: Graph, x: NodeId) -> NodeId:
+        return g.matmul(x, self.weight)
+
+
+def linear_class(in_out: bool) -> type[Linear]:
+    return InOutLinear if in_out else Linear
+
+
+@dataclass
 class LlamaAttention:
     """``self_attn``: q/k/v/o projections (no bias), rotate-half rope, causal GQA attention."""
 
@@ -141,14 +162,16 @@ class LlamaAttention:
     rope_theta: float
 
     @classmethod
-    def new(cls, g: Graph, name: str, cfg: LlamaConfig) -> LlamaAttention:
+    def new(cls, g: Graph, name: str, cfg: LlamaConfig, in_out: bool = False) -> LlamaAttention:
+        """``in_out``: the projections as :class:`InOutLinear` (weights stored ``[in, out]``)."""
         h, kv, hd, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
+        lin = linear_class(in_out)
         return cls(
             name,
-            Linear.new(g, join(name, "q_proj"), d, h * hd, bias=False),
-            Linear.new(g, join(name, "k_proj"), d, kv * hd, bias=False),
-            Linear.new(g, join(name, "v_proj"), d, kv * hd, bias=False),
-            Linear.new(g, join(name, "o_proj"), h * hd, d, bias=False),
+            lin.new(g, join(name, "q_proj"), d, h * hd, bias=False),
+            lin.new(g, join(name, "k_proj"), d, kv * hd, bias=False),
+            lin.new(g, join(name, "v_proj"), d, kv * hd, bias=False),
+            lin.new(g, join(name, "o_proj"), h * hd, d, bias=False),
             h,
             kv,
             hd,
@@ -195,11 +218,12 @@ class LlamaMLP:
     down_proj: Linear
 
     @classmethod
-    def new(cls, g: Graph, name: str, hidden: int, intermediate: int) -> LlamaMLP:
+    def new(cls, g: Graph, name: str, hidden: int, intermediate: int, in_out: bool = False) -> LlamaMLP:
+        lin = linear_class(in_out)
         return cls(
-            Linear.new(g, join(name, "gate_proj"), hidden, intermediate, bias=False),
-            Linear.new(g, join(name, "up_proj"), hidden, intermediate, bias=False),
-            Linear.new(g, join(name, "down_proj"), intermediate, hidden, bias=False),
+            lin.new(g, join(name, "gate_proj"), hidden, intermediate, bias=False),
+            lin.new(g, join(name, "up_proj"), hidden, intermediate, bias=False),
+            lin.new(g, join(name, "down_proj"), intermediate, hidden, bias=False),
         )
 
     def forward(self, g: Graph, x: NodeId) -> NodeId:
@@ -216,13 +240,13 @@ class LlamaDecoderLayer:
     mlp: LlamaMLP
 
     @classmethod
-    def new(cls, g: Graph, name: str, cfg: LlamaConfig) -> LlamaDecoderLayer:
+    def new(cls, g: Graph, name: str, cfg: LlamaConfig, in_out: bool = False) -> LlamaDecoderLayer:
         d = cfg.hidden_size
         return cls(
             RmsNorm.new(g, join(name, "input_layernorm"), d, cfg.rms_norm_eps),
-            LlamaAttention.new(g, join(name, "self_attn"), cfg),
+            LlamaAttention.new(g, join(name, "self_attn"), cfg, in_out),
             RmsNorm.new(g, join(name, "post_attention_layernorm"), d, cfg.rms_norm_eps),
-            LlamaMLP.new(g, join(name, "mlp"), d, cfg.intermediate_size),
+            LlamaMLP.new(g, join(name, "mlp"), d, cfg.intermediate_size, in_out),
         )
 
     def forward(self, g: Graph, x: NodeId, cache: KvCache | PastKv | None = None, fused_attention: bool = False) -> NodeId:
