@@ -13,8 +13,8 @@ Configurations (``--sides``, ``--precisions``, ``--batches``):
 - ``ours``: our ``LlamaRunner`` in each precision; on CUDA with the decode step replayed as a CUDA
   graph and without (``ours-graph`` / ``ours``). fp16/bf16 need ``precision=`` on the runner; where the
   branch has none the JSON says "not available". Batch > 1 uses ``LlamaBatchRunner``.
-- ``ours-spin`` (CPU): the same with ONNX Runtime's threads spinning between ops
-  (``thread_spinning=True``; off by default, see ``LlamaRunner``).
+- ``ours-nospin`` (CPU): the same without ONNX Runtime's threads spinning between ops
+  (``thread_spinning=False``, see ``LlamaRunner``: better on a machine shared with other work).
 - ``hf-eager``: ``generate`` with ``attn_implementation="eager"``, in each precision.
 - ``hf-static``: ``generate`` with ``cache_implementation="static"`` (SDPA attention; on CUDA
   transformers compiles the decode step with ``torch.compile``), in each precision.
@@ -53,7 +53,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 SIDES_SCRIPT = Path(__file__).resolve().with_name("llama_sides.py")
 DEFAULTS = {  # per device: what the issue asks to be shown
-    "cpu": {"sides": "ours,ours-spin,genai,hf-eager", "precisions": "fp32", "batches": "1", "new_tokens": 64, "interleave": True},
+    "cpu": {"sides": "ours,ours-nospin,genai,hf-eager", "precisions": "fp32", "batches": "1", "new_tokens": 64, "interleave": True},
     "cuda": {
         "sides": "ours,genai,hf-eager,hf-static",
         "precisions": "fp32,fp16,bf16",
@@ -201,7 +201,7 @@ class Worker:
 
 def finish(entry: dict, spec: dict) -> dict:
     """Medians and spreads (min-max) of the runs, in the units of the JSON."""
-    entry["config"] = {k: spec[k] for k in ("side", "hf_mode", "spin", "precision", "batch", "cuda_graph")}
+    entry["config"] = {k: spec[k] for k in ("side", "hf_mode", "nospin", "precision", "batch", "cuda_graph")}
     runs = entry.pop("runs", [])
     if not runs:
         entry.setdefault("error", "no run finished")
@@ -234,18 +234,18 @@ def configurations(a: argparse.Namespace) -> list[dict]:
             else:
                 precisions = a.precisions.split(",")
             for precision in precisions:
-                graphs = [False, True] if cuda and side in ("ours", "ours-spin", "genai") else [False]
+                graphs = [False, True] if cuda and side in ("ours", "ours-nospin", "genai") else [False]
                 for graph in graphs:
                     name = f"{side}{'-graph' if graph else ''}-{precision}-b{batch}"
                     kind, mode = (side.split("-") + [None])[:2]
-                    spin = mode == "spin"
-                    mode = None if spin else mode
+                    nospin = mode == "nospin"
+                    mode = None if nospin else mode
                     out.append(
                         {
                             "name": name,
                             "side": kind,
                             "hf_mode": mode,
-                            "spin": spin,
+                            "nospin": nospin,
                             "precision": precision,
                             "batch": batch,
                             "cuda_graph": graph,
@@ -265,7 +265,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--preset", default="smollm2-135m")
-    ap.add_argument("--sides", default=None, help="comma-separated: ours, ours-spin, genai, hf-eager, hf-static [default: per device]")
+    ap.add_argument("--sides", default=None, help="comma-separated: ours, ours-nospin, genai, hf-eager, hf-static [default: per device]")
     ap.add_argument("--precisions", default=None, help="comma-separated: fp32, fp16, bf16 [CPU: fp32; CUDA: all]")
     ap.add_argument("--batches", default=None, help="comma-separated batch sizes [CPU: 1; CUDA: 1,8]")
     ap.add_argument("--prompt-len", type=int, default=128)
