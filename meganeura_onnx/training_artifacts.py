@@ -214,7 +214,19 @@ def inline_custom_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     kept = [o for o in inlined.opset_import if o.domain != "com.meganeura"]
     del inlined.opset_import[:]
     inlined.opset_import.extend(kept)
-    return inlined
+    return _castlike_to_float(inlined)
+
+
+def _castlike_to_float(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``CastLike(x, like)`` as ``Cast(x, to=FLOAT)``. The function bodies cast to their input's
+    element type so that float16/bfloat16 models run them too; onnxruntime-training 1.19 has no
+    gradient builder for CastLike, and training artifacts are float32 throughout."""
+    for node in model.graph.node:
+        if node.op_type == "CastLike" and node.domain in ("", "ai.onnx"):
+            del node.input[1:]
+            node.op_type = "Cast"
+            node.attribute.extend([onnx.helper.make_attribute("to", onnx.TensorProto.FLOAT)])
+    return model
 
 
 # Forward ops whose ORT 1.19 gradient builder reads optional outputs of the forward node (and fails

@@ -201,8 +201,9 @@ def flash_attention_function(opset: int):
     def body(ctx, q, k, v):
         h = _BodyHeads(ctx)
         s = h.scores(h.split(q, h.H), h.expand(h.split(k, h.KVH)), q, k)
-        m = ctx.op("ReduceMax", s, ctx.ints([-1]), keepdims=1)  # row max: finite, every row sees a key
-        lse = ctx.op("Add", m, ctx.op("Log", ctx.op("ReduceSum", ctx.op("Exp", ctx.op("Sub", s, m)), ctx.ints([-1]), keepdims=1)))
+        # ReduceLogSumExp subtracts the row max inside ORT's kernel (every row sees a key, so it is
+        # finite); unlike ReduceMax it has a gradient in onnxruntime-training's builder too.
+        lse = ctx.op("ReduceLogSumExp", s, ctx.ints([-1]), keepdims=1)
         y = ctx.op("MatMul", ctx.op("Exp", ctx.op("Sub", s, lse)), h.expand(h.split(v, h.KVH)))
         return [h.merge(y), ctx.op("Squeeze", lse, ctx.ints([3]))]
 
