@@ -129,6 +129,22 @@ def test_fp16_logits_match_transformers_in_fp16(hf_tiny):
     assert plan.precision_of("MatMul") | plan.precision_of("Gemm") == {"float16"}
 
 
+def test_bf16_decode_on_cuda_loads_and_its_logits_match_transformers_in_bf16(hf_tiny):
+    """bf16 sessions load on CUDA (ORT's SimplifiedLayerNormFusion would fuse a bf16 Cast into a
+    norm it has no kernel for) and follow transformers in bf16, prefill and one decode step."""
+    _, path = hf_tiny
+    cfg = llama.LlamaConfig.from_json(path.with_name("config.json"))
+    runner = llama.LlamaRunner(cfg, path, max_seq=64, prefill_chunk=len(PROMPT), device="cuda", precision="bf16")
+    ours = np.stack([runner.prefill(PROMPT), runner.decode(7)])
+    model = transformers.LlamaForCausalLM.from_pretrained(path.parent, torch_dtype=torch.bfloat16).cuda().eval()
+    with torch.no_grad():
+        ref = model(torch.tensor([[*PROMPT, 7]], device="cuda")).logits[0, -2:].float().cpu().numpy()
+    # bf16 keeps 8 significant bits: a few ulps of the largest logit after two layers
+    assert np.abs(ours - ref).max() <= 4e-2 * np.abs(ref).max() + 1e-3
+    plan = runner.decoder.plan()
+    assert plan.precision_of("MatMul") | plan.precision_of("Gemm") == {"bfloat16"}
+
+
 def test_fp16_greedy_tokens_equal_transformers_fp16_where_the_top_two_logits_are_not_within_rounding(hf_tiny):
     model, path = hf_tiny
     cfg = llama.LlamaConfig.from_json(path.with_name("config.json"))

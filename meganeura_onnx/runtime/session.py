@@ -165,7 +165,10 @@ class Session:
         lib = custom_ops.register(opts, self._device) if use_custom_ops else None
         self._model = model
         try:
-            self._ort = ort.InferenceSession(model.SerializeToString(), opts, providers=self._providers)
+            # ORT fuses a Cast from bfloat16 into its SimplifiedLayerNormalization, a type mix that
+            # no ORT kernel implements (the session then fails to load on CUDA).
+            disabled = ["SimplifiedLayerNormFusion"] if precision == "bf16" else None
+            self._ort = ort.InferenceSession(model.SerializeToString(), opts, providers=self._providers, disabled_optimizers=disabled)
         except Exception as e:
             if cuda_graph and "graph capture" in str(e).lower():
                 raise ValueError(f"cuda_graph=True: ONNX Runtime cannot capture this model as a CUDA graph: {e}") from e
