@@ -16,9 +16,11 @@ def view(model: str, no_browser: bool, port: int | None, host: str) -> None:
 
     address = (host, port) if port is not None else None
     url = netron.start(model, address=address, browse=not no_browser)
-    where = f"http://{url[0]}:{url[1]}" if isinstance(url, tuple) else str(url)
-    click.echo(f"Netron is serving {model} at {where} (Ctrl-C to stop)", nl=True)
+    # Everything after start() is inside the try: a Ctrl-C that lands before wait() is entered must
+    # still stop Netron's server thread, else the process stays alive after the interrupt.
     try:
+        where = f"http://{url[0]}:{url[1]}" if isinstance(url, tuple) else str(url)
+        click.echo(f"Netron is serving {model} at {where} (Ctrl-C to stop)", nl=True)
         netron.wait()
     except KeyboardInterrupt:
         pass
