@@ -231,7 +231,8 @@ def train(
     """
     from tqdm import tqdm
 
-    from meganeura_onnx.runtime.training import build_session, scheduled_lr
+    from meganeura_onnx.runtime.schedules import scheduled_lr
+    from meganeura_onnx.runtime.training import build_session
 
     from .dist_train import data_parallel_run, launch_torchrun
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import transformers
 
-from meganeura_onnx.runtime.training import scheduled_lr
+from meganeura_onnx.runtime.schedules import scheduled_lr
 
 SCHEDULES = {
     "constant": lambda opt, warmup, total: transformers.get_constant_schedule_with_warmup(opt, warmup),

@@ -45,6 +45,7 @@ from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_chec
 from .custom_ops import custom_op_library
 from .half import check_precision
 from .safetensors_file import write_atomic
+from .schedules import LossScaler
 from .session import Session, checked_parameters, parameter_array
 
 DEFAULT_HYPER = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01, "max_grad_norm": 1.0}
@@ -533,51 +534,6 @@ class TrainingSession(Session):
         self._reset_counters()
         self._micro = 0
         return ckpt.metadata
-
-
-class LossScaler:
-    """Dynamic loss scaling (``torch.amp.GradScaler``'s rule): the loss is multiplied by ``scale``
-    before the backward pass; a step whose gradients overflow is dropped and halves the scale;
-    ``growth_interval`` steps in a row without overflow double it."""
-
-    def __init__(self, scale: float, growth_interval: int) -> None:
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
-            raise ValueError(f"build_session: loss_scale must be a finite number > 0, got {scale!r}")
-        if isinstance(growth_interval, bool) or not isinstance(growth_interval, int) or growth_interval < 1:
-            raise ValueError(f"build_session: loss_scale_growth_interval must be a positive int, got {growth_interval!r}")
-        self.scale, self.growth_interval = float(scale), growth_interval
-        self.good, self.skipped = 0, 0
-
-    def update(self, finite: bool) -> bool:
-        """Record one step; returns whether it is applied (its gradients were finite)."""
-        if not finite:
-            self.skipped += 1
-            self.good = 0
-            self.scale = max(self.scale / 2.0, 2.0**-24)
-            return False
-        self.good += 1
-        if self.good >= self.growth_interval:
-            self.scale, self.good = min(self.scale * 2.0, 2.0**64), 0
-        return True
-
-
-LR_SCHEDULES = ("constant", "cosine", "linear")
-
-
-def scheduled_lr(schedule: str, base_lr: float, step: int, total_steps: int, warmup: int = 0) -> float:
-    """The learning rate of optimizer update ``step`` (0-based) of ``total_steps``: a linear warm-up
-    from 0 over ``warmup`` updates, then constant, or a cosine / linear decay to 0 at ``total_steps``.
-    The same multipliers as transformers' ``get_{constant,cosine,linear}_schedule_with_warmup``."""
-    if schedule not in LR_SCHEDULES:
-        raise ValueError(f"lr schedule must be one of {LR_SCHEDULES}, got {schedule!r}")
-    if step < warmup:
-        return base_lr * step / max(1, warmup)
-    if schedule == "constant":
-        return base_lr
-    progress = (step - warmup) / max(1, total_steps - warmup)
-    if schedule == "linear":
-        return base_lr * max(0.0, 1.0 - progress)
-    return base_lr * max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = None, backend: str = "native", **kwargs) -> TrainingSession:
