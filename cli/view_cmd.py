@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import click
 
 
@@ -14,6 +16,9 @@ def view(model: str, no_browser: bool, port: int | None, host: str) -> None:
     """Serve MODEL in Netron (com.meganeura nodes: right-click, "Show Function Definition")."""
     import netron
 
+    # "Serve until Ctrl-C" must hold even when the parent started us with SIGINT ignored (a
+    # background job of a non-interactive shell does that, and Python keeps an inherited SIG_IGN).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     address = (host, port) if port is not None else None
     url = netron.start(model, address=address, browse=not no_browser)
     # Everything after start() is inside the try: a Ctrl-C that lands before wait() is entered must

@@ -74,10 +74,15 @@ def test_inspect_says_whether_custom_ops_run_as_kernels_or_function_bodies(tmp_p
     assert d["custom_op_libraries"] == {"cpu": custom_op_library("cpu"), "cuda": custom_op_library("cuda")}
 
 
-def test_view_without_browser_serves_netron_until_interrupted(tmp_path):
+@pytest.mark.parametrize("sigint_ignored_by_parent", [False, True], ids=["interactive", "background-job"])
+def test_view_without_browser_serves_netron_until_interrupted(tmp_path, sigint_ignored_by_parent):
+    """Ctrl-C stops the server, also when started as a background job (which inherits SIGINT ignored)."""
     out = tmp_path / "mlp.onnx"
     meganeura("export", MLP, "-o", str(out), "--set", "batch=2")
-    proc = subprocess.Popen([str(MEGANEURA), "view", str(out), "--no-browser"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored_by_parent else None
+    proc = subprocess.Popen(
+        [str(MEGANEURA), "view", str(out), "--no-browser"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=ignore
+    )
     try:
         line = proc.stdout.readline()
         match = re.search(r"http://[\w.\-]+:\d+", line)
