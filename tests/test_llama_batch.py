@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from meganeura_onnx.cli.model_file import load_module  # noqa: E402
+from tiny_hf import save_tiny_llama  # noqa: E402
 
 from meganeura_onnx.generation import generate, generate_batch  # noqa: E402
 
@@ -27,23 +28,8 @@ STEPS = 24
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny_llama_batch")
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        tie_word_embeddings=False,
-        initializer_range=0.1,  # logits with some spread, so greedy choices are not near-ties
-    )
-    model = transformers.LlamaForCausalLM(cfg).eval()
-    model.save_pretrained(folder)
-    return model, folder / "model.safetensors", llama.LlamaConfig.from_json(folder / "config.json")
+    model, weights = save_tiny_llama(folder)
+    return model, weights, llama.LlamaConfig.from_json(folder / "config.json")
 
 
 def _hf_greedy(model, prompt: list[int], n: int) -> list[int]:

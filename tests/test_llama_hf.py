@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from meganeura_onnx.cli.model_file import load_module  # noqa: E402
+from tiny_hf import save_tiny_llama  # noqa: E402
 
 from meganeura_onnx.generation import generate  # noqa: E402
 from meganeura_onnx.io import WeightLoadError, hf_parameters, load_safetensors, read_safetensors  # noqa: E402
@@ -20,24 +21,7 @@ llama = load_module(ROOT / "models" / "llama.py")
 
 
 def _save_hf(tmp: Path, seed: int = 0, **overrides) -> tuple[object, Path]:
-    torch.manual_seed(seed)
-    kw = dict(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        tie_word_embeddings=False,
-        initializer_range=0.1,  # logits with some spread, so greedy choices are not near-ties
-    )
-    kw.update(overrides)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**kw)).eval()
-    model.save_pretrained(tmp)
-    return model, tmp / "model.safetensors"
+    return save_tiny_llama(tmp, seed, **overrides)
 
 
 @pytest.fixture(scope="module")

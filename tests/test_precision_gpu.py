@@ -20,6 +20,7 @@ import pytest
 import torch
 import transformers
 from meganeura_onnx.cli.model_file import load_module
+from tiny_hf import save_tiny_llama
 
 from meganeura_onnx.generation import generate
 from meganeura_onnx.init import default_parameters
@@ -93,24 +94,8 @@ def test_a_hundred_fp32_steps_on_cuda_stay_within_relative_1e_4_of_pytorch():
 
 @pytest.fixture(scope="module")
 def hf_tiny(tmp_path_factory):
-    torch.manual_seed(0)
-    conf = transformers.LlamaConfig(
-        vocab_size=128,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        tie_word_embeddings=False,
-        initializer_range=0.1,
-    )
-    model = transformers.LlamaForCausalLM(conf).eval()
-    path = tmp_path_factory.mktemp("hf_tiny")
-    model.save_pretrained(path)
-    return model.half().cuda(), path / "model.safetensors"
+    model, weights = save_tiny_llama(tmp_path_factory.mktemp("hf_tiny"))
+    return model.half().cuda(), weights
 
 
 PROMPT = [5, 17, 99, 3, 64, 12, 8, 127, 40, 1]
