@@ -74,24 +74,12 @@ def build_inference_session(
     half_storage: dict[str, str] = {}
     precisions: list = []
     if precision in HALF_TYPE:
-        target = "cuda" if device == "cuda" and providers is None else "cpu"
-        kernels = use_custom_ops and custom_op_library(target) is not None
-        stored = half_storage_inputs(model, precision, target, [*spec.parameters, *spec.state], kernels)
-        half_outputs = [spec.state[n] for n in stored if n in spec.state]
-        model, lowered = lower_precision(
-            model, precision, device=target, half_inputs=stored, half_outputs=half_outputs, custom_kernels=kernels
-        )
-        half_storage, precisions = dict.fromkeys(stored, HALF_TYPE[precision]), lowered.nodes
+        model, half_storage, precisions = _lower_to_half(model, spec, precision, device, providers, use_custom_ops)
     given = checked_parameters(parameters, graph.parameters(), "build_inference_session")
     values = default_parameters(graph, seed, skip=set(given))
     values.update(given)
     types = {n.attrs["name"]: n.ty for n in graph.nodes() if n.op in ("input", "input_u32")}
-    for name in spec.state:
-        if not types[name].is_static():
-            raise ValueError(
-                f"build_inference_session: KV-cache input {name!r} must have a static shape (it is session state), got {list(types[name].shape)}"
-            )
-    state = {name: (out, np.zeros(types[name].shape, np.float32)) for name, out in spec.state.items()}
+    state = _zero_state(spec, types)
     outputs = graph.output_names()
     output_types = {name: graph.node(nid).ty for name, nid in zip(outputs, graph.outputs(), strict=True)}
     output_types.update({out: types[name] for name, out in spec.state.items()})
@@ -117,3 +105,24 @@ def build_inference_session(
     )
     session.report = report
     return session
+
+
+def _lower_to_half(model, spec, precision: str, device: str, providers, use_custom_ops: bool):
+    """(model, half_storage, precisions): ``model`` lowered to ``precision`` (``"bf16"``/``"fp16"``),
+    the inputs it stores in half (name -> element type) and each node's precision for ``plan()``."""
+    target = "cuda" if device == "cuda" and providers is None else "cpu"
+    kernels = use_custom_ops and custom_op_library(target) is not None
+    stored = half_storage_inputs(model, precision, target, [*spec.parameters, *spec.state], kernels)
+    half_outputs = [spec.state[n] for n in stored if n in spec.state]
+    model, lowered = lower_precision(model, precision, device=target, half_inputs=stored, half_outputs=half_outputs, custom_kernels=kernels)
+    return model, dict.fromkeys(stored, HALF_TYPE[precision]), lowered.nodes
+
+
+def _zero_state(spec, types: Mapping) -> dict[str, tuple[str, np.ndarray]]:
+    """The session state (KV caches): input name -> (the output that updates it, zeros of its shape)."""
+    for name in spec.state:
+        if not types[name].is_static():
+            raise ValueError(
+                f"build_inference_session: KV-cache input {name!r} must have a static shape (it is session state), got {list(types[name].shape)}"
+            )
+    return {name: (out, np.zeros(types[name].shape, np.float32)) for name, out in spec.state.items()}
