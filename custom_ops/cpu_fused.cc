@@ -28,6 +28,9 @@ OrtStatus* CheckSwiGLU(const Tensor& gate, const Tensor& up) {
 OrtStatus* ReadRopeCacheWriteAttrs(const OrtKernelInfo* info, RopeCacheWriteAttrs* a) {
   MN_RETURN_IF(AttrFloat(info, "RopeCacheWrite", "theta", &a->theta, nullptr));
   MN_RETURN_IF(AttrInt(info, "RopeCacheWrite", "head_dim", &a->head_dim, nullptr));
+  const int64_t one = 1;
+  MN_RETURN_IF(AttrInt(info, "RopeCacheWrite", "check_positions", &a->check_positions, &one));
+  MN_RETURN_IF(CheckPositionsFlag("RopeCacheWrite", a->check_positions));
   if (a->head_dim <= 0 || a->head_dim % 2 != 0 || a->head_dim > 1024)
     return MN_INVALID("RopeCacheWrite: attribute head_dim must be even and in [2, 1024], got %lld", (long long)a->head_dim);
   if (!(a->theta > 0.0f) || !std::isfinite(a->theta))

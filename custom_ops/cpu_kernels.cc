@@ -133,7 +133,11 @@ class RopeCpu : public Kernel {
 // A pure row copy: any element type, by bytes.
 class CacheWriteCpu : public Kernel {
  public:
-  static OrtStatus* Create(const OrtKernelInfo*, Kernel** out) {
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    const int64_t one = 1;
+    int64_t check = 1;  // accepted and validated; the CPU kernel checks positions either way
+    MN_RETURN_IF(AttrInt(info, "CacheWrite", "check_positions", &check, &one));
+    MN_RETURN_IF(CheckPositionsFlag("CacheWrite", check));
     *out = new CacheWriteCpu();
     return nullptr;
   }

@@ -10,34 +10,22 @@ from ..export import to_model
 from ..export.precision import HALF_TYPE, half_storage_inputs, lower_precision
 from ..graph import Graph
 from ..init import default_parameters
-from ..ops import OPS
 from ..transforms.rewrite import optimize as optimize_graph
 from .custom_ops import custom_op_library
 from .half import check_precision
+from .positions import position_rules, upload_limits
 from .session import Session, checked_parameters
-
-U32_MAX = (1 << 32) - 1
 
 
 def position_limits(graph: Graph) -> dict[str, int]:
     """Largest valid value of each ``input_u32`` that feeds a position input of an op (the op
-    table's ``positions``): for the ``kv_pos`` of ``cache_write``/``cached_attention`` it is
-    ``max_seq - T`` (rows ``[kv_pos, kv_pos + T)`` must lie in the cache); ``rope``'s dynamic
-    offset allows 2**40, more than a U32 holds, so it gets no entry. With a symbolic T (a prefill
-    graph of any length) the limit is ``max_seq - 1`` and the kernels check the rest when they run.
+    table's ``positions``), as ``set_input_u32`` checks it: for the ``kv_pos`` of
+    ``cache_write``/``cached_attention`` it is ``max_seq - T`` (rows ``[kv_pos, kv_pos + T)`` must lie
+    in the cache); ``rope``'s dynamic offset allows 2**40, more than a U32 holds, so it gets no entry.
+    With a symbolic T (a prefill graph of any length) the limit is ``max_seq - 1``; each step then
+    checks the exact limit of its sizes (:mod:`meganeura_onnx.runtime.positions`).
     """
-    names = {n.id: n.attrs["name"] for n in graph.nodes() if n.op == "input_u32"}
-    limits: dict[str, int] = {}
-    for n in graph.nodes():
-        d = OPS[n.op]
-        shapes = {arg: graph.node(i).ty.shape for arg, i in zip(d.inputs, n.inputs, strict=False)}
-        ids = dict(zip(d.inputs, n.inputs, strict=False))
-        for p in d.positions:
-            limit = p.limit(shapes)
-            if ids.get(p.input) in names and limit is not None and limit < U32_MAX:
-                name = names[ids[p.input]]
-                limits[name] = min(limit, limits.get(name, limit))
-    return limits
+    return upload_limits(position_rules(graph))
 
 
 def build_inference_session(
@@ -108,7 +96,7 @@ def build_inference_session(
         use_custom_ops=use_custom_ops,
         inplace_state=sorted(spec.inplace),
         cuda_graph=cuda_graph,
-        position_limits=position_limits(graph),
+        position_rules=position_rules(graph),
         check_finite=check_finite,
         half_storage=half_storage,
         precision=precision,
