@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import run_info
 
 ROOT = Path(__file__).resolve().parent.parent
 for p in (ROOT, ROOT / "models"):
@@ -225,10 +225,11 @@ def main() -> None:
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report: dict = {
-        "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "machine": {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
-        "load_average_before": os.getloadavg(),
+        "git_commit": run_info.git_commit(),
+        "dirty": run_info.git_dirty(),
+        "date": run_info.utc_now(),
+        "machine": {**run_info.host(), "cpu": run_info.cpu_model()},
+        "load_average_before": run_info.load_average(),
     }
     model, _ = train_model(a.layers, a.batch, a.seq, out)
     report["liveness"] = {"shape": {**SMOL, "layers": a.layers, "batch": a.batch, "seq": a.seq}, **analyse(model)}
@@ -239,7 +240,7 @@ def main() -> None:
             ort_res[name] = r = ort_run(path, options, a.ort_steps, out)
             print(name, json.dumps(r)[:600])
         report["ort_cpu"] = ort_res
-    report["load_average_after"] = os.getloadavg()
+    report["load_average_after"] = run_info.load_average()
     (out / "train_memory.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {out / 'train_memory.json'}")
 
