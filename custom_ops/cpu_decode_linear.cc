@@ -46,6 +46,10 @@ OrtStatus* ReadNormLinearInputs(OrtKernelContext* ctx, const char* op, const Nor
   if (gamma->shape[0] != p->K)
     return MN_INVALID("%s: gamma has shape %s, x has shape %s (gamma must be [K] = [%lld])", op, ShapeStr(gamma->shape).c_str(),
                       ShapeStr(x->shape).c_str(), (long long)p->K);
+  size_t n_out = 0;
+  MN_RETURN_IF(g_api->KernelContext_GetOutputCount(ctx, &n_out));
+  const size_t want = std::strcmp(op, "RMSNormSwiGLU") == 0 ? 1 : n_in - 2;
+  if (n_out != want) return MN_INVALID("%s: %zu weights need %zu outputs, got %zu", op, n_in - 2, want, n_out);
   ws->assign(n_in - 2, Tensor());
   p->N.assign(n_in - 2, 0);
   for (size_t i = 0; i + 2 < n_in; ++i) {
@@ -65,7 +69,7 @@ OrtStatus* ReadNormLinearInputs(OrtKernelContext* ctx, const char* op, const Nor
 }
 
 OrtStatus* CheckSwiGLUWidths(bool swiglu, const std::vector<Tensor>& ws, const NormLinearProblem& p) {
-  if (!swiglu) return nullptr;
+  if (!swiglu) return nullptr;  // RMSNormLinear: the output count was checked by ReadNormLinearInputs
   if (ws.size() != 2) return MN_INVALID("RMSNormSwiGLU: takes x, gamma, w_gate and w_up, got %zu weights", ws.size());
   if (p.N[0] != p.N[1])
     return MN_INVALID("RMSNormSwiGLU: w_gate and w_up must give one output width, got %lld and %lld (shapes %s and %s)",

@@ -100,3 +100,13 @@ def test_bad_input_raises_an_ort_error_naming_the_op_and_the_values(op, inputs, 
     assert type(info.value).__module__.startswith("onnxruntime"), repr(info.value)
     msg = str(info.value)
     assert op in msg and all(m in msg for m in match), msg
+
+
+def test_fewer_outputs_than_weights_is_an_error_naming_the_counts():
+    inputs = {"x": f32(2, 8), "gamma": f32(8), "w0": f32(4, 8), "w1": f32(3, 8)}
+    proto = onnx.load_from_string(dl.model("RMSNormLinear", inputs, True, with_function=False))
+    del proto.graph.node[0].output[1]
+    del proto.graph.output[1]
+    with pytest.raises(Exception) as info:  # noqa: PT011 - checked below
+        kc.session(proto.SerializeToString(), library=LIB).run(None, inputs)
+    assert "RMSNormLinear: 2 weights need 2 outputs, got 1" in str(info.value), str(info.value)
