@@ -12,17 +12,10 @@ import decode_linear_cases as dl
 import kernel_cases as kc
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from test_decode_linear_kernels import RTOL, case_id
 
-CUDA_LIB = kc.custom_op_library("cuda")
-HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
-pytestmark = [
-    pytest.mark.skipif(not HAS_CUDA, reason="no CUDAExecutionProvider (onnxruntime-gpu) here"),
-    pytest.mark.skipif(CUDA_LIB is None, reason="CUDA custom-op library not built (make -C custom_ops cuda)"),
-]
-CUDA = (("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider")
+pytestmark = kc.CUDA_SKIPS
 # + a K so large that 16 rows of it do not fit one block's shared memory: row tiles of 5 (several launches)
 LINEAR = [*dl.LINEAR, (16, 2048, (40, 24), True), (16, 2048, (33,), False), (8, 576, (49152,), True)]
 SWIGLU = [*dl.SWIGLU, (16, 2048, 40, False), (1, 576, 1536, False)]
@@ -52,12 +45,7 @@ def inputs_and_refs(op, case, dtype):
 def test_cuda_kernel_matches_the_float64_reference_and_runs_on_cuda(op, case, dtype, tmp_path):
     trans_b = case[3]
     inputs, refs = inputs_and_refs(op, case, dtype)
-    sess = kc.session(
-        dl.model(op, inputs, trans_b, dtype=dtype, with_function=False),
-        library=CUDA_LIB,
-        providers=CUDA,
-        profile_prefix=str(tmp_path / "cuda"),
-    )
+    sess = kc.cuda_session(dl.model(op, inputs, trans_b, dtype=dtype, with_function=False), profile_prefix=str(tmp_path / "cuda"))
     if dtype == np.float32:
         got = sess.run(None, inputs)
         tol = [{"rtol": RTOL, "atol": 1e-5 * max(1.0, float(np.max(np.abs(r))))} for r in refs]
@@ -76,6 +64,4 @@ def test_bad_weight_shape_raises_an_ort_error_naming_the_op_on_cuda():
     proto = onnx.load_from_string(dl.model("RMSNormLinear", inputs, True, with_function=False))
     for vi in proto.graph.input:
         vi.type.tensor_type.ClearField("shape")
-    with pytest.raises(Exception) as info:  # noqa: PT011 - checked below
-        kc.session(proto.SerializeToString(), library=CUDA_LIB, providers=CUDA).run(None, inputs)
-    assert "RMSNormLinear" in str(info.value) and "[4, 9]" in str(info.value), str(info.value)
+    kc.assert_ort_error(lambda: kc.cuda_session(proto.SerializeToString()).run(None, inputs), "RMSNormLinear", ["[4, 9]"])
