@@ -12,9 +12,10 @@ Other in-place reuse (ORT lets some elementwise kernels write over an input that
 modelled, so the peak is an upper bound of what an allocator that frees each tensor after its last
 reader needs, for that order.
 
-:func:`memory_order` is a greedy memory-aware schedule (run the ready node that grows the live set
-least, frees most), an order a runtime could follow; :func:`liveness` of it shows what the node
-order costs.
+:func:`memory_order` is a memory-aware schedule (the model's order, except that nodes freeing at
+least what they allocate run as soon as they are ready), which training sessions make ONNX Runtime
+follow; :func:`recompute_late_reads` trades a cheap kernel for a tensor kept across the forward and
+backward passes. :func:`liveness` of an order shows what it costs.
 """
 
 from __future__ import annotations
