@@ -157,8 +157,12 @@ def test_the_precision_pass_keeps_flash_attention_in_half_with_a_float32_log_sum
     # ORT accepts the typed nodes (kernels registered for bfloat16 with a float32 LSE) and they compute attention
     rng = np.random.default_rng(0)
     feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32) for i in model.graph.input}
-    got = dict(zip([o.name for o in lowered.graph.output], kc.session(lowered.SerializeToString(), library=CPU_LIB).run(None, feeds), strict=True))
-    want = dict(zip([o.name for o in model.graph.output], kc.session(model.SerializeToString(), library=CPU_LIB).run(None, feeds), strict=True))
+    got = dict(
+        zip([o.name for o in lowered.graph.output], kc.session(lowered.SerializeToString(), library=CPU_LIB).run(None, feeds), strict=True)
+    )
+    want = dict(
+        zip([o.name for o in model.graph.output], kc.session(model.SerializeToString(), library=CPU_LIB).run(None, feeds), strict=True)
+    )
     for name, ref in want.items():
         np.testing.assert_allclose(got[name], ref, rtol=0, atol=4 * ULP["bfloat16"] * np.abs(ref).max(), err_msg=name)
 
