@@ -225,8 +225,7 @@ const float* FloatData(const Tensor& t, std::vector<float>* buf) {
   if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) return t.f32();
   buf->resize(static_cast<size_t>(t.numel()));
   DispatchFloat(t.type, [&](auto tag) -> OrtStatus* {
-    const auto* x = static_cast<const decltype(tag)*>(t.data);
-    for (size_t i = 0; i < buf->size(); ++i) (*buf)[i] = ToFloat(x[i]);
+    ToFloatRow(static_cast<const decltype(tag)*>(t.data), buf->data(), t.numel());
     return nullptr;
   });
   return buf->data();
@@ -254,9 +253,7 @@ struct FloatOut {
   OrtStatus* Finish() {
     if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) return nullptr;
     return DispatchFloat(type, [&](auto tag) -> OrtStatus* {
-      using E = decltype(tag);
-      auto* y = static_cast<E*>(data);
-      for (size_t i = 0; i < buf.size(); ++i) y[i] = FromFloat<E>(buf[i]);
+      FromFloatRow(buf.data(), static_cast<decltype(tag)*>(data), static_cast<int64_t>(buf.size()));
       return nullptr;
     });
   }
