@@ -170,7 +170,8 @@ class Session:
         # per op on CUDA, and none is allowed inside a captured CUDA graph): check_positions=0.
         rules = dict(position_rules or {})
         self._position_limits = upload_limits(rules)
-        self._run_rules = {name: [r for r in rs if not r.is_static()] for name, rs in rules.items()}
+        self._position_reasons = {name: sorted({r.explain() for r in rs}) for name, rs in rules.items()}
+        self._run_rules = {name: [r for r in rs if r.varies()] for name, rs in rules.items()}
         self._run_rules = {name: rs for name, rs in self._run_rules.items() if rs}
         self._position_values = {
             name: np.zeros(inputs[name].shape, np.uint32) for name in rules if name in inputs and inputs[name].is_static()
@@ -286,15 +287,17 @@ class Session:
         if self._sizes is not None and name in self._sizes.types:
             return self._write_symbolic(name, data, dtype, what)
         arr = host_array(name, data, self._types[name], dtype, what)
-        limit = self._position_limits.get(name) if dtype is DType.U32 else None
-        if limit is not None and arr.size and int(arr.max()) > limit:
-            raise ValueError(
-                f"{what}: {name!r} = {int(arr.max())} is out of range: it is a KV-cache position and must be <= {limit} "
-                f"(cache length minus the rows written/attended per step)"
-            )
+        self._check_upload_limit(name, arr, dtype, what)
         if name in self._position_values:
             self._position_values[name] = arr
         self._update(name, arr)
+
+    def _check_upload_limit(self, name: str, arr: np.ndarray, dtype: DType, what: str) -> None:
+        limit = self._position_limits.get(name) if dtype is DType.U32 else None
+        if limit is not None and arr.size and int(arr.max()) > limit:
+            raise ValueError(
+                f"{what}: {name!r} = {int(arr.max())} is out of range: it must be <= {limit} ({'; '.join(self._position_reasons[name])})"
+            )
 
     def _write_symbolic(self, name: str, data: object, dtype: DType, what: str) -> None:
         ty, found = self._types[name], {}
@@ -302,6 +305,7 @@ class Session:
             shape, found = self._sizes.shape_of(name, data, what)
             ty = TensorType(shape, dtype)
         arr = host_array(name, data, ty, dtype, what)
+        self._check_upload_limit(name, arr, dtype, what)
         self._sizes.commit(name, found)
         if name in self._position_values or name in self._run_rules:
             self._position_values[name] = arr
@@ -426,7 +430,8 @@ class Session:
 
     @property
     def position_limits(self) -> dict[str, int]:
-        """U32 inputs used as KV-cache positions -> the largest value ``set_input_u32`` accepts."""
+        """U32 inputs used as positions or row indices (KV-cache positions, token ids) -> the largest
+        value ``set_input_u32`` accepts."""
         return dict(self._position_limits)
 
     @property

@@ -44,6 +44,7 @@ from ..transforms.rewrite import Limits, OptimizeReport, optimize
 from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
 from .custom_ops import custom_op_library
 from .half import check_precision
+from .positions import position_rules
 from .safetensors_file import write_atomic
 from .schedules import LossScaler
 from .session import Session, checked_parameters, parameter_array
@@ -314,6 +315,7 @@ class TrainingSession(Session):
             precisions=self._precision_reports[spec].nodes if spec in self._precision_reports else (),
             inplace_state=inplace,
             inplace_kernels={(CUSTOM_DOMAIN, "AdamUpdate")},
+            position_rules=position_rules(self._forward),  # token ids checked on upload: no ScatterAdd read-back
             **self._build,
         )
         for m in prog.moments:
