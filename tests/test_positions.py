@@ -91,7 +91,7 @@ def test_session_graphs_skip_the_kernel_position_checks_and_exported_files_keep_
     exported, _ = to_model(g)
     assert check_positions_of(exported) == {"Rope": [1], "CacheWrite": [1, 1], "CachedAttention": [1]}
     s = build_inference_session(g, use_custom_ops=False, optimize=False)
-    assert check_positions_of(s._model) == {"Rope": [0], "CacheWrite": [0, 0], "CachedAttention": [0]}
+    assert check_positions_of(s.onnx_model()) == {"Rope": [0], "CacheWrite": [0, 0], "CachedAttention": [0]}
 
 
 def test_a_position_the_session_does_not_check_keeps_the_kernel_check():
@@ -110,7 +110,7 @@ def test_training_graph_rope_nodes_need_no_position_read_back():
     x = g.rope(g.matmul(g.input("x", [4, 8]), g.parameter("w", [8, 8])), 10000.0, 4)
     g.set_outputs([g.mse_loss(x, g.input("y", [4, 8]))])
     s = build_session(g, optimizer="sgd")
-    ropes = check_positions_of(s._model)["Rope"]
+    ropes = check_positions_of(s.onnx_model())["Rope"]
     assert len(ropes) == 2 and set(ropes) == {0}  # forward rope and its transpose in the backward pass
 
 
@@ -121,7 +121,7 @@ def test_training_token_ids_are_checked_on_upload_so_scatter_add_needs_no_read_b
     x = g.embedding(g.input_u32("ids", [4]), g.parameter("emb", [10, 8]))
     g.set_outputs([g.mse_loss(x, g.input("y", [4, 8]))])
     s = build_session(g, optimizer="sgd")
-    assert check_positions_of(s._model)["ScatterAdd"] == [0]  # the embedding's gradient
+    assert check_positions_of(s.onnx_model())["ScatterAdd"] == [0]  # the embedding's gradient
     s.set_input_u32("ids", [9, 0, 3, 3])
     with pytest.raises(ValueError) as info:
         s.set_input_u32("ids", [1, 10, 3, 3])

@@ -95,10 +95,31 @@ def test_without_the_read_back_an_invalid_position_gives_nan_or_no_write(op):
 
 def test_a_cuda_session_without_cuda_graph_runs_prefill_without_read_back_and_checks_positions_itself():
     gpu = build_inference_session(prefill_graph(), "cuda")
-    assert set(sum(check_positions_of(gpu._model).values(), [])) == {0}
+    assert set(sum(check_positions_of(gpu.onnx_model()).values(), [])) == {0}
     data = feed(gpu, rows=5, kv_pos=3)
     gpu.step()
     np.testing.assert_allclose(gpu.read_output_by_index(0), attention_reference(data, 3), rtol=1e-4, atol=1e-5)
     gpu.set_input_u32("kv_pos", [4])  # valid for one row, not for this step's 5
     with pytest.raises(ValueError, match=r"'kv_pos' = 4 .*<= 3"):
         gpu.step()
+
+
+def test_a_cuda_train_step_with_rope_and_embedding_has_no_read_back_and_no_host_copy():
+    """The train step's position ops (Rope's static offset, the embedding gradient's ScatterAdd) are
+    told not to read back, and ORT places no Memcpy node in the step (nothing crosses to the host)."""
+    from meganeura_onnx import Graph
+    from meganeura_onnx.runtime.training import build_session
+
+    g = Graph()
+    x = g.embedding(g.input_u32("ids", [8]), g.parameter("emb", [32, 16]))
+    x = g.rope(g.matmul(x, g.parameter("w", [16, 16])), 10000.0, 8)
+    g.set_outputs([g.sparse_cross_entropy_loss(g.matmul(x, g.parameter("out", [16, 32])), g.input_u32("labels", [8]))])
+    s = build_session(g, "cuda", optimizer="adamw")
+    found = check_positions_of(s.onnx_model())
+    assert set(found) >= {"Rope", "ScatterAdd"} and set(sum(found.values(), [])) == {0}, found
+    placement = s.plan().placement
+    assert not [p for p in placement if "Memcpy" in p[2]], placement
+    s.set_input_u32("ids", np.arange(8))
+    s.set_input_u32("labels", np.arange(8)[::-1].copy())
+    s.step()
+    assert np.isfinite(s.read_loss())

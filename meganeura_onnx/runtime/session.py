@@ -570,5 +570,6 @@ class Session:
         return MemorySummary(sum(sizes), adam, len(sizes), max(sizes, default=0))
 
     def onnx_model(self) -> onnx.ModelProto:
-        """The ONNX model this session runs."""
+        """The ONNX model this session runs (its position ops marked ``check_positions=0`` where the
+        Session validates the positions itself: :mod:`meganeura_onnx.runtime.positions`)."""
         return self._model
