@@ -18,21 +18,14 @@ from test_decode_fusion import decode_sessions, feed_steps
 from meganeura_onnx import build_inference_session
 from meganeura_onnx.init import default_parameters
 
-CUDA_LIB = kc.custom_op_library("cuda")
-HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
-pytestmark = [
-    pytest.mark.skipif(not HAS_CUDA, reason="no CUDAExecutionProvider (onnxruntime-gpu) here"),
-    pytest.mark.skipif(CUDA_LIB is None, reason="CUDA custom-op library not built (make -C custom_ops cuda)"),
-]
-CUDA = (("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider")
+CUDA_LIB = kc.CUDA_LIB
+pytestmark = kc.CUDA_SKIPS
+CUDA = kc.CUDA_PROVIDERS
+cuda_session = kc.cuda_session
 CASES = cpu.CASES + [
     ("RopeCacheWrite", cpu.rope_cache_write_case, (8192, 1024, 128, 1, 8191)),  # 8 KV heads of 128
     ("RopeCacheWrite", cpu.rope_cache_write_case, (300, 96, 48, 64, 200)),  # a prefill chunk, head_dim not a power of 2
 ]
-
-
-def cuda_session(model, **kw):
-    return kc.session(model, library=CUDA_LIB, providers=CUDA, **kw)
 
 
 @pytest.mark.parametrize("op,make,case", CASES, ids=[f"{op}-{'x'.join(map(str, c))}" for op, _, c in CASES])

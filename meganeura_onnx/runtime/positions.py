@@ -99,18 +99,40 @@ def upload_limits(rules: Mapping[str, Collection[PositionRule]]) -> dict[str, in
     return limits
 
 
-def check_run_positions(rules: Mapping[str, Collection[PositionRule]], values: Mapping[str, np.ndarray], sizes: Mapping[str, int]) -> None:
-    """ValueError naming the input, its value and the limit at ``sizes`` when a held position is out
-    of range for the step about to run (only rules with symbolic shapes need this)."""
-    for name, rs in rules.items():
-        arr = values.get(name)
-        if arr is None or not arr.size:
-            continue
-        value = int(arr.max())
-        for r in rs:
-            limit = r.limit(sizes)
-            if limit is not None and value > limit:
-                raise ValueError(f"step: {name!r} = {value} is out of range: it must be <= {limit} ({r.explain(sizes)}); nothing was run")
+class PositionChecks:
+    """A Session's checks of its position inputs: ``upload`` when ``set_input_u32`` writes one (the
+    static shapes' limit), ``before_step`` with the step's sizes (rules whose limit varies with them)."""
+
+    def __init__(self, rules: Mapping[str, Collection[PositionRule]], static_inputs: Collection[str]) -> None:
+        self.limits = upload_limits(rules)
+        self._reasons = {name: "; ".join(sorted({r.explain() for r in rs})) for name, rs in rules.items()}
+        self._varying = {name: [r for r in rs if r.varies()] for name, rs in rules.items()}
+        self._varying = {name: rs for name, rs in self._varying.items() if rs}
+        # the values held now (host copies; U32 inputs start at zero)
+        self._values = {name: np.zeros(1, np.uint32) for name in self._varying if name in static_inputs}
+
+    def upload(self, name: str, arr: np.ndarray, what: str) -> None:
+        """ValueError naming the input, its value and its limit when ``arr`` exceeds it."""
+        limit = self.limits.get(name)
+        if limit is not None and arr.size and int(arr.max()) > limit:
+            raise ValueError(f"{what}: {name!r} = {int(arr.max())} is out of range: it must be <= {limit} ({self._reasons[name]})")
+        if name in self._varying:
+            self._values[name] = arr
+
+    def before_step(self, sizes: Mapping[str, int]) -> None:
+        """ValueError naming the input, its value and the limit at ``sizes`` when a held position is
+        out of range for the step about to run."""
+        for name, rs in self._varying.items():
+            arr = self._values.get(name)
+            if arr is None or not arr.size:
+                continue
+            value = int(arr.max())
+            for r in rs:
+                limit = r.limit(sizes)
+                if limit is not None and value > limit:
+                    raise ValueError(
+                        f"step: {name!r} = {value} is out of range: it must be <= {limit} ({r.explain(sizes)}); nothing was run"
+                    )
 
 
 def skip_kernel_position_checks(model: onnx.ModelProto, checked: Collection[str]) -> int:

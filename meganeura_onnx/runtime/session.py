@@ -19,7 +19,7 @@ from ..ops import OPS
 from . import custom_ops
 from .half import HalfBuffers, is_half
 from .plan import Buffer, ExecutionPlan, MemorySummary
-from .positions import PositionRule, check_run_positions, skip_kernel_position_checks, upload_limits
+from .positions import PositionChecks, PositionRule, skip_kernel_position_checks
 from .sizes import SymbolSizes
 
 NUMPY = {DType.F32: np.float32, DType.U32: np.uint32}
@@ -118,6 +118,19 @@ def _check_capturable(sess: ort.InferenceSession) -> None:
         )
 
 
+def apply_session_options(opts: ort.SessionOptions, options: Mapping[str, object]) -> None:
+    """Set ``ort.SessionOptions`` attributes by name (``execution_order`` by its enum member's name,
+    e.g. ``"PRIORITY_BASED"``); an unknown name is a ValueError naming it."""
+    for key, value in options.items():
+        if key.startswith("_") or not hasattr(opts, key):
+            raise ValueError(f"session_options: ort.SessionOptions has no attribute {key!r}")
+        if key == "execution_order" and isinstance(value, str):
+            if value not in ort.ExecutionOrder.__members__:
+                raise ValueError(f"session_options: execution_order must be one of {list(ort.ExecutionOrder.__members__)}, got {value!r}")
+            value = ort.ExecutionOrder.__members__[value]
+        setattr(opts, key, value)
+
+
 # ORT places these on the CPU when they compute shapes only; they do not run inside the graph.
 _SHAPE_OPS = frozenset({"Shape", "Size", "Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Reshape", "Cast", "ConstantOfShape"})
 
@@ -148,6 +161,7 @@ class Session:
         precision: str = "fp32",
         precisions: Sequence[tuple[str, str, str, str]] = (),
         session_config: Mapping[str, str] | None = None,
+        session_options: Mapping[str, object] | None = None,
     ) -> None:
         self.check_finite = bool(check_finite)
         # Buffers stored in float16/bfloat16 (name -> type): written and read as float32 through
@@ -163,19 +177,14 @@ class Session:
         opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
         for key, value in (session_config or {}).items():  # ORT session config entries, e.g. thread spinning
             opts.add_session_config_entry(key, value)
+        apply_session_options(opts, session_options or {})
         lib = custom_ops.register(opts, self._device) if use_custom_ops else None
         # U32 inputs read as positions (runtime/positions.py): checked here, on upload against the
         # static shapes' limit (set_input_u32: input name, value and limit) and before each step with
         # symbolic shapes against that step's; so the kernels need not read them back (a stream sync
         # per op on CUDA, and none is allowed inside a captured CUDA graph): check_positions=0.
         rules = dict(position_rules or {})
-        self._position_limits = upload_limits(rules)
-        self._position_reasons = {name: sorted({r.explain() for r in rs}) for name, rs in rules.items()}
-        self._run_rules = {name: [r for r in rs if r.varies()] for name, rs in rules.items()}
-        self._run_rules = {name: rs for name, rs in self._run_rules.items() if rs}
-        self._position_values = {
-            name: np.zeros(inputs[name].shape, np.uint32) for name in rules if name in inputs and inputs[name].is_static()
-        }
+        self._positions = PositionChecks(rules, [n for n, ty in inputs.items() if ty.is_static()])
         skip_kernel_position_checks(model, rules)
         self._model = model
         try:
@@ -287,17 +296,9 @@ class Session:
         if self._sizes is not None and name in self._sizes.types:
             return self._write_symbolic(name, data, dtype, what)
         arr = host_array(name, data, self._types[name], dtype, what)
-        self._check_upload_limit(name, arr, dtype, what)
-        if name in self._position_values:
-            self._position_values[name] = arr
+        if dtype is DType.U32:
+            self._positions.upload(name, arr, what)
         self._update(name, arr)
-
-    def _check_upload_limit(self, name: str, arr: np.ndarray, dtype: DType, what: str) -> None:
-        limit = self._position_limits.get(name) if dtype is DType.U32 else None
-        if limit is not None and arr.size and int(arr.max()) > limit:
-            raise ValueError(
-                f"{what}: {name!r} = {int(arr.max())} is out of range: it must be <= {limit} ({'; '.join(self._position_reasons[name])})"
-            )
 
     def _write_symbolic(self, name: str, data: object, dtype: DType, what: str) -> None:
         ty, found = self._types[name], {}
@@ -305,10 +306,9 @@ class Session:
             shape, found = self._sizes.shape_of(name, data, what)
             ty = TensorType(shape, dtype)
         arr = host_array(name, data, ty, dtype, what)
-        self._check_upload_limit(name, arr, dtype, what)
+        if dtype is DType.U32:
+            self._positions.upload(name, arr, what)
         self._sizes.commit(name, found)
-        if name in self._position_values or name in self._run_rules:
-            self._position_values[name] = arr
         held = self._values.get(name)
         if held is not None and tuple(held.shape()) == arr.shape:
             held.update_inplace(arr)
@@ -380,8 +380,7 @@ class Session:
         if self._sizes is not None:
             self._prepare_sizes()
             self._sizes.end_step()
-            if self._run_rules:  # positions vs this step's sizes (a prefill's row count)
-                check_run_positions(self._run_rules, self._position_values, self._bound_sizes)
+            self._positions.before_step(self._bound_sizes)  # positions vs this step's sizes (a prefill's row count)
         if self.check_finite:
             self._check_finite(self._names_of(("input",)), "input", self._values)
         self._run()
@@ -403,8 +402,19 @@ class Session:
             # return before the data landed; ORT computes on its own non-blocking stream. Wait for
             # them (a device sync, microseconds once the previous step finished) before the run.
             binding.synchronize_inputs()
+        # ORT's first run of a CUDA graph executes the model several times inside the one call (regular
+        # runs, then capture and replay). Swapped state makes that idempotent; parameters and moments
+        # that the Adam kernel updates in place would get the update once per execution: keep their
+        # values, put them back afterwards and replay the captured graph once (the first step only).
+        updated_in_place = self._cuda_graph and self._runs[parity] == 0
+        kept = {n: np.array(self._values[n].numpy(), copy=True) for n in self._aliased if updated_in_place and self._kinds[n] != "state"}
         try:
             self._ort.run_with_iobinding(binding, self._run_options[parity])
+            if kept:
+                for name, value in kept.items():
+                    self._values[name].update_inplace(value)
+                binding.synchronize_inputs()
+                self._ort.run_with_iobinding(binding, self._run_options[parity])
         except Exception as e:
             if self._cuda_graph and self._runs[parity] <= 1:  # the run that captures (or warms up for) the graph
                 raise RuntimeError(
@@ -432,7 +442,7 @@ class Session:
     def position_limits(self) -> dict[str, int]:
         """U32 inputs used as positions or row indices (KV-cache positions, token ids) -> the largest
         value ``set_input_u32`` accepts."""
-        return dict(self._position_limits)
+        return dict(self._positions.limits)
 
     @property
     def inplace_state(self) -> set[str]:
