@@ -62,6 +62,16 @@ def cuda_session(model: bytes, **kw):
     return session(model, library=CUDA_LIB, providers=CUDA_PROVIDERS, **kw)
 
 
+def assert_ort_error(run, op: str, match=()) -> None:
+    """``run()`` raises ONNX Runtime's own error (not a crash, not a Python error of ours) whose message
+    names ``op`` and contains every string of ``match``."""
+    with pytest.raises(Exception) as info:  # noqa: PT011 - ORT's error type, checked below
+        run()
+    assert type(info.value).__module__.startswith("onnxruntime"), repr(info.value)
+    msg = str(info.value)
+    assert op in msg and all(m in msg for m in match), msg
+
+
 # ----------------------------------------------------------------- function bodies
 # ONNX op name -> the op table entry that declares it (its schema and function body).
 CUSTOM_OPS = {d.custom.name: d for d in OPS.values() if d.custom is not None}
