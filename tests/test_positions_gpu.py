@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import kernel_cases as kc
 import numpy as np
-import onnxruntime as ort
 import pytest
 import test_fused_kernels as fused
 import test_kernels_cpu as cpu
@@ -17,13 +16,7 @@ from test_positions import attention_reference, check_positions_of, feed, prefil
 
 from meganeura_onnx import build_inference_session
 
-CUDA_LIB = kc.custom_op_library("cuda")
-HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
-pytestmark = [
-    pytest.mark.skipif(not HAS_CUDA, reason="no CUDAExecutionProvider (onnxruntime-gpu) here"),
-    pytest.mark.skipif(CUDA_LIB is None, reason="CUDA custom-op library not built (make -C custom_ops cuda)"),
-]
-CUDA = (("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider")
+pytestmark = kc.CUDA_SKIPS
 
 
 def _cases() -> list[tuple[str, dict, dict, np.ndarray, float]]:
@@ -47,7 +40,7 @@ CASES = _cases()
 
 def run_on_cuda(op: str, inputs: dict, attrs: dict, check: int) -> np.ndarray:
     model = kc.make_model(op, inputs, {**attrs, "check_positions": check}, with_function=False)
-    return kc.session(model, library=CUDA_LIB, providers=CUDA).run(None, inputs)[0]
+    return kc.cuda_session(model).run(None, inputs)[0]
 
 
 @pytest.mark.parametrize("i", range(len(CASES)), ids=[c[0] for c in CASES])
@@ -88,9 +81,7 @@ def test_without_the_read_back_an_invalid_position_gives_nan_or_no_write(op):
         np.testing.assert_array_equal(got, inputs["cache"])
     else:
         assert np.isnan(got).all(), got
-    with pytest.raises(Exception) as info:  # noqa: PT011 - ORT's error type, checked below
-        run_on_cuda(op, inputs, attrs, 1)  # with the read-back: the kernels' own error
-    assert type(info.value).__module__.startswith("onnxruntime") and op in str(info.value), info.value
+    kc.assert_ort_error(lambda: run_on_cuda(op, inputs, attrs, 1), op)  # with the read-back: the kernels' own error
 
 
 def test_a_cuda_session_without_cuda_graph_runs_prefill_without_read_back_and_checks_positions_itself():
