@@ -125,12 +125,14 @@ def child(model_path: str, options: dict, steps: int, out: str) -> None:
     types = {v.name: v.type.tensor_type for v in [*inferred.input, *inferred.output]}
     rng = np.random.default_rng(0)
     binding = sess.io_binding()
+    embed = types.get("model.embed_tokens.weight")
+    vocab = embed.shape.dim[0].dim_value if embed is not None else SMOL["vocab"]
     hyper = {"opt.lr": 1e-4, "opt.beta1": 0.9, "opt.beta2": 0.999, "opt.eps": 1e-8, "opt.step": 1.0, "opt.weight_decay": 0.01}
     for v in model.graph.input:
         t = types[v.name]
         shape, dtype = [d.dim_value for d in t.shape.dim], onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
         if dtype == np.uint32:
-            a = rng.integers(0, SMOL["vocab"], shape).astype(dtype)
+            a = rng.integers(0, vocab, shape).astype(dtype)
         elif v.name in hyper:
             a = np.full(shape, hyper[v.name], dtype)
         else:

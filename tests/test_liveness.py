@@ -139,3 +139,27 @@ def test_apply_session_options_refuses_unknown_names():
         apply_session_options(ort.SessionOptions(), {"enable_mem_patern": False})
     with pytest.raises(ValueError, match="execution_order must be one of"):
         apply_session_options(ort.SessionOptions(), {"execution_order": "FASTEST"})
+
+
+def test_inspect_memory_prints_the_liveness_peak_of_a_model_file(tmp_path):
+    from cli_launch import meganeura
+
+    path = tmp_path / "hand.onnx"
+    onnx.save(_hand_graph(), str(path))
+    d = json.loads(meganeura("inspect", str(path), "--memory", "--json").stdout)["memory"]
+    assert d["model_order"]["peak_bytes"] == 200 and d["model_order"]["peak_at"] == "Neg n3"
+    assert d["memory_order"]["peak_bytes"] == 164
+    assert (d["held_bytes"], d["lower_bound_bytes"]) == (136, 160)
+    human = meganeura("inspect", str(path), "--memory").stdout
+    assert "model order: peak 0.0 MB at Neg n3" in human
+
+
+def test_inspect_memory_refuses_symbolic_sizes_without_a_traceback(tmp_path):
+    from cli_launch import meganeura
+
+    model = _hand_graph()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    path = tmp_path / "symbolic.onnx"
+    onnx.save(model, str(path))
+    r = meganeura("inspect", str(path), "--memory", check=False)
+    assert r.returncode != 0 and "--memory: liveness: the sizes of" in r.stderr and "Traceback" not in r.stderr
