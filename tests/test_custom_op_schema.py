@@ -40,7 +40,8 @@ SCHEMAS = {d.custom.name: d.custom for d in OPS.values() if d.custom is not None
 # Rows of variadic ops (AdamUpdate) are built in code, not in the one-line form parsed here; their
 # attributes and accepted values are still checked below, their arity by their own kernel tests.
 FIXED_ARITY = {name: s for name, s in SCHEMAS.items() if not s.variadic_inputs}
-C_TYPE = {"F32": "float", "T": "float", "ANY": "index"}  # T: the float type of a per-type registration loop
+# T: the float type of a per-type registration loop; FP32: float32 whatever T is (a log-sum-exp).
+C_TYPE = {"F32": "float", "T": "float", "FP32": "float32", "ANY": "index"}
 C_ELEMENT = {"F32": "float", "F16": "float16", "BF16": "bfloat16"}
 HALF_TYPES = {d.custom.name: d.half_types for d in OPS.values() if d.custom is not None}
 TYPE_LOOP = re.compile(r"for \(const auto T : \{(?P<types>[^}]*)\}\) \{(?P<body>.*?)\n  \}", re.S)
@@ -153,7 +154,7 @@ def library_element_types(op_name: str) -> set[str]:
     _, example = _custom_model(op_name)
     accepted = set()
     for name, elem in ONNX_ELEMENT.items():
-        kind = {"float": elem, "index": TensorProto.INT64}
+        kind = {"float": elem, "float32": TensorProto.FLOAT, "index": TensorProto.INT64}
         ins = [helper.make_tensor_value_info(t.name, kind[t.dtype], None) for t in schema.inputs]
         outs = [helper.make_tensor_value_info(t.name, kind[t.dtype], None) for t in schema.outputs]
         node = helper.make_node(schema.name, [t.name for t in schema.inputs], [t.name for t in schema.outputs], domain=schema.domain)
