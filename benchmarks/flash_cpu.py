@@ -85,9 +85,15 @@ def main() -> None:
         feeds = {n: rng.standard_normal((b * t, w * hd)).astype(np.float32) for n, w in (("q", h), ("dy", h), ("k", kvh), ("v", kvh))}
         model = attention_train_model(b, t, h, kvh, hd)
         for threads in args.threads:
-            (fused, fused_cpu), (decomposed, decomposed_cpu) = (time_session(model, lib, feeds, threads, args.iters) for lib in (library, None))
+            (fused, fused_cpu), (decomposed, decomposed_cpu) = (
+                time_session(model, lib, feeds, threads, args.iters) for lib in (library, None)
+            )
             row = {"batch": b, "seq": t, "heads": h, "kv_heads": kvh, "head_dim": hd, "threads": threads}
-            row |= {"fused_ms": round(fused, 3), "decomposed_ms": round(decomposed, 3), "fused_over_decomposed": round(fused / decomposed, 3)}
+            row |= {
+                "fused_ms": round(fused, 3),
+                "decomposed_ms": round(decomposed, 3),
+                "fused_over_decomposed": round(fused / decomposed, 3),
+            }
             row |= {"fused_cpu_ms": round(fused_cpu, 3), "decomposed_cpu_ms": round(decomposed_cpu, 3)}
             rows.append(row)
             print(
