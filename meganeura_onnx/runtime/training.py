@@ -45,6 +45,7 @@ from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_chec
 from .custom_ops import custom_op_library
 from .half import check_precision
 from .liveness import reorder_for_memory
+from .positions import position_rules
 from .safetensors_file import write_atomic
 from .schedules import LossScaler
 from .session import Session, checked_parameters, parameter_array
@@ -327,6 +328,7 @@ class TrainingSession(Session):
             precisions=self._precision_reports[spec].nodes if spec in self._precision_reports else (),
             inplace_state=inplace,
             inplace_kernels={(CUSTOM_DOMAIN, "AdamUpdate")},
+            position_rules=position_rules(self._forward),  # token ids checked on upload: no ScatterAdd read-back
             session_options=TRAIN_SESSION_OPTIONS,
             **self._build,
         )
