@@ -196,3 +196,12 @@ def _feeds(model: onnx.ModelProto) -> dict:
     feeds.update({"opt.eps": np.full(1, 1e-8, np.float32), "opt.weight_decay": np.full(1, 0.01, np.float32)})
     feeds.update({k: np.abs(v) for k, v in feeds.items() if k.startswith("adam_v.")})  # second moments are >= 0
     return feeds
+
+
+def test_memory_order_takes_symbolic_sizes_and_liveness_refuses_them():
+    model = _hand_graph()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "m"
+    assert memory_order(model) == [0, 2, 1, 4, 3, 5]  # the relative sizes along the known dims decide
+    with pytest.raises(ValueError, match="sizes of .* tensors are unknown"):
+        liveness(model)

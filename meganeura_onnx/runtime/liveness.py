@@ -87,17 +87,35 @@ def _tensor_bytes(model: onnx.ModelProto) -> dict[str, int]:
     return sizes
 
 
+def _proxy_bytes(model: onnx.ModelProto, sizes: dict[str, int]) -> dict[str, int]:
+    """Sizes for ordering where some are unknown (symbolic dims, data-dependent shapes): a symbolic
+    dim counts as 1, so tensors keep their relative sizes along the known dims; untyped ones 0."""
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True).graph
+    out = dict(sizes)
+    for v in [*inferred.input, *inferred.output, *inferred.value_info]:
+        t = v.type.tensor_type
+        if v.name not in out and t.elem_type:
+            itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)).itemsize
+            out[v.name] = int(np.prod([d.dim_value if d.HasField("dim_value") else 1 for d in t.shape.dim], dtype=np.int64)) * itemsize
+    for n in model.graph.node:
+        for o in n.output:
+            out.setdefault(o, 0)
+    return out
+
+
 class _Graph:
     """Producers, readers and storage (views resolved to the tensor they alias) of a model's tensors."""
 
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model: onnx.ModelProto, exact: bool = True) -> None:
         g = model.graph
         self.nodes = list(g.node)
         self.size = _tensor_bytes(model)
         self.held = {v.name for v in g.input} | {i.name for i in g.initializer} | {v.name for v in g.output}
         unknown = [o for n in self.nodes for o in n.output if o and o not in self.size]
-        if unknown:
+        if unknown and exact:
             raise ValueError(f"liveness: the sizes of {len(unknown)} tensors are unknown (symbolic or untyped), e.g. {unknown[:3]}")
+        if unknown:
+            self.size = _proxy_bytes(model, self.size)
         self.storage: dict[str, str] = {}  # tensor -> the tensor whose buffer it uses
         self.producer: dict[str, int] = {}
         for i, n in enumerate(self.nodes):
@@ -171,8 +189,9 @@ def memory_order(model: onnx.ModelProto) -> list[int]:
     a node whose inputs are ready and that frees at least as many bytes as it allocates (it is the
     last reader of a tensor: a weight gradient's MatMul releasing a saved activation, a reduction)
     runs at once instead of where the model put it. Among such nodes the one that frees most goes
-    first. A heuristic (the optimum is NP-hard); :func:`liveness` of both orders shows what it gains."""
-    g = _Graph(model)
+    first. A heuristic (the optimum is NP-hard); :func:`liveness` of both orders shows what it gains.
+    Where sizes are unknown (symbolic dims), a symbolic dim counts as 1 for the choice."""
+    g = _Graph(model, exact=False)
     n_nodes = len(g.nodes)
     remaining = {r: len(u) for r, u in g.users.items()}  # nodes still to run that touch r
     waiting = [0] * n_nodes
