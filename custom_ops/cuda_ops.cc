@@ -13,6 +13,7 @@
 #include "cuda_kernels.h"
 #include "fused_ops.h"
 #include "flash_ops.h"
+#include "losses_ops.h"
 #include "op_common.h"
 
 namespace mn {
@@ -174,6 +175,7 @@ void AddCudaOps(std::vector<OpDef*>* ops) {
   AddCudaOptimOps(ops);  // AdamUpdate (cuda_optim_ops.cc)
   AddCudaFusedOps(ops);  // SwiGLU, RopeCacheWrite (cuda_fused_ops.cc)
   AddCudaFlashOps(ops);  // FlashAttention, FlashAttentionGrad (cuda_flash_ops.cc)
+  AddCudaLossOps(ops);   // SparseCrossEntropy, SparseCrossEntropyGrad (cuda_losses_ops.cc)
 }
 
 }  // namespace mn

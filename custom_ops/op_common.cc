@@ -3,6 +3,7 @@
 
 #include "fused_ops.h"
 #include "flash_ops.h"
+#include "losses_ops.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -563,6 +564,7 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL Regist
     mn::AddCpuOptimOps(&ops);
     mn::AddCpuFusedOps(&ops);
     mn::AddCpuFlashOps(&ops);  // cpu_flash.cc
+    mn::AddCpuLossOps(&ops);   // cpu_losses.cc
     mn::AddCudaOps(&ops);
   });
   OrtCustomOpDomain* domain = nullptr;  // owned by the process: it must outlive every session

@@ -32,10 +32,10 @@ from meganeura_onnx.ops.table import INT64_MAX, Attr, CustomOp
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "custom_ops"
 # Each execution provider's registration rows, spread over the files that hold its kernel classes.
 REGISTRY_FILES = {
-    "CPU": ("cpu_kernels.cc", "cpu_fused.cc", "cpu_flash.cc"),
-    "CUDA": ("cuda_ops.cc", "cuda_fused_ops.cc", "cuda_flash_ops.cc"),
+    "CPU": ("cpu_kernels.cc", "cpu_fused.cc", "cpu_flash.cc", "cpu_losses.cc"),
+    "CUDA": ("cuda_ops.cc", "cuda_fused_ops.cc", "cuda_flash_ops.cc", "cuda_losses_ops.cc"),
 }
-ATTR_FILES = ("op_common.cc", "cpu_kernels.cc", "cuda_ops.cc", "optim_kernels.cc", "cpu_fused.cc", "cpu_flash.cc")
+ATTR_FILES = ("op_common.cc", "cpu_kernels.cc", "cuda_ops.cc", "optim_kernels.cc", "cpu_fused.cc", "cpu_flash.cc", "cpu_losses.cc")
 SCHEMAS = {d.custom.name: d.custom for d in OPS.values() if d.custom is not None}
 # Rows of variadic ops (AdamUpdate) are built in code, not in the one-line form parsed here; their
 # attributes and accepted values are still checked below, their arity by their own kernel tests.
@@ -74,6 +74,7 @@ def registry_disagreements(
     """Differences between the registration rows in ``source`` and the schemas (and their half_types)."""
     rows = {m["name"]: m for m in ROW.finditer(source)}
     element_types = registered_element_types(source)
+    in_loop = {m["name"] for loop in TYPE_LOOP.finditer(source) for m in ROW.finditer(loop["body"])}
     problems = (
         [f"{where}: registers {sorted(set(rows) - set(schemas))}, which the op table does not declare"] if set(rows) - set(schemas) else []
     )
@@ -82,8 +83,10 @@ def registry_disagreements(
             problems.append(f"{where}: no registration row for {name}")
             continue
         row = rows[name]
-        ins = [C_TYPE.get(t, t) for t in _items(row["ins"])]
-        outs = [C_TYPE.get(t, t) for t in _items(row["outs"])]
+        # In a per-type loop F32 is a tensor that stays float32 whatever T is (the schema's "float32").
+        c_type = {**C_TYPE, "F32": "float32"} if name in in_loop else {**C_TYPE, "F32": "float"}
+        ins = [c_type.get(t, t) for t in _items(row["ins"])]
+        outs = [c_type.get(t, t) for t in _items(row["outs"])]
         optional = [t == "true" for t in _items(row["opt"])]
         if ins != [t.dtype for t in schema.inputs]:
             problems.append(f"{where}: {name} inputs are {ins}, the table says {[t.dtype for t in schema.inputs]}")
@@ -91,7 +94,8 @@ def registry_disagreements(
             problems.append(f"{where}: {name} outputs are {outs}, the table says {[t.dtype for t in schema.outputs]}")
         if optional != [t.optional for t in schema.inputs]:
             problems.append(f"{where}: {name} optional inputs are {optional}, the table says {[t.optional for t in schema.inputs]}")
-        want_types = {"float", *half_types.get(name, ())} if any(t.dtype == "float" for t in (*schema.inputs, *schema.outputs)) else set()
+        has_float = any(t.dtype in ("float", "float32") for t in (*schema.inputs, *schema.outputs))
+        want_types = {"float", *half_types.get(name, ())} if has_float else set()
         if element_types.get(name, set()) != want_types:
             problems.append(
                 f"{where}: {name} is registered for {sorted(element_types.get(name, set()))}, the table says {sorted(want_types)}"
@@ -153,7 +157,7 @@ def library_element_types(op_name: str) -> set[str]:
     _, example = _custom_model(op_name)
     accepted = set()
     for name, elem in ONNX_ELEMENT.items():
-        kind = {"float": elem, "index": TensorProto.INT64}
+        kind = {"float": elem, "float32": TensorProto.FLOAT, "index": TensorProto.INT64}
         ins = [helper.make_tensor_value_info(t.name, kind[t.dtype], None) for t in schema.inputs]
         outs = [helper.make_tensor_value_info(t.name, kind[t.dtype], None) for t in schema.outputs]
         node = helper.make_node(schema.name, [t.name for t in schema.inputs], [t.name for t in schema.outputs], domain=schema.domain)

@@ -13,7 +13,9 @@ model or a whole train step), per ONNX node:
   losses, elementwise arithmetic and the optimizer update. A half input is cast back to float32.
 - ``com.meganeura`` custom ops compute in half only where the op table says their kernels take it
   (``OpDef.half_types``, registered by the CPU and the CUDA library alike) and the kernel library
-  runs them; elsewhere (function bodies) they run in float32 with casts around them.
+  runs them; elsewhere (function bodies) they run in float32 with casts around them. Their tensors
+  the table declares ``"float32"`` stay float32 even then (the sparse cross entropy's loss terms and
+  log-sum-exp beside half logits).
 
 On a device without a half kernel for a half-compute op (ORT's CPU EP has no fp16/bf16 MatMul or
 Gemm, and no bf16 arithmetic at all) the op is *emulated*: its inputs are rounded through the half
@@ -120,7 +122,7 @@ def _float_tensors(model: onnx.ModelProto) -> dict[str, bool]:
             if custom is not None:
                 outs = list(custom.outputs) + list(custom.variadic_outputs) * max(1, len(node.output))
                 for name, arg in zip(node.output, outs, strict=False):
-                    types.setdefault(name, arg.dtype == "float")
+                    types.setdefault(name, arg.dtype in ("float", "float32"))
         elif node.op_type == "Constant":
             for a in node.attribute:
                 if a.name == "value":
@@ -173,22 +175,26 @@ class _Lowering:
             have["rounded"] = name
         return have["rounded"]
 
-    def produce(self, node: onnx.NodeProto, out_type: str) -> None:
-        """Record ``node``'s float outputs as made in ``out_type``; a graph output wanted in the other
-        type is written under another name and cast to its own."""
+    def produce(self, node: onnx.NodeProto, out_type: str, float32_outputs: Collection[int] = ()) -> None:
+        """Record ``node``'s float outputs as made in ``out_type`` (those in ``float32_outputs`` in
+        float32); a graph output wanted in the other type is written under another name and cast to its own."""
         for k, t in enumerate(node.output):
             if not t or not self.is_float.get(t, False):
                 continue
-            want = self.wanted_out.get(t)
-            if want is None or want == out_type:
-                self.versions[t] = {out_type: t}
-            else:
-                inner = f"{t}.{'f32' if out_type == 'float32' else out_type}"
-                node.output[k] = inner
-                self.versions[t] = {out_type: inner}
-                self.nodes.append(helper.make_node("Cast", [inner], [t], name=f"{t}/Cast", to=ONNX_TYPE[want]))
-                self.casts += 1
-                self.versions[t][want] = t
+            made = "float32" if k in float32_outputs else out_type
+            self._produce_one(node, k, t, made)
+
+    def _produce_one(self, node: onnx.NodeProto, k: int, t: str, out_type: str) -> None:
+        want = self.wanted_out.get(t)
+        if want is None or want == out_type:
+            self.versions[t] = {out_type: t}
+            return
+        inner = f"{t}.{'f32' if out_type == 'float32' else out_type}"
+        node.output[k] = inner
+        self.versions[t] = {out_type: inner}
+        self.nodes.append(helper.make_node("Cast", [inner], [t], name=f"{t}/Cast", to=ONNX_TYPE[want]))
+        self.casts += 1
+        self.versions[t][want] = t
 
     def mode(self, node: onnx.NodeProto) -> str:
         """ "half", "emulated", "follow", "agnostic" or "float32" for ``node``."""
@@ -223,8 +229,10 @@ class _Lowering:
             self.nodes.append(node)
             return "float32"
         in_type = self.half if mode in ("half", "follow") else "float32"
+        fixed_in, fixed_out = _float32_args(node) if mode == "half" else (set(), set())
         for k in ins:  # emulated: rounded through half, computed in float32
-            node.input[k] = self.rounded(node.input[k]) if mode == "emulated" else self.as_type(node.input[k], in_type)
+            to = "float32" if k in fixed_in else in_type
+            node.input[k] = self.rounded(node.input[k]) if mode == "emulated" else self.as_type(node.input[k], to)
         self.nodes.append(node)
         if mode == "emulated":
             tmp = [(k, t) for k, t in enumerate(node.output) if t and self.is_float.get(t, False)]
@@ -235,7 +243,7 @@ class _Lowering:
                 self.casts += 1
                 self.produce(rounded, self.half)
             return f"{self.half} (emulated)"
-        self.produce(node, in_type)
+        self.produce(node, in_type, fixed_out)
         return in_type
 
 
@@ -290,6 +298,16 @@ def lower_precision(
             vi.type.tensor_type.elem_type = ONNX_TYPE[want]
     report.casts = state.casts
     return new, report
+
+
+def _float32_args(node: onnx.NodeProto) -> tuple[set[int], set[int]]:
+    """(input, output) positions of a custom op that stay float32 when it runs in half (``TensorArg``
+    dtype ``"float32"``: a log-sum-exp or loss term beside half logits)."""
+    custom = _custom_op(node.op_type) if node.domain == CUSTOM_DOMAIN else None
+    if custom is None:
+        return set(), set()
+    ins = {k for k, a in enumerate(custom.inputs) if a.dtype == "float32"}
+    return ins, {k for k, a in enumerate(custom.outputs) if a.dtype == "float32"}
 
 
 def _custom_runs_half(op_type: str, dtype: str, device: str, custom_kernels: bool) -> bool:
