@@ -41,6 +41,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -115,7 +116,7 @@ class Runner:
         so = ort.SessionOptions()
         so.log_severity_level = 3
         so.enable_profiling = not cuda_graph  # a captured graph runs no per-node events
-        so.profile_file_prefix = "/tmp/mn_bench"
+        so.profile_file_prefix = os.path.join(tempfile.gettempdir(), "mn_bench")
         if library:
             so.register_custom_ops_library(self.lib)
         # CSE would merge the identical copies of the replicated graph into one node
@@ -379,10 +380,17 @@ def main():
         for S, pos0 in [(1, 4095), (2048, 0)] if not a.quick else [(1, 4095), (256, 0)]:
             results.append(bench_rope(r, S, H, hd, pos0, dtype=dtype))
     kernels = kernel_only(a.device)
-    print(f"device: {a.device} {name}  ORT {ort.__version__}  peak {peak or '-'} GB/s")
+    _print_results(results, kernels, a.device, name, peak, a.copies)
+    if a.json:
+        _write_json(a.json, results, kernels, a.device, name, peak, dtypes, r.iters, a.copies)
+
+
+def _print_results(results: list, kernels, device: str, name: str, peak, copies: int) -> None:
+    """The table: wall and per-op time of each variant, bandwidth and fraction of the peak."""
+    print(f"device: {device} {name}  ORT {ort.__version__}  peak {peak or '-'} GB/s")
     print(
         f"wall = median time of one session run (includes ORT's per-run overhead); per-op = (t(N) - t(1)) / (N - 1)\n"
-        f"from a graph with N = {a.copies} independent copies of the op (same inputs, CSE off). GB/s, frac and speedup use per-op."
+        f"from a graph with N = {copies} independent copies of the op (same inputs, CSE off). GB/s, frac and speedup use per-op."
     )
     hdr = f"{'op':16} {'dtype':8} {'shape':36} {'variant':17} {'wall us':>9} {'per-op us':>10} {'GB/s':>8} {'frac':>6} {'vs kern':>8}  providers / note"
     print(hdr)
@@ -416,36 +424,39 @@ def main():
                 f"  {k['op']:14} {k['dtype']:8} {k['config']:14} B={k['batch']} L={k['cached']:<6} {k['kernel_graph_us']:8.2f} us "
                 f"{k['GBps']:7.0f} GB/s {100 * k['frac_peak']:4.0f}%"
             )
-    if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(
-            json.dumps(
-                {
-                    "device": a.device,
-                    "name": name,
-                    "machine": {"host": platform.node(), "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
-                    "versions": {
-                        "onnxruntime": ort.__version__,
-                        "numpy": np.__version__,
-                        "python": platform.python_version(),
-                        "driver": nvidia_smi("driver_version") if a.device == "cuda" else None,
-                    },
-                    "commit": git_commit(),
-                    "loadavg": os.getloadavg(),
-                    "dtypes": dtypes,
-                    "ort": ort.__version__,
-                    "peak_GBps": peak,
-                    "iters": r.iters,
-                    "copies": a.copies,
-                    "method": "median_us: wall time of one run; per_op_us = (t(N copies) - t(1)) / (N - 1); GBps/frac_peak from per_op_us",
-                    "results": results,
-                    "kernel_only": kernels,
-                    "readme_table": "per_op_us of variant 'kernel' (through ORT, outside a CUDA graph) and kernel_only kernel_graph_us",
+
+
+def _write_json(path: Path, results: list, kernels, device: str, name: str, peak, dtypes: list, iters: int, copies: int) -> None:
+    """The JSON record of the run: machine, versions, load average, every result and the kernel-only timings."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {
+                "device": device,
+                "name": name,
+                "machine": {"host": platform.node(), "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+                "versions": {
+                    "onnxruntime": ort.__version__,
+                    "numpy": np.__version__,
+                    "python": platform.python_version(),
+                    "driver": nvidia_smi("driver_version") if device == "cuda" else None,
                 },
-                indent=1,
-            )
+                "commit": git_commit(),
+                "loadavg": os.getloadavg(),
+                "dtypes": dtypes,
+                "ort": ort.__version__,
+                "peak_GBps": peak,
+                "iters": iters,
+                "copies": copies,
+                "method": "median_us: wall time of one run; per_op_us = (t(N copies) - t(1)) / (N - 1); GBps/frac_peak from per_op_us",
+                "results": results,
+                "kernel_only": kernels,
+                "readme_table": "per_op_us of variant 'kernel' (through ORT, outside a CUDA graph) and kernel_only kernel_graph_us",
+            },
+            indent=1,
         )
-        print(f"wrote {a.json}")
+    )
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -167,6 +167,54 @@ def _parity_report(tmp: Path) -> dict:
     }
 
 
+def _run_workers(a: argparse.Namespace) -> tuple[dict, dict]:
+    """(parity report, speed of each run): the worker processes of this script, one after another."""
+    me = str(Path(__file__).resolve())
+    with tempfile.TemporaryDirectory() as d:
+        common = ["--tmp", d, "--device", a.device, "--steps", str(a.steps), "--repeats", str(a.repeats), "--layers", str(a.layers)]
+        _run([me, "--worker", "parity", *common], None)
+        _run([me, "--worker", "parity", *common], 2)
+        parity = _parity_report(Path(d))
+        _run([me, "--worker", "fused1", *common], None)
+        _run([me, "--worker", "split1", *common], None)
+        _run([me, "--worker", "ddp", *common], 2)
+        speed = {k: json.loads((Path(d) / f"speed_{k}.json").read_text()) for k in ("fused1", "split1", "ddp2")}
+    return parity, speed
+
+
+def _report(a: argparse.Namespace, parity: dict, speed: dict, scaling: float) -> dict:
+    """The JSON report: machine, versions, parity and the throughput of each run."""
+    import onnxruntime as ort
+    import torch
+
+    return {
+        "device": a.device,
+        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+        "onnxruntime": ort.__version__,
+        "torch": torch.__version__,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if a.device == "cuda" else None,
+        "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
+        "loadavg": os.getloadavg(),
+        "nproc": os.cpu_count(),
+        "env": {"NCCL_NVLS_ENABLE": "0"},
+        "parity_tiny_llama_2gpu_vs_1gpu": parity,
+        "smollm2_135m_shape": {
+            "config": {
+                **SMOL,
+                "layers": a.layers,
+                "precision": "strict fp32",
+                "optimizer": "adamw",
+                "labels": "index (sparse cross entropy)",
+            },
+            "one_gpu_fused_batch_8x256": speed["fused1"],
+            "one_gpu_split_models_batch_8x256": speed["split1"],
+            "two_gpus_global_batch_16x256": speed["ddp2"],
+            "scaling_2gpu_over_1gpu_fused": scaling,
+            "scaling_goal": 1.8,
+        },
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="2-GPU data-parallel parity and throughput")
     ap.add_argument("out_dir", nargs="?", default=str(ROOT / "benchmarks" / "results"))
@@ -193,43 +241,9 @@ def main() -> None:
         )
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    me = str(Path(__file__).resolve())
-    with tempfile.TemporaryDirectory() as d:
-        common = ["--tmp", d, "--device", a.device, "--steps", str(a.steps), "--repeats", str(a.repeats), "--layers", str(a.layers)]
-        _run([me, "--worker", "parity", *common], None)
-        _run([me, "--worker", "parity", *common], 2)
-        parity = _parity_report(Path(d))
-        _run([me, "--worker", "fused1", *common], None)
-        _run([me, "--worker", "split1", *common], None)
-        _run([me, "--worker", "ddp", *common], 2)
-        speed = {k: json.loads((Path(d) / f"speed_{k}.json").read_text()) for k in ("fused1", "split1", "ddp2")}
+    parity, speed = _run_workers(a)
     scaling = speed["ddp2"]["tokens_per_s"] / speed["fused1"]["tokens_per_s"]
-    report = {
-        "device": a.device,
-        "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
-        "onnxruntime": ort.__version__,
-        "torch": torch.__version__,
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if a.device == "cuda" else None,
-        "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
-        "loadavg": os.getloadavg(),
-        "nproc": os.cpu_count(),
-        "env": {"NCCL_NVLS_ENABLE": "0"},
-        "parity_tiny_llama_2gpu_vs_1gpu": parity,
-        "smollm2_135m_shape": {
-            "config": {
-                **SMOL,
-                "layers": a.layers,
-                "precision": "strict fp32",
-                "optimizer": "adamw",
-                "labels": "index (sparse cross entropy)",
-            },
-            "one_gpu_fused_batch_8x256": speed["fused1"],
-            "one_gpu_split_models_batch_8x256": speed["split1"],
-            "two_gpus_global_batch_16x256": speed["ddp2"],
-            "scaling_2gpu_over_1gpu_fused": scaling,
-            "scaling_goal": 1.8,
-        },
-    }
+    report = _report(a, parity, speed, scaling)
     gpu = torch.cuda.get_device_name(0).split()[-1].lower() if a.device == "cuda" else ""
     path = out / (f"train_ddp_{gpu}x2.json" if a.device == "cuda" else "train_ddp_cpu_smoke.json")
     path.write_text(json.dumps(report, indent=2) + "\n")

@@ -38,11 +38,13 @@ exiting with status 130; ``--resume`` continues from it (epoch count in its meta
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -229,13 +231,55 @@ def train(
 
     A MODEL.py file is Python code that runs with your permissions: only pass files you trust.
     """
-    from tqdm import tqdm
-
-    from meganeura_onnx.runtime.schedules import scheduled_lr
     from meganeura_onnx.runtime.training import build_session
 
     from .dist_train import data_parallel_run, launch_torchrun
 
+    kw = _checked_options(device, precision, nproc_per_node, sets, checkpoint, export_path, resume)
+    module = load_module(model)
+    takes_batch = callable(getattr(module, "build", None)) and "batch" in inspect.signature(module.build).parameters
+    if nproc_per_node is not None and "LOCAL_RANK" not in os.environ:  # options checked; not yet inside torchrun
+        sys.exit(launch_torchrun(click.get_current_context(), nproc_per_node, batch_size if takes_batch else None))
+    dist = data_parallel_run(device, batch_size if takes_batch else None)  # None outside torchrun
+    if takes_batch:
+        kw.setdefault("batch", batch_size // dist.world_size if dist else batch_size)
+    graph = build_graph(model, kw)
+    train_set, test_set = _load_examples(module, model, graph, kw)
+    batch = _examples_per_step(graph, train_set, batch_size, takes_batch)
+    predict = inference_graph(graph, module) if export_path else None  # fails before training, not after
+
+    if dist:
+        session = dist.session(graph, optimizer=optimizer, seed=seed, clip=clip is not None)
+    else:
+        session = build_session(graph, device, optimizer=optimizer, seed=seed, clip=clip is not None, precision=precision)
+    lr = lr if lr is not None else (0.1 if optimizer == "sgd" else 1e-3)
+    set_lr = _configure_updates(session, optimizer, lr, weight_decay, clip, grad_accum)
+    ckpt_path = Path(checkpoint) if checkpoint else None
+    loop = _TrainLoop(session, graph, module, device, dist, train_set, test_set, batch, grad_accum, set_lr, precision)
+    first_epoch = _resume(session, ckpt_path, loop.main) if resume else 1
+    loop.plan(epochs, lr, lr_schedule, warmup)
+    epoch = first_epoch - 1
+    try:
+        for epoch in range(first_epoch, epochs + 1):
+            losses = loop.run_epoch(epoch, epochs, seed, eval_every)
+            if not loop.main:  # rank 0 evaluates, reports, writes the checkpoint
+                continue
+            click.echo(f"epoch {epoch}: train loss {np.mean(losses):.4f}, {loop.test_report()}")
+            if ckpt_path:
+                session.save_checkpoint(ckpt_path, metadata={"epoch": str(epoch)})
+    except KeyboardInterrupt:
+        if not loop.main:
+            sys.exit(130)
+        path = ckpt_path or Path(model).with_suffix(".interrupted.safetensors")  # a built-in's name: the current folder
+        session.save_checkpoint(path, metadata={"epoch": str(epoch - 1)})
+        click.echo(f"\ninterrupted: checkpoint written to {path} (resume with --checkpoint {path} --resume)", err=True)
+        sys.exit(130)
+    if export_path and loop.main:
+        _export_trained(session, predict, export_path)
+
+
+def _checked_options(device, precision, nproc_per_node, sets, checkpoint, export_path, resume) -> dict:
+    """The ``--set`` values, after refusing option combinations that cannot run (before any work)."""
     if precision == "tf32" and device != "cuda":
         raise click.BadParameter(
             f"tf32 is a CUDA tensor-core mode; it needs --device cuda, got --device {device}", param_hint="--precision"
@@ -251,14 +295,11 @@ def train(
     check_writable_file(export_path, "--export")
     if resume and (checkpoint is None or not Path(checkpoint).is_file()):
         raise click.BadParameter(f"--resume needs an existing --checkpoint file, got {checkpoint!r}", param_hint="--resume")
-    module = load_module(model)
-    takes_batch = callable(getattr(module, "build", None)) and "batch" in inspect.signature(module.build).parameters
-    if nproc_per_node is not None and "LOCAL_RANK" not in os.environ:  # options checked; not yet inside torchrun
-        sys.exit(launch_torchrun(click.get_current_context(), nproc_per_node, batch_size if takes_batch else None))
-    dist = data_parallel_run(device, batch_size if takes_batch else None)  # None outside torchrun
-    if takes_batch:
-        kw.setdefault("batch", batch_size // dist.world_size if dist else batch_size)
-    graph = build_graph(model, kw)
+    return kw
+
+
+def _load_examples(module: Any, model: str, graph: Any, kw: dict) -> tuple[dict, dict]:
+    """(train set, test set) from the model file's ``data()``, keyed by the graph's input names."""
     if not callable(getattr(module, "data", None)):
         raise click.BadParameter(f"{model} defines no data() function (needed by train; see meganeura train --help)", param_hint="MODEL")
     data_kw = {k: v for k, v in kw.items() if k in inspect.signature(module.data).parameters}
@@ -269,16 +310,12 @@ def train(
         raise click.ClickException(f"data() in {model} raised {type(e).__name__}: {e}") from e
     if not isinstance(examples, dict):
         raise click.ClickException(f"data() in {model} returned {type(examples).__name__}, expected a dict")
-    train_set, test_set = _split_data(examples, names)
-    batch = _examples_per_step(graph, train_set, batch_size, takes_batch)
-    predict = inference_graph(graph, module) if export_path else None  # fails before training, not after
+    return _split_data(examples, names)
 
-    if dist:
-        session = dist.session(graph, optimizer=optimizer, seed=seed, clip=clip is not None)
-    else:
-        session = build_session(graph, device, optimizer=optimizer, seed=seed, clip=clip is not None, precision=precision)
-    main = not dist or dist.is_main
-    lr = lr if lr is not None else (0.1 if optimizer == "sgd" else 1e-3)
+
+def _configure_updates(session: Any, optimizer: str, lr: float, weight_decay: float, clip, grad_accum: int) -> Callable[[float], None]:
+    """Sets the optimizer's learning rate, clipping and accumulation; returns the learning-rate setter
+    (the schedule calls it before every update)."""
     set_lr = {
         "sgd": lambda value: session.set_learning_rate(value),
         "adam": lambda value: session.set_adam(value),
@@ -289,66 +326,102 @@ def train(
         session.set_grad_clip(clip)
     if grad_accum > 1:
         session.set_grad_accumulation(grad_accum)
-    ckpt_path = Path(checkpoint) if checkpoint else None
-    first_epoch = 1
-    if resume:
-        meta = session.load_checkpoint(ckpt_path)
-        epoch_text = str(meta.get("epoch", "0"))
-        if not epoch_text.isdigit():
-            raise click.ClickException(f"checkpoint {ckpt_path}: metadata 'epoch' must be a non-negative integer, got {epoch_text!r}")
-        first_epoch = int(epoch_text) + 1
-        if main:
-            click.echo(f"resumed from {ckpt_path} (epoch {first_epoch - 1}, step {session.optimizer_step})")
+    return set_lr
 
-    n = len(next(iter(train_set.values())))
-    step_batch = batch * (dist.world_size if dist else 1)  # the global batch
-    micro_per_epoch = n // step_batch // grad_accum * grad_accum  # whole accumulation windows only
-    if micro_per_epoch == 0:
-        raise click.UsageError(f"{n} training examples do not fill one update of {grad_accum} x {step_batch} examples")
-    total_updates = epochs * micro_per_epoch // grad_accum
-    epoch = first_epoch - 1
-    try:
-        for epoch in range(first_epoch, epochs + 1):
-            order = np.random.default_rng([seed, epoch]).permutation(n)
-            total = micro_per_epoch * step_batch
-            bar = tqdm(total=total, desc=f"epoch {epoch}/{epochs}", unit="ex", leave=True, file=sys.stderr, disable=not main)
-            t0, losses = time.perf_counter(), []
-            for k, (b, _) in enumerate(_batches(train_set, step_batch, order[:total], pad=False)):
-                _feed(session, graph, dist.shard(b) if dist else b)
-                if lr_schedule != "constant" or warmup:
-                    set_lr(scheduled_lr(lr_schedule, lr, session.optimizer_step, total_updates, warmup))
-                updates = session.optimizer_step
-                session.step()
-                if eval_every and main and session.optimizer_step != updates and session.optimizer_step % eval_every == 0:
-                    params = {name: session.read_param(name) for name in session.parameter_names()}
-                    res = _evaluate(graph, params, test_set, batch, module, device)
-                    bar.write(f"step {session.optimizer_step}: " + ", ".join(f"{k} {v:.4f}" for k, v in res.items()))
-                if k % 10 == 0:  # reading the loss is a device->host copy: not every step
-                    losses.append(session.read_loss())
-                    bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_s=f"{(k + 1) * step_batch / (time.perf_counter() - t0):.0f}")
-                bar.update(step_batch)
-            bar.close()
-            if not main:  # rank 0 evaluates, reports, writes the checkpoint
-                continue
-            params = {name: session.read_param(name) for name in session.parameter_names()}
-            res = _evaluate(graph, params, test_set, batch, module, device)
-            shown = ", ".join(f"{k} {v:.2%}" if k == "accuracy" else f"{k} {v:.4f}" for k, v in res.items())
-            if precision == "fp16":  # overflowed steps are dropped, never applied: say how many
-                shown += f"; fp16: {session.skipped_steps} steps skipped on overflow, loss scale {session.loss_scale:g}"
-            click.echo(f"epoch {epoch}: train loss {np.mean(losses):.4f}, {shown}")
-            if ckpt_path:
-                session.save_checkpoint(ckpt_path, metadata={"epoch": str(epoch)})
-    except KeyboardInterrupt:
-        if not main:
-            sys.exit(130)
-        path = ckpt_path or Path(model).with_suffix(".interrupted.safetensors")  # a built-in's name: the current folder
-        session.save_checkpoint(path, metadata={"epoch": str(epoch - 1)})
-        click.echo(f"\ninterrupted: checkpoint written to {path} (resume with --checkpoint {path} --resume)", err=True)
-        sys.exit(130)
-    if export_path and main:
-        from meganeura_onnx import export_onnx
 
-        trained = {name: session.read_param(name) for name in predict.parameters()}
-        export_onnx(predict, export_path, parameters=trained)
-        inputs = [n for n, _ in predict.leaves("input") + predict.leaves("input_u32")]
-        click.echo(f"wrote {export_path} (inference graph: inputs {inputs}, outputs {predict.output_names()})")
+def _resume(session: Any, ckpt_path: Path, main: bool) -> int:
+    """Loads the checkpoint into the session; returns the first epoch still to run."""
+    meta = session.load_checkpoint(ckpt_path)
+    epoch_text = str(meta.get("epoch", "0"))
+    if not epoch_text.isdigit():
+        raise click.ClickException(f"checkpoint {ckpt_path}: metadata 'epoch' must be a non-negative integer, got {epoch_text!r}")
+    if main:
+        click.echo(f"resumed from {ckpt_path} (epoch {int(epoch_text)}, step {session.optimizer_step})")
+    return int(epoch_text) + 1
+
+
+@dataclasses.dataclass
+class _TrainLoop:
+    """The epochs of one training run: batches in a seeded shuffle, the lr schedule, periodic evaluation."""
+
+    session: Any
+    graph: Any
+    module: Any
+    device: str
+    dist: Any  # the data-parallel run, None outside torchrun
+    train_set: dict
+    test_set: dict
+    batch: int  # examples per step on one process
+    grad_accum: int
+    set_lr: Callable[[float], None]
+    precision: str
+    lr: float = 0.0
+    lr_schedule: str = "constant"
+    warmup: int = 0
+    micro_per_epoch: int = 0
+    total_updates: int = 0
+
+    @property
+    def main(self) -> bool:
+        return not self.dist or self.dist.is_main
+
+    @property
+    def step_batch(self) -> int:  # the global batch
+        return self.batch * (self.dist.world_size if self.dist else 1)
+
+    def plan(self, epochs: int, lr: float, lr_schedule: str, warmup: int) -> None:
+        """Steps per epoch (whole accumulation windows only) and updates of the whole run (for the schedule)."""
+        self.lr, self.lr_schedule, self.warmup = lr, lr_schedule, warmup
+        n = len(next(iter(self.train_set.values())))
+        self.micro_per_epoch = n // self.step_batch // self.grad_accum * self.grad_accum
+        if self.micro_per_epoch == 0:
+            raise click.UsageError(f"{n} training examples do not fill one update of {self.grad_accum} x {self.step_batch} examples")
+        self.total_updates = epochs * self.micro_per_epoch // self.grad_accum
+
+    def run_epoch(self, epoch: int, epochs: int, seed: int, eval_every: int | None) -> list[float]:
+        """One pass over the training set; returns the losses read along the way."""
+        from tqdm import tqdm
+
+        from meganeura_onnx.runtime.schedules import scheduled_lr
+
+        session, step_batch = self.session, self.step_batch
+        n = len(next(iter(self.train_set.values())))
+        order = np.random.default_rng([seed, epoch]).permutation(n)
+        total = self.micro_per_epoch * step_batch
+        bar = tqdm(total=total, desc=f"epoch {epoch}/{epochs}", unit="ex", leave=True, file=sys.stderr, disable=not self.main)
+        t0, losses = time.perf_counter(), []
+        for k, (b, _) in enumerate(_batches(self.train_set, step_batch, order[:total], pad=False)):
+            _feed(session, self.graph, self.dist.shard(b) if self.dist else b)
+            if self.lr_schedule != "constant" or self.warmup:
+                self.set_lr(scheduled_lr(self.lr_schedule, self.lr, session.optimizer_step, self.total_updates, self.warmup))
+            updates = session.optimizer_step
+            session.step()
+            if eval_every and self.main and session.optimizer_step != updates and session.optimizer_step % eval_every == 0:
+                res = self.evaluate()
+                bar.write(f"step {session.optimizer_step}: " + ", ".join(f"{k} {v:.4f}" for k, v in res.items()))
+            if k % 10 == 0:  # reading the loss is a device->host copy: not every step
+                losses.append(session.read_loss())
+                bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_s=f"{(k + 1) * step_batch / (time.perf_counter() - t0):.0f}")
+            bar.update(step_batch)
+        bar.close()
+        return losses
+
+    def evaluate(self) -> dict[str, float]:
+        params = {name: self.session.read_param(name) for name in self.session.parameter_names()}
+        return _evaluate(self.graph, params, self.test_set, self.batch, self.module, self.device)
+
+    def test_report(self) -> str:
+        """The test loss and metric, as the end-of-epoch line shows them."""
+        shown = ", ".join(f"{k} {v:.2%}" if k == "accuracy" else f"{k} {v:.4f}" for k, v in self.evaluate().items())
+        if self.precision == "fp16":  # overflowed steps are dropped, never applied: say how many
+            shown += f"; fp16: {self.session.skipped_steps} steps skipped on overflow, loss scale {self.session.loss_scale:g}"
+        return shown
+
+
+def _export_trained(session: Any, predict: Any, export_path: str) -> None:
+    from meganeura_onnx import export_onnx
+
+    trained = {name: session.read_param(name) for name in predict.parameters()}
+    export_onnx(predict, export_path, parameters=trained)
+    inputs = [n for n, _ in predict.leaves("input") + predict.leaves("input_u32")]
+    click.echo(f"wrote {export_path} (inference graph: inputs {inputs}, outputs {predict.output_names()})")

@@ -2,8 +2,11 @@
 //   SwiGLU          out = gate * sigmoid(gate) * up, one pass instead of ORT's QuickGelu + Mul;
 //   RopeCacheWrite  rotate the new key rows and write them into the KV cache in place, one pass
 //                   instead of Rope + CacheWrite (the rotated rows never go through memory).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <vector>
 
 #include "cpu_elements.h"
 #include "cpu_math.h"
@@ -25,6 +28,9 @@ OrtStatus* CheckSwiGLU(const Tensor& gate, const Tensor& up) {
 OrtStatus* ReadRopeCacheWriteAttrs(const OrtKernelInfo* info, RopeCacheWriteAttrs* a) {
   MN_RETURN_IF(AttrFloat(info, "RopeCacheWrite", "theta", &a->theta, nullptr));
   MN_RETURN_IF(AttrInt(info, "RopeCacheWrite", "head_dim", &a->head_dim, nullptr));
+  const int64_t one = 1;
+  MN_RETURN_IF(AttrInt(info, "RopeCacheWrite", "check_positions", &a->check_positions, &one));
+  MN_RETURN_IF(CheckPositionsFlag("RopeCacheWrite", a->check_positions));
   if (a->head_dim <= 0 || a->head_dim % 2 != 0 || a->head_dim > 1024)
     return MN_INVALID("RopeCacheWrite: attribute head_dim must be even and in [2, 1024], got %lld", (long long)a->head_dim);
   if (!(a->theta > 0.0f) || !std::isfinite(a->theta))
@@ -92,42 +98,47 @@ class SwiGLUCpu : public Kernel {
     Chunks ch(n, 1 << 14, 256);
     return ParallelFor(ctx, ch.count, [&](size_t c) { Span(g, u, out, ch.begin(c), ch.end(c)); });
   }
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  // float32 on a CPU with AVX2 + FMA: the same loop compiled for 8 lanes (the library's baseline,
-  // x86-64-v2, has 4), picked at run time as ORT's own elementwise kernels do.
-  static OrtStatus* Run(OrtKernelContext* ctx, int64_t n, const float* g, const float* u, float* out) {
-    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    Chunks ch(n, 1 << 14, 256);
-    return ParallelFor(ctx, ch.count, [&](size_t c) {
-      if (avx2)
-        SpanAvx2(g, u, out, ch.begin(c), ch.end(c));
-      else
-        Span(g, u, out, ch.begin(c), ch.end(c));
-    });
+  // float16 / bfloat16: blocks converted to float32, computed by the float loop, converted back.
+  template <class T>
+  static void Span(const T* g, const T* u, T* out, int64_t begin, int64_t end) {
+    constexpr int64_t kBlock = 512;
+    float gf[kBlock], uf[kBlock], of[kBlock];
+    for (int64_t i = begin; i < end; i += kBlock) {
+      const int64_t n = std::min(kBlock, end - i);
+      ToFloatRow(g + i, gf, n);
+      ToFloatRow(u + i, uf, n);
+      Span(gf, uf, of, 0, n);
+      FromFloatRow(of, out + i, n);
+    }
   }
+  static void Span(const float* g, const float* u, float* out, int64_t begin, int64_t end) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    // On a CPU with AVX2 + FMA the same loop compiled for 8 lanes (the library's baseline,
+    // x86-64-v2, has 4), picked at run time as ORT's own elementwise kernels do.
+    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2) return SpanAvx2(g, u, out, begin, end);
+#endif
+    SpanBaseline(g, u, out, begin, end);
+  }
+  // sigmoid(x) from e = exp(-|x|) in (0, 1]: 1 / (1 + e) for x >= 0, e / (1 + e) below; never
+  // overflows, and ExpNeg (plain arithmetic, unlike libm's expf) lets the loop vectorise.
+  static inline float Value(float x, float u) {
+    const float e = ExpNeg(-std::fabs(x));
+    const float s = 1.0f / (1.0f + e);
+    return x * (x >= 0.0f ? s : e * s) * u;
+  }
+  static void SpanBaseline(const float* __restrict__ g, const float* __restrict__ u, float* __restrict__ out, int64_t begin,
+                           int64_t end) {
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) out[i] = Value(g[i], u[i]);
+  }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   __attribute__((target("avx2,fma"))) static void SpanAvx2(const float* __restrict__ g, const float* __restrict__ u,
                                                            float* __restrict__ out, int64_t begin, int64_t end) {
 #pragma omp simd
-    for (int64_t i = begin; i < end; ++i) {
-      const float x = g[i];
-      const float e = ExpNeg(-std::fabs(x));
-      const float s = 1.0f / (1.0f + e);
-      out[i] = x * (x >= 0.0f ? s : e * s) * u[i];
-    }
+    for (int64_t i = begin; i < end; ++i) out[i] = Value(g[i], u[i]);
   }
 #endif
-  // sigmoid(x) from e = exp(-|x|) in (0, 1]: 1 / (1 + e) for x >= 0, e / (1 + e) below; never
-  // overflows, and ExpNeg (plain arithmetic, unlike libm's expf) lets the float loop vectorise.
-  template <class T>
-  static void Span(const T* __restrict__ g, const T* __restrict__ u, T* __restrict__ out, int64_t begin, int64_t end) {
-#pragma omp simd
-    for (int64_t i = begin; i < end; ++i) {
-      const float x = ToFloat(g[i]);
-      const float e = ExpNeg(-std::fabs(x));
-      const float s = 1.0f / (1.0f + e);
-      out[i] = FromFloat<T>(x * (x >= 0.0f ? s : e * s) * ToFloat(u[i]));
-    }
-  }
 };
 
 class RopeCacheWriteCpu : public Kernel {
@@ -170,6 +181,8 @@ class RopeCacheWriteCpu : public Kernel {
     const int64_t half = a_.head_dim / 2, heads = p.dim / a_.head_dim;
     const float* inv = inv_freq_.data();
     std::vector<float> cs(half), sn(half);
+    // float16 / bfloat16: each row converted to float32, rotated, and converted back.
+    std::vector<float> x_row(std::is_same<T, float>::value ? 0 : p.dim), y_row(x_row.size());
     for (int64_t r = 0; r < p.T; ++r) {  // T rows of one token each: a decode step writes one
       const float position = static_cast<float>(p.kv_pos + r);
       for (int64_t j = 0; j < half; ++j) {  // the same float32 angle as the Rope kernels
@@ -178,15 +191,9 @@ class RopeCacheWriteCpu : public Kernel {
         sn[j] = std::sin(ang);
       }
       T* row = out + (p.kv_pos + r) * p.dim;
-      for (int64_t h = 0; h < heads; ++h) {
-        const T* xi = x + r * p.dim + h * a_.head_dim;
-        T* yo = row + h * a_.head_dim;
-        for (int64_t j = 0; j < half; ++j) {
-          const float a = ToFloat(xi[j]), b = ToFloat(xi[j + half]);
-          yo[j] = FromFloat<T>(a * cs[j] - b * sn[j]);
-          yo[j + half] = FromFloat<T>(b * cs[j] + a * sn[j]);
-        }
-      }
+      float* rotated = OutRow(row, y_row.data());
+      RotateHeads(FloatRow(x + r * p.dim, p.dim, x_row.data()), rotated, cs.data(), sn.data(), heads, a_.head_dim);
+      StoreRow(rotated, row, p.dim);
     }
     return nullptr;
   }

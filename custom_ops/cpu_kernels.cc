@@ -99,6 +99,8 @@ class RopeCpu : public Kernel {
     Chunks rows(rows_total, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.D)), 1024);
     return ParallelFor(ctx, rows.count, [&](size_t c) {
       std::vector<float> cs_row(table ? 0 : half), sn_row(table ? 0 : half);
+      // float16 / bfloat16: each row converted to float32, rotated, and converted back.
+      std::vector<float> x_row(std::is_same<T, float>::value ? 0 : p.D), y_row(x_row.size());
       for (int64_t r = rows.begin(c); r < rows.end(c); ++r) {
         const int64_t b = r / p.S, pos = p.pos0[p.pos0.size() == 1 ? 0 : b] + r % p.S;
         const float* cs = nullptr;
@@ -116,15 +118,9 @@ class RopeCpu : public Kernel {
           cs = cs_row.data();
           sn = sn_row.data();
         }
-        for (int64_t h = 0; h < heads; ++h) {
-          const T* xi = xs + r * p.D + h * p.head_dim;
-          T* yo = y + r * p.D + h * p.head_dim;
-          for (int64_t j = 0; j < half; ++j) {
-            const float a = ToFloat(xi[j]), b2 = ToFloat(xi[j + half]);
-            yo[j] = FromFloat<T>(a * cs[j] - b2 * sn[j]);
-            yo[j + half] = FromFloat<T>(b2 * cs[j] + a * sn[j]);
-          }
-        }
+        float* out = OutRow(y + r * p.D, y_row.data());
+        RotateHeads(FloatRow(xs + r * p.D, p.D, x_row.data()), out, cs, sn, heads, p.head_dim);
+        StoreRow(out, y + r * p.D, p.D);
       }
     });
   }
@@ -137,7 +133,11 @@ class RopeCpu : public Kernel {
 // A pure row copy: any element type, by bytes.
 class CacheWriteCpu : public Kernel {
  public:
-  static OrtStatus* Create(const OrtKernelInfo*, Kernel** out) {
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    const int64_t one = 1;
+    int64_t check = 1;  // accepted and validated; the CPU kernel checks positions either way
+    MN_RETURN_IF(AttrInt(info, "CacheWrite", "check_positions", &check, &one));
+    MN_RETURN_IF(CheckPositionsFlag("CacheWrite", check));
     *out = new CacheWriteCpu();
     return nullptr;
   }
@@ -189,15 +189,6 @@ inline float Dot(const float* __restrict__ a, const float* __restrict__ b, int64
 // memory latency). Per tile of rows: the scores of all heads (each K segment read once for its
 // group of G query heads), one rescale per tile, then P V (each V segment read once per group).
 constexpr int64_t kAttnTile = 64;
-// Cache row `r` (kvw values) as float32: the row itself for a float cache, else converted into `buf`.
-inline const float* CacheRow(const float* c, int64_t r, int64_t kvw, float*) { return c + r * kvw; }
-template <class T>
-const float* CacheRow(const T* c, int64_t r, int64_t kvw, float* buf) {
-  const T* src = c + r * kvw;
-  for (int64_t i = 0; i < kvw; ++i) buf[i] = ToFloat(src[i]);
-  return buf;
-}
-
 template <class T>
 void AttendRows(const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, int64_t H, int64_t G,
                 int64_t hd, int64_t kvw, int64_t r0, int64_t r1, float scale, float* __restrict__ sc, float* __restrict__ m,
@@ -210,7 +201,7 @@ void AttendRows(const float* __restrict__ q, const T* __restrict__ kc, const T* 
   for (int64_t r = r0; r < r1; r += kAttnTile) {
     const int64_t n = std::min(kAttnTile, r1 - r);
     for (int64_t j = 0; j < n; ++j) {
-      const float* kr = CacheRow(kc, r + j, kvw, rowbuf);
+      const float* kr = FloatRow(kc + (r + j) * kvw, kvw, rowbuf);
       for (int64_t h = 0; h < H; ++h) sc[h * kAttnTile + j] = Dot(q + h * hd, kr + (h / G) * hd, hd) * scale;
     }
     for (int64_t h = 0; h < H; ++h) {
@@ -233,7 +224,7 @@ void AttendRows(const float* __restrict__ q, const T* __restrict__ kc, const T* 
       l[h] += sum;
     }
     for (int64_t j = 0; j < n; ++j) {
-      const float* __restrict__ vr = CacheRow(vc, r + j, kvw, rowbuf);
+      const float* __restrict__ vr = FloatRow(vc + (r + j) * kvw, kvw, rowbuf);
       for (int64_t h = 0; h < H; ++h) {
         const float w = sc[h * kAttnTile + j];
         const float* __restrict__ vh = vr + (h / G) * hd;
@@ -298,7 +289,9 @@ class CachedAttentionCpu : public Kernel {
       const int64_t L = p.kv_pos[b] + t + 1;  // attends to its sequence's cache rows [0, kv_pos[b] + t]
       const int64_t r0 = c * chunk, r1 = std::min(L, r0 + chunk);
       std::vector<float> sc(static_cast<size_t>(H * kAttnTile)), own(nch > 1 ? 0 : static_cast<size_t>(pstride));
-      std::vector<float> qf(static_cast<size_t>(qw)), rowbuf(std::is_same<T, float>::value ? 0 : static_cast<size_t>(kvw));
+      // float16 / bfloat16: Q, each cache row and the output row go through float32 buffers.
+      const bool half_type = !std::is_same<T, float>::value;
+      std::vector<float> qbuf(half_type ? qw : 0), rowbuf(half_type ? kvw : 0), outbuf(half_type && nch == 1 ? qw : 0);
       float* acc = nch > 1 ? part.data() + item * pstride : own.data();
       float *m = acc + H * hd, *l = m + H;
       if (r0 >= r1) {  // chunk past this row's causal limit (T > 1, or a shorter sequence of the batch)
@@ -307,15 +300,16 @@ class CachedAttentionCpu : public Kernel {
         std::fill(l, l + H, 0.f);
         return;
       }
-      for (int64_t i = 0; i < qw; ++i) qf[i] = ToFloat(qs[bt * qw + i]);
+      const float* qf = FloatRow(qs + bt * qw, qw, qbuf.data());
       const int64_t cache_off = b * p.max_seq * kvw;
-      AttendRows(qf.data(), ks + cache_off, vs + cache_off, H, G, hd, kvw, r0, r1, scale, sc.data(), m, l, acc, rowbuf.data());
+      AttendRows(qf, ks + cache_off, vs + cache_off, H, G, hd, kvw, r0, r1, scale, sc.data(), m, l, acc, rowbuf.data());
       if (nch == 1) {
+        float* o = OutRow(out + bt * qw, outbuf.data());
         for (int64_t h = 0; h < H; ++h) {
-          T* o = out + bt * qw + h * hd;
           const float inv = 1.0f / l[h];
-          for (int64_t d = 0; d < hd; ++d) o[d] = FromFloat<T>(acc[h * hd + d] * inv);
+          for (int64_t d = 0; d < hd; ++d) o[h * hd + d] = acc[h * hd + d] * inv;
         }
+        StoreRow(o, out + bt * qw, qw);
       }
     }));
     if (nch == 1) return nullptr;
@@ -336,8 +330,8 @@ class CachedAttentionCpu : public Kernel {
         for (int64_t d = 0; d < hd; ++d) o[d] += a[d] * w;
       }
       const float inv = 1.0f / lt;
-      T* dst = out + bt * qw + h * hd;
-      for (int64_t d = 0; d < hd; ++d) dst[d] = FromFloat<T>(o[d] * inv);
+      for (int64_t d = 0; d < hd; ++d) o[d] *= inv;
+      FromFloatRow(o.data(), out + bt * qw + h * hd, hd);
     });
   }
 

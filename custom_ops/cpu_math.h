@@ -1,4 +1,5 @@
-// Vectorisable float math of the CPU kernels (cpu_kernels.cc: softmax; cpu_fused.cc: SwiGLU's sigmoid).
+// Vectorisable float math of the CPU kernels (cpu_kernels.cc: softmax, Rope; cpu_fused.cc: SwiGLU's
+// sigmoid, RopeCacheWrite).
 #pragma once
 
 #include <cmath>
@@ -24,6 +25,23 @@ inline float ExpNeg(float x) {
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;
+}
+
+// Rotary embedding of one token row of `heads` heads: each head's halves (a, b) rotated by the angles
+// whose cos / sin are cs / sn (head_dim / 2 each): (a cos - b sin, b cos + a sin).
+inline void RotateHeads(const float* __restrict__ x, float* __restrict__ y, const float* __restrict__ cs,
+                        const float* __restrict__ sn, int64_t heads, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    const float* xi = x + h * head_dim;
+    float* yo = y + h * head_dim;
+#pragma omp simd
+    for (int64_t j = 0; j < half; ++j) {
+      const float a = xi[j], b = xi[j + half];
+      yo[j] = a * cs[j] - b * sn[j];
+      yo[j + half] = b * cs[j] + a * sn[j];
+    }
+  }
 }
 
 }  // namespace mn

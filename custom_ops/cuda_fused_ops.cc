@@ -1,6 +1,7 @@
 // CUDAExecutionProvider registrations of the fused decode-layer ops SwiGLU and RopeCacheWrite (ORT API
 // code only; the kernels are in cuda_fused.cu). kv_pos is in device memory and read by the kernel; it is
-// read back and checked here as on the CPU except under CUDA-graph capture (see cuda_ops.cc).
+// read back and checked here as on the CPU unless check_positions = 0 or under CUDA-graph capture (see
+// cuda_ops.cc).
 #include <vector>
 
 #include "cuda_fused.h"
@@ -53,9 +54,9 @@ class RopeCacheWriteCuda : public Kernel {
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
     HostPos h;
-    MN_RETURN_IF(ReadBack("RopeCacheWrite", "kv_pos", pos, stream, &h));
+    MN_RETURN_IF(ReadBack("RopeCacheWrite", "kv_pos", pos, a_.check_positions != 0, stream, &h));
     RopeCacheWriteProblem p;
-    MN_RETURN_IF(CheckRopeCacheWrite(a_, nw, cache, h.captured ? pos : h.host, &p, /*host_positions=*/!h.captured));
+    MN_RETURN_IF(CheckRopeCacheWrite(a_, nw, cache, h.device_only ? pos : h.host, &p, /*host_positions=*/!h.device_only));
     void* out = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, cache.shape, &out));
     if (out != cache.data && p.max_seq * p.dim > 0) CountCacheCopy();

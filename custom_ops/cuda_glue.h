@@ -36,25 +36,33 @@ inline OrtStatus* Cuda(const char* op, int code) {
 
 // Device positions read back for the host checks (see the top of cuda_ops.cc). `host` views the
 // values as int64 with the input's shape, so Check*(..., host_positions=true) validates them as on the CPU.
+// device_only: nothing was read (check_positions = 0, or the stream is capturing a CUDA graph): the
+// caller checks types and shapes only and the kernel guards the values on the device.
 struct HostPos {
   Tensor host;
-  bool captured = false;
+  bool device_only = false;
   std::vector<int64_t> values;
 };
 
 // At most this many positions are read back (one per sequence of a batch).
 constexpr int64_t kMaxReadBack = int64_t(1) << 16;
 
-inline OrtStatus* ReadBack(const char* op, const char* arg, const Tensor& t, void* stream, HostPos* out) {
+// `check`: the node's check_positions attribute. 0 skips the read-back and its stream sync (the
+// Session that built the graph validated the positions when they were uploaded, per run).
+inline OrtStatus* ReadBack(const char* op, const char* arg, const Tensor& t, bool check, void* stream, HostPos* out) {
   out->host = t;
   if (!t.present) return nullptr;
   MN_RETURN_IF(CheckIndexType(op, arg, t));
   if (t.shape.size() > 1 || t.numel() > kMaxReadBack)
     return MN_INVALID("%s: input '%s' must have shape [1] or [batch], got %s", op, arg, ShapeStr(t.shape).c_str());
+  if (!check) {
+    out->device_only = true;
+    return nullptr;
+  }
   out->values.assign(static_cast<size_t>(t.numel()), 0);
   int captured = 0;
   MN_RETURN_IF(Cuda(op, mn_cuda_read_pos(DevicePos(t), stream, out->values.data(), &captured)));
-  out->captured = captured != 0;
+  out->device_only = captured != 0;
   out->host.type = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
   out->host.data = out->values.data();
   return nullptr;

@@ -1,10 +1,13 @@
 // CUDAExecutionProvider registrations of the com.meganeura ops. ORT API code only (g++);
 // the kernels are in cuda_kernels.cu behind the plain C launchers of cuda_kernels.h.
 // Positions (Rope's offset_dyn, kv_pos) are device-memory inputs: the kernels read them on the GPU
-// (no Memcpy node, CUDA-graph capturable). Outside graph capture each position is also read back and
-// validated here exactly as on the CPU (an ORT error naming the op and the values). Under capture a
-// sync is not allowed: the Session validates positions when they are uploaded, and the kernels guard
-// on the device, writing NaN (Rope, CachedAttention) or nothing (CacheWrite) for an invalid position.
+// (no Memcpy node, CUDA-graph capturable). With check_positions = 1 (the attribute's default: an
+// ONNX file run by any ONNX Runtime with this library) each position is also read back and validated
+// here exactly as on the CPU (an ORT error naming the op and the values), outside graph capture; the
+// read-back synchronises the stream, once per op. With check_positions = 0 (the graphs our Session
+// builds: it validates every position input itself, on upload and against each run's shapes) and
+// under capture (no sync allowed) nothing is read back: the kernels guard on the device, writing
+// NaN (Rope, CachedAttention) or nothing (CacheWrite, RopeCacheWrite) for an invalid position.
 // ScatterAdd's indices (training: the embedding gradient) are device memory too, read back and
 // validated the same way outside capture; under capture an index out of range makes the output NaN.
 #include <vector>
@@ -44,8 +47,8 @@ class RopeCuda : public Kernel {
     RopeProblem p;
     MN_RETURN_IF(CheckFloatTensor("Rope", "X", x, x.shape.size() == 3 ? 3 : 2));
     HostPos h;
-    MN_RETURN_IF(ReadBack("Rope", "offset_dyn", off, stream, &h));
-    MN_RETURN_IF(CheckRope(a_, x, h.captured ? off : h.host, &p, /*host_positions=*/!h.captured));
+    MN_RETURN_IF(ReadBack("Rope", "offset_dyn", off, a_.check_positions != 0, stream, &h));
+    MN_RETURN_IF(CheckRope(a_, x, h.device_only ? off : h.host, &p, /*host_positions=*/!h.device_only));
     void* y = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, x.shape, &y));
     // the kernel adds offset_dyn itself, read on the device
@@ -60,8 +63,13 @@ class RopeCuda : public Kernel {
 
 class CacheWriteCuda : public Kernel {
  public:
-  static OrtStatus* Create(const OrtKernelInfo*, Kernel** out) {
-    *out = new CacheWriteCuda();
+  explicit CacheWriteCuda(bool check_positions) : check_positions_(check_positions) {}
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    const int64_t one = 1;
+    int64_t check = 1;
+    MN_RETURN_IF(AttrInt(info, "CacheWrite", "check_positions", &check, &one));
+    MN_RETURN_IF(CheckPositionsFlag("CacheWrite", check));
+    *out = new CacheWriteCuda(check != 0);
     return nullptr;
   }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
@@ -72,15 +80,18 @@ class CacheWriteCuda : public Kernel {
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
     HostPos h;
-    MN_RETURN_IF(ReadBack("CacheWrite", "kv_pos", pos, stream, &h));
+    MN_RETURN_IF(ReadBack("CacheWrite", "kv_pos", pos, check_positions_, stream, &h));
     CacheWriteProblem p;
-    MN_RETURN_IF(CheckCacheWrite(nw, cache, h.captured ? pos : h.host, &p, /*host_positions=*/!h.captured));
+    MN_RETURN_IF(CheckCacheWrite(nw, cache, h.device_only ? pos : h.host, &p, /*host_positions=*/!h.device_only));
     void* out = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, cache.shape, &out));
     if (out != cache.data && p.B * p.max_seq * p.dim > 0) CountCacheCopy();
     return Cuda("CacheWrite", mn_cuda_cache_write(ElementSize(p.type), nw.data, cache.data, out, p.B, p.T, p.dim, p.max_seq,
                                                   DevicePos(pos), stream));
   }
+
+ private:
+  bool check_positions_;
 };
 
 class CachedAttentionCuda : public Kernel {
@@ -104,9 +115,9 @@ class CachedAttentionCuda : public Kernel {
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
     HostPos h;
-    MN_RETURN_IF(ReadBack("CachedAttention", "kv_pos", pos, stream, &h));
+    MN_RETURN_IF(ReadBack("CachedAttention", "kv_pos", pos, a_.check_positions != 0, stream, &h));
     AttnProblem p;
-    MN_RETURN_IF(CheckCachedAttention(a_, q, k, v, h.captured ? pos : h.host, &p, /*host_positions=*/!h.captured));
+    MN_RETURN_IF(CheckCachedAttention(a_, q, k, v, h.device_only ? pos : h.host, &p, /*host_positions=*/!h.device_only));
     if (p.B * p.T > 65535 || p.B * p.T * p.H > (int64_t(1) << 31) - 1)
       return MN_INVALID("CachedAttention: batch %lld x T %lld x num_heads %lld is too large for the CUDA kernel", (long long)p.B,
                         (long long)p.T, (long long)p.H);

@@ -17,6 +17,7 @@ OrtStatus* CheckSwiGLU(const Tensor& gate, const Tensor& up);
 struct RopeCacheWriteAttrs {
   float theta;
   int64_t head_dim;
+  int64_t check_positions = 1;  // see CheckPositionsFlag (op_common.h)
 };
 OrtStatus* ReadRopeCacheWriteAttrs(const OrtKernelInfo* info, RopeCacheWriteAttrs* a);
 struct RopeCacheWriteProblem {

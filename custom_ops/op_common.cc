@@ -195,12 +195,19 @@ OrtStatus* AttrFloat(const OrtKernelInfo* info, const char* op, const char* name
   return nullptr;
 }
 
+OrtStatus* CheckPositionsFlag(const char* op, int64_t value) {
+  if (value == 0 || value == 1) return nullptr;
+  return MN_INVALID("%s: attribute check_positions must be 0 or 1, got %lld", op, (long long)value);
+}
+
 // ---------------------------------------------------------------- Rope
 OrtStatus* ReadRopeAttrs(const OrtKernelInfo* info, RopeAttrs* a) {
-  const int64_t zero = 0;
+  const int64_t zero = 0, one = 1;
   MN_RETURN_IF(AttrFloat(info, "Rope", "theta", &a->theta, nullptr));
   MN_RETURN_IF(AttrInt(info, "Rope", "head_dim", &a->head_dim, nullptr));
   MN_RETURN_IF(AttrInt(info, "Rope", "offset", &a->offset, &zero));
+  MN_RETURN_IF(AttrInt(info, "Rope", "check_positions", &a->check_positions, &one));
+  MN_RETURN_IF(CheckPositionsFlag("Rope", a->check_positions));
   if (a->head_dim <= 0 || a->head_dim % 2 != 0 || a->head_dim > 1024)
     return MN_INVALID("Rope: attribute head_dim must be even and in [2, 1024], got %lld", (long long)a->head_dim);
   if (!(a->theta > 0.0f) || !std::isfinite(a->theta))
@@ -298,6 +305,9 @@ OrtStatus* ReadAttnAttrs(const OrtKernelInfo* info, AttnAttrs* a) {
   MN_RETURN_IF(AttrInt(info, "CachedAttention", "num_heads", &a->num_heads, nullptr));
   MN_RETURN_IF(AttrInt(info, "CachedAttention", "num_kv_heads", &a->num_kv_heads, nullptr));
   MN_RETURN_IF(AttrInt(info, "CachedAttention", "head_dim", &a->head_dim, nullptr));
+  const int64_t one = 1;
+  MN_RETURN_IF(AttrInt(info, "CachedAttention", "check_positions", &a->check_positions, &one));
+  MN_RETURN_IF(CheckPositionsFlag("CachedAttention", a->check_positions));
   // Bounded so that num_heads * head_dim cannot overflow.
   if (a->num_heads <= 0 || a->num_kv_heads <= 0 || a->num_heads > kMaxHeads || a->num_kv_heads > kMaxHeads ||
       a->head_dim <= 0 || a->head_dim > 1024)

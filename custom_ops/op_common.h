@@ -83,9 +83,16 @@ OrtStatus* AttrFloat(const OrtKernelInfo* info, const char* op, const char* name
 
 // ---- per-op attributes and validated problem descriptions (shared CPU/CUDA) ----
 
+// check_positions (Rope, CacheWrite, CachedAttention, RopeCacheWrite; default 1): 1 = the kernels validate
+// position values on the host (CUDA: a read-back and a stream sync per op, see cuda_ops.cc); 0 = the
+// caller validated them (our Session does, per run) and the CUDA kernels rely on their device guards.
+// The CPU kernels always validate (no sync to save there). Returns an error unless value is 0 or 1.
+OrtStatus* CheckPositionsFlag(const char* op, int64_t value);
+
 struct RopeAttrs {
   float theta;
   int64_t head_dim, offset;
+  int64_t check_positions = 1;
 };
 OrtStatus* ReadRopeAttrs(const OrtKernelInfo* info, RopeAttrs* a);
 // X is [S, D] (one sequence) or [B, S, D]; offset_dyn is [1] or [B]: row s of sequence b has position
@@ -114,6 +121,7 @@ OrtStatus* CheckCacheWrite(const Tensor& nw, const Tensor& cache, const Tensor& 
 
 struct AttnAttrs {
   int64_t num_heads, num_kv_heads, head_dim;
+  int64_t check_positions = 1;
 };
 OrtStatus* ReadAttnAttrs(const OrtKernelInfo* info, AttnAttrs* a);
 // Q [T, H*hd] with K/V [max_seq, KVH*hd] and kv_pos [1], or Q [B, T, H*hd] with K/V

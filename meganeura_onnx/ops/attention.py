@@ -43,12 +43,10 @@ def attention_ref(q, k, v, num_heads: int, num_kv_heads: int, head_dim: int, q_p
     return (p @ vh).transpose(1, 0, 2).reshape(T, num_heads * head_dim).astype(q.dtype)
 
 
-def _declare(name: str, causal: bool, same_seq: bool) -> None:
-    extra = (optional(bool_attr("is_cross"), False),) if name == "multi_head_attn" else ()
-    d = op(name, ("q", "k", "v"), attrs=(*HEADS, BATCH, *extra))
+def _attention_shape(name: str, same_seq: bool):
+    """The shape rule of attention op ``name``: q [seq, heads*head_dim], k and v [kv_seq, kv_heads*head_dim]."""
 
-    @d.shape
-    def _(q: TensorType, k: TensorType, v: TensorType, num_heads: int, num_kv_heads: int, head_dim: int, **_: object) -> TensorType:
+    def shape(q: TensorType, k: TensorType, v: TensorType, num_heads: int, num_kv_heads: int, head_dim: int, **attrs: object) -> TensorType:
         check_heads(name, num_heads, num_kv_heads, head_dim)
         for arg, t in (("q", q), ("k", k), ("v", v)):
             rank(name, t, 2, arg)
@@ -59,19 +57,53 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
             name,
             f"k and v must both be [kv_seq, {num_kv_heads}*{head_dim}], got k {list(k.shape)} and v {list(v.shape)}",
         )
-        batch = _.get("batch", 1)
+        batch = attrs.get("batch", 1)
         require(
             dim_div(q.shape[0], batch) is not None and dim_div(k.shape[0], batch) is not None,
             name,
             f"batch={batch} must divide the rows of q {list(q.shape)} and k {list(k.shape)}",
         )
-        if same_seq or (name == "multi_head_attn" and not _.get("is_cross", False)):
+        if same_seq or (name == "multi_head_attn" and not attrs.get("is_cross", False)):
             require(
                 q.shape[0] == k.shape[0],
                 name,
                 f"self-attention needs q and k with the same sequence length, got q {list(q.shape)} and k {list(k.shape)}",
             )
         return q
+
+    return shape
+
+
+def _attention_examples(d, name: str, same_seq: bool) -> None:
+    """The op table examples of attention op ``name`` (GQA, single-head groups, batched rows)."""
+
+    def ex(g, f, s, skv, h, kvh, hd, batch=1):
+        q = f.param(g, "q", [batch * s, h * hd])
+        k = f.param(g, "k", [batch * skv, kvh * hd])
+        v = f.param(g, "v", [batch * skv, kvh * hd])
+        if batch > 1:  # rows = batch sequences stacked (the `batch` attribute)
+            extra = {"is_cross": s != skv} if name == "multi_head_attn" else {}
+            return g.apply(name, q, k, v, num_heads=h, num_kv_heads=kvh, head_dim=hd, batch=batch, **extra)
+        if name == "multi_head_attn":
+            return g.multi_head_attn(q, k, v, h, kvh, hd, s != skv)
+        return g.apply(name, q, k, v, num_heads=h, num_kv_heads=kvh, head_dim=hd)
+
+    skv2 = 5 if same_seq else 7
+    examples(
+        d,
+        ex,
+        {"s": 5, "skv": 5, "h": 4, "kvh": 2, "hd": 8},
+        {"s": 3, "skv": 3 if same_seq else 6, "h": 2, "kvh": 2, "hd": 4},
+        {"s": 5, "skv": skv2, "h": 3, "kvh": 1, "hd": 16},
+        {"s": 4, "skv": 4 if same_seq else 3, "h": 4, "kvh": 2, "hd": 4, "batch": 3},
+    )
+
+
+def _declare(name: str, causal: bool, same_seq: bool) -> None:
+    extra = (optional(bool_attr("is_cross"), False),) if name == "multi_head_attn" else ()
+    d = op(name, ("q", "k", "v"), attrs=(*HEADS, BATCH, *extra))
+
+    d.shape(_attention_shape(name, same_seq))
 
     def _is_causal(attrs) -> bool:
         return causal and not attrs.get("is_cross", False)
@@ -94,26 +126,7 @@ def _declare(name: str, causal: bool, same_seq: bool) -> None:
             mask = (arange(ctx, seq), arange(ctx, seq))
         return attend(ctx, q, k, v, a["head_dim"], a["num_heads"] // a["num_kv_heads"], mask)
 
-    def ex(g, f, s, skv, h, kvh, hd, batch=1):
-        q = f.param(g, "q", [batch * s, h * hd])
-        k = f.param(g, "k", [batch * skv, kvh * hd])
-        v = f.param(g, "v", [batch * skv, kvh * hd])
-        if batch > 1:  # rows = batch sequences stacked (the `batch` attribute)
-            extra = {"is_cross": s != skv} if name == "multi_head_attn" else {}
-            return g.apply(name, q, k, v, num_heads=h, num_kv_heads=kvh, head_dim=hd, batch=batch, **extra)
-        if name == "multi_head_attn":
-            return g.multi_head_attn(q, k, v, h, kvh, hd, s != skv)
-        return g.apply(name, q, k, v, num_heads=h, num_kv_heads=kvh, head_dim=hd)
-
-    skv2 = 5 if same_seq else 7
-    examples(
-        d,
-        ex,
-        {"s": 5, "skv": 5, "h": 4, "kvh": 2, "hd": 8},
-        {"s": 3, "skv": 3 if same_seq else 6, "h": 2, "kvh": 2, "hd": 4},
-        {"s": 5, "skv": skv2, "h": 3, "kvh": 1, "hd": 16},
-        {"s": 4, "skv": 4 if same_seq else 3, "h": 4, "kvh": 2, "hd": 4, "batch": 3},
-    )
+    _attention_examples(d, name, same_seq)
 
     @d.vjp
     def _(g, node, dy):

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..ir import Dim, DType, TensorType, dim_symbols
@@ -273,6 +273,20 @@ class Position:
         return min(limits) if limits else None
 
 
+CHECK_POSITIONS = optional(
+    int_attr(
+        "check_positions",
+        0,
+        1,
+        doc="1: the kernels validate the position inputs' values (on CUDA a read-back and stream sync "
+        "per op); 0: the caller did (Session does, per run) and the CUDA kernels rely on their device "
+        "guards (NaN or no write for an invalid position, never out of bounds). CPU kernels check always.",
+    ),
+    1,
+)
+"""The ``com.meganeura`` attribute of every op with ``positions`` (added by :func:`op`)."""
+
+
 @dataclass(frozen=True)
 class Rewrite:
     """An e-graph rewrite rule: ``lhs`` and ``rhs`` are s-expressions over op names of the table.
@@ -418,6 +432,9 @@ def op(
     """Declare an op in the table (once)."""
     if name in OPS:
         raise RuntimeError(f"op {name!r} is declared twice")
+    custom = kwargs.get("custom")
+    if custom is not None and kwargs.get("positions"):  # every op with positions takes check_positions
+        kwargs["custom"] = replace(custom, attrs=(*custom.attrs, CHECK_POSITIONS))
     d = OpDef(name, tuple(inputs), frozenset(u32), frozenset(optional_inputs), attrs=tuple(attrs), **kwargs)
     for field_name, names in (("u32", u32), ("optional_inputs", optional_inputs), ("init_roles", d.init_roles), ("fan_in", d.fan_in)):
         stray = set(names) - set(inputs) - set(d.variadic)

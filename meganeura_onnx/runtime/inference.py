@@ -10,34 +10,22 @@ from ..export import to_model
 from ..export.precision import HALF_TYPE, half_storage_inputs, lower_precision
 from ..graph import Graph
 from ..init import default_parameters
-from ..ops import OPS
 from ..transforms.rewrite import optimize as optimize_graph
 from .custom_ops import custom_op_library
 from .half import check_precision
+from .positions import position_rules, upload_limits
 from .session import Session, checked_parameters
-
-U32_MAX = (1 << 32) - 1
 
 
 def position_limits(graph: Graph) -> dict[str, int]:
     """Largest valid value of each ``input_u32`` that feeds a position input of an op (the op
-    table's ``positions``): for the ``kv_pos`` of ``cache_write``/``cached_attention`` it is
-    ``max_seq - T`` (rows ``[kv_pos, kv_pos + T)`` must lie in the cache); ``rope``'s dynamic
-    offset allows 2**40, more than a U32 holds, so it gets no entry. With a symbolic T (a prefill
-    graph of any length) the limit is ``max_seq - 1`` and the kernels check the rest when they run.
+    table's ``positions``), as ``set_input_u32`` checks it: for the ``kv_pos`` of
+    ``cache_write``/``cached_attention`` it is ``max_seq - T`` (rows ``[kv_pos, kv_pos + T)`` must lie
+    in the cache); ``rope``'s dynamic offset allows 2**40, more than a U32 holds, so it gets no entry.
+    With a symbolic T (a prefill graph of any length) the limit is ``max_seq - 1``; each step then
+    checks the exact limit of its sizes (:mod:`meganeura_onnx.runtime.positions`).
     """
-    names = {n.id: n.attrs["name"] for n in graph.nodes() if n.op == "input_u32"}
-    limits: dict[str, int] = {}
-    for n in graph.nodes():
-        d = OPS[n.op]
-        shapes = {arg: graph.node(i).ty.shape for arg, i in zip(d.inputs, n.inputs, strict=False)}
-        ids = dict(zip(d.inputs, n.inputs, strict=False))
-        for p in d.positions:
-            limit = p.limit(shapes)
-            if ids.get(p.input) in names and limit is not None and limit < U32_MAX:
-                name = names[ids[p.input]]
-                limits[name] = min(limit, limits.get(name, limit))
-    return limits
+    return upload_limits(position_rules(graph))
 
 
 def build_inference_session(
@@ -86,24 +74,12 @@ def build_inference_session(
     half_storage: dict[str, str] = {}
     precisions: list = []
     if precision in HALF_TYPE:
-        target = "cuda" if device == "cuda" and providers is None else "cpu"
-        kernels = use_custom_ops and custom_op_library(target) is not None
-        stored = half_storage_inputs(model, precision, target, [*spec.parameters, *spec.state], kernels)
-        half_outputs = [spec.state[n] for n in stored if n in spec.state]
-        model, lowered = lower_precision(
-            model, precision, device=target, half_inputs=stored, half_outputs=half_outputs, custom_kernels=kernels
-        )
-        half_storage, precisions = dict.fromkeys(stored, HALF_TYPE[precision]), lowered.nodes
+        model, half_storage, precisions = _lower_to_half(model, spec, precision, device, providers, use_custom_ops)
     given = checked_parameters(parameters, graph.parameters(), "build_inference_session")
     values = default_parameters(graph, seed, skip=set(given))
     values.update(given)
     types = {n.attrs["name"]: n.ty for n in graph.nodes() if n.op in ("input", "input_u32")}
-    for name in spec.state:
-        if not types[name].is_static():
-            raise ValueError(
-                f"build_inference_session: KV-cache input {name!r} must have a static shape (it is session state), got {list(types[name].shape)}"
-            )
-    state = {name: (out, np.zeros(types[name].shape, np.float32)) for name, out in spec.state.items()}
+    state = _zero_state(spec, types)
     outputs = graph.output_names()
     output_types = {name: graph.node(nid).ty for name, nid in zip(outputs, graph.outputs(), strict=True)}
     output_types.update({out: types[name] for name, out in spec.state.items()})
@@ -120,7 +96,7 @@ def build_inference_session(
         use_custom_ops=use_custom_ops,
         inplace_state=sorted(spec.inplace),
         cuda_graph=cuda_graph,
-        position_limits=position_limits(graph),
+        position_rules=position_rules(graph),
         check_finite=check_finite,
         half_storage=half_storage,
         precision=precision,
@@ -129,3 +105,24 @@ def build_inference_session(
     )
     session.report = report
     return session
+
+
+def _lower_to_half(model, spec, precision: str, device: str, providers, use_custom_ops: bool):
+    """(model, half_storage, precisions): ``model`` lowered to ``precision`` (``"bf16"``/``"fp16"``),
+    the inputs it stores in half (name -> element type) and each node's precision for ``plan()``."""
+    target = "cuda" if device == "cuda" and providers is None else "cpu"
+    kernels = use_custom_ops and custom_op_library(target) is not None
+    stored = half_storage_inputs(model, precision, target, [*spec.parameters, *spec.state], kernels)
+    half_outputs = [spec.state[n] for n in stored if n in spec.state]
+    model, lowered = lower_precision(model, precision, device=target, half_inputs=stored, half_outputs=half_outputs, custom_kernels=kernels)
+    return model, dict.fromkeys(stored, HALF_TYPE[precision]), lowered.nodes
+
+
+def _zero_state(spec, types: Mapping) -> dict[str, tuple[str, np.ndarray]]:
+    """The session state (KV caches): input name -> (the output that updates it, zeros of its shape)."""
+    for name in spec.state:
+        if not types[name].is_static():
+            raise ValueError(
+                f"build_inference_session: KV-cache input {name!r} must have a static shape (it is session state), got {list(types[name].shape)}"
+            )
+    return {name: (out, np.zeros(types[name].shape, np.float32)) for name, out in spec.state.items()}

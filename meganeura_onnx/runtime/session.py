@@ -19,6 +19,7 @@ from ..ops import OPS
 from . import custom_ops
 from .half import HalfBuffers, is_half
 from .plan import Buffer, ExecutionPlan, MemorySummary
+from .positions import PositionRule, check_run_positions, skip_kernel_position_checks, upload_limits
 from .sizes import SymbolSizes
 
 NUMPY = {DType.F32: np.float32, DType.U32: np.uint32}
@@ -141,7 +142,7 @@ class Session:
         inplace_state: Sequence[str] = (),
         inplace_kernels: Collection[tuple[str, str]] = (),
         cuda_graph: bool = False,
-        position_limits: Mapping[str, int] | None = None,
+        position_rules: Mapping[str, Sequence[PositionRule]] | None = None,
         check_finite: bool = False,
         half_storage: Mapping[str, str] | None = None,
         precision: str = "fp32",
@@ -163,6 +164,18 @@ class Session:
         for key, value in (session_config or {}).items():  # ORT session config entries, e.g. thread spinning
             opts.add_session_config_entry(key, value)
         lib = custom_ops.register(opts, self._device) if use_custom_ops else None
+        # U32 inputs read as positions (runtime/positions.py): checked here, on upload against the
+        # static shapes' limit (set_input_u32: input name, value and limit) and before each step with
+        # symbolic shapes against that step's; so the kernels need not read them back (a stream sync
+        # per op on CUDA, and none is allowed inside a captured CUDA graph): check_positions=0.
+        rules = dict(position_rules or {})
+        self._position_limits = upload_limits(rules)
+        self._run_rules = {name: [r for r in rs if not r.is_static()] for name, rs in rules.items()}
+        self._run_rules = {name: rs for name, rs in self._run_rules.items() if rs}
+        self._position_values = {
+            name: np.zeros(inputs[name].shape, np.uint32) for name in rules if name in inputs and inputs[name].is_static()
+        }
+        skip_kernel_position_checks(model, rules)
         self._model = model
         try:
             # ORT fuses a Cast from bfloat16 into its SimplifiedLayerNormalization, a type mix that
@@ -180,10 +193,6 @@ class Session:
         self._values: dict[str, ort.OrtValue] = {}
         self._kinds: dict[str, str] = {}
         self._inputs = dict(inputs)
-        # U32 input -> its largest valid value (a kv_pos feeding cache_write/cached_attention: max_seq - T).
-        # Inside a captured CUDA graph the kernels cannot report a bad position (no sync allowed; they
-        # write NaN or skip the write), so set_input_u32 checks here and names the input, value and limit.
-        self._position_limits = dict(position_limits or {})
         self._parameter_names = list(parameter_names)
         self._pairs = {name: out for name, (out, _) in state.items()}
         # With our in-place CacheWrite kernel running, a KV cache is ONE buffer bound as input and
@@ -283,6 +292,8 @@ class Session:
                 f"{what}: {name!r} = {int(arr.max())} is out of range: it is a KV-cache position and must be <= {limit} "
                 f"(cache length minus the rows written/attended per step)"
             )
+        if name in self._position_values:
+            self._position_values[name] = arr
         self._update(name, arr)
 
     def _write_symbolic(self, name: str, data: object, dtype: DType, what: str) -> None:
@@ -292,6 +303,8 @@ class Session:
             ty = TensorType(shape, dtype)
         arr = host_array(name, data, ty, dtype, what)
         self._sizes.commit(name, found)
+        if name in self._position_values or name in self._run_rules:
+            self._position_values[name] = arr
         held = self._values.get(name)
         if held is not None and tuple(held.shape()) == arr.shape:
             held.update_inplace(arr)
@@ -363,6 +376,8 @@ class Session:
         if self._sizes is not None:
             self._prepare_sizes()
             self._sizes.end_step()
+            if self._run_rules:  # positions vs this step's sizes (a prefill's row count)
+                check_run_positions(self._run_rules, self._position_values, self._bound_sizes)
         if self.check_finite:
             self._check_finite(self._names_of(("input",)), "input", self._values)
         self._run()
