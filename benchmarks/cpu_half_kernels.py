@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +23,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import onnxruntime as ort
+import run_info
 from onnx import TensorProto, helper
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,12 +134,13 @@ def main() -> None:
             results.append({"op": op, "dtype": dtype, "median_us": t * 1e6, "vs_float32": t / base})
             print(f"{op:16} {dtype:9} {t * 1e6:10.1f} us  {t / base:5.2f}x float32")
     record = {
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "machine": {**run_info.host(), "cpu": run_info.cpu_model()},
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
         "threads": a.threads,
         "shape": {"heads": HEADS, "kv_heads": KV_HEADS, "head_dim": HEAD_DIM, "ffn": FFN, "cached": a.cached, "rows": a.rows},
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
+        "commit": run_info.git_commit(),
+        "dirty": run_info.git_dirty(),
         "onnxruntime": ort.__version__,
         "library": library,
         "results": results,

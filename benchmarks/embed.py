@@ -19,11 +19,8 @@ machine, versions, commit and load averages (the numbers of a shared VM are dist
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import run_info
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -138,24 +136,15 @@ def main() -> None:
         "in_process_sentences_per_s": {k: spread(v) for k, v in rates.items()},
         "runs": {"whole_process_s": whole, "in_process_sentences_per_s": rates},
         "min_cosine_ours_vs_sentence_transformers": float(cosines.min()),
-        "machine": {
-            "host": socket.gethostname(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "python": sys.version.split()[0],
-        },
+        "machine": run_info.host(),
         "versions": versions(),
-        "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "commit": run_info.git_commit(),
         "load_average": load,
-        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "time": run_info.utc_now(),
     }
     print(json.dumps({k: result[k] for k in ("what", "whole_process_s", "in_process_sentences_per_s", "load_average")}, indent=1))
     if args.out_dir is not None:
-        args.out_dir.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-        out = args.out_dir / f"embed-cpu-{socket.gethostname()}-{stamp}.json"
-        out.write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {out}")
+        print(f"wrote {run_info.write_stamped(args.out_dir, 'embed-cpu', result)}")
 
 
 def versions() -> dict[str, str]:

@@ -24,8 +24,6 @@ import argparse
 import datetime
 import importlib.util
 import json
-import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -35,6 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import run_info
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -55,21 +54,12 @@ def machine() -> dict:
     import onnx
     import onnxruntime as ort
 
-    info = {"platform": platform.platform(), "python": platform.python_version(), "host": socket.gethostname(), "cpus": os.cpu_count()}
-    info["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]  # other work on a shared machine skews timings
-    try:
-        info["cpu"] = next(
-            line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
+    info = {**run_info.host(), "load_average_at_start": run_info.load_average(), "cpu": run_info.cpu_model()}
     info["versions"] = {"onnx": onnx.__version__, "onnxruntime": ort.__version__, "numpy": np.__version__}
     for name in ("torch", "transformers", "onnxscript"):
         if importlib.util.find_spec(name) is not None:
             info["versions"][name] = __import__(name).__version__
-    git = ["git", "-C", str(ROOT)]
-    info["git_commit"] = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    info["git_dirty"] = bool(subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True).stdout.strip())
+    info["git_commit"], info["git_dirty"] = run_info.git_commit(), run_info.git_dirty()
     return info
 
 
@@ -179,7 +169,7 @@ def main() -> None:
         result["meganeura_onnx"]["max_abs_logit_diff_vs_hf"] = check_logits(model, out / "ours0")
         if not args.skip_torch:
             result["torch_onnx_export"] = torch_export(model, out)
-    result["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    result["load_average_at_end"] = run_info.load_average()
     ref = result.get("torch_onnx_export", {}).get("export_s")
     if ref:
         result["speedup_vs_torch"] = round(ref / result["meganeura_onnx"]["export_s"], 1)

@@ -38,7 +38,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import select
 import socket
 import statistics
@@ -49,6 +48,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import run_info
 
 ROOT = Path(__file__).resolve().parent.parent
 SIDES_SCRIPT = Path(__file__).resolve().with_name("llama_sides.py")
@@ -65,25 +65,14 @@ DEFAULTS = {  # per device: what the issue asks to be shown
 
 
 def machine(device: str) -> dict:
-    info = {"platform": platform.platform(), "python": platform.python_version(), "host": socket.gethostname(), "cpus": os.cpu_count()}
-    info["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]  # other work on a shared machine skews timings
-    try:
-        info["cpu"] = next(
-            line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
+    info = {**run_info.host(), "load_average_at_start": run_info.load_average(), "cpu": run_info.cpu_model()}
     if device == "cuda":
         try:
             query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
             info["gpu"] = subprocess.run(query, capture_output=True, text=True, timeout=20).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             info["gpu"] = "unknown"
-    git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()  # noqa: E731
-    try:
-        info["git_commit"], info["git_dirty"] = git("rev-parse", "HEAD"), bool(git("status", "--porcelain", "--untracked-files=no"))
-    except OSError:
-        pass
+    info["git_commit"], info["git_dirty"] = run_info.git_commit(), run_info.git_dirty()
     return info
 
 
@@ -367,7 +356,7 @@ def save(result: dict, mach: dict, path: Path) -> None:
     for entry in result["configurations"].values():
         if "tokens" in entry:
             entry["greedy_tokens_agree_with_ours_fp32"] = agreement(reference and reference[0], entry["tokens"][0])
-    mach["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    mach["load_average_at_end"] = run_info.load_average()
     path.write_text(json.dumps(result, indent=2) + "\n")
 
 

@@ -25,12 +25,12 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import run_info
 
 ROOT = Path(__file__).resolve().parent.parent
 for p in (ROOT, ROOT / "models"):
@@ -199,13 +199,7 @@ def machine() -> dict:
 
     import onnxruntime as ort
 
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), "?"
-    )
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(
-        subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    )
+    cpu, commit, dirty = run_info.cpu_model(), run_info.git_commit(), run_info.git_dirty()
     return {
         "machine": {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform()},
         "versions": {

@@ -13,18 +13,15 @@ load averages (the numbers of a shared VM are distorted by its load).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import run_info
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -74,23 +71,14 @@ def main() -> None:
         "size_change_cost_us": median["symbolic_alternating_sizes"] - median["symbolic_fixed_size"],
         "runs_us_per_step": runs,
         "steps": args.steps,
-        "machine": {
-            "host": socket.gethostname(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "python": sys.version.split()[0],
-        },
-        "commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+        "machine": run_info.host(),
+        "commit": run_info.git_commit(),
         "load_average": os.getloadavg(),
-        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "time": run_info.utc_now(),
     }
     print(json.dumps({k: result[k] for k in ("what", "us_per_step_median", "size_change_cost_us", "load_average")}, indent=1))
     if args.out_dir is not None:
-        args.out_dir.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-        path = args.out_dir / f"symbolic-sizes-{socket.gethostname()}-{stamp}.json"
-        path.write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {path}")
+        print(f"wrote {run_info.write_stamped(args.out_dir, 'symbolic-sizes', result)}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from typing import TextIO
 import click
 
 from .model_file import MODEL, load_module
+from .options import device_option
 
 PAIRWISE_LIMIT = 10
 """The summary lists pairwise cosines up to this many sentences (beyond, their number grows quadratically)."""
@@ -63,7 +64,7 @@ def gather_sentences(args: tuple[str, ...], file: TextIO | None) -> list[str]:
     show_default=True,
     help="The encoder: a .py file or a built-in model.",
 )
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@device_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"embeddings": [[...], ...]}.')
 def embed(
     sentences: tuple[str, ...], file: TextIO | None, batch_size: int, model_dir: str | None, model_file: str, device: str, as_json: bool

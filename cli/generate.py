@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from .model_file import MODEL, load_module
+from .options import device_option, precision_option
 
 
 @click.command()
@@ -29,14 +30,8 @@ from .model_file import MODEL, load_module
 @click.option("--seed", type=int, default=None, help="Seed of the sampler.")
 @click.option("--max-seq", type=click.IntRange(1), default=None, help="KV-cache length [default: prompt + new tokens, rounded up to 64].")
 @click.option("--prefill-chunk", type=click.IntRange(1), default=64, show_default=True, help="Rows per prefill step.")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option(
-    "--precision",
-    type=click.Choice(["fp32", "tf32", "bf16", "fp16"]),
-    default="fp32",
-    show_default=True,
-    help="bf16/fp16: weights in half precision, MatMul in half with fp32 accumulation, fp32 logits; tf32: CUDA only.",
-)
+@device_option
+@precision_option("bf16/fp16: weights in half precision, MatMul in half with fp32 accumulation, fp32 logits; tf32: CUDA only.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 def generate(
     model: str,

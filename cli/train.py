@@ -53,6 +53,7 @@ import numpy as np
 
 from .errors import check_writable_file, finite_float
 from .model_file import MODEL, build_graph, load_module, parse_sets
+from .options import device_option, precision_option
 
 
 def _split_data(d: dict, names: list[str]) -> tuple[dict, dict]:
@@ -170,7 +171,7 @@ def _evaluate(graph: Any, params: dict, test: dict, batch: int, module: Any, dev
 @click.option(
     "--clip", type=float, default=None, callback=finite_float(0.0, strict=True), help="Clip the global gradient norm to this value."
 )
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@device_option
 @click.option("--checkpoint", type=click.Path(dir_okay=False), default=None, help="Safetensors checkpoint written after each epoch.")
 @click.option("--resume", is_flag=True, help="Continue from --checkpoint (parameters, Adam state, step, epoch).")
 @click.option("--export", "export_path", type=click.Path(dir_okay=False), default=None, help="Write the trained model as ONNX.")
@@ -192,12 +193,8 @@ def _evaluate(graph: Any, params: dict, test: dict, batch: int, module: Any, dev
     help="Average the gradients of K batches per update (an update sees K * batch examples).",
 )
 @click.option("--eval-every", type=click.IntRange(1), default=None, help="Also evaluate on the test set every N updates.")
-@click.option(
-    "--precision",
-    type=click.Choice(["fp32", "tf32", "bf16", "fp16"]),
-    default="fp32",
-    show_default=True,
-    help="Compute precision: bf16/fp16 run MatMul in half with fp32 master weights (fp16 with dynamic loss scaling); tf32: CUDA only.",
+@precision_option(
+    "Compute precision: bf16/fp16 run MatMul in half with fp32 master weights (fp16 with dynamic loss scaling); tf32: CUDA only."
 )
 @click.option(
     "--nproc-per-node",

@@ -83,22 +83,18 @@ inline BFloat16 FromFloat<BFloat16>(float f) {
 // make the wheel refuse older CPUs. Elsewhere the branch-free scalar code above, which vectorises.
 inline void ToFloatRow(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, sizeof(float) * n); }
 inline void FromFloatRow(const float* src, float* dst, int64_t n) { std::memcpy(dst, src, sizeof(float) * n); }
-inline void ToFloatRow(const BFloat16* __restrict__ src, float* __restrict__ dst, int64_t n) {
+template <class T>
+void ToFloatRowPortable(const T* __restrict__ src, float* __restrict__ dst, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) dst[i] = ToFloat(src[i]);
 }
-inline void FromFloatRow(const float* __restrict__ src, BFloat16* __restrict__ dst, int64_t n) {
+template <class T>
+void FromFloatRowPortable(const float* __restrict__ src, T* __restrict__ dst, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = FromFloat<BFloat16>(src[i]);
+  for (int64_t i = 0; i < n; ++i) dst[i] = FromFloat<T>(src[i]);
 }
-inline void ToFloatRowPortable(const Half* __restrict__ src, float* __restrict__ dst, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = ToFloat(src[i]);
-}
-inline void FromFloatRowPortable(const float* __restrict__ src, Half* __restrict__ dst, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = FromFloat<Half>(src[i]);
-}
+inline void ToFloatRow(const BFloat16* src, float* dst, int64_t n) { ToFloatRowPortable(src, dst, n); }
+inline void FromFloatRow(const float* src, BFloat16* dst, int64_t n) { FromFloatRowPortable(src, dst, n); }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 inline bool HasF16c() {

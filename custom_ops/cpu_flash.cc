@@ -8,6 +8,8 @@
 // heads (no two tasks write the same row, no atomics). Per key tile (dK/dV accumulated locally), for
 // each query row of each query head of the KV head:
 // p = exp(s - LSE), dp = dY . v, ds = p (dp - D) with D = dY . Y, then dq += ds k, dk += ds q, dv += p dY.
+// float16/bfloat16 tensors are converted to float32 copies on entry and the outputs rounded once on
+// exit (ORT's CPU EP computes nothing in half; these kernels exist so a half model keeps its types).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpu_elements.h"
 #include "cpu_parallel.h"
 #include "flash_ops.h"
 
@@ -49,10 +52,10 @@ OrtStatus* CheckFlash(const char* op, const FlashAttrs& a, OrtKernelContext* ctx
                       std::vector<Tensor>* in) {
   const char* names[6] = {"Q", "K", "V", "Y", "dY", "LSE"};
   in->resize(grad ? 6 : 3);
-  for (size_t i = 0; i < in->size(); ++i) {
-    MN_RETURN_IF(GetInput(ctx, i, &(*in)[i]));
-    MN_RETURN_IF(CheckTensor(op, names[i], (*in)[i], ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, i == 5 ? 3 : 3));
-  }
+  for (size_t i = 0; i < in->size(); ++i) MN_RETURN_IF(GetInput(ctx, i, &(*in)[i]));
+  MN_RETURN_IF(CheckFloatTensor(op, names[0], (*in)[0], 3));
+  for (size_t i = 1; i < in->size(); ++i)
+    MN_RETURN_IF(CheckTensor(op, names[i], (*in)[i], i == 5 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : (*in)[0].type, 3));
   const Tensor &q = (*in)[0], &k = (*in)[1], &v = (*in)[2];
   const int64_t qw = a.num_heads * a.head_dim, kw = a.num_kv_heads * a.head_dim;
   if (q.shape[2] != qw)
@@ -60,7 +63,7 @@ OrtStatus* CheckFlash(const char* op, const FlashAttrs& a, OrtKernelContext* ctx
   if (k.shape[0] != q.shape[0] || k.shape[2] != kw || v.shape != k.shape)
     return MN_INVALID("%s: K and V must both be [%lld, kv_seq, %lld] (batch of Q, num_kv_heads * head_dim), got K %s and V %s", op,
                       (long long)q.shape[0], (long long)kw, ShapeStr(k.shape).c_str(), ShapeStr(v.shape).c_str());
-  *p = {q.shape[0], q.shape[1], k.shape[1], a.num_heads, a.num_kv_heads, a.head_dim, a.causal != 0};
+  *p = {q.shape[0], q.shape[1], k.shape[1], a.num_heads, a.num_kv_heads, a.head_dim, a.causal != 0, q.type};
   if (p->causal && p->S != p->T)
     return MN_INVALID("%s: causal attention needs Q and K of the same length, got %lld and %lld", op, (long long)p->T, (long long)p->S);
   if (p->T > 0 && p->S == 0) return MN_INVALID("%s: K and V have no rows (shape %s) but Q has %lld", op, ShapeStr(k.shape).c_str(), (long long)p->T);
@@ -217,6 +220,45 @@ MN_HOT_CLONES void BackwardKvHead(const FlashProblem& p, const GradArgs& g, int6
   }
 }
 
+// The float32 values of a float tensor: its data, or (half types) a converted copy held in `buf`.
+const float* FloatData(const Tensor& t, std::vector<float>* buf) {
+  if (t.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) return t.f32();
+  buf->resize(static_cast<size_t>(t.numel()));
+  DispatchFloat(t.type, [&](auto tag) -> OrtStatus* {
+    ToFloatRow(static_cast<const decltype(tag)*>(t.data), buf->data(), t.numel());
+    return nullptr;
+  });
+  return buf->data();
+}
+
+// An output of element type `type`: the kernels write float32 into f32 (the output itself, or
+// scratch for the half types that Finish rounds into the output).
+struct FloatOut {
+  ONNXTensorElementDataType type;
+  void* data = nullptr;
+  std::vector<float> buf;
+  float* f32 = nullptr;
+  OrtStatus* Get(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape) {
+    MN_RETURN_IF(GetOutput(ctx, index, shape, &data));
+    if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) {
+      f32 = static_cast<float*>(data);
+    } else {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      buf.resize(static_cast<size_t>(n));
+      f32 = buf.data();
+    }
+    return nullptr;
+  }
+  OrtStatus* Finish() {
+    if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT) return nullptr;
+    return DispatchFloat(type, [&](auto tag) -> OrtStatus* {
+      FromFloatRow(buf.data(), static_cast<decltype(tag)*>(data), static_cast<int64_t>(buf.size()));
+      return nullptr;
+    });
+  }
+};
+
 class FlashAttentionCpu : public Kernel {
  public:
   static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
@@ -230,13 +272,15 @@ class FlashAttentionCpu : public Kernel {
     FlashProblem p;
     std::vector<Tensor> in;
     MN_RETURN_IF(CheckFlash("FlashAttention", a_, ctx, false, &p, &in));
-    float *y = nullptr, *lse = nullptr;
-    MN_RETURN_IF(GetOutput(ctx, 0, in[0].shape, &y));
+    std::vector<float> bq, bk, bv;
+    const float *q = FloatData(in[0], &bq), *k = FloatData(in[1], &bk), *v = FloatData(in[2], &bv);
+    FloatOut y{p.type};
+    float* lse = nullptr;
+    MN_RETURN_IF(y.Get(ctx, 0, in[0].shape));
     MN_RETURN_IF(GetOutput(ctx, 1, {p.B, p.H, p.T}, &lse));
-    auto run = [&](size_t t) {
-      ForwardHead(p, in[0].f32(), in[1].f32(), in[2].f32(), y, lse, int64_t(t) / p.H, int64_t(t) % p.H);
-    };
-    return ParallelFor(ctx, p.T > 0 ? size_t(p.B * p.H) : 0, run);
+    auto run = [&](size_t t) { ForwardHead(p, q, k, v, y.f32, lse, int64_t(t) / p.H, int64_t(t) % p.H); };
+    MN_RETURN_IF(ParallelFor(ctx, p.T > 0 ? size_t(p.B * p.H) : 0, run));
+    return y.Finish();
   }
 
  private:
@@ -256,12 +300,19 @@ class FlashAttentionGradCpu : public Kernel {
     FlashProblem p;
     std::vector<Tensor> in;
     MN_RETURN_IF(CheckFlash("FlashAttentionGrad", a_, ctx, true, &p, &in));
-    GradArgs g{in[0].f32(), in[1].f32(), in[2].f32(), in[3].f32(), in[4].f32(), in[5].f32(), nullptr, nullptr, nullptr};
-    MN_RETURN_IF(GetOutput(ctx, 0, in[0].shape, &g.dq));
-    MN_RETURN_IF(GetOutput(ctx, 1, in[1].shape, &g.dk));
-    MN_RETURN_IF(GetOutput(ctx, 2, in[2].shape, &g.dv));
+    std::vector<float> buf[5];
+    GradArgs g{FloatData(in[0], &buf[0]), FloatData(in[1], &buf[1]), FloatData(in[2], &buf[2]), FloatData(in[3], &buf[3]),
+               FloatData(in[4], &buf[4]), in[5].f32(), nullptr, nullptr, nullptr};
+    FloatOut dq{p.type}, dk{p.type}, dv{p.type};
+    MN_RETURN_IF(dq.Get(ctx, 0, in[0].shape));
+    MN_RETURN_IF(dk.Get(ctx, 1, in[1].shape));
+    MN_RETURN_IF(dv.Get(ctx, 2, in[2].shape));
+    g.dq = dq.f32, g.dk = dk.f32, g.dv = dv.f32;
     auto run = [&](size_t t) { BackwardKvHead(p, g, int64_t(t) / p.KVH, int64_t(t) % p.KVH); };
-    return ParallelFor(ctx, size_t(p.B * p.KVH), run);
+    MN_RETURN_IF(ParallelFor(ctx, size_t(p.B * p.KVH), run));
+    MN_RETURN_IF(dq.Finish());
+    MN_RETURN_IF(dk.Finish());
+    return dv.Finish();
   }
 
  private:
@@ -269,16 +320,21 @@ class FlashAttentionGradCpu : public Kernel {
 };
 
 constexpr ONNXTensorElementDataType F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+constexpr ONNXTensorElementDataType F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+constexpr ONNXTensorElementDataType BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+// The log-sum-exp is float32 whatever T is (FP32: not one of the loop's types).
+constexpr ONNXTensorElementDataType FP32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 
 }  // namespace
 
 void AddCpuFlashOps(std::vector<OpDef*>* ops) {
   const char* ep = "CPUExecutionProvider";
-  ops->push_back(new OpDef("FlashAttention", ep, {F32, F32, F32}, {F32, F32}, {false, false, false}, {false, false, false},
-                           FlashAttentionCpu::Create, 0));
-  ops->push_back(new OpDef("FlashAttentionGrad", ep, {F32, F32, F32, F32, F32, F32}, {F32, F32, F32},
-                           {false, false, false, false, false, false}, {false, false, false, false, false, false},
-                           FlashAttentionGradCpu::Create, 0));
+  for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
+    ops->push_back(new OpDef("FlashAttention", ep, {T, T, T}, {T, FP32}, {false, false, false}, {false, false, false},
+                             FlashAttentionCpu::Create, 0));
+    ops->push_back(new OpDef("FlashAttentionGrad", ep, {T, T, T, T, T, FP32}, {T, T, T}, {false, false, false, false, false, false},
+                             {false, false, false, false, false, false}, FlashAttentionGradCpu::Create, 0));
+  }
 }
 
 }  // namespace mn

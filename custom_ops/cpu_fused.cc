@@ -170,14 +170,7 @@ class RopeCacheWriteCpu : public Kernel {
  private:
   template <class T>
   OrtStatus* Run(OrtKernelContext* ctx, const RopeCacheWriteProblem& p, const T* x, const T* src, T* out) {
-    if (out != src) {  // ORT gave us a distinct buffer: copy the untouched rows
-      CountCacheCopy();
-      const int64_t n = p.max_seq * p.dim;
-      Chunks ch(n, 1 << 16, 64);
-      MN_RETURN_IF(ParallelFor(ctx, ch.count, [&](size_t c) {
-        std::memcpy(out + ch.begin(c), src + ch.begin(c), sizeof(T) * (ch.end(c) - ch.begin(c)));
-      }));
-    }
+    if (out != src) MN_RETURN_IF(CopyCache(ctx, out, src, p.max_seq * p.dim * static_cast<int64_t>(sizeof(T))));
     const int64_t half = a_.head_dim / 2, heads = p.dim / a_.head_dim;
     const float* inv = inv_freq_.data();
     std::vector<float> cs(half), sn(half);

@@ -153,12 +153,7 @@ class CacheWriteCpu : public Kernel {
     const size_t es = ElementSize(p.type);
     char* out = static_cast<char*>(out_v);
     const char* src = static_cast<const char*>(cache.data);
-    if (out != src) {  // ORT gave us a distinct buffer: copy the untouched rows
-      CountCacheCopy();
-      const int64_t n = p.B * p.max_seq * p.dim * static_cast<int64_t>(es);
-      Chunks ch(n, 1 << 18, 64);
-      MN_RETURN_IF(ParallelFor(ctx, ch.count, [&](size_t c) { std::memcpy(out + ch.begin(c), src + ch.begin(c), ch.end(c) - ch.begin(c)); }));
-    }
+    if (out != src) MN_RETURN_IF(CopyCache(ctx, out, src, p.B * p.max_seq * p.dim * static_cast<int64_t>(es)));
     const size_t row = es * static_cast<size_t>(p.dim);
     const char* nws = static_cast<const char*>(nw.data);
     for (int64_t b = 0; b < p.B; ++b)

@@ -64,6 +64,8 @@ constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
 constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+// Loss terms, log-sum-exp and scale are float32 whatever T is (FP32: not one of the loop's types).
+constexpr auto FP32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr int64_t kRowsPerTask = 8;
 
 // The float32 rows also get an AVX2 + FMA copy that the loader picks on CPUs that have it (GCC
@@ -206,10 +208,10 @@ OrtStatus* ORT_API_CALL InferRowShapes(const OrtCustomOp*, OrtShapeInferContext*
 void AddCpuLossOps(std::vector<OpDef*>* ops) {
   const char* ep = "CPUExecutionProvider";
   for (const auto T : {F32, F16, BF16}) {  // one registration per element type of the logits (the table's half_types)
-    ops->push_back(new OpDef("SparseCrossEntropy", ep, {T, ANY}, {F32, F32}, {false, false}, {false, false},
+    ops->push_back(new OpDef("SparseCrossEntropy", ep, {T, ANY}, {FP32, FP32}, {false, false}, {false, false},
                              SparseCrossEntropyCpu::Create, 0));
     ops->back()->InferOutputShapeFn = InferRowShapes;  // float32 [R] outputs, not the logits' shape
-    ops->push_back(new OpDef("SparseCrossEntropyGrad", ep, {T, ANY, F32, F32}, {T}, {false, false, false, false},
+    ops->push_back(new OpDef("SparseCrossEntropyGrad", ep, {T, ANY, FP32, FP32}, {T}, {false, false, false, false},
                              {false, false, false, false}, SparseCrossEntropyGradCpu::Create, 0));
   }
 }

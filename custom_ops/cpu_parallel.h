@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "op_common.h"
@@ -34,5 +35,16 @@ struct Chunks {
   int64_t begin(int64_t c) const { return c * size; }
   int64_t end(int64_t c) const { return std::min(n, (c + 1) * size); }
 };
+
+// An in-place cache op (CacheWrite, RopeCacheWrite) whose output ORT did not alias to its cache
+// input: copies the whole cache (`bytes` bytes) into the output first, on the pool, and counts the
+// copy (the tests check that a decode loop makes none).
+inline OrtStatus* CopyCache(OrtKernelContext* ctx, void* out, const void* cache, int64_t bytes) {
+  CountCacheCopy();
+  char* dst = static_cast<char*>(out);
+  const char* src = static_cast<const char*>(cache);
+  Chunks ch(bytes, 1 << 18, 64);
+  return ParallelFor(ctx, ch.count, [&](size_t c) { std::memcpy(dst + ch.begin(c), src + ch.begin(c), ch.end(c) - ch.begin(c)); });
+}
 
 }  // namespace mn

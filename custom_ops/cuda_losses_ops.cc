@@ -16,6 +16,8 @@ constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
 constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+// Loss terms, log-sum-exp and scale are float32 whatever T is (FP32: not one of the loop's types).
+constexpr auto FP32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 
 OrtStatus* CheckRows(const char* op, const CrossEntropyProblem& p) {
   if (p.R > 0x7fffffff) return MN_INVALID("%s: %lld rows is too many for the CUDA kernel (at most 2^31 - 1)", op, (long long)p.R);
@@ -81,10 +83,10 @@ void AddCudaLossOps(std::vector<OpDef*>* ops) {
   const char* ep = "CUDAExecutionProvider";
   // in_cpu: labels, lse and scale are device memory (no Memcpy node: CUDA-graph capturable).
   for (const auto T : {F32, F16, BF16}) {  // one registration per element type of the logits (the table's half_types)
-    ops->push_back(new OpDef("SparseCrossEntropy", ep, {T, ANY}, {F32, F32}, {false, false}, {false, false},
+    ops->push_back(new OpDef("SparseCrossEntropy", ep, {T, ANY}, {FP32, FP32}, {false, false}, {false, false},
                              SparseCrossEntropyCuda::Create, 0));
     ops->back()->InferOutputShapeFn = InferRowShapes;  // float32 [R] outputs, not the logits' shape
-    ops->push_back(new OpDef("SparseCrossEntropyGrad", ep, {T, ANY, F32, F32}, {T}, {false, false, false, false},
+    ops->push_back(new OpDef("SparseCrossEntropyGrad", ep, {T, ANY, FP32, FP32}, {T}, {false, false, false, false},
                              {false, false, false, false}, SparseCrossEntropyGradCuda::Create, 0));
   }
 }

@@ -3,6 +3,7 @@
 
 #include "fused_ops.h"
 #include "flash_ops.h"
+#include "decode_linear.h"
 #include "losses_ops.h"
 
 #include <cmath>
@@ -573,6 +574,7 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL Regist
     mn::AddCpuOps(&ops);
     mn::AddCpuOptimOps(&ops);
     mn::AddCpuFusedOps(&ops);
+    mn::AddCpuDecodeLinearOps(&ops);  // cpu_decode_linear.cc
     mn::AddCpuFlashOps(&ops);  // cpu_flash.cc
     mn::AddCpuLossOps(&ops);   // cpu_losses.cc
     mn::AddCudaOps(&ops);

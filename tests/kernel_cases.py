@@ -15,6 +15,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +43,33 @@ def kernel_library(device: str = "cpu") -> str | None:
     if lib is None and device == "cpu" and os.environ.get("MEGANEURA_REQUIRE_KERNELS") == "1":
         raise RuntimeError("MEGANEURA_REQUIRE_KERNELS=1 but the CPU custom-op library is not built (make -C custom_ops cpu)")
     return lib
+
+
+# ----------------------------------------------------------------- CUDA
+# The CUDA kernel tests' common ground: they skip (pytestmark = CUDA_SKIPS) without onnxruntime-gpu's
+# CUDAExecutionProvider or without the CUDA library.
+CUDA_LIB = custom_op_library("cuda")
+HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
+CUDA_SKIPS = [
+    pytest.mark.skipif(not HAS_CUDA, reason="no CUDAExecutionProvider (onnxruntime-gpu) here"),
+    pytest.mark.skipif(CUDA_LIB is None, reason="CUDA custom-op library not built (make -C custom_ops cuda)"),
+]
+CUDA_PROVIDERS = (("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider")
+
+
+def cuda_session(model: bytes, **kw):
+    """A session of ``model`` on CUDA (CPU for what has no CUDA kernel) with the CUDA library."""
+    return session(model, library=CUDA_LIB, providers=CUDA_PROVIDERS, **kw)
+
+
+def assert_ort_error(run, op: str, match=()) -> None:
+    """``run()`` raises ONNX Runtime's own error (not a crash, not a Python error of ours) whose message
+    names ``op`` and contains every string of ``match``."""
+    with pytest.raises(Exception) as info:  # noqa: PT011 - ORT's error type, checked below
+        run()
+    assert type(info.value).__module__.startswith("onnxruntime"), repr(info.value)
+    msg = str(info.value)
+    assert op in msg and all(m in msg for m in match), msg
 
 
 # ----------------------------------------------------------------- function bodies

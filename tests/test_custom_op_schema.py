@@ -32,15 +32,25 @@ from meganeura_onnx.ops.table import INT64_MAX, Attr, CustomOp
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "custom_ops"
 # Each execution provider's registration rows, spread over the files that hold its kernel classes.
 REGISTRY_FILES = {
-    "CPU": ("cpu_kernels.cc", "cpu_fused.cc", "cpu_flash.cc", "cpu_losses.cc"),
-    "CUDA": ("cuda_ops.cc", "cuda_fused_ops.cc", "cuda_flash_ops.cc", "cuda_losses_ops.cc"),
+    "CPU": ("cpu_kernels.cc", "cpu_fused.cc", "cpu_flash.cc", "cpu_decode_linear.cc", "cpu_losses.cc"),
+    "CUDA": ("cuda_ops.cc", "cuda_fused_ops.cc", "cuda_flash_ops.cc", "cuda_decode_linear_ops.cc", "cuda_losses_ops.cc"),
 }
-ATTR_FILES = ("op_common.cc", "cpu_kernels.cc", "cuda_ops.cc", "optim_kernels.cc", "cpu_fused.cc", "cpu_flash.cc", "cpu_losses.cc")
+ATTR_FILES = (
+    "op_common.cc",
+    "cpu_kernels.cc",
+    "cuda_ops.cc",
+    "optim_kernels.cc",
+    "cpu_fused.cc",
+    "cpu_flash.cc",
+    "cpu_decode_linear.cc",
+    "cpu_losses.cc",
+)
 SCHEMAS = {d.custom.name: d.custom for d in OPS.values() if d.custom is not None}
 # Rows of variadic ops (AdamUpdate) are built in code, not in the one-line form parsed here; their
 # attributes and accepted values are still checked below, their arity by their own kernel tests.
 FIXED_ARITY = {name: s for name, s in SCHEMAS.items() if not s.variadic_inputs}
-C_TYPE = {"F32": "float", "T": "float", "ANY": "index"}  # T: the float type of a per-type registration loop
+# T: the float type of a per-type registration loop; FP32: float32 whatever T is (a log-sum-exp).
+C_TYPE = {"F32": "float", "T": "float", "FP32": "float32", "ANY": "index"}
 C_ELEMENT = {"F32": "float", "F16": "float16", "BF16": "bfloat16"}
 HALF_TYPES = {d.custom.name: d.half_types for d in OPS.values() if d.custom is not None}
 TYPE_LOOP = re.compile(r"for \(const auto T : \{(?P<types>[^}]*)\}\) \{(?P<body>.*?)\n  \}", re.S)
@@ -74,7 +84,6 @@ def registry_disagreements(
     """Differences between the registration rows in ``source`` and the schemas (and their half_types)."""
     rows = {m["name"]: m for m in ROW.finditer(source)}
     element_types = registered_element_types(source)
-    in_loop = {m["name"] for loop in TYPE_LOOP.finditer(source) for m in ROW.finditer(loop["body"])}
     problems = (
         [f"{where}: registers {sorted(set(rows) - set(schemas))}, which the op table does not declare"] if set(rows) - set(schemas) else []
     )
@@ -83,10 +92,8 @@ def registry_disagreements(
             problems.append(f"{where}: no registration row for {name}")
             continue
         row = rows[name]
-        # In a per-type loop F32 is a tensor that stays float32 whatever T is (the schema's "float32").
-        c_type = {**C_TYPE, "F32": "float32"} if name in in_loop else {**C_TYPE, "F32": "float"}
-        ins = [c_type.get(t, t) for t in _items(row["ins"])]
-        outs = [c_type.get(t, t) for t in _items(row["outs"])]
+        ins = [C_TYPE.get(t, t) for t in _items(row["ins"])]
+        outs = [C_TYPE.get(t, t) for t in _items(row["outs"])]
         optional = [t == "true" for t in _items(row["opt"])]
         if ins != [t.dtype for t in schema.inputs]:
             problems.append(f"{where}: {name} inputs are {ins}, the table says {[t.dtype for t in schema.inputs]}")
@@ -94,8 +101,7 @@ def registry_disagreements(
             problems.append(f"{where}: {name} outputs are {outs}, the table says {[t.dtype for t in schema.outputs]}")
         if optional != [t.optional for t in schema.inputs]:
             problems.append(f"{where}: {name} optional inputs are {optional}, the table says {[t.optional for t in schema.inputs]}")
-        has_float = any(t.dtype in ("float", "float32") for t in (*schema.inputs, *schema.outputs))
-        want_types = {"float", *half_types.get(name, ())} if has_float else set()
+        want_types = {"float", *half_types.get(name, ())} if any(t.dtype == "float" for t in (*schema.inputs, *schema.outputs)) else set()
         if element_types.get(name, set()) != want_types:
             problems.append(
                 f"{where}: {name} is registered for {sorted(element_types.get(name, set()))}, the table says {sorted(want_types)}"

@@ -48,6 +48,11 @@ def _one_process(case: dict, device: str = "cpu") -> tuple[dict[str, np.ndarray]
     s.set_adam(case["lr"])
     if case["clip"] > 0:
         s.set_grad_clip(case["clip"])
+    return _train(s, case)
+
+
+def _train(s, case: dict) -> tuple[dict[str, np.ndarray], list[float]]:
+    """STEPS steps of session ``s`` on the case's batches: (final parameters, loss of each step)."""
     losses = []
     for k in range(STEPS):
         s.set_input("x", case["x"][k])
@@ -90,13 +95,8 @@ def test_split_gradient_and_update_models_equal_the_one_model_step_in_one_proces
     s.set_adam(case["lr"])
     if clip:
         s.set_grad_clip(clip)
-    losses = []
-    for k in range(STEPS):
-        s.set_input("x", case["x"][k])
-        s.set_input("labels", case["labels"][k])
-        s.step()
-        losses.append(s.read_loss())
-    _assert_close({n: s.read_param(n) for n in s.parameter_names()}, ref, 1e-6)
+    params, losses = _train(s, case)
+    _assert_close(params, ref, 1e-6)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-6)
     assert any(n.op_type == "AdamUpdate" for n in s.onnx_models()[1].graph.node) == (fused is None)
 
@@ -218,13 +218,8 @@ def test_split_models_on_cuda_equal_the_one_model_cuda_step():
     s = DataParallelSession(dist_worker.build(GLOBAL_BATCH), device="cuda", parameters=case["params"], context=DistContext(0, 1, 0, "nccl"))
     s.set_adam(case["lr"])
     s.set_grad_clip(case["clip"])
-    losses = []
-    for k in range(STEPS):
-        s.set_input("x", case["x"][k])
-        s.set_input("labels", case["labels"][k])
-        s.step()
-        losses.append(s.read_loss())
-    _assert_close({n: s.read_param(n) for n in s.parameter_names()}, ref, 1e-5)
+    params, losses = _train(s, case)
+    _assert_close(params, ref, 1e-5)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
     # The update model is elementwise math only: every node on the GPU (no host round trips).
     assert set(s.placement()["update"]) == {"CUDAExecutionProvider"}

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 import pytest
 from cli_launch import meganeura
+from tiny_hf import save_tiny_llama
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -29,30 +30,28 @@ def exported(tmp_path_factory):
     from tokenizers.models import WordLevel
 
     tmp = tmp_path_factory.mktemp("llm")
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
+    model, _ = save_tiny_llama(
+        tmp / "hf",
         vocab_size=101,
         hidden_size=48,
         intermediate_size=64,
-        num_hidden_layers=2,
         num_attention_heads=3,  # odd head count, GQA 3:1
         num_key_value_heads=1,
         head_dim=16,
         max_position_embeddings=128,
+        rms_norm_eps=1e-6,
+        initializer_range=0.02,
         bos_token_id=1,
         eos_token_id=100,
         pad_token_id=PAD,
-        tie_word_embeddings=False,
     )
-    model = transformers.LlamaForCausalLM(cfg).eval()
-    model.save_pretrained(tmp / "hf")
     Tokenizer(WordLevel({"<pad>": 0, "a": 1}, unk_token="<pad>")).save(str(tmp / "hf" / "tokenizer.json"))
     n = max(map(len, PROMPTS))
     ids = torch.tensor([[PAD] * (n - len(p)) + p for p in PROMPTS])
     with torch.no_grad():
         out = model.generate(ids, attention_mask=(ids != PAD).long(), max_new_tokens=STEPS, do_sample=False, pad_token_id=PAD)
     reference = out[:, n:].numpy()
-    assert reference.shape == (2, STEPS) and cfg.eos_token_id not in reference  # no early stop to compare around
+    assert reference.shape == (2, STEPS) and model.config.eos_token_id not in reference  # no early stop to compare around
     meganeura("export", "llama", "--weights", str(tmp / "hf" / "model.safetensors"), "-o", str(tmp / "onnx") + "/")
     return tmp / "onnx", reference
 

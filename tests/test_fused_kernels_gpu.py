@@ -18,21 +18,14 @@ from test_decode_fusion import decode_sessions, feed_steps
 from meganeura_onnx import build_inference_session
 from meganeura_onnx.init import default_parameters
 
-CUDA_LIB = kc.custom_op_library("cuda")
-HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
-pytestmark = [
-    pytest.mark.skipif(not HAS_CUDA, reason="no CUDAExecutionProvider (onnxruntime-gpu) here"),
-    pytest.mark.skipif(CUDA_LIB is None, reason="CUDA custom-op library not built (make -C custom_ops cuda)"),
-]
-CUDA = (("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider")
+CUDA_LIB = kc.CUDA_LIB
+pytestmark = kc.CUDA_SKIPS
+CUDA = kc.CUDA_PROVIDERS
+cuda_session = kc.cuda_session
 CASES = cpu.CASES + [
     ("RopeCacheWrite", cpu.rope_cache_write_case, (8192, 1024, 128, 1, 8191)),  # 8 KV heads of 128
     ("RopeCacheWrite", cpu.rope_cache_write_case, (300, 96, 48, 64, 200)),  # a prefill chunk, head_dim not a power of 2
 ]
-
-
-def cuda_session(model, **kw):
-    return kc.session(model, library=CUDA_LIB, providers=CUDA, **kw)
 
 
 @pytest.mark.parametrize("op,make,case", CASES, ids=[f"{op}-{'x'.join(map(str, c))}" for op, _, c in CASES])
@@ -75,23 +68,19 @@ def test_rope_cache_write_in_place_on_device():
 @pytest.mark.parametrize("op,inputs,attrs,match", cpu.BAD, ids=[f"{b[0]}-{k}" for k, b in enumerate(cpu.BAD)])
 def test_bad_input_raises_an_ort_error_on_cuda(op, inputs, attrs, match):
     model = kc.make_model(op, inputs, attrs, unknown_shapes=True, with_function=False)
-    with pytest.raises(Exception) as info:  # noqa: PT011 - checked below
-        cuda_session(model).run(None, inputs)
-    assert type(info.value).__module__.startswith("onnxruntime"), repr(info.value)
-    msg = str(info.value)
-    assert op in msg and all(m in msg for m in match), msg
+    kc.assert_ort_error(lambda: cuda_session(model).run(None, inputs), op, match)
 
 
 def test_tiny_llama_fp16_decode_runs_the_fused_kernels_in_half_on_cuda():
-    """precision="fp16": RopeCacheWrite and SwiGLU run in half on CUDA with both KV caches stored in
+    """precision="fp16": RopeCacheWrite, RMSNormLinear and RMSNormSwiGLU run in half on CUDA with both KV caches stored in
     half; the logits follow the fp32 step on the CPU to half precision's rounding."""
     g = llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 32)
     params = default_parameters(g, 3)
     half = build_inference_session(g, "cuda", parameters=params, precision="fp16", cuda_graph=True)
     (plain,) = decode_sessions(("cpu", False, False))
     plan = half.plan()
-    assert {plan.kernels()[op] for op in ("RopeCacheWrite", "SwiGLU", "CachedAttention")} == {"kernel"}
-    for op in ("RopeCacheWrite", "SwiGLU", "CacheWrite", "CachedAttention"):
+    assert {plan.kernels()[op] for op in ("RopeCacheWrite", "RMSNormLinear", "RMSNormSwiGLU", "CachedAttention")} == {"kernel"}
+    for op in ("RopeCacheWrite", "RMSNormLinear", "RMSNormSwiGLU", "CacheWrite", "CachedAttention"):
         assert plan.precision_of(op, "com.meganeura") == {"float16"}, (op, plan.precision_of(op, "com.meganeura"))
     assert not [p for p in plan.placement if "Memcpy" in p[2]], plan.placement
     for step, (got, want) in enumerate(feed_steps(half, plain, steps=6)):
@@ -99,10 +88,10 @@ def test_tiny_llama_fp16_decode_runs_the_fused_kernels_in_half_on_cuda():
 
 
 def test_tiny_llama_fused_decode_step_replays_as_a_cuda_graph_and_matches_the_cpu():
-    """The optimized decode step (RopeCacheWrite, SwiGLU, residual Gemm) captured once and replayed:
+    """The optimized decode step (RMSNormLinear, RopeCacheWrite, RMSNormSwiGLU, residual Gemm) captured once and replayed:
     every node on CUDA, the same logits as the unoptimized step on the CPU, step after step."""
     gpu, cpu_plain = decode_sessions(("cuda", True, True), ("cpu", False, False))
-    assert {gpu.plan().kernels()[op] for op in ("RopeCacheWrite", "SwiGLU")} == {"kernel"}
+    assert {gpu.plan().kernels()[op] for op in ("RopeCacheWrite", "RMSNormLinear", "RMSNormSwiGLU")} == {"kernel"}
     assert {ep for *_, ep in gpu.plan().placement} == {"CUDAExecutionProvider"}, gpu.plan().placement
     for step, (got, want) in enumerate(feed_steps(gpu, cpu_plain, steps=6)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"step {step}")

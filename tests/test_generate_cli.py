@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from cli_launch import ROOT, meganeura
+from tiny_hf import save_tiny_llama
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -20,21 +21,16 @@ LLAMA = str(ROOT / "models" / "llama.py")
 def checkpoint(tmp_path_factory):
     """A tiny GQA LLaMA over the MiniLM WordPiece vocabulary, saved with tokenizer.json beside it."""
     d = tmp_path_factory.mktemp("llama_ckpt")
-    torch.manual_seed(3)
-    cfg = transformers.LlamaConfig(
+    model, _ = save_tiny_llama(
+        d,
+        seed=3,
         vocab_size=30522,
-        hidden_size=64,
         intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=512,
-        initializer_range=0.1,
+        rms_norm_eps=1e-6,
         eos_token_id=102,  # [SEP]
         bos_token_id=101,
     )
-    model = transformers.LlamaForCausalLM(cfg).eval()
-    model.save_pretrained(d)
     shutil.copy(Path(minilm.__file__).parent / "model" / "tokenizer.json", d / "tokenizer.json")
     return model, d
 

@@ -6,23 +6,17 @@ Skips unless onnxruntime-gpu with a working CUDAExecutionProvider and the CUDA l
 
 from __future__ import annotations
 
+import kernel_cases as kc
 import numpy as np
+import onnxruntime as ort
 import pytest
+import test_kernels_cpu as cpu  # shares the cases
 
-ort = pytest.importorskip("onnxruntime")
-pytest.importorskip("onnx")
-
-import kernel_cases as kc  # noqa: E402
-import test_kernels_cpu as cpu  # noqa: E402  (shares the cases)
-
-CUDA_LIB = kc.custom_op_library("cuda")
+CUDA_LIB = kc.CUDA_LIB
 CPU_LIB = kc.kernel_library("cpu")
-HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
-pytestmark = [
-    pytest.mark.skipif(not HAS_CUDA, reason="no CUDAExecutionProvider (onnxruntime-gpu) here"),
-    pytest.mark.skipif(CUDA_LIB is None, reason="CUDA custom-op library not built (make -C custom_ops cuda)"),
-]
-CUDA = (("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider")
+pytestmark = kc.CUDA_SKIPS
+CUDA = kc.CUDA_PROVIDERS
+cuda_session = kc.cuda_session
 
 EXTRA_ATTN = [  # (T, H, KVH, head_dim, max_seq, kv_pos): many splits, head groups > 8, generic head_dim
     (1, 32, 8, 128, 4096, 4095),
@@ -34,10 +28,6 @@ EXTRA_ATTN = [  # (T, H, KVH, head_dim, max_seq, kv_pos): many splits, head grou
 ]
 ALL = cpu.ALL + [("CachedAttention", cpu.attn_case, c, cpu.ATTN_TOL) for c in EXTRA_ATTN]
 IDS = [f"{op}-{'-'.join(str(getattr(v, '__name__', v)) for v in c)}" for op, _, c, _ in ALL]
-
-
-def cuda_session(model, **kw):
-    return kc.session(model, library=CUDA_LIB, providers=CUDA, **kw)
 
 
 @pytest.mark.parametrize("op,make,case,tol", ALL, ids=IDS)
@@ -156,11 +146,7 @@ def test_invalid_input_raises_ort_error_on_cuda(op, inputs, attrs, match):
     """The same bad inputs as on the CPU give the same ORT errors on CUDA. Positions live in device
     memory; outside CUDA-graph capture the kernel reads them back to validate them."""
     model = kc.make_model(op, inputs, attrs, unknown_shapes=True, with_function=False)
-    with pytest.raises(Exception) as info:  # noqa: PT011 - checked below
-        cuda_session(model).run(None, inputs)
-    assert type(info.value).__module__.startswith("onnxruntime"), repr(info.value)
-    msg = str(info.value)
-    assert op in msg and all(m in msg for m in match), msg
+    kc.assert_ort_error(lambda: cuda_session(model).run(None, inputs), op, match)
 
 
 def _decode_graph(max_seq: int, heads: int, kv_heads: int, hd: int):

@@ -13,9 +13,9 @@ model or a whole train step), per ONNX node:
   losses, elementwise arithmetic and the optimizer update. A half input is cast back to float32.
 - ``com.meganeura`` custom ops compute in half only where the op table says their kernels take it
   (``OpDef.half_types``, registered by the CPU and the CUDA library alike) and the kernel library
-  runs them; elsewhere (function bodies) they run in float32 with casts around them. Their tensors
-  the table declares ``"float32"`` stay float32 even then (the sparse cross entropy's loss terms and
-  log-sum-exp beside half logits).
+  runs them; elsewhere (function bodies) they run in float32 with casts around them. An argument
+  the schema declares ``"float32"`` (FlashAttention's log-sum-exp, the sparse cross entropy's loss
+  terms and log-sum-exp) stays float32 in a half op.
 
 On a device without a half kernel for a half-compute op (ORT's CPU EP has no fp16/bf16 MatMul or
 Gemm, and no bf16 arithmetic at all) the op is *emulated*: its inputs are rounded through the half
@@ -100,6 +100,20 @@ def _custom_op(op_type: str) -> CustomOp | None:
     return next((d.custom for d in OPS.values() if d.custom is not None and d.custom.name == op_type), None)
 
 
+def _float32_args(node: onnx.NodeProto) -> tuple[set[int], set[int]]:
+    """Input and output positions of a custom-op node that are float32 whatever type the op runs in
+    (``TensorArg.dtype == "float32"``: FlashAttention's and SparseCrossEntropy's log-sum-exp)."""
+    custom = _custom_op(node.op_type) if node.domain == CUSTOM_DOMAIN else None
+    if custom is None:
+        return set(), set()
+    ins = list(custom.inputs) + list(custom.variadic_inputs) * max(1, len(node.input))
+    outs = list(custom.outputs) + list(custom.variadic_outputs) * max(1, len(node.output))
+    return (
+        {k for k, (_, a) in enumerate(zip(node.input, ins, strict=False)) if a.dtype == "float32"},
+        {k for k, (_, a) in enumerate(zip(node.output, outs, strict=False)) if a.dtype == "float32"},
+    )
+
+
 def custom_half_types(op_type: str) -> frozenset[str]:
     """``half_types`` of the op-table entry that lowers to ``com.meganeura.<op_type>``."""
     return next((d.half_types for d in OPS.values() if d.custom is not None and d.custom.name == op_type), frozenset())
@@ -176,25 +190,22 @@ class _Lowering:
         return have["rounded"]
 
     def produce(self, node: onnx.NodeProto, out_type: str, float32_outputs: Collection[int] = ()) -> None:
-        """Record ``node``'s float outputs as made in ``out_type`` (those in ``float32_outputs`` in
+        """Record ``node``'s float outputs as made in ``out_type`` (those at ``float32_outputs`` in
         float32); a graph output wanted in the other type is written under another name and cast to its own."""
         for k, t in enumerate(node.output):
             if not t or not self.is_float.get(t, False):
                 continue
             made = "float32" if k in float32_outputs else out_type
-            self._produce_one(node, k, t, made)
-
-    def _produce_one(self, node: onnx.NodeProto, k: int, t: str, out_type: str) -> None:
-        want = self.wanted_out.get(t)
-        if want is None or want == out_type:
-            self.versions[t] = {out_type: t}
-            return
-        inner = f"{t}.{'f32' if out_type == 'float32' else out_type}"
-        node.output[k] = inner
-        self.versions[t] = {out_type: inner}
-        self.nodes.append(helper.make_node("Cast", [inner], [t], name=f"{t}/Cast", to=ONNX_TYPE[want]))
-        self.casts += 1
-        self.versions[t][want] = t
+            want = self.wanted_out.get(t)
+            if want is None or want == made:
+                self.versions[t] = {made: t}
+            else:
+                inner = f"{t}.{'f32' if made == 'float32' else made}"
+                node.output[k] = inner
+                self.versions[t] = {made: inner}
+                self.nodes.append(helper.make_node("Cast", [inner], [t], name=f"{t}/Cast", to=ONNX_TYPE[want]))
+                self.casts += 1
+                self.versions[t][want] = t
 
     def mode(self, node: onnx.NodeProto) -> str:
         """ "half", "emulated", "follow", "agnostic" or "float32" for ``node``."""
@@ -229,10 +240,12 @@ class _Lowering:
             self.nodes.append(node)
             return "float32"
         in_type = self.half if mode in ("half", "follow") else "float32"
-        fixed_in, fixed_out = _float32_args(node) if mode == "half" else (set(), set())
+        float32_ins, float32_outs = _float32_args(node) if mode == "half" else (set(), set())
         for k in ins:  # emulated: rounded through half, computed in float32
-            to = "float32" if k in fixed_in else in_type
-            node.input[k] = self.rounded(node.input[k]) if mode == "emulated" else self.as_type(node.input[k], to)
+            if mode == "emulated":
+                node.input[k] = self.rounded(node.input[k])
+            else:
+                node.input[k] = self.as_type(node.input[k], "float32" if k in float32_ins else in_type)
         self.nodes.append(node)
         if mode == "emulated":
             tmp = [(k, t) for k, t in enumerate(node.output) if t and self.is_float.get(t, False)]
@@ -243,7 +256,7 @@ class _Lowering:
                 self.casts += 1
                 self.produce(rounded, self.half)
             return f"{self.half} (emulated)"
-        self.produce(node, in_type, fixed_out)
+        self.produce(node, in_type, float32_outs)
         return in_type
 
 
@@ -298,16 +311,6 @@ def lower_precision(
             vi.type.tensor_type.elem_type = ONNX_TYPE[want]
     report.casts = state.casts
     return new, report
-
-
-def _float32_args(node: onnx.NodeProto) -> tuple[set[int], set[int]]:
-    """(input, output) positions of a custom op that stay float32 when it runs in half (``TensorArg``
-    dtype ``"float32"``: a log-sum-exp or loss term beside half logits)."""
-    custom = _custom_op(node.op_type) if node.domain == CUSTOM_DOMAIN else None
-    if custom is None:
-        return set(), set()
-    ins = {k for k, a in enumerate(custom.inputs) if a.dtype == "float32"}
-    return ins, {k for k, a in enumerate(custom.outputs) if a.dtype == "float32"}
 
 
 def _custom_runs_half(op_type: str, dtype: str, device: str, custom_kernels: bool) -> bool:

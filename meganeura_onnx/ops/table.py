@@ -213,9 +213,9 @@ def dims(*names: str) -> tuple[Attr, ...]:
 @dataclass(frozen=True)
 class TensorArg:
     """An input or output of a ``com.meganeura`` ONNX op. ``dtype``: ``"float"`` (float32, or the
-    op's half type where it runs in one: see ``OpDef.half_types``), ``"float32"`` (float32 whatever
-    the op's element type: a loss term or log-sum-exp kept exact beside half logits) or ``"index"``
-    (any integer type the kernels read: int64, int32, uint32)."""
+    half type the op runs in: its ``half_types``), ``"float32"`` (float32 whatever the op runs in: a
+    log-sum-exp kept exact next to half tensors) or ``"index"`` (any integer type the kernels read:
+    int64, int32, uint32)."""
 
     name: str
     dtype: str = "float"

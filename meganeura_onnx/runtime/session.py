@@ -118,6 +118,19 @@ def _check_capturable(sess: ort.InferenceSession) -> None:
         )
 
 
+def apply_session_options(opts: ort.SessionOptions, options: Mapping[str, object]) -> None:
+    """Set ``ort.SessionOptions`` attributes by name (``execution_order`` by its enum member's name,
+    e.g. ``"PRIORITY_BASED"``); an unknown name is a ValueError naming it."""
+    for key, value in options.items():
+        if key.startswith("_") or not hasattr(opts, key):
+            raise ValueError(f"session_options: ort.SessionOptions has no attribute {key!r}")
+        if key == "execution_order" and isinstance(value, str):
+            if value not in ort.ExecutionOrder.__members__:
+                raise ValueError(f"session_options: execution_order must be one of {list(ort.ExecutionOrder.__members__)}, got {value!r}")
+            value = ort.ExecutionOrder.__members__[value]
+        setattr(opts, key, value)
+
+
 # ORT places these on the CPU when they compute shapes only; they do not run inside the graph.
 _SHAPE_OPS = frozenset({"Shape", "Size", "Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Reshape", "Cast", "ConstantOfShape"})
 
@@ -148,6 +161,7 @@ class Session:
         precision: str = "fp32",
         precisions: Sequence[tuple[str, str, str, str]] = (),
         session_config: Mapping[str, str] | None = None,
+        session_options: Mapping[str, object] | None = None,
     ) -> None:
         self.check_finite = bool(check_finite)
         # Buffers stored in float16/bfloat16 (name -> type): written and read as float32 through
@@ -163,6 +177,7 @@ class Session:
         opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
         for key, value in (session_config or {}).items():  # ORT session config entries, e.g. thread spinning
             opts.add_session_config_entry(key, value)
+        apply_session_options(opts, session_options or {})
         lib = custom_ops.register(opts, self._device) if use_custom_ops else None
         # U32 inputs read as positions (runtime/positions.py): checked here, on upload against the
         # static shapes' limit (set_input_u32: input name, value and limit) and before each step with
@@ -399,8 +414,19 @@ class Session:
             # return before the data landed; ORT computes on its own non-blocking stream. Wait for
             # them (a device sync, microseconds once the previous step finished) before the run.
             binding.synchronize_inputs()
+        # ORT's first run of a CUDA graph executes the model several times inside the one call (regular
+        # runs, then capture and replay). Swapped state makes that idempotent; parameters and moments
+        # that the Adam kernel updates in place would get the update once per execution: keep their
+        # values, put them back afterwards and replay the captured graph once (the first step only).
+        updated_in_place = self._cuda_graph and self._runs[parity] == 0
+        kept = {n: np.array(self._values[n].numpy(), copy=True) for n in self._aliased if updated_in_place and self._kinds[n] != "state"}
         try:
             self._ort.run_with_iobinding(binding, self._run_options[parity])
+            if kept:
+                for name, value in kept.items():
+                    self._values[name].update_inplace(value)
+                binding.synchronize_inputs()
+                self._ort.run_with_iobinding(binding, self._run_options[parity])
         except Exception as e:
             if self._cuda_graph and self._runs[parity] <= 1:  # the run that captures (or warms up for) the graph
                 raise RuntimeError(

@@ -44,12 +44,22 @@ from ..transforms.rewrite import Limits, OptimizeReport, optimize
 from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
 from .custom_ops import custom_op_library
 from .half import check_precision
+from .liveness import reorder_for_memory
 from .safetensors_file import write_atomic
 from .schedules import LossScaler
 from .session import Session, checked_parameters, parameter_array
 
 DEFAULT_HYPER = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01, "max_grad_norm": 1.0}
-CACHE_FORMAT = "meganeura-train-model-2"
+CACHE_FORMAT = "meganeura-train-model-3"  # 3: nodes in the memory-aware order
+TRAIN_SESSION_OPTIONS = {
+    # ORT runs the nodes in the model's order (reorder_for_memory) instead of its own depth-first
+    # order, which computes every weight gradient after the whole backward pass and so keeps every
+    # saved activation (and the [rows, vocab] loss gradient) alive to the end.
+    "execution_order": "PRIORITY_BASED",
+    # ORT's memory pattern allocates, from the second run on, one block for all intermediates
+    # beside the arena chunks the first run left: the arena then holds about twice the peak.
+    "enable_mem_pattern": False,
+}
 
 
 @dataclass
@@ -142,6 +152,9 @@ def compile_program(
     g.set_outputs({name: kept[name] for name in named})
     extra = {name: kept[name] for name in extra}
     model, _ = to_model(g, opset=opset, params_as_inputs=True, extra_outputs=extra, model_name="meganeura_train_step")
+    # Nodes that free memory (weight-gradient MatMuls releasing saved activations) run as soon as
+    # they can; the session makes ORT follow this order (TRAIN_SESSION_OPTIONS).
+    reorder_for_memory(model)
     leaves = {n.attrs["name"]: n for n in g.nodes() if n.op in ("input", "input_u32", "parameter")}
     counters = [n for n in leaves if n.startswith("opt.") and f"{n}.next" in extra]
     hyper = [n for n in leaves if n.startswith("opt.") and n not in counters]
@@ -314,6 +327,7 @@ class TrainingSession(Session):
             precisions=self._precision_reports[spec].nodes if spec in self._precision_reports else (),
             inplace_state=inplace,
             inplace_kernels={(CUSTOM_DOMAIN, "AdamUpdate")},
+            session_options=TRAIN_SESSION_OPTIONS,
             **self._build,
         )
         for m in prog.moments:
@@ -336,12 +350,11 @@ class TrainingSession(Session):
         the step (no ``check_finite``, no fp16 step that may be dropped, no accumulation gate) and
         every other reader of a parameter feeds the update, so ORT runs it before the update.
 
-        Not under ``cuda_graph=True``: ORT's first ``run`` of a graph executes the model more than
-        once (warm-up runs, then capture and replay) inside the one call. Swapped buffers make that
-        idempotent; an update in place would be applied twice."""
+        Under ``cuda_graph=True`` too: ORT's first ``run`` of a graph executes the model more than
+        once (regular runs, then capture and replay) inside the one call, so the session keeps the
+        values before that call, puts them back after it and replays the captured graph once
+        (``Session._run``)."""
         if spec is None or not spec.fused or spec.accumulate or self._build["check_finite"] or self._scaler is not None:
-            return False
-        if self._build["cuda_graph"]:
             return False
         return update_runs_last(prog.model, set(prog.trainable))
 

@@ -1,0 +1,66 @@
+"""What the benchmarks record beside their timings: the machine, its load, the code's commit.
+
+Imported by the benchmark scripts as a sibling module (``python benchmarks/<name>.py`` puts this
+folder on ``sys.path``). Each script keeps its own JSON keys; these helpers only gather the values.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or the platform's processor name where there is none."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError):  # no git here
+        return ""
+
+
+def git_commit() -> str:
+    """The checkout's commit ("" outside a git checkout)."""
+    return _git("rev-parse", "HEAD")
+
+
+def git_dirty() -> bool:
+    """Whether tracked files differ from the commit (the timings then belong to uncommitted code)."""
+    return bool(_git("status", "--porcelain", "--untracked-files=no"))
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages: other work on a shared machine skews timings."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def host() -> dict:
+    """Host name, platform, Python version and CPU count."""
+    return {"host": socket.gethostname(), "platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()}
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_stamped(out_dir: Path, prefix: str, result: dict) -> Path:
+    """Writes ``result`` as ``<out_dir>/<prefix>-<host>-<UTC time>.json`` and returns the path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    path = out_dir / f"{prefix}-{socket.gethostname()}-{stamp}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return path
