@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -29,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import run_info
 from onnx import TensorProto, helper
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,8 +160,11 @@ def main() -> None:
     result = {
         "device": a.device,
         "ort": ort.__version__,
-        "machine": platform.node(),
-        "loadavg": os.getloadavg(),
+        "machine": {**run_info.host(), "cpu": run_info.cpu_model()},
+        "loadavg": run_info.load_average(),
+        "commit": run_info.git_commit(),
+        "dirty": run_info.git_dirty(),
+        "date": run_info.utc_now(),
         "cross_entropy": cross_entropy(a.device, a.rows, a.vocab, a.iters, library),
         "adam": adam(a.device, a.iters, library, shapes),
     }
