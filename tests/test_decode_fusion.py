@@ -12,6 +12,7 @@ from meganeura_onnx.models import llama
 
 from meganeura_onnx import build_inference_session, custom_op_library
 from meganeura_onnx.init import default_parameters
+from meganeura_onnx.transforms.rewrite import optimize
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("decode_kernels_benchmark", ROOT / "benchmarks" / "decode_kernels.py")
@@ -55,8 +56,28 @@ def feed_steps(*sessions, steps: int, seed: int = 0):
         yield tuple(s.read_output_by_index(0) for s in sessions)
 
 
+def fused_cpu_session(g, params, **kw):
+    """A CPU session of ``g`` after the inference optimizer WITH the norm + projection fusion (CPU
+    sessions leave it out; this runs the fused ops' CPU kernels or function bodies in a whole model)."""
+    compiled, report = optimize(g, stage="inference")
+    s = build_inference_session(compiled, "cpu", parameters=params, optimize=False, **kw)
+    s.report = report
+    return s
+
+
+def test_cpu_sessions_keep_the_products_and_cuda_sessions_fuse_the_norms():
+    g = llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 16)
+    _, on_cuda = optimize(g, stage="inference")
+    _, on_cpu = optimize(g, stage="inference", decode_fusion=False)
+    assert on_cuda.rules_fired.get("fuse_rms_norm_linear") == 3 and "fuse_rms_norm_linear" not in on_cpu.rules_fired
+    (cpu,) = decode_sessions(("cpu", True, False))
+    assert "RMSNormLinear" not in cpu.plan().kernels() and not cpu.report.rules_fired.get("fuse_rms_norm_swiglu")
+
+
 def test_optimized_decode_step_gives_the_logits_and_caches_of_the_plain_one():
-    fused, plain = decode_sessions(("cpu", True, False), ("cpu", False, False))
+    g = llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 32)
+    params = default_parameters(g, 3)
+    fused, plain = fused_cpu_session(g, params), build_inference_session(g, "cpu", parameters=params, optimize=False)
     kernels = fused.plan().kernels()
     if custom_op_library("cpu") is not None:
         assert {"RopeCacheWrite", "RMSNormLinear", "RMSNormSwiGLU"} <= set(kernels), kernels
@@ -74,7 +95,7 @@ def test_optimized_decode_step_running_function_bodies_matches_the_plain_one():
     """Without our kernels the fused nodes run their ONNX function bodies: same logits."""
     g = llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 16)
     params = default_parameters(g, 5)
-    bodies = build_inference_session(g, parameters=params, use_custom_ops=False)
+    bodies = fused_cpu_session(g, params, use_custom_ops=False)
     plain = build_inference_session(g, parameters=params, optimize=False, use_custom_ops=False)
     assert set(bodies.plan().kernels()) >= {"RopeCacheWrite", "RMSNormLinear", "RMSNormSwiGLU"}
     assert set(bodies.plan().kernels().values()) == {"function"}
@@ -87,7 +108,6 @@ def test_fp16_lowering_for_cuda_keeps_both_kv_caches_in_half_and_never_casts_the
     cache is stored in half like the V cache and no Cast copies a cache (checked on the model, no GPU)."""
     from meganeura_onnx.export import to_model
     from meganeura_onnx.export.precision import half_storage_inputs, lower_precision
-    from meganeura_onnx.transforms.rewrite import optimize
 
     g, _ = optimize(llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 32), stage="inference")
     model, spec = to_model(g, params_as_inputs=True, with_state=True)

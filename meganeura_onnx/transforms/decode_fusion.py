@@ -12,7 +12,8 @@ out]`` ones, all of one kind, every weight a graph leaf) becomes:
 Why a plain pass, not e-graph rules (``OpDef.rewrite``): the q/k/v group is one node with three
 outputs, which the e-graph's one-term-at-a-time rules cannot group; and the fused ops have no
 gradient, while the e-graph rules also run on training graphs before autodiff. This pass runs only
-when ``optimize`` is called with ``stage="inference"``.
+when ``optimize`` is called with ``stage="inference"`` (and ``decode_fusion``, which inference sessions
+set on CUDA only: on the CPU, ONNX Runtime's MLAS products outpace these GEMVs at one token).
 
 Where it pays: the fused kernels are GEMVs that read each weight once for all rows (the CUDA kernel
 keeps up to 16 rows in registers), which beats a library GEMM only while the rows are few. The pass

@@ -237,10 +237,13 @@ def _dag_cost(sat: Saturated, costs: list[int | None], choice: dict[int, int], o
 
 
 # -- the public pass --------------------------------------------------------------------------------
-def optimize(graph: Graph, *, limits: Limits | None = None, stage: str = "forward") -> tuple[Graph, OptimizeReport]:
+def optimize(
+    graph: Graph, *, limits: Limits | None = None, stage: str = "forward", decode_fusion: bool = True
+) -> tuple[Graph, OptimizeReport]:
     """A new graph with the op table's rewrites applied, and the report. ``graph`` is not modified; it is
     returned itself when no rule matched or extraction finds nothing cheaper. Node counts in the
-    report are of the nodes the outputs depend on."""
+    report are of the nodes the outputs depend on. ``stage="inference"`` with ``decode_fusion`` (the
+    default) also fuses decode-step norms into their projections (:mod:`.decode_fusion`)."""
     t0 = time.perf_counter()
     nodes = graph.nodes()
     sat = saturate(nodes, table_rules(), limits or Limits())
@@ -274,7 +277,7 @@ def optimize(graph: Graph, *, limits: Limits | None = None, stage: str = "forwar
         kept_input=out is graph,
         program=sat.program,
     )
-    if stage == "inference":  # norm + projections of a decode step: a plain pass (see decode_fusion)
+    if stage == "inference" and decode_fusion:  # norm + projections of a decode step: a plain pass (see decode_fusion)
         out, made = fuse_norm_projections(out)
         if made:
             live_after = _live(out.nodes(), out.outputs())
