@@ -29,7 +29,10 @@
    parameters, moments and their swap twins — and the rest: ORT's arena of activations, cuBLAS
    workspaces. Ours run first, before PyTorch's allocator holds anything.
 3. Where our step's time goes: two profiled steps (ORT ``enable_profiling``) of the model the fp32
-   session runs: kernel time and node count by op type (printed as a table), the top nodes.
+   session runs, bound and configured as the session runs it: kernel time and node count by op type
+   (printed as a table), the top nodes; and, where the onnxruntime's profiler records its allocator,
+   the peak bytes of intermediates in use, so ``goal_memory["allocator_level"]`` compares tensors
+   only on both sides (ours: session buffers + that peak; PyTorch: ``max_memory_allocated``).
 The JSON records the GPU, versions, machine, load average and git commit.
 
 Layout: rows = batch * seq = 2048; the attention ops get ``batch=8`` (each block of 256 rows is its
@@ -276,29 +279,66 @@ def memory_goal(res: dict) -> dict:
     }
 
 
+def allocator_level(res: dict) -> dict:
+    """Tensors only, on both sides (fp32): ours = the session's buffers + the peak bytes ORT's
+    allocator had in use (its profiler), PyTorch = ``max_memory_allocated``."""
+    peak = res.get("ort_profile", {}).get("allocator", {}).get("peak_in_use_gb")
+    ours, hf_fp32 = res.get("ours_fp32", {}), res.get("hf_eager_fp32", {})
+    if peak is None or "session_buffers_gb" not in ours or "peak_memory_gb" not in hf_fp32:
+        return {"error": "needs ours_fp32, hf_eager_fp32 and ORT's allocator fields in the profile"}
+    total = ours["session_buffers_gb"] + peak
+    return {"ours_fp32_gb": total, "hf_eager_fp32_gb": hf_fp32["peak_memory_gb"], "ratio": total / hf_fp32["peak_memory_gb"]}
+
+
 def ort_profile(cfg: dict, params: dict, out: Path) -> dict:
-    """Two profiled steps of our fp32 train-step model (the one the sessions run: fused AdamUpdate,
-    our kernels, the same provider options): kernel time by op type and the top nodes."""
+    """Two profiled steps of our fp32 train-step model as the sessions run it (fused AdamUpdate, our
+    kernels, the same provider and session options, every input and output bound on the device):
+    kernel time by op type, the top nodes, and ORT's allocator per run where this onnxruntime's
+    profiler reports it (the peak bytes in use: intermediates only, the bound buffers are the
+    session's; the arena held)."""
     import onnxruntime as ort
 
     from meganeura_onnx.runtime import custom_ops
+    from meganeura_onnx.runtime.session import apply_session_options
+    from meganeura_onnx.runtime.training import TRAIN_SESSION_OPTIONS
 
     s = _session(cfg, params, out)
-    prog, providers, model = s._prog, s._providers, s.onnx_model()
+    prog, providers, model, device = s._prog, s._providers, s.onnx_model(), s._device
     del s
     opts = ort.SessionOptions()
+    apply_session_options(opts, TRAIN_SESSION_OPTIONS)
     opts.enable_profiling = True
     opts.profile_file_prefix = str(out / "ort_profile")
-    custom_ops.register(opts, "cuda")
+    custom_ops.register(opts, device)
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=providers)
+    binding = _bound(sess, model, prog, cfg, params, device)
+    for _ in range(2):
+        sess.run_with_iobinding(binding)
+    events = json.loads(Path(sess.end_profiling()).read_text())
+    return {**_kernel_table(events), "onnx_nodes": len(model.graph.node), "allocator": _allocator(events)}
+
+
+def _bound(sess, model, prog, cfg: dict, params: dict, device: str):
+    """An IOBinding with every input and output an OrtValue on ``device`` (as TrainingSession binds)."""
+    import onnx
+    import onnxruntime as ort
+
     inp, tgt = _data(cfg)
     feeds = {"input_ids": inp, "labels": tgt, **params}
     feeds.update({m: np.zeros(params[m.split(".", 1)[1]].shape, np.float32) for m in prog.moments})
     hyper = {"opt.lr": LR, "opt.beta1": 0.9, "opt.beta2": 0.999, "opt.eps": 1e-8, "opt.step": 1.0, "opt.weight_decay": WD}
     feeds.update({h: np.array([hyper[h]], np.float32) for h in prog.hyper + prog.counters})
-    for _ in range(2):
-        sess.run(None, feeds)
-    events = json.loads(Path(sess.end_profiling()).read_text())
+    binding = sess.io_binding()
+    for name, value in feeds.items():
+        binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value), device, 0))
+    for v in onnx.shape_inference.infer_shapes(model, data_prop=True).graph.output:
+        t = v.type.tensor_type
+        zeros = np.zeros([d.dim_value for d in t.shape.dim], onnx.helper.tensor_dtype_to_np_dtype(t.elem_type))
+        binding.bind_ortvalue_output(v.name, ort.OrtValue.ortvalue_from_numpy(zeros, device, 0))
+    return binding
+
+
+def _kernel_table(events: list) -> dict:
     by_op: dict[str, float] = {}
     count: dict[str, int] = {}
     by_node: dict[str, float] = {}
@@ -309,15 +349,25 @@ def ort_profile(cfg: dict, params: dict, out: Path) -> dict:
             count[op] = count.get(op, 0) + 1
             by_node[e["name"]] = by_node.get(e["name"], 0.0) + e["dur"] / 2e3
     table = sorted(by_op.items(), key=lambda kv: -kv[1])
-    total = sum(by_op.values())
     return {
         "kernel_ms_by_op_type": dict(table),
         "nodes_by_op_type": {op: count[op] // 2 for op, _ in table},
-        "total_kernel_ms": total,
+        "total_kernel_ms": sum(by_op.values()),
         "top_nodes_ms": dict(sorted(by_node.items(), key=lambda kv: -kv[1])[:25]),
-        "onnx_nodes": len(model.graph.node),
-        "note": "per step, mean of two profiled runs (session.run with host feeds: the feeds' copies are not kernel time)",
+        "note": "per step, mean of two profiled runs (inputs and outputs bound on the device, as the sessions run)",
     }
+
+
+def _allocator(events: list) -> dict:
+    """Per run: the largest ``mem_in_use_peak`` and ``mem_arena_held`` of ORT's profiler (onnxruntime
+    versions whose profiler records the allocator after each kernel)."""
+    runs = []
+    for run in (e for e in events if e.get("name") == "model_run"):
+        args = [e["args"] for e in events if e.get("cat") == "Node" and run["ts"] <= e["ts"] <= run["ts"] + run["dur"]]
+        if not args or "mem_in_use_peak" not in args[0]:
+            return {"error": "this onnxruntime's profiler records no allocator fields"}
+        runs.append({k: max(int(a[k]) for a in args) / 1e9 for k in ("mem_in_use_peak", "mem_arena_held")})
+    return {"runs_gb": runs, "peak_in_use_gb": max(r["mem_in_use_peak"] for r in runs) if runs else None}
 
 
 def speed(layers: int, steps: int, repeats: int, out: Path) -> dict:
@@ -362,6 +412,7 @@ def speed(layers: int, steps: int, repeats: int, out: Path) -> dict:
         res["ort_profile"] = ort_profile(cfg, params, out)
     except Exception as e:  # noqa: BLE001 - the timings above stay reported
         res["ort_profile"] = {"error": f"{type(e).__name__}: {e}"}
+    res["goal_memory"]["allocator_level"] = allocator_level(res)
     return res
 
 
@@ -417,6 +468,11 @@ def main() -> None:
     print("peak memory, like for like (cudaMemGetInfo delta on both sides), ours / PyTorch's (goal <= 1):")
     for pair, ratio in r["goal_memory"]["ratios"].items():
         print(f"  {pair:<52} {ratio:.2f}x")
+    alloc = r["goal_memory"]["allocator_level"]
+    if "ratio" in alloc:
+        print(
+            f"  tensors only (fp32): ours {alloc['ours_fp32_gb']:.2f} GB, HF eager {alloc['hf_eager_fp32_gb']:.2f} GB: {alloc['ratio']:.2f}x"
+        )
     prof = r["ort_profile"]
     if "error" in prof:
         print(f"ORT profile failed: {prof['error']}")

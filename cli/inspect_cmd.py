@@ -73,6 +73,38 @@ def describe(path: str) -> dict:
     }
 
 
+def memory_report(path: str) -> dict:
+    """Liveness of the model's intermediates (``meganeura_onnx.runtime.liveness``) in its own node
+    order and in the memory-aware order: the peak, where it is reached, the largest tensors then."""
+    import onnx
+
+    from meganeura_onnx.runtime.liveness import liveness, memory_order
+
+    model = onnx.load(path)
+    out = {}
+    try:
+        for name, order in (("model_order", None), ("memory_order", memory_order(model))):
+            live = liveness(model, order)
+            out[name] = {
+                "peak_bytes": live.peak_bytes,
+                "peak_at": live.nodes[live.order[live.peak_step]],
+                "largest_at_peak": [{"tensor": t, "op": op, "bytes": b} for t, op, b in live.top(8)],
+            }
+    except ValueError as e:  # symbolic or untyped sizes
+        raise click.ClickException(f"--memory: {e}") from e
+    return {**out, "held_bytes": live.held_bytes, "lower_bound_bytes": live.lower_bound_bytes}
+
+
+def _print_memory(m: dict) -> None:
+    click.echo(f"memory (intermediates; inputs, initializers and outputs hold {m['held_bytes'] / 1e6:.1f} MB):")
+    for name in ("model_order", "memory_order"):
+        r = m[name]
+        click.echo(f"  {name.replace('_', ' ')}: peak {r['peak_bytes'] / 1e6:.1f} MB at {r['peak_at']}")
+        for t in r["largest_at_peak"][:5]:
+            click.echo(f"    {t['bytes'] / 1e6:9.1f} MB  {t['op']:<20} {t['tensor']}")
+    click.echo(f"  lower bound (the largest node's working set): {m['lower_bound_bytes'] / 1e6:.1f} MB")
+
+
 def optimize_report(path: str, sets: dict) -> object:
     """The optimizer's report for a model file: its forward graph, then (output 0 a ``[1]`` loss) the
     train step that ``build_session`` compiles from it (gradients only)."""
@@ -128,7 +160,10 @@ def _print_optimize(model: str, sets: tuple[str, ...], as_json: bool, program: b
 )
 @click.option("--program", is_flag=True, help="With --optimize: also print the egglog program (declarations, rules, the graph as facts).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="With --optimize: keyword argument for the model's build().")
-def inspect_cmd(model: str, as_json: bool, optimize: bool, program: bool, sets: tuple[str, ...]) -> None:
+@click.option(
+    "--memory", is_flag=True, help="Also the liveness of the model's intermediate tensors: the peak bytes, where, and which tensors."
+)
+def inspect_cmd(model: str, as_json: bool, optimize: bool, program: bool, sets: tuple[str, ...], memory: bool) -> None:
     """Summarise MODEL: inputs, outputs, parameter count/bytes, op histogram, custom ops (kernel or function body).
 
     With --optimize, MODEL is a model file or a built-in model (mnist_mlp, llama, ...) and the e-graph optimizer's report is printed: nodes
@@ -140,6 +175,8 @@ def inspect_cmd(model: str, as_json: bool, optimize: bool, program: bool, sets: 
         return
     click.Path(exists=True, dir_okay=False).convert(model, *_model_param())
     d = describe(model)
+    if memory:
+        d["memory"] = memory_report(model)
     if as_json:
         click.echo(json.dumps(d, indent=2))
         return
@@ -155,3 +192,5 @@ def inspect_cmd(model: str, as_json: bool, optimize: bool, program: bool, sets: 
         click.echo(f"com.meganeura.{op}: runs as {how} on CPUExecutionProvider")
     for dev, path in d["custom_op_libraries"].items():
         click.echo(f"{dev} kernel library: {path or 'not built (built with the package when nvcc is found; in a checkout: make kernels)'}")
+    if memory:
+        _print_memory(d["memory"])

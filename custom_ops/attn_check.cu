@@ -1,5 +1,6 @@
 // Standalone check + timing of the CUDA CachedAttention, Rope and CacheWrite launchers, without ORT:
 //   make -C custom_ops attn-check && custom_ops/build/attn_check [--check-only] [--sweep] [--json FILE]
+// (--sweep: also checks and times the other tile configurations of ATTN_SWEEP)
 // Checks every element type (float32, float16, bfloat16) against a double-precision host reference
 // computed from the same (rounded) inputs: batches with a position per sequence, GQA, T > 1, every
 // head_dim path, an invalid position (NaN for that sequence only, nothing written out of bounds).
@@ -129,7 +130,14 @@ struct AttnCase {
 
 static MnScratch* g_scratch = nullptr;
 
-static bool CheckAttention(const AttnCase& c, int dt, std::mt19937& rng) {
+// Launches one CachedAttention (the library's entry point, or one tile configuration of the sweep).
+using AttnLauncher = int (*)(int dt, const void* q, const void* k, const void* v, void* out, const AttnCase& c, MnPos pos);
+static int LibraryAttention(int dt, const void* q, const void* k, const void* v, void* out, const AttnCase& c, MnPos pos) {
+  return mn_cuda_cached_attention(dt, q, k, v, out, c.B, c.T, c.H, c.KVH, c.hd, c.max_seq, pos, g_scratch, nullptr);
+}
+
+static bool CheckAttention(const AttnCase& c, int dt, std::mt19937& rng, AttnLauncher launch = LibraryAttention,
+                           const char* config = "library") {
   std::normal_distribution<float> nd;
   std::vector<float> q((size_t)c.B * c.T * c.H * c.hd), k((size_t)c.B * c.max_seq * c.KVH * c.hd), v(k.size());
   for (auto* x : {&q, &k, &v})
@@ -143,7 +151,7 @@ static bool CheckAttention(const AttnCase& c, int dt, std::mt19937& rng) {
   for (auto& p : ref_pos) p = (p < 0 || p > c.max_seq - c.T) ? 0 : p;  // reference of the valid ones only
   std::vector<double> ref;
   AttnReference(q, k, v, c.B, c.T, c.H, c.KVH, c.hd, c.max_seq, ref_pos, &ref);
-  const int e = mn_cuda_cached_attention(dt, dq, dk, dv, dout, c.B, c.T, c.H, c.KVH, c.hd, c.max_seq, pos, g_scratch, nullptr);
+  const int e = launch(dt, dq, dk, dv, dout, c, pos);
   CK(cudaDeviceSynchronize());
   const std::vector<float> got = FromDevice(Download(dout, q.size() * ElemBytes(dt)), dt);
   double err = 0;
@@ -160,8 +168,8 @@ static bool CheckAttention(const AttnCase& c, int dt, std::mt19937& rng) {
     }
   }
   const bool ok = e == 0 && err <= Ulp(dt) && nan_ok;
-  std::printf("check attention %-8s B=%d T=%d H=%d KVH=%d hd=%d max_seq=%d pos=[", kTypeName[dt], c.B, c.T, c.H, c.KVH, c.hd,
-              c.max_seq);
+  std::printf("check attention %-8s %s B=%d T=%d H=%d KVH=%d hd=%d max_seq=%d pos=[", kTypeName[dt], config, c.B, c.T, c.H, c.KVH,
+              c.hd, c.max_seq);
   for (size_t i = 0; i < c.pos.size(); ++i) std::printf("%s%lld", i ? "," : "", (long long)c.pos[i]);
   std::printf("]: rc %d max_rel_err %.2e (tol %.1e)%s %s\n", e, err, Ulp(dt), nan_ok ? "" : " NaN-missing", ok ? "ok" : "FAIL");
   for (void* p : {dq, dk, dv, dout, static_cast<void*>(dpos)}) cudaFree(p);
@@ -291,45 +299,84 @@ static void Record(const char* op, const char* type, const char* config, int B, 
   g_first = false;
 }
 
-template <class T, class Cfg>
-static void TimeAttnConfig(Timer& tm, const char* name, int dt, int waves, const void* q, const void* k, const void* v, void* o, int B,
-                           int L, int max_seq, MnPos pos, double peak) {
-  const int H = 32, KVH = 8, hd = 128;
-  const double bytes = (double)B * (2.0 * L * KVH * hd + 2.0 * H * hd) * sizeof(T);
+// The tile configurations the sweep compares (warps per block, pipeline stages, bytes per stage).
+// (warps per block, pipeline stages, bytes per stage, query heads per block)
+// (the results of a wider sweep, GB 2 included, are in the library's comment on DefaultCfg)
+#define ATTN_SWEEP(X) X(8, 4, 4096, 4) X(8, 3, 4096, 4) X(8, 3, 8192, 4)
+
+// One tile configuration, GB of the query heads sharing a KV head per block.
+template <class T, int HD, int GB, class Cfg>
+static int ConfigAttention(int dt, const void* q, const void* k, const void* v, void* out, const AttnCase& c, MnPos pos) {
+  return LaunchAttn<T, HD, GB, Cfg>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(out),
+                                   c.B, c.T, c.H, c.KVH, c.max_seq, pos, g_scratch, nullptr, 1);
+}
+
+// Every sweep configuration against the host reference before it is timed: long caches, lengths that
+// are not a multiple of any tile, position 0 and the last one, an invalid position.
+template <class T, int HD>
+static int CheckSweep(int dt, std::mt19937& rng) {
+  const AttnCase cases[] = {{1, 1, 32, 8, HD, 8192, {8190}}, {2, 1, 32, 8, HD, 3001, {0, 3000}}, {2, 1, 8, 2, HD, 700, {-1, 333}}};
+  int bad = 0;
+  char name[64];
+#define ATTN_CHECK_ONE(nw, st, stb, gb)                                                 \
+  std::snprintf(name, sizeof name, "nw%d st%d %dK gb%d", nw, st, stb / 1024, gb);      \
+  for (const AttnCase& c : cases)                                                      \
+    bad += !CheckAttention(c, dt, rng, ConfigAttention<T, HD, gb, AttnCfg<T, HD, nw, st, stb>>, name);
+  ATTN_SWEEP(ATTN_CHECK_ONE)
+#undef ATTN_CHECK_ONE
+  return bad;
+}
+
+template <class T, int HD, int GB, class Cfg>
+static void TimeAttnConfig(Timer& tm, const char* name, int dt, const void* q, const void* k, const void* v, void* o, int B, int L,
+                           int max_seq, MnPos pos, double peak) {
+  const int H = 32, KVH = 8;
+  const double bytes = (double)B * (2.0 * L * KVH * HD + 2.0 * H * HD) * sizeof(T);
   auto launch = [&](cudaStream_t s) {
-    LaunchAttn<T, 128, 4, Cfg>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(o), B, 1,
-                               H, KVH, max_seq, pos, g_scratch, s, waves);
+    LaunchAttn<T, HD, GB, Cfg>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(o), B, 1,
+                               H, KVH, max_seq, pos, g_scratch, s, 1);
   };
   char cfg[96];
   const double graph = tm.Graph(launch), stream = tm.Stream(launch);
   cudaFuncAttributes fa;  // after the first launch (which raises the kernel's shared-memory limit)
-  CK(cudaFuncGetAttributes(&fa, AttnSplit<T, 128, 4, Cfg>));
+  CK(cudaFuncGetAttributes(&fa, AttnSplit<T, HD, GB, Cfg>));
   int occ = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, AttnSplit<T, 128, 4, Cfg>, Cfg::NW * 32, Cfg::SMEM));
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, AttnSplit<T, HD, GB, Cfg>, Cfg::NW * 32, Cfg::SMEM));
   g_attn_skip_merge = true;
   const double split_only = tm.Graph(launch);
   g_attn_skip_merge = false;
-  std::snprintf(cfg, sizeof cfg, "%s w%d", name, waves);
+  std::snprintf(cfg, sizeof cfg, "%s hd%d", name, HD);
   Record("attention", kTypeName[dt], cfg, B, L, bytes, graph, stream, peak);
-  std::printf("     regs %d occ %d splits %d; split pass alone %.2f us (%.0f%%)\n", fa.numRegs, occ, g_attn_last_splits, split_only,
-              100.0 * bytes / split_only / 1e3 / peak);
+  std::printf("     regs %d spill %zu occ %d splits %d; split pass alone %.2f us (%.0f%%)\n", fa.numRegs, (size_t)fa.localSizeBytes, occ,
+              g_attn_last_splits, split_only, 100.0 * bytes / split_only / 1e3 / peak);
 }
 
-template <class T>
+// Decode with 32 query heads over 8 KV heads: batch 1 up to 16384 cached, batch 8 up to 4096; the
+// library's configuration, and with `sweep` the others at the lengths the goal names.
+template <class T, int HD>
 static void TimeAttention(Timer& tm, int dt, bool sweep, double peak) {
-  const int H = 32, KVH = 8, hd = 128;
+  const int H = 32, KVH = 8;
   for (int B : {1, 8}) {
     const int max_seq = B == 1 ? 16384 : 4096;
-    std::vector<float> q((size_t)B * H * hd, 0.5f), kv((size_t)B * max_seq * KVH * hd, 0.25f);
+    std::vector<float> q((size_t)B * H * HD, 0.5f), kv((size_t)B * max_seq * KVH * HD, 0.25f);
     void *dq = Upload(ToDevice(&q, dt)), *dk = Upload(ToDevice(&kv, dt)), *dv = Upload(ToDevice(&kv, dt)), *dout = nullptr;
     CK(cudaMalloc(&dout, q.size() * sizeof(T)));
-    for (int L : {512, 2048, 4096, 8192, 16384}) {
+    for (int L : {1, 512, 2048, 4096, 8192, 16384}) {
       if (L > max_seq) continue;
       int64_t* dpos = nullptr;
       const MnPos pos = DevPositions(std::vector<int64_t>(B, L - 1), &dpos);
-      TimeAttnConfig<T, DefaultCfg<T, 128>>(tm, "default", dt, 1, dq, dk, dv, dout, B, L, max_seq, pos, peak);
-      if (sweep && (L == 4096 || L == 8192)) {  // the previous default, for comparison
-        TimeAttnConfig<T, AttnCfg<T, 128, 4, 3, 4096>>(tm, "nw4 st3 4K", dt, 1, dq, dk, dv, dout, B, L, max_seq, pos, peak);
+      TimeAttnConfig<T, HD, 4, DefaultCfg<T, HD>>(tm, "default", dt, dq, dk, dv, dout, B, L, max_seq, pos, peak);
+      if (L >= 4096) {  // without programmatic dependent launch: no overlap with the previous launch
+        g_attn_pdl = false;
+        TimeAttnConfig<T, HD, 4, DefaultCfg<T, HD>>(tm, "default no-PDL", dt, dq, dk, dv, dout, B, L, max_seq, pos, peak);
+        g_attn_pdl = true;
+      }
+      if (sweep && L >= 4096) {
+#define ATTN_TIME_ONE(nw, st, stb, gb)                                                                                 \
+  TimeAttnConfig<T, HD, gb, AttnCfg<T, HD, nw, st, stb>>(tm, "nw" #nw " st" #st " " #stb " gb" #gb, dt, dq, dk, dv, dout, B, L, \
+                                                         max_seq, pos, peak);
+        ATTN_SWEEP(ATTN_TIME_ONE)
+#undef ATTN_TIME_ONE
       }
       cudaFree(dpos);
     }
@@ -380,7 +427,8 @@ int main(int argc, char** argv) {
       {1, 2, 6, 6, 128, 50, {0}},             {1, 1, 64, 8, 128, 4096, {4095}},      {1, 3, 24, 8, 96, 200, {150}},
       {1, 33, 4, 1, 64, 100, {60}},           {1, 1, 12, 4, 64, 5000, {4999}},       {4, 1, 32, 8, 128, 2048, {2047, 0, 1000, 7}},
       {3, 2, 8, 2, 64, 900, {5, 898, 300}},   {2, 1, 6, 2, 96, 80, {79, 3}},         {3, 1, 32, 8, 128, 512, {100, 512, 7}},
-      {2, 1, 4, 4, 64, 64, {-1, 63}},
+      {2, 1, 4, 4, 64, 64, {-1, 63}},        {1, 1, 9, 3, 64, 4099, {4098}},       {1, 1, 12, 4, 64, 4099, {0}},
+      {1, 1, 8, 8, 128, 4097, {4096}},       {2, 1, 24, 8, 128, 1001, {1000, 0}},  {1, 1, 8, 8, 64, 20000, {19999}},
   };
   int bad = 0;
   for (int dt : {MN_F32, MN_F16, MN_BF16}) {
@@ -390,6 +438,10 @@ int main(int argc, char** argv) {
     bad += !CheckRope(dt, 2, 3, 6 * 96, 96, 1, {5}, rng);  // hd 96: the scalar path
     bad += !CheckCacheWrite(dt, 3, 1, 1024, 64, {63, 0, 64}, rng);  // sequence 2 out of range: untouched
     bad += !CheckCacheWrite(dt, 2, 3, 6, 10, {7, 2}, rng);          // 12- or 24-byte rows: the element path
+  }
+  if (sweep) {
+    bad += CheckSweep<float, 128>(MN_F32, rng) + CheckSweep<__half, 128>(MN_F16, rng);
+    bad += CheckSweep<float, 64>(MN_F32, rng) + CheckSweep<__half, 64>(MN_F16, rng);
   }
   std::printf("checks: %d failed\n", bad);
   if (check_only) return bad ? 1 : 0;
@@ -407,9 +459,16 @@ int main(int argc, char** argv) {
   std::printf("timing on %s (%d SMs, peak %.0f GB/s): decode H=32 KVH=8 hd=128; CUDA events\n", prop.name, prop.multiProcessorCount,
               peak);
   Timer tm;
-  TimeAttention<float>(tm, MN_F32, sweep, peak);
-  TimeAttention<__half>(tm, MN_F16, sweep, peak);
-  TimeAttention<__nv_bfloat16>(tm, MN_BF16, false, peak);
+  for (bool hd128 : {true, false}) {  // head_dim 128, then 64
+    if (hd128) {
+      TimeAttention<float, 128>(tm, MN_F32, sweep, peak);
+      TimeAttention<__half, 128>(tm, MN_F16, sweep, peak);
+      TimeAttention<__nv_bfloat16, 128>(tm, MN_BF16, false, peak);
+    } else {
+      TimeAttention<float, 64>(tm, MN_F32, sweep, peak);
+      TimeAttention<__half, 64>(tm, MN_F16, sweep, peak);
+    }
+  }
   for (int dt : {MN_F32, MN_F16}) TimeRope(tm, dt, peak);
   if (g_json) {
     std::fprintf(g_json, "\n]}\n");

@@ -341,6 +341,10 @@ class ScatterAddCpu : public Kernel {
     int64_t n = 0;
     MN_RETURN_IF(AttrInt(info, "ScatterAdd", "num_rows", &n, nullptr));
     if (n < 1) return MN_INVALID("ScatterAdd: attribute num_rows must be >= 1, got %lld", (long long)n);
+    const int64_t one = 1;
+    int64_t check = 1;  // accepted and validated; the CPU kernel checks every index either way
+    MN_RETURN_IF(AttrInt(info, "ScatterAdd", "check_positions", &check, &one));
+    MN_RETURN_IF(CheckPositionsFlag("ScatterAdd", check));
     *out = new ScatterAddCpu(n);
     return nullptr;
   }

@@ -14,9 +14,14 @@
 //            D_i comes from the dQ kernel through a stream-ordered scratch buffer (cudaMallocAsync:
 //            allowed inside CUDA-graph capture).
 // Scores are kept in the log2 domain (q pre-scaled by log2(e) / sqrt(hd), exp2f); accumulation is fp32.
-// Templated on the element type (float here; half types load/store through ToF/FromF) and NS.
+// Templated on the element type (float, or float16/bfloat16 loaded and stored through ToF/FromF) and
+// NS. float16/bfloat16 run on tensor cores where they can (cuda_flash_mma.cuh); float32
+// stays on these SIMT kernels (exact float32, never TF32).
 #include "cuda_common.cuh"
 #include "flash_attention.h"
+
+#include <initializer_list>
+#include <type_traits>
 
 namespace {
 
@@ -38,11 +43,11 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 template <typename T>
 __device__ __forceinline__ float ToF(T x) {
-  return static_cast<float>(x);
+  return Elem<T>::ToF(x);
 }
 template <typename T>
 __device__ __forceinline__ T FromF(float x) {
-  return static_cast<T>(x);
+  return Elem<T>::FromF(x);
 }
 
 struct Dims {
@@ -415,47 +420,85 @@ int LaunchGrad(const T* q, const T* k, const T* v, const T* y, const T* dy, cons
   return launch ? launch : freed;
 }
 
+// Inside this file's anonymous namespace, like the rest: it uses Dims, kLog2e, GridFits.
+#include "cuda_flash_mma.cuh"
+
+// The SIMT kernels for any head_dim: NS = lanes per row.
+template <typename T>
+int Forward(const void* q, const void* k, const void* v, void* y, float* lse, const Dims& p, cudaStream_t st) {
+  const T *tq = static_cast<const T*>(q), *tk = static_cast<const T*>(k), *tv = static_cast<const T*>(v);
+  T* ty = static_cast<T*>(y);
+  if constexpr (!std::is_same<T, float>::value) {  // half types: tensor cores where the shape allows
+    const int e = mma::LaunchForwardMma<T>(tq, tk, tv, ty, lse, p, st);
+    if (e >= 0) return e;
+  }
+  switch (SlicesFor(p.hd)) {
+    case 1: return LaunchForward<T, 1>(tq, tk, tv, ty, lse, p, st);
+    case 2: return LaunchForward<T, 2>(tq, tk, tv, ty, lse, p, st);
+    case 4: return LaunchForward<T, 4>(tq, tk, tv, ty, lse, p, st);
+    case 8: return LaunchForward<T, 8>(tq, tk, tv, ty, lse, p, st);
+    case 16: return LaunchForward<T, 16>(tq, tk, tv, ty, lse, p, st);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+template <typename T>
+int Grad(const void* q, const void* k, const void* v, const void* y, const void* dy, const float* lse, void* dq, void* dk,
+         void* dv, const Dims& p, cudaStream_t st) {
+  const T *tq = static_cast<const T*>(q), *tk = static_cast<const T*>(k), *tv = static_cast<const T*>(v);
+  const T *ty = static_cast<const T*>(y), *tdy = static_cast<const T*>(dy);
+  T *tdq = static_cast<T*>(dq), *tdk = static_cast<T*>(dk), *tdv = static_cast<T*>(dv);
+  if constexpr (!std::is_same<T, float>::value) {  // half types: tensor cores where the shape allows
+    const int e = mma::LaunchGradMma<T>(tq, tk, tv, ty, tdy, lse, tdq, tdk, tdv, p, st);
+    if (e >= 0) return e;
+  }
+  switch (SlicesFor(p.hd)) {
+    case 1: return LaunchGrad<T, 1>(tq, tk, tv, ty, tdy, lse, tdq, tdk, tdv, p, st);
+    case 2: return LaunchGrad<T, 2>(tq, tk, tv, ty, tdy, lse, tdq, tdk, tdv, p, st);
+    case 4: return LaunchGrad<T, 4>(tq, tk, tv, ty, tdy, lse, tdq, tdk, tdv, p, st);
+    case 8: return LaunchGrad<T, 8>(tq, tk, tv, ty, tdy, lse, tdq, tdk, tdv, p, st);
+    case 16: return LaunchGrad<T, 16>(tq, tk, tv, ty, tdy, lse, tdq, tdk, tdv, p, st);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 Dims MakeDims(int64_t B, int64_t T, int64_t S, int64_t H, int64_t KVH, int64_t hd, int causal) {
   return Dims{B, T, S, H, KVH, hd, causal, 1.f / sqrtf((float)hd)};
 }
 
 }  // namespace
 
-extern "C" int mn_cuda_flash_attention_f32(const float* q, const float* k, const float* v, float* y, float* lse, int64_t B,
-                                           int64_t T, int64_t S, int64_t H, int64_t KVH, int64_t hd, int causal,
-                                           void* stream) {
+extern "C" int mn_cuda_flash_attention(int dtype, const void* q, const void* k, const void* v, void* y, float* lse, int64_t B,
+                                       int64_t T, int64_t S, int64_t H, int64_t KVH, int64_t hd, int causal, void* stream) {
   if (B == 0 || T == 0 || H == 0) return 0;
   if (int e = UseDeviceOf(q)) return e;
   const Dims p = MakeDims(B, T, S, H, KVH, hd, causal);
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  switch (SlicesFor(hd)) {
-    case 1: return LaunchForward<float, 1>(q, k, v, y, lse, p, st);
-    case 2: return LaunchForward<float, 2>(q, k, v, y, lse, p, st);
-    case 4: return LaunchForward<float, 4>(q, k, v, y, lse, p, st);
-    case 8: return LaunchForward<float, 8>(q, k, v, y, lse, p, st);
-    case 16: return LaunchForward<float, 16>(q, k, v, y, lse, p, st);
+  switch (dtype) {
+    case MN_F32: return Forward<float>(q, k, v, y, lse, p, st);
+    case MN_F16: return Forward<__half>(q, k, v, y, lse, p, st);
+    case MN_BF16: return Forward<__nv_bfloat16>(q, k, v, y, lse, p, st);
     default: return cudaErrorInvalidValue;
   }
 }
 
-extern "C" int mn_cuda_flash_attention_grad_f32(const float* q, const float* k, const float* v, const float* y, const float* dy,
-                                                const float* lse, float* dq, float* dk, float* dv, int64_t B, int64_t T,
-                                                int64_t S, int64_t H, int64_t KVH, int64_t hd, int causal, void* stream) {
+extern "C" int mn_cuda_flash_attention_grad(int dtype, const void* q, const void* k, const void* v, const void* y, const void* dy,
+                                            const float* lse, void* dq, void* dk, void* dv, int64_t B, int64_t T, int64_t S,
+                                            int64_t H, int64_t KVH, int64_t hd, int causal, void* stream) {
   if (B == 0 || H == 0) return 0;
   if (int e = UseDeviceOf(q)) return e;
   const Dims p = MakeDims(B, T, S, H, KVH, hd, causal);
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   if (T == 0) {  // no queries: zero key/value gradients
-    cudaMemsetAsync(dk, 0, sizeof(float) * B * S * KVH * hd, st);
-    cudaMemsetAsync(dv, 0, sizeof(float) * B * S * KVH * hd, st);
+    const size_t bytes = (dtype == MN_F32 ? 4 : 2) * size_t(B * S * KVH * hd);
+    cudaMemsetAsync(dk, 0, bytes, st);
+    cudaMemsetAsync(dv, 0, bytes, st);
     return cudaGetLastError();
   }
-  switch (SlicesFor(hd)) {
-    case 1: return LaunchGrad<float, 1>(q, k, v, y, dy, lse, dq, dk, dv, p, st);
-    case 2: return LaunchGrad<float, 2>(q, k, v, y, dy, lse, dq, dk, dv, p, st);
-    case 4: return LaunchGrad<float, 4>(q, k, v, y, dy, lse, dq, dk, dv, p, st);
-    case 8: return LaunchGrad<float, 8>(q, k, v, y, dy, lse, dq, dk, dv, p, st);
-    case 16: return LaunchGrad<float, 16>(q, k, v, y, dy, lse, dq, dk, dv, p, st);
+  switch (dtype) {
+    case MN_F32: return Grad<float>(q, k, v, y, dy, lse, dq, dk, dv, p, st);
+    case MN_F16: return Grad<__half>(q, k, v, y, dy, lse, dq, dk, dv, p, st);
+    case MN_BF16: return Grad<__nv_bfloat16>(q, k, v, y, dy, lse, dq, dk, dv, p, st);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -3,15 +3,11 @@
 // copied or synchronised, so the launches replay inside a captured CUDA graph.
 #include <vector>
 
-#include "cuda_kernels.h"
+#include "cuda_glue.h"
 #include "flash_ops.h"
 
 namespace mn {
 namespace {
-
-OrtStatus* CudaStatus(const char* op, int code) {
-  return code ? Error(ORT_EP_FAIL, "%s: CUDA error %d (%s)", op, code, mn_cuda_error_string(code)) : nullptr;
-}
 
 class FlashAttentionCuda : public Kernel {
  public:
@@ -26,13 +22,14 @@ class FlashAttentionCuda : public Kernel {
     FlashProblem p;
     std::vector<Tensor> in;
     MN_RETURN_IF(CheckFlash("FlashAttention", a_, ctx, false, &p, &in));
-    float *y = nullptr, *lse = nullptr;
+    void* y = nullptr;
+    float* lse = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, in[0].shape, &y));
     MN_RETURN_IF(GetOutput(ctx, 1, {p.B, p.H, p.T}, &lse));
     void* stream = nullptr;
-    MN_RETURN_IF(g_api->KernelContext_GetGPUComputeStream(ctx, &stream));
-    return CudaStatus("FlashAttention", mn_cuda_flash_attention_f32(in[0].f32(), in[1].f32(), in[2].f32(), y, lse, p.B, p.T, p.S,
-                                                                    p.H, p.KVH, p.hd, p.causal, stream));
+    MN_RETURN_IF(Stream(ctx, &stream));
+    return Cuda("FlashAttention", mn_cuda_flash_attention(DType(p.type), in[0].data, in[1].data, in[2].data, y, lse, p.B, p.T, p.S,
+                                                          p.H, p.KVH, p.hd, p.causal, stream));
   }
 
  private:
@@ -52,15 +49,15 @@ class FlashAttentionGradCuda : public Kernel {
     FlashProblem p;
     std::vector<Tensor> in;
     MN_RETURN_IF(CheckFlash("FlashAttentionGrad", a_, ctx, true, &p, &in));
-    float *dq = nullptr, *dk = nullptr, *dv = nullptr;
+    void *dq = nullptr, *dk = nullptr, *dv = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, in[0].shape, &dq));
     MN_RETURN_IF(GetOutput(ctx, 1, in[1].shape, &dk));
     MN_RETURN_IF(GetOutput(ctx, 2, in[2].shape, &dv));
     void* stream = nullptr;
-    MN_RETURN_IF(g_api->KernelContext_GetGPUComputeStream(ctx, &stream));
-    return CudaStatus("FlashAttentionGrad",
-                      mn_cuda_flash_attention_grad_f32(in[0].f32(), in[1].f32(), in[2].f32(), in[3].f32(), in[4].f32(), in[5].f32(),
-                                                       dq, dk, dv, p.B, p.T, p.S, p.H, p.KVH, p.hd, p.causal, stream));
+    MN_RETURN_IF(Stream(ctx, &stream));
+    return Cuda("FlashAttentionGrad", mn_cuda_flash_attention_grad(DType(p.type), in[0].data, in[1].data, in[2].data, in[3].data,
+                                                                   in[4].data, in[5].f32(), dq, dk, dv, p.B, p.T, p.S, p.H, p.KVH,
+                                                                   p.hd, p.causal, stream));
   }
 
  private:
@@ -68,16 +65,21 @@ class FlashAttentionGradCuda : public Kernel {
 };
 
 constexpr ONNXTensorElementDataType F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+constexpr ONNXTensorElementDataType F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+constexpr ONNXTensorElementDataType BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+// The log-sum-exp is float32 whatever T is (FP32: not one of the loop's types).
+constexpr ONNXTensorElementDataType FP32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 
 }  // namespace
 
 void AddCudaFlashOps(std::vector<OpDef*>* ops) {
   const char* ep = "CUDAExecutionProvider";
-  ops->push_back(new OpDef("FlashAttention", ep, {F32, F32, F32}, {F32, F32}, {false, false, false}, {false, false, false},
-                           FlashAttentionCuda::Create, 0));
-  ops->push_back(new OpDef("FlashAttentionGrad", ep, {F32, F32, F32, F32, F32, F32}, {F32, F32, F32},
-                           {false, false, false, false, false, false}, {false, false, false, false, false, false},
-                           FlashAttentionGradCuda::Create, 0));
+  for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
+    ops->push_back(new OpDef("FlashAttention", ep, {T, T, T}, {T, FP32}, {false, false, false}, {false, false, false},
+                             FlashAttentionCuda::Create, 0));
+    ops->push_back(new OpDef("FlashAttentionGrad", ep, {T, T, T, T, T, FP32}, {T, T, T}, {false, false, false, false, false, false},
+                             {false, false, false, false, false, false}, FlashAttentionGradCuda::Create, 0));
+  }
 }
 
 }  // namespace mn

@@ -8,14 +8,17 @@
 // builds: it validates every position input itself, on upload and against each run's shapes) and
 // under capture (no sync allowed) nothing is read back: the kernels guard on the device, writing
 // NaN (Rope, CachedAttention) or nothing (CacheWrite, RopeCacheWrite) for an invalid position.
-// ScatterAdd's indices (training: the embedding gradient) are device memory too, read back and
-// validated the same way outside capture; under capture an index out of range makes the output NaN.
+// ScatterAdd's indices (training: the embedding gradient; the Session checks token ids on upload)
+// are device memory too, read back and validated the same way when check_positions = 1, outside
+// capture; otherwise an index out of range makes the output NaN.
 #include <vector>
 
 #include "cuda_glue.h"
 #include "cuda_kernels.h"
 #include "fused_ops.h"
 #include "flash_ops.h"
+#include "decode_linear.h"
+#include "losses_ops.h"
 #include "op_common.h"
 
 namespace mn {
@@ -133,12 +136,16 @@ class CachedAttentionCuda : public Kernel {
 
 class ScatterAddCuda : public Kernel {
  public:
-  explicit ScatterAddCuda(int64_t n) : num_rows_(n) {}
+  ScatterAddCuda(int64_t n, bool check) : num_rows_(n), check_indices_(check) {}
   static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
     int64_t n = 0;
     MN_RETURN_IF(AttrInt(info, "ScatterAdd", "num_rows", &n, nullptr));
     if (n < 1) return MN_INVALID("ScatterAdd: attribute num_rows must be >= 1, got %lld", (long long)n);
-    *out = new ScatterAddCuda(n);
+    const int64_t one = 1;
+    int64_t check = 1;
+    MN_RETURN_IF(AttrInt(info, "ScatterAdd", "check_positions", &check, &one));
+    MN_RETURN_IF(CheckPositionsFlag("ScatterAdd", check));
+    *out = new ScatterAddCuda(n, check != 0);
     return nullptr;
   }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
@@ -149,16 +156,19 @@ class ScatterAddCuda : public Kernel {
     MN_RETURN_IF(Stream(ctx, &stream));
     ScatterAddProblem p;
     MN_RETURN_IF(CheckScatterAdd(num_rows_, idx, src, &p, /*host_indices=*/false));
-    // Outside CUDA-graph capture the indices are read back and every one is validated as on the
-    // CPU (an ORT error naming the index); under capture the kernel guards on the device.
-    const size_t width = idx.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? 8 : 4;
-    std::vector<int64_t> host(static_cast<size_t>(p.N));  // 8 bytes per index: room for any width
-    int captured = 0;
-    MN_RETURN_IF(Cuda("ScatterAdd", mn_cuda_read_indices(idx.data, width * p.N, host.data(), stream, &captured)));
-    if (!captured) {
-      Tensor on_host = idx;
-      on_host.data = host.data();
-      MN_RETURN_IF(CheckScatterAdd(num_rows_, on_host, src, &p));
+    // With check_positions = 1, outside CUDA-graph capture, the indices are read back and every one
+    // is validated as on the CPU (an ORT error naming the index); otherwise the kernel guards on the
+    // device (an index out of range makes the output NaN).
+    if (check_indices_) {
+      const size_t width = idx.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? 8 : 4;
+      std::vector<int64_t> host(static_cast<size_t>(p.N));  // 8 bytes per index: room for any width
+      int captured = 0;
+      MN_RETURN_IF(Cuda("ScatterAdd", mn_cuda_read_indices(idx.data, width * p.N, host.data(), stream, &captured)));
+      if (!captured) {
+        Tensor on_host = idx;
+        on_host.data = host.data();
+        MN_RETURN_IF(CheckScatterAdd(num_rows_, on_host, src, &p));
+      }
     }
     float* out = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, {p.num_rows, p.D}, &out));
@@ -167,6 +177,7 @@ class ScatterAddCuda : public Kernel {
 
  private:
   int64_t num_rows_;
+  bool check_indices_;  // the node's check_positions
 };
 
 }  // namespace
@@ -184,7 +195,9 @@ void AddCudaOps(std::vector<OpDef*>* ops) {
   ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {false, false}, ScatterAddCuda::Create, -1));
   AddCudaOptimOps(ops);  // AdamUpdate (cuda_optim_ops.cc)
   AddCudaFusedOps(ops);  // SwiGLU, RopeCacheWrite (cuda_fused_ops.cc)
+  AddCudaDecodeLinearOps(ops);  // RMSNormLinear, RMSNormSwiGLU (cuda_decode_linear_ops.cc)
   AddCudaFlashOps(ops);  // FlashAttention, FlashAttentionGrad (cuda_flash_ops.cc)
+  AddCudaLossOps(ops);   // SparseCrossEntropy, SparseCrossEntropyGrad (cuda_losses_ops.cc)
 }
 
 }  // namespace mn

@@ -4,6 +4,9 @@
 // Layout (row-major): Q, Y, dY, dQ [B, T, H*hd]; K, V, dK, dV [B, S, KVH*hd]; LSE [B, H, T] (the
 // natural log-sum-exp of each query row's scaled scores q.k / sqrt(hd)). Query head h reads KV head
 // h / (H / KVH). causal: key s is hidden from query t where s > t (needs S == T).
+// Element type `dtype` (MN_F32, MN_F16, MN_BF16 of cuda_kernels.h) of Q, K, V, Y, dY, dQ, dK, dV;
+// LSE is float32 in every case, and the arithmetic is float32 (half inputs feed tensor-core MMAs
+// with float32 accumulation).
 #pragma once
 #include <stdint.h>
 
@@ -14,13 +17,13 @@ extern "C" {
 #define MN_FLASH_MAX_HEAD_DIM 256
 
 // Y and LSE. Returns 0 or a cudaError_t code.
-int mn_cuda_flash_attention_f32(const float* q, const float* k, const float* v, float* y, float* lse, int64_t B, int64_t T,
-                                int64_t S, int64_t H, int64_t KVH, int64_t head_dim, int causal, void* stream);
+int mn_cuda_flash_attention(int dtype, const void* q, const void* k, const void* v, void* y, float* lse, int64_t B, int64_t T,
+                            int64_t S, int64_t H, int64_t KVH, int64_t head_dim, int causal, void* stream);
 
 // dQ, dK, dV from Q, K, V, Y, dY and the forward's LSE (the probabilities are recomputed, tile by tile).
-int mn_cuda_flash_attention_grad_f32(const float* q, const float* k, const float* v, const float* y, const float* dy,
-                                     const float* lse, float* dq, float* dk, float* dv, int64_t B, int64_t T, int64_t S,
-                                     int64_t H, int64_t KVH, int64_t head_dim, int causal, void* stream);
+int mn_cuda_flash_attention_grad(int dtype, const void* q, const void* k, const void* v, const void* y, const void* dy,
+                                 const float* lse, void* dq, void* dk, void* dv, int64_t B, int64_t T, int64_t S, int64_t H,
+                                 int64_t KVH, int64_t head_dim, int causal, void* stream);
 
 #ifdef __cplusplus
 }

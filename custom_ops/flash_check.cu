@@ -1,8 +1,10 @@
 // Standalone check + timing of the CUDA FlashAttention / FlashAttentionGrad launchers, without ORT:
 //   make -C custom_ops flash-check && custom_ops/build/flash_check
 // Compares Y, LSE, dQ, dK, dV with a double-precision host reference over several shapes (GQA,
-// causal and not, every head_dim path, several sequences), replays the backward captured in a CUDA
-// graph, then times the SmolLM2-135M training shape with CUDA events.
+// causal and not, every head_dim path, several sequences) in float32, float16 and bfloat16 (the half
+// backward on tensor cores where head_dim allows, else SIMT), checks that a rerun is bit-identical,
+// replays the backward captured in a CUDA graph, then times the SmolLM2-135M training shape with CUDA
+// events (half types: the SIMT kernels too, for comparison). `flash_check check`: no timings.
 // MN_FLASH_ROWS / MN_FLASH_THREADS (-D) try the kernels' tuning knobs.
 #include <cuda_runtime.h>
 
@@ -12,6 +14,8 @@
 #include <vector>
 #include <random>
 #include <algorithm>
+#include <string>
+#include <type_traits>
 // The kernels are compiled into this program so that it reaches the kernels in its anonymous namespace.
 #include "cuda_flash.cu"
 
@@ -52,47 +56,112 @@ double MaxErr(const std::vector<float>& got, const std::vector<double>& want) {
   return e / scale;
 }
 
-float* Dev(const std::vector<float>& h) { float* d; CK(cudaMalloc(&d, h.size()*4+16)); CK(cudaMemcpy(d, h.data(), h.size()*4, cudaMemcpyHostToDevice)); return d; }
-std::vector<float> Host(const float* d, size_t n) { std::vector<float> h(n); CK(cudaMemcpy(h.data(), d, n*4, cudaMemcpyDeviceToHost)); return h; }
+// Element types on the host: float, __half, __nv_bfloat16 (round to nearest even both ways).
+template <typename T> T FromHost(float x) { return static_cast<T>(x); }
+template <> __half FromHost<__half>(float x) { return __float2half_rn(x); }
+template <> __nv_bfloat16 FromHost<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+float ToHost(float x) { return x; }
+float ToHost(__half x) { return __half2float(x); }
+float ToHost(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> int DTypeOf();
+template <> int DTypeOf<float>() { return MN_F32; }
+template <> int DTypeOf<__half>() { return MN_F16; }
+template <> int DTypeOf<__nv_bfloat16>() { return MN_BF16; }
+template <typename T> const char* NameOf();
+template <> const char* NameOf<float>() { return "fp32"; }
+template <> const char* NameOf<__half>() { return "fp16"; }
+template <> const char* NameOf<__nv_bfloat16>() { return "bf16"; }
+// Largest relative error (max |err| / max |want|) accepted: float32 kernels against float64; the half
+// types are checked against float64 on the same rounded inputs, their outputs (and the P, dS operands
+// of the tensor-core GEMMs) rounded to the type: a few units of the type's epsilon.
+template <typename T> double Tolerance() { return std::is_same<T, float>::value ? 2e-5 : std::is_same<T, __half>::value ? 4e-3 : 3e-2; }
 
-int Case(int B, int T, int S, int H, int KVH, int hd, int causal, bool check, int iters) {
-  std::mt19937 g(B*7+T*3+hd); std::normal_distribution<float> n(0, 1);
-  auto rnd = [&](size_t c){ std::vector<float> x(c); for (auto& e: x) e = n(g); return x; };
-  size_t nq = (size_t)B*T*H*hd, nk = (size_t)B*S*KVH*hd;
+template <typename T> T* Dev(const std::vector<float>& h) {
+  std::vector<T> t(h.size()); for (size_t i = 0; i < h.size(); ++i) t[i] = FromHost<T>(h[i]);
+  T* d; CK(cudaMalloc(&d, t.size()*sizeof(T)+16)); CK(cudaMemcpy(d, t.data(), t.size()*sizeof(T), cudaMemcpyHostToDevice)); return d; }
+template <typename T> std::vector<float> Host(const T* d, size_t n) {
+  std::vector<T> t(n); CK(cudaMemcpy(t.data(), d, n*sizeof(T), cudaMemcpyDeviceToHost));
+  std::vector<float> h(n); for (size_t i = 0; i < n; ++i) h[i] = ToHost(t[i]); return h; }
+template <typename T> std::vector<float> Rounded(std::vector<float> x) { for (auto& e : x) e = ToHost(FromHost<T>(e)); return x; }
+
+// The half backward through the SIMT kernels (what ran before the tensor-core path), for timing.
+template <typename T> int SimtGrad(const T* q, const T* k, const T* v, const T* y, const T* dy, const float* lse, T* dq, T* dk, T* dv,
+                                   int B, int Tn, int S, int H, int KVH, int hd, int causal) {
+  const Dims p = MakeDims(B, Tn, S, H, KVH, hd, causal);
+  switch (SlicesFor(hd)) {
+    case 2: return LaunchGrad<T, 2>(q, k, v, y, dy, lse, dq, dk, dv, p, nullptr);
+    case 4: return LaunchGrad<T, 4>(q, k, v, y, dy, lse, dq, dk, dv, p, nullptr);
+    case 8: return LaunchGrad<T, 8>(q, k, v, y, dy, lse, dq, dk, dv, p, nullptr);
+    default: return -1;
+  }
+}
+
+template <typename T> int SimtForward(const T* q, const T* k, const T* v, T* y, float* lse, int B, int Tn, int S, int H, int KVH, int hd,
+                                      int causal) {
+  const Dims p = MakeDims(B, Tn, S, H, KVH, hd, causal);
+  return SlicesFor(hd) == 4 ? LaunchForward<T, 4>(q, k, v, y, lse, p, nullptr) : -1;
+}
+
+template <typename T>
+int Case(int B, int Tn, int S, int H, int KVH, int hd, int causal, bool check, int iters) {
+  std::mt19937 g(B*7+Tn*3+hd); std::normal_distribution<float> n(0, 1);
+  auto rnd = [&](size_t c){ std::vector<float> x(c); for (auto& e: x) e = n(g); return Rounded<T>(x); };
+  size_t nq = (size_t)B*Tn*H*hd, nk = (size_t)B*S*KVH*hd;
   auto q = rnd(nq), k = rnd(nk), v = rnd(nk), dy = rnd(nq);
-  float *dq_ = Dev(q), *dk_ = Dev(k), *dv_ = Dev(v), *ddy = Dev(dy), *y, *lse, *gq, *gk, *gv;
-  CK(cudaMalloc(&y, nq*4)); CK(cudaMalloc(&lse, (size_t)B*H*T*4+16)); CK(cudaMalloc(&gq, nq*4)); CK(cudaMalloc(&gk, nk*4)); CK(cudaMalloc(&gv, nk*4));
-  int rc = mn_cuda_flash_attention_f32(dq_, dk_, dv_, y, lse, B, T, S, H, KVH, hd, causal, nullptr); if (rc) { printf("fwd rc %d\n", rc); return 1; }
-  rc = mn_cuda_flash_attention_grad_f32(dq_, dk_, dv_, y, ddy, lse, gq, gk, gv, B, T, S, H, KVH, hd, causal, nullptr); if (rc) { printf("bwd rc %d\n", rc); return 1; }
+  T *dq_ = Dev<T>(q), *dk_ = Dev<T>(k), *dv_ = Dev<T>(v), *ddy = Dev<T>(dy), *y, *gq, *gk, *gv; float* lse;
+  CK(cudaMalloc(&y, nq*sizeof(T))); CK(cudaMalloc(&lse, (size_t)B*H*Tn*4+16)); CK(cudaMalloc(&gq, nq*sizeof(T))); CK(cudaMalloc(&gk, nk*sizeof(T))); CK(cudaMalloc(&gv, nk*sizeof(T)));
+  const int dt = DTypeOf<T>();
+  auto fwd = [&]() { return mn_cuda_flash_attention(dt, dq_, dk_, dv_, y, lse, B, Tn, S, H, KVH, hd, causal, nullptr); };
+  auto bwd = [&](cudaStream_t st) { return mn_cuda_flash_attention_grad(dt, dq_, dk_, dv_, y, ddy, lse, gq, gk, gv, B, Tn, S, H, KVH, hd, causal, st); };
+  int rc = fwd(); if (rc) { printf("fwd rc %d\n", rc); return 1; }
+  rc = bwd(nullptr); if (rc) { printf("bwd rc %d\n", rc); return 1; }
   CK(cudaDeviceSynchronize());
   int bad = 0;
   if (check) {
-    Ref r = Reference(q, k, v, dy, B, T, S, H, KVH, hd, causal);
-    double e[5] = {MaxErr(Host(y, nq), r.y), MaxErr(Host(lse, (size_t)B*H*T), r.lse), MaxErr(Host(gq, nq), r.dq), MaxErr(Host(gk, nk), r.dk), MaxErr(Host(gv, nk), r.dv)};
-    bad = *std::max_element(e, e+5) > 2e-5;
-    printf("check B=%d T=%d S=%d H=%d KVH=%d hd=%d causal=%d: rel err y %.2e lse %.2e dq %.2e dk %.2e dv %.2e %s\n", B, T, S, H, KVH, hd, causal, e[0], e[1], e[2], e[3], e[4], bad ? "FAIL" : "ok");
+    Ref r = Reference(q, k, v, dy, B, Tn, S, H, KVH, hd, causal);
+    double e[5] = {MaxErr(Host(y, nq), r.y), MaxErr(Host(lse, (size_t)B*H*Tn), r.lse), MaxErr(Host(gq, nq), r.dq), MaxErr(Host(gk, nk), r.dk), MaxErr(Host(gv, nk), r.dv)};
+    bad = *std::max_element(e, e+5) > Tolerance<T>();
+    auto dk1 = Host(gk, nk), dq1 = Host(gq, nq);  // deterministic: a second run is bit-identical
+    CK(cudaMemset(gk, 0, nk*sizeof(T))); CK(cudaMemset(gq, 0, nq*sizeof(T)));
+    rc = bwd(nullptr); CK(cudaDeviceSynchronize());
+    const bool same = rc == 0 && dk1 == Host(gk, nk) && dq1 == Host(gq, nq);
+    if (!same) bad = 1;
+    printf("check %s B=%d T=%d S=%d H=%d KVH=%d hd=%d causal=%d: rel err y %.2e lse %.2e dq %.2e dk %.2e dv %.2e, rerun identical %s %s\n", NameOf<T>(), B, Tn, S, H, KVH, hd, causal, e[0], e[1], e[2], e[3], e[4], same ? "yes" : "NO", bad ? "FAIL" : "ok");
   }
   if (iters) {
     cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-    std::vector<float> tf, tb;
+    std::vector<float> tf, tb, ts, tsf, tsplit, tnosplit;
     for (int rep = 0; rep < 5; ++rep) {
-      cudaEventRecord(a); for (int it = 0; it < iters; ++it) mn_cuda_flash_attention_f32(dq_, dk_, dv_, y, lse, B, T, S, H, KVH, hd, causal, nullptr);
-      cudaEventRecord(b); cudaEventSynchronize(b); float ms; cudaEventElapsedTime(&ms, a, b); tf.push_back(1000*ms/iters);
-      cudaEventRecord(a); for (int it = 0; it < iters; ++it) mn_cuda_flash_attention_grad_f32(dq_, dk_, dv_, y, ddy, lse, gq, gk, gv, B, T, S, H, KVH, hd, causal, nullptr);
+      float ms;
+      cudaEventRecord(a); for (int it = 0; it < iters; ++it) fwd();
+      cudaEventRecord(b); cudaEventSynchronize(b); cudaEventElapsedTime(&ms, a, b); tf.push_back(1000*ms/iters);
+      cudaEventRecord(a); for (int it = 0; it < iters; ++it) bwd(nullptr);
       cudaEventRecord(b); cudaEventSynchronize(b); cudaEventElapsedTime(&ms, a, b); tb.push_back(1000*ms/iters);
+      if (!std::is_same<T, float>::value) {
+        cudaEventRecord(a); for (int it = 0; it < iters; ++it) SimtGrad<T>(dq_, dk_, dv_, y, ddy, lse, gq, gk, gv, B, Tn, S, H, KVH, hd, causal);
+        cudaEventRecord(b); cudaEventSynchronize(b); cudaEventElapsedTime(&ms, a, b); ts.push_back(1000*ms/iters);
+        for (int split : {0, 1}) {
+          mma::g_flash_split_heads = split;
+          cudaEventRecord(a); for (int it = 0; it < iters; ++it) bwd(nullptr);
+          cudaEventRecord(b); cudaEventSynchronize(b); cudaEventElapsedTime(&ms, a, b); (split ? tsplit : tnosplit).push_back(1000*ms/iters);
+        }
+        mma::g_flash_split_heads = -1;
+        cudaEventRecord(a); for (int it = 0; it < iters; ++it) SimtForward<T>(dq_, dk_, dv_, y, lse, B, Tn, S, H, KVH, hd, causal);
+        cudaEventRecord(b); cudaEventSynchronize(b); cudaEventElapsedTime(&ms, a, b); tsf.push_back(1000*ms/iters);
+      }
     }
     {  // the backward captured in a CUDA graph (stream-ordered scratch inside) replays to the eager numbers
       CK(cudaDeviceSynchronize());
-      mn_cuda_flash_attention_grad_f32(dq_, dk_, dv_, y, ddy, lse, gq, gk, gv, B, T, S, H, KVH, hd, causal, nullptr);
+      bwd(nullptr);
       CK(cudaDeviceSynchronize());
       auto eager = Host(gk, nk);
-      CK(cudaMemset(gk, 0, nk * 4));
+      CK(cudaMemset(gk, 0, nk * sizeof(T)));
       cudaStream_t st;
       CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
       cudaGraph_t graph;
       cudaGraphExec_t exec;
       CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-      int rc2 = mn_cuda_flash_attention_grad_f32(dq_, dk_, dv_, y, ddy, lse, gq, gk, gv, B, T, S, H, KVH, hd, causal, st);
+      int rc2 = bwd(st);
       CK(cudaStreamEndCapture(st, &graph));
       CK(cudaGraphInstantiate(&exec, graph, 0));
       CK(cudaGraphLaunch(exec, st));
@@ -105,44 +174,57 @@ int Case(int B, int T, int S, int H, int KVH, int hd, int causal, bool check, in
       cudaGraphDestroy(graph);
       cudaStreamDestroy(st);
     }
-    if (hd <= 64) {  // the dK/dV kernel alone (the rest of the backward is the dQ kernel); dsum from a real dQ run
-      using Sh = Shape<4, kRows>;
-      float* dsum;
-      CK(cudaMalloc(&dsum, (size_t)B * H * T * 4));
-      Dims p = MakeDims(B, T, S, H, KVH, hd, causal);
-      FlashGradQ<float, 4, kRows><<<dim3(B * H, (T + Sh::R - 1) / Sh::R), kThreads>>>(dq_, dk_, dv_, y, ddy, lse, gq, dsum, p);
-      cudaEventRecord(a);
-      for (int it = 0; it < iters; ++it)
-        FlashGradKV<float, 4, kRows><<<dim3(B * KVH, (S + Sh::R - 1) / Sh::R), kThreads>>>(dq_, dk_, dv_, ddy, lse, dsum, gk, gv, p);
-      cudaEventRecord(b);
-      cudaEventSynchronize(b);
-      float ms;
-      cudaEventElapsedTime(&ms, a, b);
-      printf("  dK/dV kernel alone: %.1f us\n", 1000 * ms / iters);
-      CK(cudaFree(dsum));
-    }
-    std::sort(tf.begin(), tf.end()); std::sort(tb.begin(), tb.end());
-    printf("time B=%d T=%d H=%d KVH=%d hd=%d causal=%d: forward median %.1f us (min %.1f max %.1f), backward median %.1f us (min %.1f max %.1f)\n",
-           B, T, H, KVH, hd, causal, tf[2], tf[0], tf[4], tb[2], tb[0], tb[4]);
+    std::sort(tf.begin(), tf.end()); std::sort(tb.begin(), tb.end()); std::sort(ts.begin(), ts.end()); std::sort(tsf.begin(), tsf.end()); std::sort(tsplit.begin(), tsplit.end()); std::sort(tnosplit.begin(), tnosplit.end());
+    printf("time %s B=%d T=%d H=%d KVH=%d hd=%d causal=%d: forward median %.1f us (min %.1f max %.1f), backward median %.1f us (min %.1f max %.1f)",
+           NameOf<T>(), B, Tn, H, KVH, hd, causal, tf[2], tf[0], tf[4], tb[2], tb[0], tb[4]);
+    if (!ts.empty())
+      printf(", backward with the dK/dV head split off %.1f us / on %.1f us; SIMT forward median %.1f us, SIMT backward median %.1f us",
+             tnosplit[2], tsplit[2], tsf[2], ts[2]);
+    printf("\n");
   }
   CK(cudaGetLastError());
-  for (float* d : {dq_, dk_, dv_, ddy, y, lse, gq, gk, gv}) CK(cudaFree(d));
+  for (void* d : {(void*)dq_, (void*)dk_, (void*)dv_, (void*)ddy, (void*)y, (void*)lse, (void*)gq, (void*)gk, (void*)gv}) CK(cudaFree(d));
   return bad;
 }
 
-int main() {
+template <typename T>
+int Checks() {
   int bad = 0;
-  bad += Case(2, 37, 37, 4, 2, 8, 1, true, 0);
-  bad += Case(1, 5, 9, 2, 1, 4, 0, true, 0);
-  bad += Case(3, 70, 70, 6, 3, 64, 1, true, 0);
-  bad += Case(2, 33, 50, 4, 4, 64, 0, true, 0);
-  bad += Case(1, 40, 40, 2, 1, 100, 1, true, 0);
-  bad += Case(1, 20, 20, 4, 2, 128, 1, true, 0);
-  bad += Case(1, 17, 17, 2, 2, 256, 1, true, 0);
-  bad += Case(2, 256, 256, 9, 3, 64, 1, true, 0);
-  bad += Case(8, 256, 256, 9, 3, 64, 1, false, 50);
-  bad += Case(8, 256, 256, 9, 3, 64, 0, false, 50);
-  bad += Case(8, 1024, 1024, 9, 3, 64, 1, false, 10);
-  printf(bad ? "FAILED %d (rows per thread %d)\n" : "ALL OK (rows per thread %d)\n", bad, kRows);
+  bad += Case<T>(2, 37, 37, 4, 2, 8, 1, true, 0);
+  bad += Case<T>(1, 5, 9, 2, 1, 4, 0, true, 0);
+  bad += Case<T>(3, 70, 70, 6, 3, 64, 1, true, 0);
+  bad += Case<T>(2, 33, 50, 4, 4, 64, 0, true, 0);
+  bad += Case<T>(1, 40, 40, 2, 1, 100, 1, true, 0);
+  bad += Case<T>(1, 20, 20, 4, 2, 128, 1, true, 0);
+  bad += Case<T>(1, 130, 130, 2, 1, 128, 0, true, 0);
+  bad += Case<T>(1, 17, 17, 2, 2, 256, 1, true, 0);
+  bad += Case<T>(1, 45, 45, 3, 1, 24, 1, true, 0);
+  bad += Case<T>(2, 256, 256, 9, 3, 64, 1, true, 0);
+  return bad;
+}
+
+template <typename T>
+int Timings() {
+  int bad = 0;
+  bad += Case<T>(8, 256, 256, 9, 3, 64, 1, false, 50);
+  bad += Case<T>(8, 256, 256, 9, 3, 64, 0, false, 50);
+  bad += Case<T>(8, 1024, 1024, 9, 3, 64, 1, false, 10);
+  return bad;
+}
+
+int main(int argc, char** argv) {
+  const bool time = argc < 2 || std::string(argv[1]) != "check";
+  int bad = Checks<float>();
+  for (int split : {0, 1}) {  // the tensor-core dK/dV kernel with and without its query-head split
+    mma::g_flash_split_heads = split;
+    printf("dK/dV query-head split %s\n", split ? "on" : "off");
+    bad += Checks<__half>() + Checks<__nv_bfloat16>();
+  }
+  mma::g_flash_split_heads = -1;
+  if (time) bad += Timings<float>() + Timings<__half>() + Timings<__nv_bfloat16>();
+  if (bad)
+    printf("FAILED %d (rows per thread %d)\n", bad, kRows);
+  else
+    printf("ALL OK (rows per thread %d)\n", kRows);
   return bad != 0;
 }

@@ -8,6 +8,7 @@ from .ir import DType, GraphCore, NodeId, TensorType
 from .ops import OPS
 from .ops.attention import AttentionBuilders
 from .ops.conv import ConvBuilders
+from .ops.decode_linear import DecodeLinearBuilders
 from .ops.decoder import DecoderBuilders
 from .ops.elementwise import ElementwiseBuilders
 from .ops.embedding import EmbeddingBuilders
@@ -36,6 +37,7 @@ class Graph(
     FlashAttentionBuilders,
     EmbeddingBuilders,
     FusedBuilders,
+    DecodeLinearBuilders,
     KvCacheBuilders,
     DecoderBuilders,
     ConvBuilders,

@@ -32,15 +32,25 @@ from meganeura_onnx.ops.table import INT64_MAX, Attr, CustomOp
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "custom_ops"
 # Each execution provider's registration rows, spread over the files that hold its kernel classes.
 REGISTRY_FILES = {
-    "CPU": ("cpu_kernels.cc", "cpu_fused.cc", "cpu_flash.cc"),
-    "CUDA": ("cuda_ops.cc", "cuda_fused_ops.cc", "cuda_flash_ops.cc"),
+    "CPU": ("cpu_kernels.cc", "cpu_fused.cc", "cpu_flash.cc", "cpu_decode_linear.cc", "cpu_losses.cc"),
+    "CUDA": ("cuda_ops.cc", "cuda_fused_ops.cc", "cuda_flash_ops.cc", "cuda_decode_linear_ops.cc", "cuda_losses_ops.cc"),
 }
-ATTR_FILES = ("op_common.cc", "cpu_kernels.cc", "cuda_ops.cc", "optim_kernels.cc", "cpu_fused.cc", "cpu_flash.cc")
+ATTR_FILES = (
+    "op_common.cc",
+    "cpu_kernels.cc",
+    "cuda_ops.cc",
+    "optim_kernels.cc",
+    "cpu_fused.cc",
+    "cpu_flash.cc",
+    "cpu_decode_linear.cc",
+    "cpu_losses.cc",
+)
 SCHEMAS = {d.custom.name: d.custom for d in OPS.values() if d.custom is not None}
 # Rows of variadic ops (AdamUpdate) are built in code, not in the one-line form parsed here; their
 # attributes and accepted values are still checked below, their arity by their own kernel tests.
 FIXED_ARITY = {name: s for name, s in SCHEMAS.items() if not s.variadic_inputs}
-C_TYPE = {"F32": "float", "T": "float", "ANY": "index"}  # T: the float type of a per-type registration loop
+# T: the float type of a per-type registration loop; FP32: float32 whatever T is (a log-sum-exp).
+C_TYPE = {"F32": "float", "T": "float", "FP32": "float32", "ANY": "index"}
 C_ELEMENT = {"F32": "float", "F16": "float16", "BF16": "bfloat16"}
 HALF_TYPES = {d.custom.name: d.half_types for d in OPS.values() if d.custom is not None}
 TYPE_LOOP = re.compile(r"for \(const auto T : \{(?P<types>[^}]*)\}\) \{(?P<body>.*?)\n  \}", re.S)
@@ -153,7 +163,7 @@ def library_element_types(op_name: str) -> set[str]:
     _, example = _custom_model(op_name)
     accepted = set()
     for name, elem in ONNX_ELEMENT.items():
-        kind = {"float": elem, "index": TensorProto.INT64}
+        kind = {"float": elem, "float32": TensorProto.FLOAT, "index": TensorProto.INT64}
         ins = [helper.make_tensor_value_info(t.name, kind[t.dtype], None) for t in schema.inputs]
         outs = [helper.make_tensor_value_info(t.name, kind[t.dtype], None) for t in schema.outputs]
         node = helper.make_node(schema.name, [t.name for t in schema.inputs], [t.name for t in schema.outputs], domain=schema.domain)

@@ -12,6 +12,7 @@ from meganeura_onnx.models import llama
 
 from meganeura_onnx import build_inference_session, custom_op_library
 from meganeura_onnx.init import default_parameters
+from meganeura_onnx.transforms.rewrite import optimize
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("decode_kernels_benchmark", ROOT / "benchmarks" / "decode_kernels.py")
@@ -19,20 +20,21 @@ decode_kernels = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(decode_kernels)
 decode_layer_nodes = decode_kernels.decode_layer_nodes
 
-LAYER_NODES = 14
-"""Kernels per SmolLM2 decode layer after both optimizers: RMSNorm x2, Gemm x7 (o_proj and down_proj
-take the residual as Gemm's C), Rope (q), RopeCacheWrite (k), CacheWrite (v), CachedAttention, SwiGLU."""
+LAYER_NODES = 8
+"""Kernels per SmolLM2 decode layer after both optimizers: RMSNormLinear (input norm + q/k/v), Rope (q),
+RopeCacheWrite (k), CacheWrite (v), CachedAttention, Gemm (o_proj, the residual as C), RMSNormSwiGLU
+(post-attention norm + gate/up + SwiGLU), Gemm (down_proj, the residual as C)."""
 
 
 @pytest.mark.skipif(custom_op_library("cpu") is None, reason="custom-op library not built (make -C custom_ops cpu)")
-def test_smollm2_decode_layer_runs_in_at_most_14_kernels_after_both_optimizers():
+def test_smollm2_decode_layer_runs_in_at_most_8_kernels_after_both_optimizers():
     cfg = llama.PRESETS["smollm2-135m"]
     plain = decode_layer_nodes(cfg, optimize=False)["ort"]
     fused = decode_layer_nodes(cfg, optimize=True)["ort"]
     assert fused["total"] <= LAYER_NODES, fused
-    assert fused["total"] <= plain["total"] - 3, (plain, fused)
-    ops = fused["by_op"]
-    assert "Add" not in ops and ops.get("RopeCacheWrite") == 1 and ops.get("Rope") == 1 and ops.get("SwiGLU") == 1, ops
+    assert fused["total"] <= plain["total"] - 9, (plain, fused)
+    want = {"RMSNormLinear": 1, "Rope": 1, "RopeCacheWrite": 1, "CacheWrite": 1, "CachedAttention": 1, "Gemm": 2, "RMSNormSwiGLU": 1}
+    assert fused["by_op"] == want, fused["by_op"]
 
 
 def decode_sessions(*specs: tuple[str, bool, bool], preset: str = "tiny", max_seq: int = 32):
@@ -54,12 +56,35 @@ def feed_steps(*sessions, steps: int, seed: int = 0):
         yield tuple(s.read_output_by_index(0) for s in sessions)
 
 
+def fused_cpu_session(g, params, **kw):
+    """A CPU session of ``g`` after the inference optimizer WITH the norm + projection fusion (CPU
+    sessions leave it out; this runs the fused ops' CPU kernels or function bodies in a whole model)."""
+    compiled, report = optimize(g, stage="inference")
+    s = build_inference_session(compiled, "cpu", parameters=params, optimize=False, **kw)
+    s.report = report
+    return s
+
+
+def test_cpu_sessions_keep_the_products_and_cuda_sessions_fuse_the_norms():
+    g = llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 16)
+    _, on_cuda = optimize(g, stage="inference")
+    _, on_cpu = optimize(g, stage="inference", decode_fusion=False)
+    assert on_cuda.rules_fired.get("fuse_rms_norm_linear") == 3 and "fuse_rms_norm_linear" not in on_cpu.rules_fired
+    (cpu,) = decode_sessions(("cpu", True, False))
+    assert "RMSNormLinear" not in cpu.plan().kernels() and not cpu.report.rules_fired.get("fuse_rms_norm_swiglu")
+
+
 def test_optimized_decode_step_gives_the_logits_and_caches_of_the_plain_one():
-    fused, plain = decode_sessions(("cpu", True, False), ("cpu", False, False))
+    g = llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 32)
+    params = default_parameters(g, 3)
+    fused, plain = fused_cpu_session(g, params), build_inference_session(g, "cpu", parameters=params, optimize=False)
     kernels = fused.plan().kernels()
     if custom_op_library("cpu") is not None:
-        assert {"RopeCacheWrite", "SwiGLU"} <= set(kernels), kernels
-    assert fused.report.rules_fired.get("rope_then_cache_write") == 2, fused.report.summary()
+        assert {"RopeCacheWrite", "RMSNormLinear", "RMSNormSwiGLU"} <= set(kernels), kernels
+    fired = fused.report.rules_fired
+    assert fired.get("rope_then_cache_write") == 2, fused.report.summary()
+    # per layer: q/k/v and gate/up; the final norm with the LM head is a group of one
+    assert fired.get("fuse_rms_norm_swiglu") == 2 and fired.get("fuse_rms_norm_linear") == 3, fused.report.summary()
     for step, (got, want) in enumerate(feed_steps(fused, plain, steps=8)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"step {step}")
     for name in plain.inplace_state | fused.inplace_state:
@@ -70,20 +95,19 @@ def test_optimized_decode_step_running_function_bodies_matches_the_plain_one():
     """Without our kernels the fused nodes run their ONNX function bodies: same logits."""
     g = llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 16)
     params = default_parameters(g, 5)
-    bodies = build_inference_session(g, parameters=params, use_custom_ops=False)
+    bodies = fused_cpu_session(g, params, use_custom_ops=False)
     plain = build_inference_session(g, parameters=params, optimize=False, use_custom_ops=False)
-    assert set(bodies.plan().kernels()) >= {"RopeCacheWrite", "SwiGLU"}
+    assert set(bodies.plan().kernels()) >= {"RopeCacheWrite", "RMSNormLinear", "RMSNormSwiGLU"}
     assert set(bodies.plan().kernels().values()) == {"function"}
     for step, (got, want) in enumerate(feed_steps(bodies, plain, steps=4, seed=1)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"step {step}")
 
 
 def test_fp16_lowering_for_cuda_keeps_both_kv_caches_in_half_and_never_casts_them():
-    """The precision pass as a CUDA session runs it: RopeCacheWrite and SwiGLU take half, so the K
+    """The precision pass as a CUDA session runs it: RopeCacheWrite and RMSNormSwiGLU take half, so the K
     cache is stored in half like the V cache and no Cast copies a cache (checked on the model, no GPU)."""
     from meganeura_onnx.export import to_model
     from meganeura_onnx.export.precision import half_storage_inputs, lower_precision
-    from meganeura_onnx.transforms.rewrite import optimize
 
     g, _ = optimize(llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 32), stage="inference")
     model, spec = to_model(g, params_as_inputs=True, with_state=True)
@@ -93,8 +117,8 @@ def test_fp16_lowering_for_cuda_keeps_both_kv_caches_in_half_and_never_casts_the
     caches = set(spec.state) | set(spec.state.values())
     casts = [n.input[0] for n in lowered.graph.node if n.op_type == "Cast" and n.input[0] in caches]
     assert not casts, casts
-    fused = [n for n in lowered.graph.node if n.op_type in ("RopeCacheWrite", "SwiGLU")]
-    assert len(fused) == 4
+    fused = [n for n in lowered.graph.node if n.op_type in ("RopeCacheWrite", "RMSNormSwiGLU", "RMSNormLinear")]
+    assert len(fused) == 7
     produced = {o: n for n in lowered.graph.node for o in n.output}
     for n in fused:  # every float input comes in half: a half tensor, not a Cast to float
         for name in n.input[:2]:

@@ -59,6 +59,31 @@ def test_cuda_half_precision_kernels_match_float32_reference(op, make, case, dty
         np.testing.assert_allclose(got.astype(np.float32), ref, rtol=tol, atol=tol)
 
 
+# Decode shapes of the split-K kernel's tuned paths: head_dim 64 and 128, GQA ratios 1, 3 and 4, cache
+# lengths that are no multiple of any tile, the first and the last position (one sequence at each).
+DECODE_ATTN = [  # (B, T, H, KVH, head_dim, max_seq, kv_pos per sequence)
+    (1, 1, 8, 8, 64, 4099, (4098,)),
+    (1, 1, 9, 3, 64, 1027, (0,)),
+    (2, 1, 16, 4, 64, 2051, (2050, 0)),
+    (1, 1, 8, 8, 128, 1031, (0,)),
+    (1, 1, 12, 4, 128, 4101, (4100,)),
+    (2, 1, 32, 8, 128, 3001, (0, 3000)),
+]
+DECODE_TOL = {np.dtype(np.float32): cpu.ATTN_TOL, **cpu.HALF_TOL}
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16), kc.BFLOAT16], ids=["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize(
+    "case", DECODE_ATTN, ids=[f"hd{c[4]}-gqa{c[2] // c[3]}-len{c[5]}-pos{'-'.join(map(str, c[6]))}" for c in DECODE_ATTN]
+)
+def test_cuda_decode_attention_matches_reference_per_head_dim_and_gqa_ratio(case, dtype):
+    inputs, attrs, _, ref = cpu.batch_attn_case(*case, dtype=dtype)
+    sess = cuda_session(kc.make_model("CachedAttention", inputs, attrs, out_dtype=dtype, with_function=False))
+    got = kc.run_typed(sess, inputs, ref.shape, dtype)
+    tol = DECODE_TOL[dtype]
+    np.testing.assert_allclose(got.astype(np.float32), ref, rtol=tol, atol=tol)
+
+
 def test_cuda_library_also_serves_cpu_sessions():
     inputs, attrs, names, ref = cpu.attn_case(2, 4, 2, 64, 16, 5)
     got = kc.session(kc.make_model("CachedAttention", inputs, attrs), library=CUDA_LIB).run(None, inputs)[0]

@@ -91,7 +91,7 @@ def test_session_graphs_skip_the_kernel_position_checks_and_exported_files_keep_
     exported, _ = to_model(g)
     assert check_positions_of(exported) == {"Rope": [1], "CacheWrite": [1, 1], "CachedAttention": [1]}
     s = build_inference_session(g, use_custom_ops=False, optimize=False)
-    assert check_positions_of(s._model) == {"Rope": [0], "CacheWrite": [0, 0], "CachedAttention": [0]}
+    assert check_positions_of(s.onnx_model()) == {"Rope": [0], "CacheWrite": [0, 0], "CachedAttention": [0]}
 
 
 def test_a_position_the_session_does_not_check_keeps_the_kernel_check():
@@ -110,12 +110,27 @@ def test_training_graph_rope_nodes_need_no_position_read_back():
     x = g.rope(g.matmul(g.input("x", [4, 8]), g.parameter("w", [8, 8])), 10000.0, 4)
     g.set_outputs([g.mse_loss(x, g.input("y", [4, 8]))])
     s = build_session(g, optimizer="sgd")
-    ropes = check_positions_of(s._model)["Rope"]
+    ropes = check_positions_of(s.onnx_model())["Rope"]
     assert len(ropes) == 2 and set(ropes) == {0}  # forward rope and its transpose in the backward pass
 
 
+def test_training_token_ids_are_checked_on_upload_so_scatter_add_needs_no_read_back():
+    from meganeura_onnx.runtime.training import build_session
+
+    g = Graph()
+    x = g.embedding(g.input_u32("ids", [4]), g.parameter("emb", [10, 8]))
+    g.set_outputs([g.mse_loss(x, g.input("y", [4, 8]))])
+    s = build_session(g, optimizer="sgd")
+    assert check_positions_of(s.onnx_model())["ScatterAdd"] == [0]  # the embedding's gradient
+    s.set_input_u32("ids", [9, 0, 3, 3])
+    with pytest.raises(ValueError) as info:
+        s.set_input_u32("ids", [1, 10, 3, 3])
+    msg = str(info.value)
+    assert "'ids' = 10" in msg and "<= 9" in msg and "table (10 rows)" in msg, msg
+
+
 @pytest.mark.skipif(kc.kernel_library("cpu") is None, reason="custom-op library not built (make -C custom_ops cpu)")
-@pytest.mark.parametrize("op", ["CacheWrite", "CachedAttention", "Rope"])
+@pytest.mark.parametrize("op", ["CacheWrite", "CachedAttention", "Rope", "ScatterAdd"])
 def test_cpu_kernels_check_positions_even_when_told_not_to(op):
     f32 = np.random.default_rng(0).standard_normal
     if op == "CacheWrite":
@@ -129,6 +144,9 @@ def test_cpu_kernels_check_positions_even_when_told_not_to(op):
             "kv_pos": np.array([6], np.int64),
         }
         attrs, match = {"num_heads": 2, "num_kv_heads": 1, "head_dim": 4}, "6"
+    elif op == "ScatterAdd":
+        inputs = {"indices": np.array([0, 4, 1], np.int64), "src": f32((3, 2)).astype(np.float32)}
+        attrs, match = {"num_rows": 4}, "4"
     else:
         inputs = {"X": f32((3, 8)).astype(np.float32), "offset_dyn": np.array([-1], np.int64)}
         attrs, match = {"theta": 1e4, "head_dim": 4, "offset": 0}, "-1"

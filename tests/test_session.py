@@ -199,7 +199,7 @@ def test_kv_position_past_the_cache_is_refused_by_set_input_u32(kernels, max_seq
         s.set_input_u32("kv_pos", [-1])
 
 
-def test_position_limits_cover_only_cache_positions():
+def test_position_limits_cover_cache_positions_and_token_ids_not_rope_offsets():
     from meganeura_onnx.runtime.inference import position_limits
 
     g = Graph()
@@ -207,10 +207,12 @@ def test_position_limits_cover_only_cache_positions():
     off = g.input_u32("offset", [1])  # rope only: any U32 is a valid rope offset
     x = g.embedding(ids, g.parameter("emb", [50, 8]))
     g.set_outputs([g.rope_dynamic_offset(x, 10000.0, off, 4)])
-    assert position_limits(g) == {}
+    assert position_limits(g) == {"ids": 49}  # token ids index the 50 rows of the table
     s = build_inference_session(g)
     s.set_input_u32("offset", [2**32 - 1])
     s.set_input_u32("ids", [49, 0, 7])
+    with pytest.raises(ValueError, match=r"'ids' = 50 .*<= 49 .*table \(50 rows\)"):
+        s.set_input_u32("ids", [0, 50, 7])
     # the LLaMA graphs: one kv_pos feeds every layer's cache ops
     import importlib.util
     from pathlib import Path
@@ -219,8 +221,9 @@ def test_position_limits_cover_only_cache_positions():
     llama = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(llama)
     cfg = llama.PRESETS["tiny"]
-    assert position_limits(llama.build_graph(cfg, "decode", 1, 32)) == {"kv_pos": 31}
-    assert position_limits(llama.build_graph(cfg, "prefill", 8, 32)) == {"kv_pos": 24}
+    ids_limit = cfg.vocab_size - 1
+    assert position_limits(llama.build_graph(cfg, "decode", 1, 32)) == {"kv_pos": 31, "input_ids": ids_limit}
+    assert position_limits(llama.build_graph(cfg, "prefill", 8, 32)) == {"kv_pos": 24, "input_ids": ids_limit, "last_row": 7}
 
 
 def test_training_leaves_the_callers_parameter_arrays_unchanged():

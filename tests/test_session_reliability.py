@@ -131,7 +131,10 @@ def test_a_step_that_fails_in_onnx_runtime_changes_no_parameter_moment_or_step_c
         _feed_embedding(sess, [1, 2, 3, 4])
         sess.step()
     before, step = _state(s), s.optimizer_step
-    _feed_embedding(s, [1, 2, 3, 99])  # row 99 of a 10-row table: Gather fails at run time
+    with pytest.raises(ValueError, match="'ids' = 99"):  # refused on upload (token ids index the table)
+        _feed_embedding(s, [1, 2, 3, 99])
+    # past the upload check on purpose: row 99 of a 10-row table makes Gather fail at run time
+    s._values["ids"].update_inplace(np.array([1, 2, 3, 99], np.uint32))
     for _ in range(2):
         with pytest.raises(Exception, match="(?i)indices|out of|bounds"):
             s.step()

@@ -13,7 +13,9 @@ model or a whole train step), per ONNX node:
   losses, elementwise arithmetic and the optimizer update. A half input is cast back to float32.
 - ``com.meganeura`` custom ops compute in half only where the op table says their kernels take it
   (``OpDef.half_types``, registered by the CPU and the CUDA library alike) and the kernel library
-  runs them; elsewhere (function bodies) they run in float32 with casts around them.
+  runs them; elsewhere (function bodies) they run in float32 with casts around them. An argument
+  the schema declares ``"float32"`` (FlashAttention's log-sum-exp, the sparse cross entropy's loss
+  terms and log-sum-exp) stays float32 in a half op.
 
 On a device without a half kernel for a half-compute op (ORT's CPU EP has no fp16/bf16 MatMul or
 Gemm, and no bf16 arithmetic at all) the op is *emulated*: its inputs are rounded through the half
@@ -98,6 +100,20 @@ def _custom_op(op_type: str) -> CustomOp | None:
     return next((d.custom for d in OPS.values() if d.custom is not None and d.custom.name == op_type), None)
 
 
+def _float32_args(node: onnx.NodeProto) -> tuple[set[int], set[int]]:
+    """Input and output positions of a custom-op node that are float32 whatever type the op runs in
+    (``TensorArg.dtype == "float32"``: FlashAttention's and SparseCrossEntropy's log-sum-exp)."""
+    custom = _custom_op(node.op_type) if node.domain == CUSTOM_DOMAIN else None
+    if custom is None:
+        return set(), set()
+    ins = list(custom.inputs) + list(custom.variadic_inputs) * max(1, len(node.input))
+    outs = list(custom.outputs) + list(custom.variadic_outputs) * max(1, len(node.output))
+    return (
+        {k for k, (_, a) in enumerate(zip(node.input, ins, strict=False)) if a.dtype == "float32"},
+        {k for k, (_, a) in enumerate(zip(node.output, outs, strict=False)) if a.dtype == "float32"},
+    )
+
+
 def custom_half_types(op_type: str) -> frozenset[str]:
     """``half_types`` of the op-table entry that lowers to ``com.meganeura.<op_type>``."""
     return next((d.half_types for d in OPS.values() if d.custom is not None and d.custom.name == op_type), frozenset())
@@ -120,7 +136,7 @@ def _float_tensors(model: onnx.ModelProto) -> dict[str, bool]:
             if custom is not None:
                 outs = list(custom.outputs) + list(custom.variadic_outputs) * max(1, len(node.output))
                 for name, arg in zip(node.output, outs, strict=False):
-                    types.setdefault(name, arg.dtype == "float")
+                    types.setdefault(name, arg.dtype in ("float", "float32"))
         elif node.op_type == "Constant":
             for a in node.attribute:
                 if a.name == "value":
@@ -173,19 +189,20 @@ class _Lowering:
             have["rounded"] = name
         return have["rounded"]
 
-    def produce(self, node: onnx.NodeProto, out_type: str) -> None:
-        """Record ``node``'s float outputs as made in ``out_type``; a graph output wanted in the other
-        type is written under another name and cast to its own."""
+    def produce(self, node: onnx.NodeProto, out_type: str, float32_outputs: Collection[int] = ()) -> None:
+        """Record ``node``'s float outputs as made in ``out_type`` (those at ``float32_outputs`` in
+        float32); a graph output wanted in the other type is written under another name and cast to its own."""
         for k, t in enumerate(node.output):
             if not t or not self.is_float.get(t, False):
                 continue
+            made = "float32" if k in float32_outputs else out_type
             want = self.wanted_out.get(t)
-            if want is None or want == out_type:
-                self.versions[t] = {out_type: t}
+            if want is None or want == made:
+                self.versions[t] = {made: t}
             else:
-                inner = f"{t}.{'f32' if out_type == 'float32' else out_type}"
+                inner = f"{t}.{'f32' if made == 'float32' else made}"
                 node.output[k] = inner
-                self.versions[t] = {out_type: inner}
+                self.versions[t] = {made: inner}
                 self.nodes.append(helper.make_node("Cast", [inner], [t], name=f"{t}/Cast", to=ONNX_TYPE[want]))
                 self.casts += 1
                 self.versions[t][want] = t
@@ -223,8 +240,12 @@ class _Lowering:
             self.nodes.append(node)
             return "float32"
         in_type = self.half if mode in ("half", "follow") else "float32"
+        float32_ins, float32_outs = _float32_args(node) if mode == "half" else (set(), set())
         for k in ins:  # emulated: rounded through half, computed in float32
-            node.input[k] = self.rounded(node.input[k]) if mode == "emulated" else self.as_type(node.input[k], in_type)
+            if mode == "emulated":
+                node.input[k] = self.rounded(node.input[k])
+            else:
+                node.input[k] = self.as_type(node.input[k], "float32" if k in float32_ins else in_type)
         self.nodes.append(node)
         if mode == "emulated":
             tmp = [(k, t) for k, t in enumerate(node.output) if t and self.is_float.get(t, False)]
@@ -235,7 +256,7 @@ class _Lowering:
                 self.casts += 1
                 self.produce(rounded, self.half)
             return f"{self.half} (emulated)"
-        self.produce(node, in_type)
+        self.produce(node, in_type, float32_outs)
         return in_type
 
 

@@ -7,9 +7,11 @@ import numpy as np
 from ..ir import Dim, NodeId, TensorType
 from .lowering import CUSTOM_DOMAIN, function_body
 from .onnx_util import dim, dims
-from .table import CustomOp, TensorArg, examples, int_attr, op, rank, require
+from .table import CustomOp, Position, TensorArg, examples, int_attr, op, rank, require
 
-embedding = op("embedding", ("indices", "table"), u32=("indices",))
+# Token ids are row indices: sessions check them on upload (positions), so ScatterAdd's CUDA kernel
+# need not read them back (check_positions=0 in the graphs a Session builds).
+embedding = op("embedding", ("indices", "table"), u32=("indices",), positions=(Position("indices", within="table"),))
 NUM_ROWS = int_attr("num_rows", 1, doc="rows of the output (the table size)")
 scatter_add = op(
     "scatter_add",
@@ -17,6 +19,7 @@ scatter_add = op(
     u32=("indices",),
     attrs=(NUM_ROWS,),
     custom=CustomOp("ScatterAdd", (TensorArg("indices", "index"), TensorArg("src")), (TensorArg("out"),), (NUM_ROWS,)),
+    positions=(Position("indices", below="num_rows"),),
 )
 
 

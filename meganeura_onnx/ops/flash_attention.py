@@ -15,6 +15,10 @@ pieces), which compute the same functions.
 
 The ONNX ops see 3-D tensors ``Q [B, T, H*hd]``, ``K/V [B, S, KVH*hd]``, ``LSE [B, H, T]``: the
 sequence boundaries come from the shapes, so a symbolic batch needs no attribute.
+
+Both kernels take float16 and bfloat16 for every tensor but the log-sum-exp, which stays float32
+(``half_types``; the precision pass keeps them in half): the arithmetic is float32 (on CUDA, half
+operands feed tensor-core MMAs that accumulate in float32) and each output is rounded once.
 """
 
 from __future__ import annotations
@@ -41,10 +45,11 @@ flash_attention = op(
     custom=CustomOp(
         "FlashAttention",
         (TensorArg("Q"), TensorArg("K"), TensorArg("V")),
-        (TensorArg("Y"), TensorArg("LSE")),
+        (TensorArg("Y"), TensorArg("LSE", "float32")),
         ONNX_ATTRS,
         relations=RELATIONS,
     ),
+    half_types=frozenset({"float16", "bfloat16"}),
 )
 flash_attention_backward = op(
     "flash_attention_backward",
@@ -53,11 +58,12 @@ flash_attention_backward = op(
     attrs=(*HEADS, BATCH, bool_attr("causal"), int_attr("part", 0, 2, doc="0: dq, 1: dk, 2: dv")),
     custom=CustomOp(
         "FlashAttentionGrad",
-        tuple(TensorArg(n) for n in ("Q", "K", "V", "Y", "dY", "LSE")),
+        (*(TensorArg(n) for n in ("Q", "K", "V", "Y", "dY")), TensorArg("LSE", "float32")),
         (TensorArg("dQ"), TensorArg("dK"), TensorArg("dV")),
         ONNX_ATTRS,
         relations=RELATIONS,
     ),
+    half_types=frozenset({"float16", "bfloat16"}),
 )
 
 

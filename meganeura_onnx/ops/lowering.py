@@ -25,7 +25,7 @@ class LoweringContext:
         self.in_function = in_function
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
-        self.functions: dict[str, onnx.FunctionProto] = {}
+        self.functions: dict[tuple[str, str, str], onnx.FunctionProto] = {}
         self._counter = 0
         self._const_cache: dict[tuple, str] = {}
         self.prefix = prefix
@@ -144,7 +144,7 @@ class LoweringContext:
         return self.cast(x, TensorProto.INT64)
 
     def use_function(self, fn: onnx.FunctionProto) -> None:
-        self.functions[fn.name] = fn
+        self.functions[(fn.domain, fn.name, fn.overload)] = fn  # an op of several arities has one body per overload
 
 
 def function_body(schema: CustomOp, build: Any, opset: int, arity: int = 1) -> onnx.FunctionProto:

@@ -212,8 +212,10 @@ def dims(*names: str) -> tuple[Attr, ...]:
 # -- custom ops -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TensorArg:
-    """An input or output of a ``com.meganeura`` ONNX op. ``dtype``: ``"float"`` (float32) or
-    ``"index"`` (any integer type the kernels read: int64, int32, uint32)."""
+    """An input or output of a ``com.meganeura`` ONNX op. ``dtype``: ``"float"`` (float32, or the
+    half type the op runs in: its ``half_types``), ``"float32"`` (float32 whatever the op runs in: a
+    log-sum-exp kept exact next to half tensors) or ``"index"`` (any integer type the kernels read:
+    int64, int32, uint32)."""
 
     name: str
     dtype: str = "float"
@@ -249,26 +251,36 @@ class CustomOp:
 
 @dataclass(frozen=True)
 class Position:
-    """A U32 position input and its valid range: ``0 <= value <= max_value`` and, with ``rows`` and
-    ``within``, ``value + rows(rows) <= rows(within)`` (rows = the second-to-last dimension of those
-    inputs: dimension 0 of ``[rows, width]``, 1 of a batch ``[batch, rows, width]``). A position input
-    of a batch holds one value per sequence; each must lie in the range."""
+    """A U32 position (or row index) input and its valid range: ``0 <= value <= max_value``; with
+    ``rows`` and ``within``, ``value + rows(rows) <= rows(within)`` (rows = the second-to-last dimension
+    of those inputs: dimension 0 of ``[rows, width]``, 1 of a batch ``[batch, rows, width]``); with
+    ``within`` alone, ``value < rows(within)`` (an index into its rows: ``embedding``'s table); with
+    ``below``, ``value < attrs[below]`` (an int attribute: ``scatter_add``'s ``num_rows``). A position
+    input of a batch holds one value per sequence; each must lie in the range."""
 
     input: str
     rows: str | None = None
     within: str | None = None
     max_value: int | None = None
+    below: str | None = None
 
-    def limit(self, shapes: Mapping[str, tuple[Dim, ...]]) -> int | None:
-        """The largest valid value, given the shapes of the op's inputs by name. A symbolic row
-        count (a prefill of any length) counts as one row, the kernels check the rest when they
-        run; a symbolic ``within`` gives no static limit."""
+    def limit(self, shapes: Mapping[str, tuple[Dim, ...]], attrs: Mapping[str, Any] | None = None) -> int | None:
+        """The largest valid value, given the shapes of the op's inputs by name (and its attributes).
+        A symbolic row count (a prefill of any length) counts as one row; a symbolic ``within``
+        gives no static limit. Sessions check the exact limit of each run's sizes."""
         limits = [self.max_value] if self.max_value is not None else []
-        if self.rows is not None and self.within is not None:
-            within, rows = shapes[self.within][-2], shapes[self.rows][-2]
+        if self.within is not None:
+            within = shapes[self.within][-2]
+            rows = shapes[self.rows][-2] if self.rows is not None else 1
             if isinstance(within, int):
                 limits.append(within - (rows if isinstance(rows, int) else 1))
+        if self.below is not None and attrs is not None and isinstance(attrs.get(self.below), int):
+            limits.append(attrs[self.below] - 1)
         return min(limits) if limits else None
+
+    def sized_dims(self) -> tuple[str, ...]:
+        """The inputs whose shapes set the limit."""
+        return tuple(a for a in (self.rows, self.within) if a is not None)
 
 
 CHECK_POSITIONS = optional(
@@ -282,7 +294,8 @@ CHECK_POSITIONS = optional(
     ),
     1,
 )
-"""The ``com.meganeura`` attribute of every op with ``positions`` (added by :func:`op`)."""
+"""The ``com.meganeura`` attribute of every op with ``positions`` (added by :func:`op`); ScatterAdd's
+indices are positions (row indices) in this sense too."""
 
 
 @dataclass(frozen=True)

@@ -55,8 +55,9 @@ def build_inference_session(
     checked like ``set_parameter`` (name, shape, dtype, finite). ``check_finite=True`` makes every
     ``step()`` check its inputs and outputs and raise ``FloatingPointError`` naming the first
     non-finite one (it reads every buffer back: for debugging, not for speed). ``optimize`` (default
-    True) runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`); its report is
-    the session's ``report`` attribute (``None`` with ``optimize=False``).
+    True) runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`; on CUDA with the
+    decode-step norm + projection fusion); its report is the session's ``report`` attribute (``None``
+    with ``optimize=False``).
 
     ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or
     ``"fp16"``: MatMul/Gemm compute in half with float32 accumulation, the weights they alone read
@@ -69,7 +70,9 @@ def build_inference_session(
     e.g. ``{"session.intra_op.allow_spinning": "0"}``.
     """
     check_precision(precision, device, providers, "build_inference_session")
-    compiled, report = optimize_graph(graph, stage="inference") if optimize else (graph, None)
+    # The decode-step RMSNorm + projection GEMVs pay where launches dominate (CUDA); on the CPU, MLAS's
+    # products are faster than our GEMV kernels (README, decode-layer fusions), so CPU sessions keep them.
+    compiled, report = optimize_graph(graph, stage="inference", decode_fusion=device == "cuda") if optimize else (graph, None)
     model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
     half_storage: dict[str, str] = {}
     precisions: list = []

@@ -19,7 +19,7 @@ from ..ops import OPS
 from . import custom_ops
 from .half import HalfBuffers, is_half
 from .plan import Buffer, ExecutionPlan, MemorySummary
-from .positions import PositionRule, check_run_positions, skip_kernel_position_checks, upload_limits
+from .positions import PositionChecks, PositionRule, skip_kernel_position_checks
 from .sizes import SymbolSizes
 
 NUMPY = {DType.F32: np.float32, DType.U32: np.uint32}
@@ -184,12 +184,7 @@ class Session:
         # symbolic shapes against that step's; so the kernels need not read them back (a stream sync
         # per op on CUDA, and none is allowed inside a captured CUDA graph): check_positions=0.
         rules = dict(position_rules or {})
-        self._position_limits = upload_limits(rules)
-        self._run_rules = {name: [r for r in rs if not r.is_static()] for name, rs in rules.items()}
-        self._run_rules = {name: rs for name, rs in self._run_rules.items() if rs}
-        self._position_values = {
-            name: np.zeros(inputs[name].shape, np.uint32) for name in rules if name in inputs and inputs[name].is_static()
-        }
+        self._positions = PositionChecks(rules, [n for n, ty in inputs.items() if ty.is_static()])
         skip_kernel_position_checks(model, rules)
         self._model = model
         try:
@@ -301,14 +296,8 @@ class Session:
         if self._sizes is not None and name in self._sizes.types:
             return self._write_symbolic(name, data, dtype, what)
         arr = host_array(name, data, self._types[name], dtype, what)
-        limit = self._position_limits.get(name) if dtype is DType.U32 else None
-        if limit is not None and arr.size and int(arr.max()) > limit:
-            raise ValueError(
-                f"{what}: {name!r} = {int(arr.max())} is out of range: it is a KV-cache position and must be <= {limit} "
-                f"(cache length minus the rows written/attended per step)"
-            )
-        if name in self._position_values:
-            self._position_values[name] = arr
+        if dtype is DType.U32:
+            self._positions.upload(name, arr, what)
         self._update(name, arr)
 
     def _write_symbolic(self, name: str, data: object, dtype: DType, what: str) -> None:
@@ -317,9 +306,9 @@ class Session:
             shape, found = self._sizes.shape_of(name, data, what)
             ty = TensorType(shape, dtype)
         arr = host_array(name, data, ty, dtype, what)
+        if dtype is DType.U32:
+            self._positions.upload(name, arr, what)
         self._sizes.commit(name, found)
-        if name in self._position_values or name in self._run_rules:
-            self._position_values[name] = arr
         held = self._values.get(name)
         if held is not None and tuple(held.shape()) == arr.shape:
             held.update_inplace(arr)
@@ -391,8 +380,7 @@ class Session:
         if self._sizes is not None:
             self._prepare_sizes()
             self._sizes.end_step()
-            if self._run_rules:  # positions vs this step's sizes (a prefill's row count)
-                check_run_positions(self._run_rules, self._position_values, self._bound_sizes)
+            self._positions.before_step(self._bound_sizes)  # positions vs this step's sizes (a prefill's row count)
         if self.check_finite:
             self._check_finite(self._names_of(("input",)), "input", self._values)
         self._run()
@@ -452,8 +440,9 @@ class Session:
 
     @property
     def position_limits(self) -> dict[str, int]:
-        """U32 inputs used as KV-cache positions -> the largest value ``set_input_u32`` accepts."""
-        return dict(self._position_limits)
+        """U32 inputs used as positions or row indices (KV-cache positions, token ids) -> the largest
+        value ``set_input_u32`` accepts."""
+        return dict(self._positions.limits)
 
     @property
     def inplace_state(self) -> set[str]:
@@ -591,5 +580,6 @@ class Session:
         return MemorySummary(sum(sizes), adam, len(sizes), max(sizes, default=0))
 
     def onnx_model(self) -> onnx.ModelProto:
-        """The ONNX model this session runs."""
+        """The ONNX model this session runs (its position ops marked ``check_positions=0`` where the
+        Session validates the positions itself: :mod:`meganeura_onnx.runtime.positions`)."""
         return self._model

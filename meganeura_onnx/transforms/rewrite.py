@@ -20,6 +20,9 @@ the e-classes the first plan computes anyway as free, so a fusion that would rec
 still used elsewhere loses to the unfused node. The result is kept only if its total (DAG) cost is no
 higher than the input graph's.
 
+With ``stage="inference"`` the decode-step fusion of RMSNorm into its projections follows
+(:mod:`.decode_fusion`, a plain pass: its q/k/v group is one node with three outputs).
+
 Preserved: every leaf (inputs, parameters, constants, in creation order, reachable or not), the
 outputs (same order), and in-place ops (``cache_write``: never merged, never rewritten away).
 """
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 from ..graph import Graph
 from ..ir import DType, Node, TensorType, postorder
 from ..ops import OPS
+from .decode_fusion import fuse_norm_projections
 from .egraph import ENode, Limits, Saturated, saturate, table_rules
 
 KERNEL_BYTES = 8 << 20
@@ -233,10 +237,13 @@ def _dag_cost(sat: Saturated, costs: list[int | None], choice: dict[int, int], o
 
 
 # -- the public pass --------------------------------------------------------------------------------
-def optimize(graph: Graph, *, limits: Limits | None = None, stage: str = "forward") -> tuple[Graph, OptimizeReport]:
+def optimize(
+    graph: Graph, *, limits: Limits | None = None, stage: str = "forward", decode_fusion: bool = True
+) -> tuple[Graph, OptimizeReport]:
     """A new graph with the op table's rewrites applied, and the report. ``graph`` is not modified; it is
     returned itself when no rule matched or extraction finds nothing cheaper. Node counts in the
-    report are of the nodes the outputs depend on."""
+    report are of the nodes the outputs depend on. ``stage="inference"`` with ``decode_fusion`` (the
+    default) also fuses decode-step norms into their projections (:mod:`.decode_fusion`)."""
     t0 = time.perf_counter()
     nodes = graph.nodes()
     sat = saturate(nodes, table_rules(), limits or Limits())
@@ -270,6 +277,14 @@ def optimize(graph: Graph, *, limits: Limits | None = None, stage: str = "forwar
         kept_input=out is graph,
         program=sat.program,
     )
+    if stage == "inference" and decode_fusion:  # norm + projections of a decode step: a plain pass (see decode_fusion)
+        out, made = fuse_norm_projections(out)
+        if made:
+            live_after = _live(out.nodes(), out.outputs())
+            ops_after = Counter(n.op for n in live_after if not OPS[n.op].leaf)
+            report.nodes_after, report.kept_input = len(live_after), False
+            report.rules_fired = {**report.rules_fired, **{f"fuse_{op}": k for op, k in made.items()}}
+            report.seconds = time.perf_counter() - t0
     report.fusions = {op: ops_after[op] - ops_before[op] for op in sorted(ops_after) if ops_after[op] > ops_before[op]}
     report.removed = {op: ops_before[op] - ops_after[op] for op in sorted(ops_before) if ops_before[op] > ops_after[op]}
     return out, report

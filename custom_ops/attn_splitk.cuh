@@ -1,0 +1,424 @@
+// The split-K decode kernel of com.meganeura CachedAttention (AttnSplit) and its pieces; included by
+// cuda_attention.cu, whose launcher picks the tile configuration and the workspace.
+#pragma once
+#include "cuda_common.cuh"
+
+namespace {
+
+// ------------------------------------------------------------------ CachedAttention
+// Split-K ("flash decoding"). Grid (KV head x head group, split, sequence x query row): a block streams
+// its slice [start, end) of the cache rows of one KV head of one sequence once, for all query heads of
+// the group (GQA: K/V are read once per group), and keeps a partial (m, l, acc[hd]) per head. The last
+// block of a (sequence, row, KV head, group) to finish (an atomic counter per group, reset by that
+// block) merges the splits' partials and writes the output: one kernel, no combine launch.
+// Inside a block each warp runs its own cp.async pipeline: NST stages of TR rows of K and V (STB bytes
+// per stage) in shared memory, 16-byte loads, no block barrier in the main loop.
+//   QK: lanes (sub, sl) = (row of the step, 16-byte slice): C chunks (16 elements) per lane, LPR lanes
+//       per row, shuffle-reduced dots; online softmax per tile in base 2 (q pre-scaled by log2(e)/sqrt(hd)).
+//   PV: lanes over head_dim (PL lanes per row), p broadcast by shuffle, acc in float registers.
+// float16/bfloat16 caches are read as such (half the bytes) and computed in float32.
+int g_attn_waves = 1;           // split-K grid = waves x resident blocks (tuning knob for attn_check)
+bool g_attn_skip_merge = false;  // attn_check times the split pass alone (output then invalid)
+int g_attn_last_splits = 0;      // the split count of the last launch (reported by attn_check)
+bool g_attn_pdl = true;          // programmatic dependent launch where the GPU has it (attn_check compares)
+
+template <class T, int HD, int NW_, int NST_, int STB_>
+struct AttnCfg {
+  static constexpr int NW = NW_, NST = NST_, STB = STB_;
+  static constexpr int EPC = Elem<T>::EPC;
+  static constexpr int C16 = HD / EPC;             // 16-byte chunks per row
+  static constexpr int C = 16 / EPC;               // QK: chunks per lane (16 elements)
+  static constexpr int LPR = C16 / C;              // QK: lanes per row
+  static constexpr int R = 32 / LPR;               // QK: rows per step
+  static constexpr int TR = STB / (2 * HD * (int)sizeof(T));  // rows per stage
+  static constexpr int STEPS = TR / R;
+  static constexpr int PL = C16 < 32 ? C16 : 32;   // PV: lanes per row
+  static constexpr int RV = 32 / PL;               // PV: rows in parallel
+  static constexpr int CV = C16 / PL;              // PV: chunks per lane
+  static constexpr int AV = CV * EPC;              // PV: accumulators per lane and head
+  static constexpr int STAGE16 = 2 * TR * C16;     // chunks per stage (K then V)
+  static constexpr int SMEM = NW * NST * STB;
+  static_assert(LPR >= 1 && LPR <= 32 && TR % R == 0 && R % RV == 0 && (TR * C16) % 32 == 0, "attention tile shape");
+};
+
+// Programmatic dependent launch (sm_90+): the grid may start while the previous kernel on the stream
+// drains; Wait blocks until that kernel has finished and its writes are visible (a no-op when launched
+// normally), Release lets the next PDL-launched kernel start its blocks as SMs free up.
+__device__ __forceinline__ void GridDependencyWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void GridDependentsRelease() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+struct AttnArgs {
+  int T, H, KVH, G, ngroups, splits;
+  MnPos pos;
+  int64_t max_seq;
+  float qscale;
+  float* ws_acc;         // [B*T*H][splits][hd] partial sums (splits > 1)
+  float2* ws_ml;         // [B*T*H][splits] (m, l)
+  unsigned* counters;    // [B*T][KVH*ngroups] finished splits, reset to 0 by the last one
+  int skip_merge;        // timing only (attn_check): stop after the split pass
+};
+
+// What one block works on: a KV head's head group of one (sequence, row) and a slice of its cache rows.
+struct AttnSlice {
+  int kvh, g0, b, bt;
+  bool valid;          // the sequence's position is in range (else its output is NaN and nothing is read)
+  int64_t start, end;  // this split's cache rows [start, end); empty past the attended rows
+  int64_t head0;       // (sequence, row, first head of the group)
+};
+
+// The pieces of the split-K kernel, for one element type, head_dim, head-group size GB and tile shape.
+template <class T, int HD, int GB, class Cfg>
+struct AttnBlock {
+  using E = Elem<T>;
+  static constexpr int NW = Cfg::NW, NST = Cfg::NST, C = Cfg::C, LPR = Cfg::LPR, R = Cfg::R, TR = Cfg::TR;
+  static constexpr int STEPS = Cfg::STEPS, PL = Cfg::PL, RV = Cfg::RV, CV = Cfg::CV, AV = Cfg::AV, C16 = Cfg::C16;
+  static constexpr int EPC = Cfg::EPC, QE = C * EPC;  // QE: query elements per lane and head
+
+  // One warp's running state: its lane layouts, the scaled query slices and the online softmax.
+  struct Warp {
+    int warp, lane;
+    int sub, sl;  // QK layout: row of the step, 16-byte slice
+    int rv, pl;   // PV layout: row in parallel, lane over head_dim
+    float qr[GB][QE];
+    float m[GB], l[GB];  // m: running max (base 2, warp-uniform); l: this lane's rows only
+    float acc[GB][AV];
+  };
+
+  // Which heads of which (sequence, row) the block serves; the rows come from its position (Rows).
+  __device__ static AttnSlice Heads(const AttnArgs& a) {
+    AttnSlice s;
+    s.kvh = blockIdx.x / a.ngroups;
+    s.g0 = (blockIdx.x % a.ngroups) * GB;
+    s.bt = blockIdx.z;
+    s.b = s.bt / a.T;
+    s.head0 = (int64_t)s.bt * a.H + (int64_t)s.kvh * a.G + s.g0;
+    return s;
+  }
+
+  __device__ static void Rows(const AttnArgs& a, AttnSlice& s) {
+    const int t = s.bt % a.T;
+    // The grid is sized for max_seq; each block finds its slice of the rows its sequence attends to.
+    const int64_t kv_pos = LoadPos(a.pos, s.b);
+    s.valid = kv_pos >= 0 && kv_pos <= a.max_seq - a.T;
+    const int64_t L = s.valid ? kv_pos + t + 1 : 0;  // query row t attends to cache rows [0, L)
+    constexpr int64_t kRowsPerPass = (int64_t)NW * TR;
+    const int64_t chunk = ((L + a.splits - 1) / a.splits + kRowsPerPass - 1) / kRowsPerPass * kRowsPerPass;
+    s.start = (int64_t)blockIdx.y * chunk;
+    s.end = min(s.start + chunk, L);
+  }
+
+  // This lane's QK slices of the group's query rows, raw: unpacked once the first K/V loads are in flight.
+  __device__ static void LoadQuery(const T* q, const AttnSlice& s, int G, int sl, uint4 (&raw)[GB][C]) {
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+      const uint4* qp = reinterpret_cast<const uint4*>(q + (s.head0 + g) * HD);
+#pragma unroll
+      for (int c = 0; c < C; ++c) raw[g][c] = s.g0 + g < G ? qp[c * LPR + sl] : make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+
+  __device__ static void StartWarp(Warp& w, const uint4 (&raw)[GB][C], float qscale) {
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+#pragma unroll
+      for (int c = 0; c < C; ++c) E::Unpack(raw[g][c], &w.qr[g][c * EPC]);
+#pragma unroll
+      for (int e = 0; e < QE; ++e) w.qr[g][e] *= qscale;
+      w.m[g] = -INFINITY;
+      w.l[g] = 0.f;
+#pragma unroll
+      for (int c = 0; c < AV; ++c) w.acc[g][c] = 0.f;
+    }
+  }
+
+  // A warp's cp.async pipeline over its tiles (tile i covers rows row0(i) .. + TR of the slice).
+  struct Pipe {
+    uint4* wsm;             // this warp's NST stages
+    const uint4 *kb, *vb;   // row 0 of the KV head's K and V (16-byte chunks)
+    int64_t kvw16, start, end;
+    int warp, lane, tiles;  // tiles: how many this warp streams
+
+    __device__ int64_t Row0(int i) const { return start + (int64_t)(warp + i * NW) * TR; }
+    __device__ const uint4* Stage(int i) const { return wsm + (i % NST) * Cfg::STAGE16; }
+    // Local tile i into stage i % NST; commits a (possibly empty) group either way.
+    __device__ void Issue(int i) const {
+      if (i < tiles) {
+        const int64_t row0 = Row0(i);
+        uint4* st = wsm + (i % NST) * Cfg::STAGE16;
+#pragma unroll
+        for (int j = 0; j < TR * C16 / 32; ++j) {
+          const int e = j * 32 + lane, r = e / C16, col = e % C16;
+          if (row0 + r < end) {
+            CpAsync16(st + r * C16 + col, kb + (row0 + r) * kvw16 + col);
+            CpAsync16(st + TR * C16 + r * C16 + col, vb + (row0 + r) * kvw16 + col);
+          }
+        }
+      }
+      CpAsyncCommit();
+    }
+  };
+
+  __device__ static Pipe MakePipe(const T* k, const T* v, const AttnSlice& s, const AttnArgs& a, uint4* smem, int warp, int lane) {
+    Pipe p;
+    const int64_t nrows = s.end > s.start ? s.end - s.start : 0;
+    const int ntiles = static_cast<int>((nrows + TR - 1) / TR);
+    p.wsm = smem + warp * NST * Cfg::STAGE16;
+    p.kvw16 = (int64_t)a.KVH * C16;  // row stride in chunks
+    const int64_t head_off = (int64_t)s.b * a.max_seq * p.kvw16 + (int64_t)s.kvh * C16;
+    p.kb = reinterpret_cast<const uint4*>(k) + head_off;
+    p.vb = reinterpret_cast<const uint4*>(v) + head_off;
+    p.start = s.start;
+    p.end = s.end;
+    p.warp = warp;
+    p.lane = lane;
+    p.tiles = ntiles > warp ? (ntiles - warp + NW - 1) / NW : 0;
+    return p;
+  }
+
+  // Base-2 scores of the tile's rows for every head of the group (-inf past the slice).
+  __device__ static void Scores(const Warp& w, const uint4* Ks, int64_t row0, int64_t end, float (&s)[STEPS][GB]) {
+#pragma unroll
+    for (int stp = 0; stp < STEPS; ++stp) {
+      const int r = stp * R + w.sub;
+      float kf[QE];
+#pragma unroll
+      for (int c = 0; c < C; ++c) E::Unpack(Ks[r * C16 + c * LPR + w.sl], &kf[c * EPC]);
+#pragma unroll
+      for (int g = 0; g < GB; ++g) {
+        float d = 0.f;
+#pragma unroll
+        for (int e = 0; e < QE; ++e) d = fmaf(w.qr[g][e], kf[e], d);
+#pragma unroll
+        for (int off = LPR / 2; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
+        s[stp][g] = row0 + r < end ? d : -INFINITY;
+      }
+    }
+  }
+
+  // Online softmax over one tile: new running max, rescaled l and acc, the tile's weights p.
+  __device__ static void Softmax(Warp& w, const float (&s)[STEPS][GB], float (&p)[STEPS][GB]) {
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+      float mt = s[0][g];
+#pragma unroll
+      for (int stp = 1; stp < STEPS; ++stp) mt = fmaxf(mt, s[stp][g]);
+#pragma unroll
+      for (int off = LPR; off < 32; off <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+      const float mn = fmaxf(w.m[g], mt);
+      if (mn > w.m[g]) {  // a new maximum (warp-uniform): rescale what was summed so far; rare after the first tiles
+        const float corr = exp2f(w.m[g] - mn);
+        w.l[g] *= corr;
+#pragma unroll
+        for (int c = 0; c < AV; ++c) w.acc[g][c] *= corr;
+        w.m[g] = mn;
+      }
+      const float mu = mn == -INFINITY ? 0.f : mn;  // avoids (-inf) - (-inf)
+      float ls = w.l[g];
+#pragma unroll
+      for (int stp = 0; stp < STEPS; ++stp) {
+        p[stp][g] = exp2f(s[stp][g] - mu);
+        ls += p[stp][g];
+      }
+      w.l[g] = ls;
+    }
+  }
+
+  // acc += p V over the tile's rows; each row's weights come from the QK lane that scored it.
+  __device__ static void Values(Warp& w, const uint4* Vs, const float (&p)[STEPS][GB], int64_t row0, int64_t end) {
+#pragma unroll
+    for (int j = 0; j < TR / RV; ++j) {
+      const int stp = (j * RV) / R;               // compile-time after unrolling
+      const int src = ((j * RV) % R + w.rv) * LPR;  // a QK lane that holds row r's score
+      const int r = j * RV + w.rv;
+      float pr[GB];
+#pragma unroll
+      for (int g = 0; g < GB; ++g) pr[g] = __shfl_sync(0xffffffffu, p[stp][g], src);
+      if (row0 + r < end) {
+#pragma unroll
+        for (int c = 0; c < CV; ++c) {
+          float vf[EPC];
+          E::Unpack(Vs[r * C16 + c * PL + w.pl], vf);
+#pragma unroll
+          for (int g = 0; g < GB; ++g)
+#pragma unroll
+            for (int e = 0; e < EPC; ++e) w.acc[g][c * EPC + e] = fmaf(pr[g], vf[e], w.acc[g][c * EPC + e]);
+        }
+      }
+    }
+  }
+
+  // The warp's tiles, NST - 1 loads ahead of the one it computes; then its totals: l over the QK row
+  // groups, acc over the PV row groups (m is warp-uniform).
+  __device__ static void Stream(Warp& w, const Pipe& pipe, const uint4 (&raw)[GB][C], float qscale) {
+#pragma unroll
+    for (int i = 0; i < NST - 1; ++i) pipe.Issue(i);
+    StartWarp(w, raw, qscale);
+    for (int i = 0; i < pipe.tiles; ++i) {
+      pipe.Issue(i + NST - 1);  // into the stage consumed in iteration i - 1
+      CpAsyncWait<NST - 1>();
+      __syncwarp();
+      const uint4* Ks = pipe.Stage(i);
+      const int64_t row0 = pipe.Row0(i);
+      float s[STEPS][GB], p[STEPS][GB];
+      Scores(w, Ks, row0, pipe.end, s);
+      Softmax(w, s, p);
+      Values(w, Ks + TR * C16, p, row0, pipe.end);
+      __syncwarp();  // every lane is done with this stage before it is refilled
+    }
+    CpAsyncWait<0>();
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+#pragma unroll
+      for (int off = LPR; off < 32; off <<= 1) w.l[g] += __shfl_xor_sync(0xffffffffu, w.l[g], off);
+#pragma unroll
+      for (int off = PL; off < 32; off <<= 1)
+#pragma unroll
+        for (int c = 0; c < AV; ++c) w.acc[g][c] += __shfl_xor_sync(0xffffffffu, w.acc[g][c], off);
+    }
+  }
+
+  // Merges the warps through shared memory (the stage buffers are free now) into the block's partial
+  // per head: the output itself when there is one split, else this split's (m, l, acc) in the workspace.
+  __device__ static void MergeWarps(const Warp& w, const AttnSlice& s, const AttnArgs& a, T* out, uint4* smem) {
+    __syncthreads();
+    float* sm_acc = reinterpret_cast<float*>(smem);  // [NW][GB][HD]
+    float* sm_ml = sm_acc + NW * GB * HD;            // [NW][GB][2]
+    static_assert((NW * GB * HD + NW * GB * 2) * 4 <= Cfg::SMEM, "merge area");
+    if (w.rv == 0) {
+#pragma unroll
+      for (int g = 0; g < GB; ++g) {
+#pragma unroll
+        for (int c = 0; c < CV; ++c)
+#pragma unroll
+          for (int e = 0; e < EPC; ++e) sm_acc[(w.warp * GB + g) * HD + (c * PL + w.pl) * EPC + e] = w.acc[g][c * EPC + e];
+        if (w.lane == 0) {
+          sm_ml[(w.warp * GB + g) * 2] = w.m[g];
+          sm_ml[(w.warp * GB + g) * 2 + 1] = w.l[g];
+        }
+      }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < GB * HD; e += blockDim.x) {
+      const int g = e / HD, d = e % HD;
+      if (s.g0 + g >= a.G) continue;
+      float M = -INFINITY;
+#pragma unroll
+      for (int x = 0; x < NW; ++x) M = fmaxf(M, sm_ml[(x * GB + g) * 2]);
+      float lt = 0.f, at = 0.f;
+      if (M != -INFINITY) {
+#pragma unroll
+        for (int x = 0; x < NW; ++x) {
+          const float mw = sm_ml[(x * GB + g) * 2];
+          if (mw == -INFINITY) continue;
+          const float c = exp2f(mw - M);
+          lt += sm_ml[(x * GB + g) * 2 + 1] * c;
+          at += sm_acc[(x * GB + g) * HD + d] * c;
+        }
+      }
+      const int64_t th = s.head0 + g;
+      if (a.splits == 1) {  // split 0 covers every row
+        out[th * HD + d] = E::FromF(s.valid ? at / lt : __int_as_float(0x7fc00000));
+      } else {
+        a.ws_acc[(th * a.splits + blockIdx.y) * HD + d] = at;
+        if (d == 0) a.ws_ml[th * a.splits + blockIdx.y] = make_float2(M, lt);
+      }
+    }
+  }
+
+  // Counts this block's split done; true in the last block of its group to finish, which then sees
+  // every split's partial. One release (thread 0, after the barrier that orders the block's writes
+  // before it) and one acquire per block, as a semaphore between blocks.
+  __device__ static bool ArriveLast(const AttnSlice& s, const AttnArgs& a) {
+    __shared__ bool last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned* counter = a.counters + (int64_t)s.bt * gridDim.x + blockIdx.x;
+      __threadfence();  // release: the block's partials before its count
+      last = atomicAdd(counter, 1u) == static_cast<unsigned>(a.splits - 1);
+      if (last) {
+        *counter = 0u;    // ready for the next launch (or CUDA-graph replay)
+        __threadfence();  // acquire: the other splits' partials after their counts
+      }
+    }
+    __syncthreads();
+    return last;
+  }
+
+  // out = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M), M = max_s m_s. A thread per (head, 4 columns)
+  // folds the splits in with a running maximum, so that the loads of all splits are independent (one
+  // round trip to L2 rather than one for the weights and one for the sums); an empty split has m = -inf,
+  // l = 0 and acc = 0, and weighs 0.
+  __device__ static void MergeSplits(const AttnSlice& s, const AttnArgs& a, T* out) {
+    constexpr int COLS = HD / 4;
+    for (int e = threadIdx.x; e < GB * COLS; e += NW * 32) {
+      const int g = e / COLS, c = e % COLS;
+      if (s.g0 + g >= a.G) continue;
+      const int64_t th = s.head0 + g;
+      const float2* ml = a.ws_ml + th * a.splits;
+      const float4* src = reinterpret_cast<const float4*>(a.ws_acc + th * a.splits * HD) + c;
+      float M = -INFINITY, lsum = 0.f;
+      float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+      for (int sp = 0; sp < a.splits; ++sp) {
+        const float2 x = __ldcg(ml + sp);
+        const float4 y = __ldcg(src + (int64_t)sp * COLS);
+        const float mn = fmaxf(M, x.x);
+        const float mu = mn == -INFINITY ? 0.f : mn;
+        const float old = exp2f(M - mu), wt = exp2f(x.x - mu);
+        lsum = fmaf(lsum, old, x.y * wt);
+        s4 = make_float4(fmaf(s4.x, old, y.x * wt), fmaf(s4.y, old, y.y * wt), fmaf(s4.z, old, y.z * wt), fmaf(s4.w, old, y.w * wt));
+        M = mn;
+      }
+      const float inv = s.valid ? 1.f / lsum : __int_as_float(0x7fc00000);
+      T* o = out + th * HD + c * 4;
+      o[0] = E::FromF(s4.x * inv);
+      o[1] = E::FromF(s4.y * inv);
+      o[2] = E::FromF(s4.z * inv);
+      o[3] = E::FromF(s4.w * inv);
+    }
+  }
+};
+
+template <class T, int HD, int GB, class Cfg>
+__global__ void __launch_bounds__(Cfg::NW * 32)
+    AttnSplit(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out, AttnArgs a) {
+  using A = AttnBlock<T, HD, GB, Cfg>;
+  extern __shared__ uint4 smem[];
+  typename A::Warp w;
+  w.warp = threadIdx.x / 32;
+  w.lane = threadIdx.x % 32;
+  w.sub = w.lane / Cfg::LPR;
+  w.sl = w.lane % Cfg::LPR;
+  w.rv = w.lane / Cfg::PL;
+  w.pl = w.lane % Cfg::PL;
+  AttnSlice s = A::Heads(a);
+  GridDependencyWait();  // q, the caches and the positions may come from the previous kernel
+  GridDependentsRelease();
+  uint4 raw[GB][Cfg::C];
+  A::LoadQuery(q, s, a.G, w.sl, raw);  // in flight together with the position
+  A::Rows(a, s);
+  A::Stream(w, A::MakePipe(k, v, s, a, smem, w.warp, w.lane), raw, a.qscale);
+  A::MergeWarps(w, s, a, out, smem);
+  if (a.splits == 1 || a.skip_merge) return;  // skip_merge: attn_check times the split pass alone
+  if (A::ArriveLast(s, a)) A::MergeSplits(s, a, out);
+}
+
+}  // namespace

@@ -1,0 +1,287 @@
+// CUDA kernels of RMSNormLinear and RMSNormSwiGLU: small-row GEMVs with the RMSNorm as their prologue.
+// Called through cuda_decode_linear.h (cuda_decode_linear_ops.cc, decode_linear_check.cu).
+//
+// A decode step multiplies M = 1..16 rows by weights of a few MB: the time is the weight read. Every
+// block first normalises its tile of x rows into shared memory (float32; x is a few KB, so each block
+// recomputing the norm costs less than a second launch), then:
+//   trans_b (w [N, K], torch's layout): one warp per output column, its lanes reading the weight row in
+//     16-byte chunks (4 floats or 8 halves) and multiplying each chunk with all the tile's rows held in
+//     shared memory; a warp reduction per row. Each weight element is read once per launch.
+//   [K, N] (w [K, N]): one thread per column of a 32-column tile, the block's 8 warps splitting K, the
+//     partial sums reduced through shared memory; reads are coalesced across the 32 columns.
+// The columns of all the weights of one call form one index space, so one launch covers q, k and v
+// (960 columns of SmolLM2-135M: 120 blocks of 8 warps for 132 SMs).
+// Rows beyond 16, or beyond what 48 KB of float32 rows hold, go in several launches (a prefill is
+// not routed here: the graph pass fuses only static row counts <= 16).
+#include "cuda_common.cuh"
+#include "cuda_decode_linear.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxWeights = 8;  // weights per launch (more go in several launches)
+constexpr int kTile = 32;       // columns per block of the [K, N] kernel
+constexpr int64_t kSmemBytes = 4 * MN_NORM_LINEAR_MAX_K;  // the rows' share of 48 KB (the rest: static)
+
+struct Projections {
+  const void* w[kMaxWeights];
+  void* y[kMaxWeights];
+  int64_t n[kMaxWeights];    // output width of each weight
+  int64_t end[kMaxWeights];  // cumulative work items (columns, or [K, N] tiles) up to and including weight i
+  int count;
+};
+
+__device__ __forceinline__ int Which(const Projections& p, int64_t item) {
+  int i = 0;
+  while (i + 1 < p.count && item >= p.end[i]) ++i;
+  return i;
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
+
+// xn [rows, K] (shared) = x / sqrt(mean(x^2) + eps) * gamma for the tile's rows (x points at its first row).
+template <class T, int MT>
+__device__ void NormalizeTile(const T* __restrict__ x, const T* __restrict__ gamma, int64_t K, int rows, float eps, float* xn) {
+  __shared__ float partial[kWarps][MT];
+  __shared__ float rms[MT];
+  const int tid = threadIdx.x + threadIdx.y * blockDim.x;
+  float ss[MT];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) ss[m] = 0.0f;
+  for (int64_t k = tid; k < K; k += kThreads) {
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+      if (m < rows) {
+        const float v = Elem<T>::ToF(x[m * K + k]);
+        ss[m] += v * v;
+      }
+  }
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    const float s = WarpSum(ss[m]);
+    if ((tid & 31) == 0) partial[tid >> 5][m] = s;
+  }
+  __syncthreads();
+  if (tid < rows) {
+    float s = 0.0f;
+    for (int w = 0; w < kWarps; ++w) s += partial[w][tid];
+    rms[tid] = sqrtf(s / static_cast<float>(K) + eps);
+  }
+  __syncthreads();
+  for (int64_t i = tid; i < rows * K; i += kThreads) {
+    const int64_t m = i / K, k = i % K;
+    xn[i] = Elem<T>::ToF(x[i]) / rms[m] * Elem<T>::ToF(gamma[k]);
+  }
+  __syncthreads();
+}
+
+// acc[m] += this lane's share of dot(xn[m], w) (and acc2 with w2 for SwiGLU's up projection).
+template <class T, int MT, bool SWIGLU>
+__device__ __forceinline__ void LaneDots(const T* __restrict__ w, const T* __restrict__ w2, const float* xn, int64_t K, int rows,
+                                         int lane, float* acc, float* acc2) {
+  constexpr int EPC = Elem<T>::EPC;
+  const bool vec = K % EPC == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 && (!SWIGLU || reinterpret_cast<uintptr_t>(w2) % 16 == 0);
+  if (vec) {  // 16-byte loads of the weight row; the rows' chunks as float4 from shared memory
+    const int64_t chunks = K / EPC;
+#pragma unroll 4
+    for (int64_t c = lane; c < chunks; c += 32) {
+      float a[EPC], b[EPC];
+      Elem<T>::Unpack(__ldg(reinterpret_cast<const uint4*>(w) + c), a);
+      if (SWIGLU) Elem<T>::Unpack(__ldg(reinterpret_cast<const uint4*>(w2) + c), b);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m >= rows) break;
+        const float4* xr = reinterpret_cast<const float4*>(xn + m * K + c * EPC);
+        float s = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int q = 0; q < EPC / 4; ++q) {
+          const float4 v = xr[q];
+          s += a[4 * q] * v.x + a[4 * q + 1] * v.y + a[4 * q + 2] * v.z + a[4 * q + 3] * v.w;
+          if (SWIGLU) s2 += b[4 * q] * v.x + b[4 * q + 1] * v.y + b[4 * q + 2] * v.z + b[4 * q + 3] * v.w;
+        }
+        acc[m] += s;
+        if (SWIGLU) acc2[m] += s2;
+      }
+    }
+    return;
+  }
+  for (int64_t k = lane; k < K; k += 32) {  // odd K or unaligned weights: element loads
+    const float a = Elem<T>::ToF(w[k]);
+    const float b = SWIGLU ? Elem<T>::ToF(w2[k]) : 0.0f;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      if (m >= rows) break;
+      acc[m] += a * xn[m * K + k];
+      if (SWIGLU) acc2[m] += b * xn[m * K + k];
+    }
+  }
+}
+
+// trans_b: w [N, K]. One warp per output column (grid-stride over the columns of every weight).
+template <class T, int MT, bool SWIGLU>
+__global__ void __launch_bounds__(kThreads) RowsKernel(const T* __restrict__ x, const T* __restrict__ gamma, int64_t K, int rows,
+                                                       float eps, Projections p) {
+  extern __shared__ float4 smem4[];
+  float* xn = reinterpret_cast<float*>(smem4);
+  NormalizeTile<T, MT>(x, gamma, K, rows, eps, xn);
+  const int lane = threadIdx.x & 31;
+  const int64_t columns = p.end[p.count - 1], stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t c = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); c < columns; c += stride) {
+    const int i = SWIGLU ? 0 : Which(p, c);
+    const int64_t n = c - (i > 0 ? p.end[i - 1] : 0), N = p.n[i];
+    const T* w = static_cast<const T*>(p.w[i]) + n * K;
+    const T* w2 = SWIGLU ? static_cast<const T*>(p.w[1]) + n * K : nullptr;
+    float acc[MT], acc2[MT];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[m] = acc2[m] = 0.0f;
+    LaneDots<T, MT, SWIGLU>(w, w2, xn, K, rows, lane, acc, acc2);
+    T* y = static_cast<T*>(p.y[i]);
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      if (m >= rows) break;
+      const float g = WarpSum(acc[m]);
+      const float u = SWIGLU ? WarpSum(acc2[m]) : 0.0f;
+      if (lane == 0) y[m * N + n] = Elem<T>::FromF(SWIGLU ? Silu(g) * u : g);
+    }
+  }
+}
+
+// w [K, N]. Block (32, 8): one column per threadIdx.x of a 32-column tile, threadIdx.y splits K.
+template <class T, int MT, bool SWIGLU>
+__global__ void __launch_bounds__(kThreads) ColumnsKernel(const T* __restrict__ x, const T* __restrict__ gamma, int64_t K, int rows,
+                                                          float eps, Projections p) {
+  extern __shared__ float4 smem4[];
+  float* xn = reinterpret_cast<float*>(smem4);
+  NormalizeTile<T, MT>(x, gamma, K, rows, eps, xn);
+  const int64_t tile = blockIdx.x;
+  const int i = SWIGLU ? 0 : Which(p, tile);
+  const int64_t N = p.n[i], n = (tile - (i > 0 ? p.end[i - 1] : 0)) * kTile + threadIdx.x;
+  const T* w = static_cast<const T*>(p.w[i]);
+  const T* w2 = SWIGLU ? static_cast<const T*>(p.w[1]) : nullptr;
+  float acc[MT], acc2[MT];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) acc[m] = acc2[m] = 0.0f;
+  if (n < N) {
+#pragma unroll 4
+    for (int64_t k = threadIdx.y; k < K; k += kWarps) {
+      const float a = Elem<T>::ToF(w[k * N + n]);
+      const float b = SWIGLU ? Elem<T>::ToF(w2[k * N + n]) : 0.0f;
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        if (m >= rows) break;
+        acc[m] += a * xn[m * K + k];
+        if (SWIGLU) acc2[m] += b * xn[m * K + k];
+      }
+    }
+  }
+  __syncthreads();  // the rows are read: their shared memory holds the partial sums now
+  float* red = xn;  // [kWarps][MT][32], then the up projection's
+  float* red2 = xn + kWarps * MT * kTile;
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    red[(threadIdx.y * MT + m) * kTile + threadIdx.x] = acc[m];
+    if (SWIGLU) red2[(threadIdx.y * MT + m) * kTile + threadIdx.x] = acc2[m];
+  }
+  __syncthreads();
+  if (threadIdx.y != 0 || n >= N) return;
+  T* y = static_cast<T*>(p.y[i]);
+  for (int m = 0; m < rows; ++m) {
+    float g = 0.0f, u = 0.0f;
+    for (int s = 0; s < kWarps; ++s) {
+      g += red[(s * MT + m) * kTile + threadIdx.x];
+      if (SWIGLU) u += red2[(s * MT + m) * kTile + threadIdx.x];
+    }
+    y[m * N + n] = Elem<T>::FromF(SWIGLU ? Silu(g) * u : g);
+  }
+}
+
+// Rows per launch: up to 16, as many as fit in shared memory as float32 (K <= MN_NORM_LINEAR_MAX_K: one at least).
+int64_t RowTile(int64_t M, int64_t K) { return std::min<int64_t>(std::min<int64_t>(M, 16), kSmemBytes / (4 * K)); }
+
+template <class T, int MT, bool SWIGLU>
+int LaunchTile(const T* x, const T* gamma, int64_t K, int rows, float eps, bool trans_b, Projections p, cudaStream_t s) {
+  if (trans_b) {
+    const int64_t columns = p.end[p.count - 1];
+    const int64_t blocks = std::min<int64_t>((columns + kWarps - 1) / kWarps, static_cast<int64_t>(NumSMs()) * 8);
+    const size_t smem = sizeof(float) * rows * K;
+    RowsKernel<T, MT, SWIGLU><<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(x, gamma, K, rows, eps, p);
+  } else {
+    const size_t smem = sizeof(float) * std::max<int64_t>(rows * K, int64_t(2) * kWarps * MT * kTile);
+    ColumnsKernel<T, MT, SWIGLU><<<static_cast<unsigned>(p.end[p.count - 1]), dim3(kTile, kWarps), smem, s>>>(x, gamma, K, rows, eps, p);
+  }
+  return cudaGetLastError();
+}
+
+// One launch per row tile and group of <= kMaxWeights weights; the template picks the register tile.
+template <class T, bool SWIGLU>
+int Run(const void* xv, const void* gv, int64_t M, int64_t K, float eps, bool trans_b, int count, const void* const* w,
+        const int64_t* N, void* const* y, cudaStream_t s) {
+  const T* x = static_cast<const T*>(xv);
+  const T* gamma = static_cast<const T*>(gv);
+  const int64_t tile = RowTile(M, K);
+  if (tile < 1) return cudaErrorInvalidValue;
+  const int per_launch = SWIGLU ? 1 : kMaxWeights;  // SwiGLU: w[0] (gate) and w[1] (up) make one output
+  for (int first = 0; first < (SWIGLU ? 1 : count); first += per_launch) {
+    Projections p{};
+    p.count = SWIGLU ? 1 : std::min(per_launch, count - first);
+    int64_t items = 0;
+    for (int j = 0; j < p.count; ++j) {
+      p.w[j] = w[first + j];
+      p.y[j] = y[first + j];
+      p.n[j] = N[first + j];
+      items += trans_b ? N[first + j] : (N[first + j] + kTile - 1) / kTile;
+      p.end[j] = items;
+    }
+    if (SWIGLU) p.w[1] = w[1];
+    if (items == 0) continue;
+    for (int64_t r0 = 0; r0 < M; r0 += tile) {
+      const int rows = static_cast<int>(std::min(tile, M - r0));
+      Projections q = p;
+      for (int j = 0; j < q.count; ++j) q.y[j] = static_cast<T*>(p.y[j]) + r0 * p.n[j];
+      const T* xr = x + r0 * K;
+      int e = rows == 1   ? LaunchTile<T, 1, SWIGLU>(xr, gamma, K, rows, eps, trans_b, q, s)
+              : rows <= 4 ? LaunchTile<T, 4, SWIGLU>(xr, gamma, K, rows, eps, trans_b, q, s)
+                          : LaunchTile<T, 16, SWIGLU>(xr, gamma, K, rows, eps, trans_b, q, s);
+      if (e != cudaSuccess) return e;
+    }
+  }
+  return cudaSuccess;
+}
+
+template <bool SWIGLU>
+int Dispatch(int dtype, const void* x, const void* gamma, int64_t M, int64_t K, float eps, int trans_b, int count, const void* const* w,
+             const int64_t* N, void* const* y, void* stream) {
+  if (M == 0 || count == 0) return 0;
+  if (K < 1 || K > MN_NORM_LINEAR_MAX_K) return cudaErrorInvalidValue;
+  if (int e = UseDeviceOf(x)) return e;
+  cudaStream_t s = S(stream);
+  if (dtype == MN_F16) return Run<__half, SWIGLU>(x, gamma, M, K, eps, trans_b != 0, count, w, N, y, s);
+  if (dtype == MN_BF16) return Run<__nv_bfloat16, SWIGLU>(x, gamma, M, K, eps, trans_b != 0, count, w, N, y, s);
+  return Run<float, SWIGLU>(x, gamma, M, K, eps, trans_b != 0, count, w, N, y, s);
+}
+
+}  // namespace
+
+extern "C" {
+
+int mn_cuda_rms_norm_linear(int dtype, const void* x, const void* gamma, int64_t M, int64_t K, float eps, int trans_b, int count,
+                            const void* const* w, const int64_t* N, void* const* y, void* stream) {
+  return Dispatch<false>(dtype, x, gamma, M, K, eps, trans_b, count, w, N, y, stream);
+}
+
+int mn_cuda_rms_norm_swiglu(int dtype, const void* x, const void* gamma, int64_t M, int64_t K, float eps, int trans_b,
+                            const void* w_gate, const void* w_up, int64_t N, void* out, void* stream) {
+  const void* w[2] = {w_gate, w_up};
+  const int64_t n[2] = {N, N};
+  void* y[2] = {out, out};
+  return Dispatch<true>(dtype, x, gamma, M, K, eps, trans_b, 2, w, n, y, stream);
+}
+
+}  // extern "C"

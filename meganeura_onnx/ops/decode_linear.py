@@ -1,0 +1,225 @@
+"""RMSNorm fused into the projections that read it: one small-row GEMV kernel per decode-layer norm.
+
+``rms_norm_linear`` normalises the rows of x ``[M, K]`` once (``rms_norm(x, weight, eps)``) and
+multiplies them by n weights in one kernel, one output per weight: ``y_i = rms_norm(x) @ w_i^T``
+(``trans_b``: ``w_i [N_i, K]``, torch's Linear layout, as ``matmul_bt`` reads it) or
+``rms_norm(x) @ w_i`` (``w_i [K, N_i]``, the ``[in, out]`` layout of ``nn.llama.InOutLinear``).
+A LLaMA decode layer's q/k/v projections are one ``com.meganeura.RMSNormLinear`` node with three
+outputs instead of ``SimplifiedLayerNormalization`` + three ``Gemm``. ``rms_norm_swiglu`` is the
+MLP's variant with the SwiGLU epilogue: ``silu(rms_norm(x) @ w_gate^T) * (rms_norm(x) @ w_up^T)``,
+one ``com.meganeura.RMSNormSwiGLU`` node instead of a norm, two products and ``SwiGLU``.
+
+The Graph IR has one output per node, so ``rms_norm_linear`` is one IR node per projection with an
+``index`` attribute (which output), all sharing their inputs; the lowering emits the single ONNX node
+once, as ``adam_update`` does. The ONNX node carries ``overload = "n<count>"`` and so does its function
+body: a model may hold groups of different sizes (three projections, and one for the LM head), and a
+model-local function has a fixed signature (ONNX IR 10 tells them apart by overload).
+
+Numerics (both ops, every element type): float32 math. ``r = 1 / sqrt(mean(x^2) + eps)`` per row,
+the normalised row ``x * r * weight`` is kept in float32 (Hugging Face's LlamaRMSNorm rounds it to the
+input type before the weight multiply and the projection: in float32 that is the same), the products
+accumulate in float32 and round once to the output type.
+
+Neither op has a gradient: the graph pass that introduces them (``transforms.decode_fusion``) runs
+on inference graphs only, and only where the row count is a small static number (a decode step).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from ..ir import NodeId, TensorType
+from .lowering import CUSTOM_DOMAIN, function_body
+from .norm import EPS
+from .table import CustomOp, TensorArg, bool_attr, examples, float_attr, int_attr, op, rank, require, same_dim
+
+HALF = frozenset({"float16", "bfloat16"})
+ONNX_ATTRS = (float_attr("epsilon", 0, lo_open=True, doc="added to the mean square"), int_attr("trans_b", 0, 1, doc="1: w [N, K]"))
+TRANS_B = bool_attr("trans_b", doc="True: weights [N, K] (torch's Linear layout); False: [K, N]")
+
+rms_norm_linear = op(
+    "rms_norm_linear",
+    ("x", "weight"),
+    variadic=("w",),
+    differentiable=False,
+    attrs=(EPS, TRANS_B, int_attr("index", 0, doc="which projection's output this node is")),
+    custom=CustomOp(
+        "RMSNormLinear",
+        (TensorArg("x"), TensorArg("weight")),
+        (),
+        ONNX_ATTRS,
+        variadic_inputs=(TensorArg("w"),),
+        variadic_outputs=(TensorArg("y"),),
+    ),
+    half_types=HALF,
+)
+
+rms_norm_swiglu = op(
+    "rms_norm_swiglu",
+    ("x", "weight", "w_gate", "w_up"),
+    differentiable=False,
+    attrs=(EPS, TRANS_B),
+    custom=CustomOp(
+        "RMSNormSwiGLU",
+        (TensorArg("x"), TensorArg("weight"), TensorArg("w_gate"), TensorArg("w_up")),
+        (TensorArg("out"),),
+        ONNX_ATTRS,
+    ),
+    half_types=HALF,
+)
+
+
+def _projection(name: str, x: TensorType, w: TensorType, arg: str, trans_b: bool) -> TensorType:
+    """The ``[M, N]`` product of normalised x ``[M, K]`` with ``w`` (``[N, K]`` with trans_b, else ``[K, N]``)."""
+    rank(name, w, 2, arg)
+    k = w.shape[1] if trans_b else w.shape[0]
+    layout = "[N, K]" if trans_b else "[K, N]"
+    same_dim(name, k, x.shape[1], f"{arg} must be {layout} with K = {x.shape[1]} (x {list(x.shape)}), got {list(w.shape)}")
+    return TensorType((x.shape[0], w.shape[0] if trans_b else w.shape[1]))
+
+
+def _norm_input(name: str, x: TensorType, weight: TensorType) -> None:
+    rank(name, x, 2, "x")
+    require(weight.shape == (x.shape[1],), name, f"weight must have shape [{x.shape[1]}] for x {list(x.shape)}, got {list(weight.shape)}")
+
+
+@rms_norm_linear.shape
+def _(x: TensorType, weight: TensorType, *ws: TensorType, eps: float, trans_b: bool, index: int) -> TensorType:
+    name = "rms_norm_linear"
+    _norm_input(name, x, weight)
+    require(len(ws) >= 1, name, f"takes x, weight, then one or more weights w, got {2 + len(ws)} inputs")
+    require(0 <= index < len(ws), name, f"index must be in [0, {len(ws)}) for {len(ws)} weights, got {index}")
+    outs = [_projection(name, x, w, f"w{k}", trans_b) for k, w in enumerate(ws)]
+    return outs[index]
+
+
+@rms_norm_swiglu.shape
+def _(x: TensorType, weight: TensorType, w_gate: TensorType, w_up: TensorType, *, eps: float, trans_b: bool) -> TensorType:
+    name = "rms_norm_swiglu"
+    _norm_input(name, x, weight)
+    gate, up = _projection(name, x, w_gate, "w_gate", trans_b), _projection(name, x, w_up, "w_up", trans_b)
+    require(gate.shape == up.shape, name, f"w_gate and w_up must give one output width, got {list(gate.shape)} and {list(up.shape)}")
+    return gate
+
+
+def rms_norm_ref(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + x.dtype.type(eps)) * weight
+
+
+def _product(xn: np.ndarray, w: np.ndarray, trans_b: bool) -> np.ndarray:
+    return xn @ (w.T if trans_b else w)
+
+
+@rms_norm_linear.numpy
+def _(x, weight, *ws, eps, trans_b, index):
+    return _product(rms_norm_ref(x, weight, eps), ws[index], trans_b).astype(x.dtype)
+
+
+@rms_norm_swiglu.numpy
+def _(x, weight, w_gate, w_up, *, eps, trans_b):
+    xn = rms_norm_ref(x, weight, eps)
+    gate, up = _product(xn, w_gate, trans_b), _product(xn, w_up, trans_b)
+    return (gate / (1.0 + np.exp(-gate)) * up).astype(x.dtype)
+
+
+# -- function bodies (what runs without our kernel library) ---------------------------------------------
+def _normalized(ctx, x, weight):
+    """``x / sqrt(mean(x^2) + epsilon) * weight``: rms_norm's decomposed pattern, eps from the attribute."""
+    ms = ctx.op("ReduceMean", ctx.op("Mul", x, x), ctx.ints([-1]), keepdims=1)
+    rms = ctx.op("Sqrt", ctx.op("Add", ms, ctx.attr_ref("epsilon", "float")))
+    return ctx.op("Mul", ctx.op("Div", x, rms), weight)
+
+
+def _gemm(ctx, a, w):
+    """``Gemm(a, w)`` with ``transB`` read from the caller's ``trans_b`` attribute."""
+    out = ctx.op("Gemm", a, w)
+    ctx.nodes[-1].attribute.append(onnx.AttributeProto(name="transB", ref_attr_name="trans_b", type=onnx.AttributeProto.INT))
+    return out
+
+
+def overload(arity: int) -> str:
+    """The overload name of the ``arity``-weight ``RMSNormLinear`` (node and function body alike)."""
+    return f"n{arity}"
+
+
+@rms_norm_linear.function_body
+def rms_norm_linear_function(opset: int, n: int = 1):
+    def body(ctx, x, weight, *ws):
+        xn = _normalized(ctx, x, weight)
+        return [_gemm(ctx, xn, w) for w in ws]
+
+    fn = function_body(rms_norm_linear.custom, body, opset, arity=n)
+    fn.overload = overload(n)
+    return fn
+
+
+@rms_norm_swiglu.function_body
+def rms_norm_swiglu_function(opset: int):
+    def body(ctx, x, weight, w_gate, w_up):
+        xn = _normalized(ctx, x, weight)
+        gate = _gemm(ctx, xn, w_gate)
+        return ctx.op("Mul", ctx.op("Mul", gate, ctx.op("Sigmoid", gate)), _gemm(ctx, xn, w_up))
+
+    return function_body(rms_norm_swiglu.custom, body, opset)
+
+
+def _onnx_attrs(node) -> dict:
+    return {"epsilon": float(node.attrs["eps"]), "trans_b": int(bool(node.attrs["trans_b"]))}
+
+
+@rms_norm_linear.onnx
+def _(ctx, node, x, weight, *ws):
+    key = ("RMSNormLinear", x, weight, ws, node.attrs["eps"], node.attrs["trans_b"])
+    if key not in ctx.shared:  # the first of the group's nodes emits the one ONNX node
+        ctx.use_function(rms_norm_linear_function(ctx.opset, len(ws)))
+        outs = ctx.op("RMSNormLinear", x, weight, *ws, domain=CUSTOM_DOMAIN, outputs=len(ws), **_onnx_attrs(node))
+        ctx.nodes[-1].overload = overload(len(ws))
+        ctx.shared[key] = [outs] if isinstance(outs, str) else outs
+    return ctx.shared[key][node.attrs["index"]]
+
+
+@rms_norm_swiglu.onnx
+def _(ctx, node, x, weight, w_gate, w_up):
+    ctx.use_function(rms_norm_swiglu_function(ctx.opset))
+    return ctx.op("RMSNormSwiGLU", x, weight, w_gate, w_up, domain=CUSTOM_DOMAIN, **_onnx_attrs(node))
+
+
+def _weight(g, f, name, k, n, trans_b):
+    return f.param(g, name, [n, k] if trans_b else [k, n], -0.5, 0.5)
+
+
+def _ex_linear(g, f, m, k, widths, trans_b, index):
+    x, weight = f.param(g, "x", [m, k], -2, 2), f.param(g, "weight", [k], 0.5, 1.5)
+    ws = [_weight(g, f, f"w{j}", k, n, trans_b) for j, n in enumerate(widths)]
+    return g.apply("rms_norm_linear", x, weight, *ws, eps=1e-5, trans_b=trans_b, index=index)
+
+
+examples(
+    rms_norm_linear,
+    _ex_linear,
+    {"m": 1, "k": 8, "widths": (6, 4, 4), "trans_b": True, "index": 1},
+    {"m": 3, "k": 5, "widths": (7,), "trans_b": False, "index": 0},
+    {"m": 2, "k": 6, "widths": (3, 5), "trans_b": False, "index": 1},
+)
+
+
+def _ex_swiglu(g, f, m, k, n, trans_b):
+    x, weight = f.param(g, "x", [m, k], -2, 2), f.param(g, "weight", [k], 0.5, 1.5)
+    gate, up = _weight(g, f, "w_gate", k, n, trans_b), _weight(g, f, "w_up", k, n, trans_b)
+    return g.rms_norm_swiglu(x, weight, gate, up, 1e-5, trans_b)
+
+
+examples(rms_norm_swiglu, _ex_swiglu, {"m": 1, "k": 8, "n": 12, "trans_b": True}, {"m": 4, "k": 5, "n": 3, "trans_b": False})
+
+
+class DecodeLinearBuilders:
+    def rms_norm_linear(self, x: NodeId, weight: NodeId, ws: list[NodeId], eps: float, trans_b: bool = True) -> list[NodeId]:
+        """``[rms_norm(x, weight, eps) @ w.T for w in ws]`` (``@ w`` without ``trans_b``) in one kernel:
+        x ``[M, K]``, weight ``[K]``, each w ``[N_i, K]`` (``[K, N_i]``); one ``[M, N_i]`` node per w."""
+        return [self.apply("rms_norm_linear", x, weight, *ws, eps=eps, trans_b=trans_b, index=i) for i in range(len(ws))]
+
+    def rms_norm_swiglu(self, x: NodeId, weight: NodeId, w_gate: NodeId, w_up: NodeId, eps: float, trans_b: bool = True) -> NodeId:
+        """``silu(n @ w_gate.T) * (n @ w_up.T)`` with ``n = rms_norm(x, weight, eps)`` in one kernel (``@ w``
+        without ``trans_b``): x ``[M, K]``, weights ``[N, K]`` (``[K, N]``) -> ``[M, N]``."""
+        return self.apply("rms_norm_swiglu", x, weight, w_gate, w_up, eps=eps, trans_b=trans_b)

@@ -1,0 +1,115 @@
+"""The decode-step fusion of RMSNorm into the projections that read it (a plain graph pass).
+
+After the e-graph optimizer, an inference graph's ``rms_norm`` whose every consumer is a product
+taking it as the left operand (``matmul_bt`` with torch-layout weights, or ``matmul`` with ``[in,
+out]`` ones, all of one kind, every weight a graph leaf) becomes:
+
+* ``rms_norm_swiglu`` when there are exactly two products and both feed one ``swiglu`` (gate, up)
+  and nothing else: LLaMA's MLP, one kernel instead of four;
+* otherwise ``rms_norm_linear``, one kernel with an output per product: LLaMA's q/k/v projections
+  (and a final norm with its LM head).
+
+Why a plain pass, not e-graph rules (``OpDef.rewrite``): the q/k/v group is one node with three
+outputs, which the e-graph's one-term-at-a-time rules cannot group; and the fused ops have no
+gradient, while the e-graph rules also run on training graphs before autodiff. This pass runs only
+when ``optimize`` is called with ``stage="inference"`` (and ``decode_fusion``, which inference sessions
+set on CUDA only: on the CPU, ONNX Runtime's MLAS products outpace these GEMVs at one token).
+
+Where it pays: the fused kernels are GEMVs that read each weight once for all rows (the CUDA kernel
+keeps up to 16 rows in registers), which beats a library GEMM only while the rows are few. The pass
+fuses only norms with a static row count ``<= DECODE_ROWS_MAX`` (a decode step of up to 16 sequences);
+a prefill (its rows are a symbolic or large static count) keeps ``Gemm``/``MatMul`` (cuBLAS, MLAS).
+"""
+
+from __future__ import annotations
+
+from ..graph import Graph
+from ..ir import Node
+from ..ops import OPS
+
+DECODE_ROWS_MAX = 16
+"""Largest static row count of a normalised input that is fused (decode steps of up to 16 sequences)."""
+PRODUCTS = {"matmul_bt": True, "matmul": False}  # op -> trans_b of the fused op
+
+
+def _consumers(nodes: list[Node]) -> dict[int, list[Node]]:
+    users: dict[int, list[Node]] = {}
+    for n in nodes:
+        for i in dict.fromkeys(n.inputs):
+            users.setdefault(i, []).append(n)
+    return users
+
+
+def _plan(graph: Graph) -> dict[int, tuple[str, tuple[int, ...], dict]]:
+    """Node id -> (fused op, inputs, attributes) that replaces it."""
+    nodes, outputs = graph.nodes(), set(graph.outputs())
+    users = _consumers(nodes)
+    replace: dict[int, tuple[str, tuple[int, ...], dict]] = {}
+    for n in nodes:
+        rows = n.ty.shape[0] if n.op == "rms_norm" else None
+        if not isinstance(rows, int) or rows > DECODE_ROWS_MAX or n.id in outputs:
+            continue
+        products = users.get(n.id, [])
+        kinds = {p.op for p in products}
+        if not products or len(kinds) != 1 or not kinds <= set(PRODUCTS):
+            continue
+        if any(p.inputs[0] != n.id or not OPS[nodes[p.inputs[1]].op].leaf for p in products):
+            continue
+        x, weight = n.inputs
+        attrs = {"eps": n.attrs["eps"], "trans_b": PRODUCTS[kinds.pop()]}
+        mlp = _swiglu_of(products, users, outputs)
+        if mlp is not None:
+            gate, up = (nodes[i].inputs[1] for i in mlp.inputs)
+            replace[mlp.id] = ("rms_norm_swiglu", (x, weight, gate, up), attrs)
+            continue
+        ws = tuple(p.inputs[1] for p in products)
+        for k, p in enumerate(products):
+            replace[p.id] = ("rms_norm_linear", (x, weight, *ws), {**attrs, "index": k})
+    return replace
+
+
+def _swiglu_of(products: list[Node], users: dict[int, list[Node]], outputs: set[int]) -> Node | None:
+    """The ``swiglu`` that is the only consumer of both of exactly two products (gate, up), if any."""
+    if len(products) != 2 or any(p.id in outputs or len(users.get(p.id, [])) != 1 for p in products):
+        return None
+    a, b = (users[p.id][0] for p in products)
+    if a is not b or a.op != "swiglu" or set(a.inputs) != {p.id for p in products}:
+        return None
+    return a
+
+
+def fuse_norm_projections(graph: Graph) -> tuple[Graph, dict[str, int]]:
+    """``graph`` with the decode-step norm fusions applied, and how many of each fused op it made
+    (``graph`` itself when nothing matched). Leaves and outputs are kept, in their order."""
+    replace = _plan(graph)
+    if not replace:
+        return graph, {}
+    nodes = graph.nodes()
+    out = Graph()
+    new_id: dict[int, int] = {}
+    for n in nodes:  # every leaf, in creation order (sessions feed them by name)
+        if OPS[n.op].leaf:
+            new_id[n.id] = out.add_node(n.op, (), n.ty, n.attrs)
+
+    def build(root: int) -> int:
+        stack = [root]
+        while stack:  # iterative post-order: decoder stacks are deep
+            i = stack[-1]
+            if i in new_id:
+                stack.pop()
+                continue
+            op, inputs, attrs = replace.get(i) or (nodes[i].op, nodes[i].inputs, nodes[i].attrs)
+            todo = [k for k in inputs if k not in new_id]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            new_id[i] = out.apply(op, *(new_id[k] for k in inputs), **attrs)
+        return new_id[root]
+
+    out.set_outputs({name: build(nid) for name, nid in graph.named_outputs().items()})
+    made: dict[str, int] = {}
+    for n in out.nodes():
+        if n.op in ("rms_norm_swiglu", "rms_norm_linear") and n.attrs.get("index", 0) == 0:
+            made[n.op] = made.get(n.op, 0) + 1
+    return out, made
