@@ -6,9 +6,10 @@
 1. Liveness of the exported train-step model (``meganeura_onnx.runtime.liveness``) of the
    SmolLM2-135M-shaped decoder that ``benchmarks/train_gpu.py`` trains (AdamW, fused update, index
    labels): the bytes of intermediate tensors live at each node, the peak and the tensors that make
-   it up, in the model's node order (the memory-aware order the exporter emits) and in a depth-first
-   order from the outputs (what it emitted before; close to ONNX Runtime's default order), and the
-   lower bound (the largest single node's working set).
+   it up: as exported (the memory-aware order, SwiGLU's output recomputed for the backward pass),
+   and without the recomputation in the memory-aware order and in a depth-first order from the
+   outputs (what the exporter emitted before; close to ONNX Runtime's default order), and the lower
+   bound (the largest single node's working set).
 2. What ONNX Runtime allocates for the same kind of model on the CPU (a smaller shape,
    ``--ort-layers`` x ``--ort-batch``, so the steps take seconds): each session configuration in a
    fresh process runs ``--ort-steps`` steps with every input and output bound (as ``TrainingSession``
@@ -60,14 +61,21 @@ def train_model(layers: int, batch: int, seq: int, out: Path):
 
 
 def analyse(model) -> dict:
-    from meganeura_onnx.runtime.liveness import depth_first_order, liveness
+    from meganeura_onnx.runtime.liveness import depth_first_order, liveness, memory_order, without_recompute
 
     res = {}
-    # The exported model is in the memory-aware order (reorder_for_memory); depth-first is the
-    # order the exporter emitted before, and close to what ORT runs by default.
-    for name, order in (("depth_first_order", depth_first_order(model)), ("memory_order", None)):
+    # The exported model is in the memory-aware order with SwiGLU recomputed for the backward;
+    # before: the same graph without the copies in depth-first order (the exporter's former order,
+    # close to what ORT runs by default), and in the memory-aware order.
+    before = without_recompute(model)
+    orders = {
+        "before_depth_first_order": (before, depth_first_order(before)),
+        "memory_order_no_recompute": (before, memory_order(before)),
+        "exported": (model, None),
+    }
+    for name, (graph, order) in orders.items():
         t0 = time.perf_counter()
-        live = liveness(model, order)
+        live = liveness(graph, order)
         res[name] = {
             "peak_gb": live.peak_bytes / 1e9,
             "peak_at": live.nodes[live.order[live.peak_step]],

@@ -5,9 +5,12 @@
 // keys in tiles of kK rows: scores of the tile, then an online softmax (running max and sum per row)
 // rescales the fp32 accumulator, so no S x S matrix is formed. LSE = max + log(sum) per row.
 // Backward: one task per (sequence, KV head), which owns its dK/dV rows and the dQ rows of its query
-// heads (no two tasks write the same row, no atomics). Per key tile (dK/dV accumulated locally), for
-// each query row of each query head of the KV head:
-// p = exp(s - LSE), dp = dY . v, ds = p (dp - D) with D = dY . Y, then dq += ds k, dk += ds q, dv += p dY.
+// heads (no two tasks write the same row, no atomics). Per key tile (dK/dV accumulated locally), per
+// block of kQ query rows of each query head of the KV head: p = exp(s - LSE), dp = dY . v,
+// ds = p (dp - D) with D = dY . Y for the block, then dq += ds k, dk += ds q, dv += p dY as sums over
+// the block's keys / rows held in registers (head_dim 16, 32, 64, 128 compiled in), and exp is a
+// vectorisable polynomial (cpu_math.h): at short sequences the decomposed graph's MLAS GEMMs beat a
+// row-at-a-time version of these loops.
 // float16/bfloat16 tensors are converted to float32 copies on entry and the outputs rounded once on
 // exit (ORT's CPU EP computes nothing in half; these kernels exist so a half model keeps its types).
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "cpu_elements.h"
+#include "cpu_math.h"
 #include "cpu_parallel.h"
 #include "flash_ops.h"
 
@@ -88,8 +92,10 @@ namespace {
 #else
 #define MN_HOT_CLONES
 #endif
+// Helpers inlined into each clone (so they are compiled for its instruction set too).
+#define MN_INLINE __attribute__((always_inline)) inline
 
-constexpr int64_t kQ = 32;  // query rows per tile (forward)
+constexpr int64_t kQ = 32;  // query rows per tile
 constexpr int64_t kK = 64;  // key rows per tile
 
 struct View {  // element (b, row, head, d) of a [B, rows, heads * hd] tensor
@@ -130,12 +136,36 @@ inline void TileDots(const float* a, const float* xt, int64_t hd, float* s) {
   std::memcpy(s, acc, sizeof acc);
 }
 
-MN_HOT_CLONES void ForwardHead(const FlashProblem& p, const float* q, const float* k, const float* v, float* y, float* lse, int64_t b,
-                               int64_t h) {
-  const View qv{p.T, p.H, p.hd}, kv{p.S, p.KVH, p.hd};
+// y[0, hd) += sum_k a[k * a_stride] * (row k of x, rows x_stride apart), for k < n. With HD > 0
+// (= hd, known when compiled) the sum stays in registers across the rows: one load of each x row,
+// one store of y, instead of a load and store of y per row.
+template <int HD>
+MN_INLINE void AddRows(float* __restrict__ y, const float* a, int64_t a_stride, const float* x, int64_t x_stride, int64_t n, int64_t hd) {
+  if constexpr (HD > 0) {
+    float acc[HD];
+#pragma omp simd
+    for (int d = 0; d < HD; ++d) acc[d] = y[d];
+    for (int64_t k = 0; k < n; ++k) {
+      const float w = a[k * a_stride];
+      const float* xr = x + k * x_stride;
+#pragma omp simd
+      for (int d = 0; d < HD; ++d) acc[d] += w * xr[d];
+    }
+#pragma omp simd
+    for (int d = 0; d < HD; ++d) y[d] = acc[d];
+  } else {
+    for (int64_t k = 0; k < n; ++k) Axpy(y, a[k * a_stride], x + k * x_stride, hd);
+  }
+}
+
+template <int HD>
+MN_INLINE void ForwardHeadT(const FlashProblem& p, const float* q, const float* k, const float* v, float* y, float* lse, int64_t b,
+                            int64_t h) {
+  const int64_t hd = HD > 0 ? HD : p.hd;
+  const View qv{p.T, p.H, hd}, kv{p.S, p.KVH, hd};
   const int64_t kh = h / (p.H / p.KVH);
-  const float scale = 1.f / std::sqrt(static_cast<float>(p.hd)), ninf = -std::numeric_limits<float>::infinity();
-  std::vector<float> acc(kQ * p.hd), kt(p.hd * kK), m(kQ), l(kQ);
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd)), ninf = -std::numeric_limits<float>::infinity();
+  std::vector<float> acc(kQ * hd), kt(hd * kK), m(kQ), l(kQ);
   float s[kK];
   for (int64_t i0 = 0; i0 < p.T; i0 += kQ) {
     const int64_t nq = std::min(kQ, p.T - i0), kend = p.causal ? i0 + nq : p.S;
@@ -149,26 +179,25 @@ MN_HOT_CLONES void ForwardHead(const FlashProblem& p, const float* q, const floa
         const int64_t i = i0 + r;
         const int64_t cend = p.causal ? std::min(nk, i - j0 + 1) : nk;  // keys past i are hidden
         if (cend <= 0) continue;
-        TileDots(q + qv.at(b, i, h), kt.data(), p.hd, s);
+        TileDots(q + qv.at(b, i, h), kt.data(), hd, s);
         float mx = m[r];
         for (int64_t c = 0; c < cend; ++c) mx = std::max(mx, s[c] *= scale);
         const float a = std::exp(m[r] - mx);  // rescale the running sum to the new max
-        float* ar = &acc[r * p.hd];
+        float* ar = &acc[r * hd];
         if (a != 1.f)
-          for (int64_t d = 0; d < p.hd; ++d) ar[d] *= a;
-        l[r] *= a;
+          for (int64_t d = 0; d < hd; ++d) ar[d] *= a;
         m[r] = mx;
-        for (int64_t c = 0; c < cend; ++c) {
-          const float pr = std::exp(s[c] - mx);
-          l[r] += pr;
-          Axpy(ar, pr, v + kv.at(b, j0 + c, kh), p.hd);
-        }
+        float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t c = 0; c < cend; ++c) sum += s[c] = ExpNeg(s[c] - mx);
+        l[r] = l[r] * a + sum;
+        AddRows<HD>(ar, s, 1, v + kv.at(b, j0, kh), p.KVH * hd, cend, hd);
       }
     }
     for (int64_t r = 0; r < nq; ++r) {
       float* yi = y + qv.at(b, i0 + r, h);
       const float inv = 1.f / l[r];
-      for (int64_t d = 0; d < p.hd; ++d) yi[d] = acc[r * p.hd + d] * inv;
+      for (int64_t d = 0; d < hd; ++d) yi[d] = acc[r * hd + d] * inv;
       lse[(b * p.H + h) * p.T + i0 + r] = m[r] + std::log(l[r]);
     }
   }
@@ -179,16 +208,56 @@ struct GradArgs {
   float *dq, *dk, *dv;
 };
 
-MN_HOT_CLONES void BackwardKvHead(const FlashProblem& p, const GradArgs& g, int64_t b, int64_t kh) {
-  const View qv{p.T, p.H, p.hd}, kv{p.S, p.KVH, p.hd};
+// One key tile's work for a block of nq <= kQ query rows of query head h: P and dS of the block
+// (zeros where hidden), then dq += dS K, dk_tile += dS^T Q, dv_tile += P^T dY as register-held sums.
+template <int HD>
+MN_INLINE void BackwardBlock(const FlashProblem& p, const GradArgs& g, int64_t b, int64_t kh, int64_t h, int64_t i0, int64_t nq,
+                             int64_t j0, int64_t nk, const float* kt, const float* vt, const float* dsum_h, float* dkt, float* dvt,
+                             float* P, float* DS) {
+  const int64_t hd = HD > 0 ? HD : p.hd;
+  const View qv{p.T, p.H, hd}, kv{p.S, p.KVH, hd};
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  const float* lse = g.lse + (b * p.H + h) * p.T;
+  float dp[kK];
+  for (int64_t r = 0; r < nq; ++r) {
+    const int64_t i = i0 + r;
+    const int64_t cend = p.causal ? std::max<int64_t>(0, std::min(nk, i - j0 + 1)) : nk;
+    float *pr = P + r * kK, *ds = DS + r * kK;
+    TileDots(g.q + qv.at(b, i, h), kt, hd, pr);
+    TileDots(g.dy + qv.at(b, i, h), vt, hd, dp);
+    const float li = lse[i], di = dsum_h[i];
+#pragma omp simd
+    for (int64_t c = 0; c < kK; ++c) {
+      const float e = ExpNeg(std::min(pr[c] * scale - li, 0.f));  // s - lse <= 0 (up to rounding)
+      pr[c] = c < cend ? e : 0.f;
+      ds[c] = pr[c] * (dp[c] - di) * scale;
+    }
+  }
+  // Causal: only the visible part of the block (row r sees keys c <= i0 + r - j0; key c is seen from
+  // row j0 + c - i0 on); the rest is zeros.
+  const int64_t qs = p.H * hd, ks = p.KVH * hd;
+  for (int64_t r = 0; r < nq; ++r) {
+    const int64_t cend = p.causal ? std::min(nk, i0 + r - j0 + 1) : nk;
+    AddRows<HD>(g.dq + qv.at(b, i0 + r, h), DS + r * kK, 1, g.k + kv.at(b, j0, kh), ks, cend, hd);
+  }
+  const int64_t cend = p.causal ? std::min(nk, i0 + nq - j0) : nk;
+  for (int64_t c = 0; c < cend; ++c) {
+    const int64_t r0 = p.causal ? std::max<int64_t>(0, j0 + c - i0) : 0;
+    AddRows<HD>(dkt + c * hd, DS + r0 * kK + c, kK, g.q + qv.at(b, i0 + r0, h), qs, nq - r0, hd);
+    AddRows<HD>(dvt + c * hd, P + r0 * kK + c, kK, g.dy + qv.at(b, i0 + r0, h), qs, nq - r0, hd);
+  }
+}
+
+template <int HD>
+MN_INLINE void BackwardKvHeadT(const FlashProblem& p, const GradArgs& g, int64_t b, int64_t kh) {
+  const int64_t hd = HD > 0 ? HD : p.hd;
+  const View qv{p.T, p.H, hd}, kv{p.S, p.KVH, hd};
   const int64_t rep = p.H / p.KVH, h0 = kh * rep;
-  const float scale = 1.f / std::sqrt(static_cast<float>(p.hd));
-  std::vector<float> dsum(rep * p.T), kt(p.hd * kK), vt(p.hd * kK), dkt(kK * p.hd), dvt(kK * p.hd);
-  float s[kK], dp[kK];
+  std::vector<float> dsum(rep * p.T), kt(hd * kK), vt(hd * kK), dkt(kK * hd), dvt(kK * hd), P(kQ * kK), DS(kQ * kK);
   for (int64_t h = h0; h < h0 + rep; ++h)
     for (int64_t i = 0; i < p.T; ++i) {
-      std::memset(g.dq + qv.at(b, i, h), 0, sizeof(float) * p.hd);
-      dsum[(h - h0) * p.T + i] = Dot(g.dy + qv.at(b, i, h), g.y + qv.at(b, i, h), p.hd);  // D_i = sum_j p_ij dp_ij
+      std::memset(g.dq + qv.at(b, i, h), 0, sizeof(float) * hd);
+      dsum[(h - h0) * p.T + i] = Dot(g.dy + qv.at(b, i, h), g.y + qv.at(b, i, h), hd);  // D_i = sum_j p_ij dp_ij
     }
   for (int64_t j0 = 0; j0 < p.S; j0 += kK) {  // one key tile at a time: its dK/dV rows stay local
     const int64_t nk = std::min(kK, p.S - j0);
@@ -196,27 +265,37 @@ MN_HOT_CLONES void BackwardKvHead(const FlashProblem& p, const GradArgs& g, int6
     TransposeTile(g.v, kv, b, kh, j0, nk, vt.data());
     std::fill(dkt.begin(), dkt.end(), 0.f);
     std::fill(dvt.begin(), dvt.end(), 0.f);
-    for (int64_t h = h0; h < h0 + rep; ++h) {
-      const float *lse = g.lse + (b * p.H + h) * p.T, *dsum_h = &dsum[(h - h0) * p.T];
-      for (int64_t i = p.causal ? j0 : 0; i < p.T; ++i) {
-        const float *qi = g.q + qv.at(b, i, h), *doi = g.dy + qv.at(b, i, h);
-        float* dqi = g.dq + qv.at(b, i, h);
-        const int64_t cend = p.causal ? std::min(nk, i - j0 + 1) : nk;
-        TileDots(qi, kt.data(), p.hd, s);
-        TileDots(doi, vt.data(), p.hd, dp);
-        for (int64_t c = 0; c < cend; ++c) {
-          const float pr = std::exp(s[c] * scale - lse[i]);
-          const float ds = pr * (dp[c] - dsum_h[i]) * scale;
-          Axpy(dqi, ds, g.k + kv.at(b, j0 + c, kh), p.hd);
-          Axpy(&dkt[c * p.hd], ds, qi, p.hd);
-          Axpy(&dvt[c * p.hd], pr, doi, p.hd);
-        }
-      }
-    }
+    for (int64_t h = h0; h < h0 + rep; ++h)
+      for (int64_t i0 = p.causal ? j0 : 0; i0 < p.T; i0 += kQ)  // causal: queries before j0 see none of these keys
+        BackwardBlock<HD>(p, g, b, kh, h, i0, std::min(kQ, p.T - i0), j0, nk, kt.data(), vt.data(), &dsum[(h - h0) * p.T],
+                          dkt.data(), dvt.data(), P.data(), DS.data());
     for (int64_t c = 0; c < nk; ++c) {
-      std::memcpy(g.dk + kv.at(b, j0 + c, kh), &dkt[c * p.hd], sizeof(float) * p.hd);
-      std::memcpy(g.dv + kv.at(b, j0 + c, kh), &dvt[c * p.hd], sizeof(float) * p.hd);
+      std::memcpy(g.dk + kv.at(b, j0 + c, kh), &dkt[c * hd], sizeof(float) * hd);
+      std::memcpy(g.dv + kv.at(b, j0 + c, kh), &dvt[c * hd], sizeof(float) * hd);
     }
+  }
+}
+
+// The head_dims of common models get register-held row sums (HD); others the generic loops. Each
+// is compiled into both clones of these entry points (AVX2 + FMA, and the baseline).
+MN_HOT_CLONES void ForwardHead(const FlashProblem& p, const float* q, const float* k, const float* v, float* y, float* lse, int64_t b,
+                               int64_t h) {
+  switch (p.hd) {
+    case 16: return ForwardHeadT<16>(p, q, k, v, y, lse, b, h);
+    case 32: return ForwardHeadT<32>(p, q, k, v, y, lse, b, h);
+    case 64: return ForwardHeadT<64>(p, q, k, v, y, lse, b, h);
+    case 128: return ForwardHeadT<128>(p, q, k, v, y, lse, b, h);
+    default: return ForwardHeadT<0>(p, q, k, v, y, lse, b, h);
+  }
+}
+
+MN_HOT_CLONES void BackwardKvHead(const FlashProblem& p, const GradArgs& g, int64_t b, int64_t kh) {
+  switch (p.hd) {
+    case 16: return BackwardKvHeadT<16>(p, g, b, kh);
+    case 32: return BackwardKvHeadT<32>(p, g, b, kh);
+    case 64: return BackwardKvHeadT<64>(p, g, b, kh);
+    case 128: return BackwardKvHeadT<128>(p, g, b, kh);
+    default: return BackwardKvHeadT<0>(p, g, b, kh);
   }
 }
 
@@ -234,6 +313,7 @@ const float* FloatData(const Tensor& t, std::vector<float>* buf) {
 // An output of element type `type`: the kernels write float32 into f32 (the output itself, or
 // scratch for the half types that Finish rounds into the output).
 struct FloatOut {
+  explicit FloatOut(ONNXTensorElementDataType t) : type(t) {}
   ONNXTensorElementDataType type;
   void* data = nullptr;
   std::vector<float> buf;

@@ -14,7 +14,9 @@
 //     S^T = K Q^T, dP^T = V dY^T;  P^T, dS^T likewise;  dV += P^T dY, dK += dS^T Q
 // P and dS are rounded to the element type for the second GEMM (as flash-attention does); the
 // second GEMM's B operand is the tile transposed by ldmatrix.trans. Each block owns its output rows
-// (no atomics): bit-for-bit deterministic. D_i = dY_i . Y_i comes from the dQ kernel (dsum).
+// (no atomics): bit-for-bit deterministic. D_i = dY_i . Y_i comes from the dQ kernel (dsum). Under
+// GQA on small grids the dK/dV kernel also splits a KV head's query heads over blocks and a third
+// kernel sums their float32 partials in head order.
 #pragma once
 
 namespace mma {
@@ -237,11 +239,32 @@ __global__ void __launch_bounds__(32 * W) GradQ(const T* __restrict__ q, const T
   StoreRows<T, D>(dq, acc, b, p.T, p.H, h, p.hd, r0, p.T, p.scale);
 }
 
-// dK and dV. Block: W warps, 16 key rows each, of KV head blockIdx.x % KVH; the queries of its query heads stream.
+// Rows g and g + 8 of a warp's 16 x D accumulator into a float32 [B, rows, heads*hd] plane, times `mul`.
+template <int D>
+__device__ __forceinline__ void StoreRowsF32(float* x, const float (&acc)[D / 8][4], int64_t b, int64_t rows, int64_t heads,
+                                             int64_t head, int64_t hd, int64_t r0, int64_t r_end, float mul) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t r = r0 + g + 8 * half;
+    if (r >= r_end) continue;
+    float* row = x + ((b * rows + r) * heads + head) * hd;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      const int d = 8 * dn + 2 * t;
+      if (d < hd) *reinterpret_cast<float2*>(row + d) = make_float2(acc[dn][2 * half] * mul, acc[dn][2 * half + 1] * mul);
+    }
+  }
+}
+
+// dK and dV. Block: W warps, 16 key rows each, of KV head blockIdx.x % KVH; the queries of its query
+// heads stream. With `partial` (GQA, small grids: more blocks), block z takes query head z of the
+// group only and writes float32 partial sums (dK planes [rep], then dV planes [rep]) for SumHeads.
 template <typename T, int D, int W>
 __global__ void __launch_bounds__(32 * W) GradKV(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                                  const T* __restrict__ dy, const float* __restrict__ lse,
-                                                 const float* __restrict__ dsum, T* __restrict__ dk, T* __restrict__ dv, Dims p) {
+                                                 const float* __restrict__ dsum, T* __restrict__ dk, T* __restrict__ dv,
+                                                 float* __restrict__ partial, Dims p) {
   constexpr int BC = Tiles<D>::BC, NT = 32 * W, LD = D + kPad;
   __shared__ __align__(16) T Qs[2][BC * LD], dOs[2][BC * LD];
   __shared__ float Ls[2][BC], Ds[2][BC];
@@ -255,9 +278,10 @@ __global__ void __launch_bounds__(32 * W) GradKV(const T* __restrict__ q, const 
   float dka[D / 8][4] = {}, dva[D / 8][4] = {};
   const float c2 = p.scale * kLog2e;
   const int64_t istart = p.causal ? j0 : 0;  // queries before j0 see none of these keys
-  const int per_head = p.T > istart ? int((p.T - istart + BC - 1) / BC) : 0, n_tiles = per_head * int(rep);
+  const int64_t heads = partial != nullptr ? 1 : rep, h_first = kh * rep + (partial != nullptr ? blockIdx.z : 0);
+  const int per_head = p.T > istart ? int((p.T - istart + BC - 1) / BC) : 0, n_tiles = per_head * int(heads);
   auto issue = [&](int n) {
-    const int64_t h = kh * rep + n / per_head, c0 = istart + int64_t(n % per_head) * BC;
+    const int64_t h = h_first + n / per_head, c0 = istart + int64_t(n % per_head) * BC;
     LoadTileAsync<T, D, BC, NT>(Qs[n & 1], q, b, p.T, p.H, h, p.hd, c0, p.T);
     LoadTileAsync<T, D, BC, NT>(dOs[n & 1], dy, b, p.T, p.H, h, p.hd, c0, p.T);
     CpAsyncCommit();
@@ -297,9 +321,32 @@ __global__ void __launch_bounds__(32 * W) GradKV(const T* __restrict__ q, const 
     GemmAccTile<T, D, BC>(dka, dp, Qt);
     __syncthreads();  // the next issue overwrites this buffer
   }
-  StoreRows<T, D>(dk, dka, b, p.S, p.KVH, kh, p.hd, r0, p.S, p.scale);
-  StoreRows<T, D>(dv, dva, b, p.S, p.KVH, kh, p.hd, r0, p.S, 1.f);
+  if (partial == nullptr) {
+    StoreRows<T, D>(dk, dka, b, p.S, p.KVH, kh, p.hd, r0, p.S, p.scale);
+    StoreRows<T, D>(dv, dva, b, p.S, p.KVH, kh, p.hd, r0, p.S, 1.f);
+  } else {
+    const int64_t plane = p.B * p.S * p.KVH * p.hd;
+    StoreRowsF32<D>(partial + blockIdx.z * plane, dka, b, p.S, p.KVH, kh, p.hd, r0, p.S, p.scale);
+    StoreRowsF32<D>(partial + (rep + blockIdx.z) * plane, dva, b, p.S, p.KVH, kh, p.hd, r0, p.S, 1.f);
+  }
 }
+
+// dK, dV = the sums of GradKV's per-query-head partials, in head order (deterministic).
+template <typename T>
+__global__ void SumHeads(const float* __restrict__ partial, int64_t rep, int64_t plane, T* __restrict__ dk, T* __restrict__ dv) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < plane; e += int64_t(gridDim.x) * blockDim.x) {
+    float a = 0.f, c = 0.f;
+    for (int64_t h = 0; h < rep; ++h) {
+      a += partial[h * plane + e];
+      c += partial[(rep + h) * plane + e];
+    }
+    dk[e] = FromF<T>(a);
+    dv[e] = FromF<T>(c);
+  }
+}
+
+// flash_check's switch for the dK/dV head split: -1 chooses by the grid size, 0 / 1 force it off / on.
+int g_flash_split_heads = -1;
 
 // Y and LSE. Block: W warps, 16 query rows each, of head blockIdx.x % H; keys stream with an online
 // softmax (running max m and sum l per row, float32; P rounded to T for the P V GEMM).
@@ -381,20 +428,33 @@ template <typename T, int D>
 int LaunchGradD(const T* q, const T* k, const T* v, const T* y, const T* dy, const float* lse, T* dq, T* dk, T* dv, const Dims& p,
                 cudaStream_t st) {
   constexpr int WQ = 4;
-  const int64_t qx = p.B * p.H, qy = (p.T + 16 * WQ - 1) / (16 * WQ);
-  // dK/dV: 4 warps (64 keys) per block when that still gives two blocks per SM, else 2 (more blocks).
-  const bool wide = p.B * p.KVH * ((p.S + 63) / 64) >= 2 * NumSMs();
-  const int64_t kx = p.B * p.KVH, ky = (p.S + (wide ? 63 : 31)) / (wide ? 64 : 32);
+  const int64_t qx = p.B * p.H, qy = (p.T + 16 * WQ - 1) / (16 * WQ), rep = p.H / p.KVH;
+  // dK/dV: 4 warps (64 keys) per block when that still gives two blocks per SM, else 2 (more blocks);
+  // GQA with fewer than four 2-warp blocks per SM also splits the query heads over blocks (float32
+  // partials, summed in head order by SumHeads).
+  const int64_t narrow_blocks = p.B * p.KVH * ((p.S + 31) / 32);
+  const bool split = rep > 1 && rep <= 65535 &&
+                     (g_flash_split_heads >= 0 ? g_flash_split_heads == 1 : narrow_blocks < 4 * NumSMs());
+  const bool wide = !split && p.B * p.KVH * ((p.S + 63) / 64) >= 2 * NumSMs();
+  const int64_t kx = p.B * p.KVH, ky = (p.S + (wide ? 63 : 31)) / (wide ? 64 : 32), plane = p.B * p.S * p.KVH * p.hd;
   if (!GridFits(qx, qy) || !GridFits(kx, ky)) return cudaErrorInvalidConfiguration;
-  float* dsum = nullptr;  // D_i per query row: stream-ordered scratch (capturable in a CUDA graph)
-  if (cudaError_t e = cudaMallocAsync(&dsum, sizeof(float) * p.B * p.H * p.T, st)) return e;
+  // Stream-ordered scratch (capturable in a CUDA graph): D_i per query row, then the split's partials.
+  const int64_t n_dsum = (p.B * p.H * p.T + 3) / 4 * 4;
+  float* scratch = nullptr;
+  if (cudaError_t e = cudaMallocAsync(&scratch, sizeof(float) * (n_dsum + (split ? 2 * rep * plane : 0)), st)) return e;
+  float *dsum = scratch, *partial = split ? scratch + n_dsum : nullptr;
   GradQ<T, D, WQ><<<dim3((unsigned)qx, (unsigned)qy), 32 * WQ, 0, st>>>(q, k, v, y, dy, lse, dq, dsum, p);
   if (wide)
-    GradKV<T, D, 4><<<dim3((unsigned)kx, (unsigned)ky), 128, 0, st>>>(q, k, v, dy, lse, dsum, dk, dv, p);
+    GradKV<T, D, 4><<<dim3((unsigned)kx, (unsigned)ky), 128, 0, st>>>(q, k, v, dy, lse, dsum, dk, dv, nullptr, p);
   else
-    GradKV<T, D, 2><<<dim3((unsigned)kx, (unsigned)ky), 64, 0, st>>>(q, k, v, dy, lse, dsum, dk, dv, p);
+    GradKV<T, D, 2><<<dim3((unsigned)kx, (unsigned)ky, split ? (unsigned)rep : 1u), 64, 0, st>>>(q, k, v, dy, lse, dsum, dk, dv,
+                                                                                             partial, p);
+  if (split) {
+    const int64_t blocks = std::min<int64_t>((plane + 255) / 256, 8 * NumSMs());
+    SumHeads<T><<<(unsigned)blocks, 256, 0, st>>>(partial, rep, plane, dk, dv);
+  }
   const cudaError_t launch = cudaGetLastError();
-  const cudaError_t freed = cudaFreeAsync(dsum, st);
+  const cudaError_t freed = cudaFreeAsync(scratch, st);
   return launch ? launch : freed;
 }
 

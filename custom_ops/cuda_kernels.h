@@ -72,12 +72,18 @@ int mn_cuda_scatter_add_f32(MnPos idx, const float* src, float* out, int64_t N, 
 // capturing a CUDA graph: then *captured = 1 and nothing is read (validation happens on the device).
 int mn_cuda_read_indices(const void* idx, size_t bytes, void* host, void* stream, int* captured);
 
-// AdamUpdate for one parameter of n elements: hyper = device pointers to the [1] lr, beta1, beta2,
-// eps, step, weight_decay (read on the device: nothing is copied to the host, CUDA-graph capturable);
-// the same float32 operations as the CPU kernel (optim_kernels.cc). Hyper-parameters are not
-// validated here (the session validates them when they are set).
-int mn_cuda_adam_update_f32(const float* const hyper[6], const float* p, const float* g, const float* m, const float* v,
-                            float* p2, float* m2, float* v2, int64_t n, void* stream);
+// AdamUpdate of `count` parameters (multi-tensor: a few launches for all of them; tensors with n == 0
+// are skipped). hyper = device pointers to the [1] lr, beta1, beta2, eps, step, weight_decay (read on
+// the device: nothing is copied to the host, CUDA-graph capturable); per tensor the device pointers of
+// p, g, m, v and of the outputs p', m', v', and its element count. The same float32 operations as the
+// CPU kernel (optim_kernels.cc), bit for bit. Hyper-parameters are not validated here (the session
+// validates them when they are set).
+typedef struct {
+  const float *p, *g, *m, *v;
+  float *p2, *m2, *v2;
+  int64_t n;
+} MnAdamTensor;
+int mn_cuda_adam_update_multi_f32(const float* const hyper[6], const MnAdamTensor* tensors, size_t count, void* stream);
 
 #ifdef __cplusplus
 }

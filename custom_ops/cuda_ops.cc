@@ -18,6 +18,7 @@
 #include "fused_ops.h"
 #include "flash_ops.h"
 #include "decode_linear.h"
+#include "losses_ops.h"
 #include "op_common.h"
 
 namespace mn {
@@ -196,6 +197,7 @@ void AddCudaOps(std::vector<OpDef*>* ops) {
   AddCudaFusedOps(ops);  // SwiGLU, RopeCacheWrite (cuda_fused_ops.cc)
   AddCudaDecodeLinearOps(ops);  // RMSNormLinear, RMSNormSwiGLU (cuda_decode_linear_ops.cc)
   AddCudaFlashOps(ops);  // FlashAttention, FlashAttentionGrad (cuda_flash_ops.cc)
+  AddCudaLossOps(ops);   // SparseCrossEntropy, SparseCrossEntropyGrad (cuda_losses_ops.cc)
 }
 
 }  // namespace mn

@@ -1,5 +1,7 @@
 // CUDAExecutionProvider registration of com.meganeura.AdamUpdate (the kernel: cuda_optim.cu).
-// Every input stays in device memory (hyper-parameters included): no Memcpy node, no sync.
+// Every input stays in device memory (hyper-parameters included): no Memcpy node, no sync. The
+// host side per parameter is what ORT requires (its four inputs read, its three outputs allocated);
+// the pointers are gathered into one list and the kernel updates all parameters in a few launches.
 #include <vector>
 
 #include "cuda_kernels.h"
@@ -30,21 +32,23 @@ class AdamUpdateCuda : public Kernel {
     }
     void* stream = nullptr;
     MN_RETURN_IF(g_api->KernelContext_GetGPUComputeStream(ctx, &stream));
+    std::vector<MnAdamTensor> tensors(n);
+    Tensor t[4];
     for (size_t k = 0; k < n; ++k) {
-      Tensor t[4];
       for (size_t j = 0; j < 4; ++j) {
         MN_RETURN_IF(GetInput(ctx, kHyper + 4 * k + j, &t[j]));
         if (t[j].type != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT || t[j].shape != t[0].shape)
           return MN_INVALID("%s: p, g, m, v of parameter %zu must be float tensors of one shape, got %s and %s", kOp, k,
                             ShapeStr(t[0].shape).c_str(), ShapeStr(t[j].shape).c_str());
       }
-      float *p2 = nullptr, *m2 = nullptr, *v2 = nullptr;
-      MN_RETURN_IF(GetOutput(ctx, 3 * k, t[0].shape, &p2));
-      MN_RETURN_IF(GetOutput(ctx, 3 * k + 1, t[0].shape, &m2));
-      MN_RETURN_IF(GetOutput(ctx, 3 * k + 2, t[0].shape, &v2));
-      int code = mn_cuda_adam_update_f32(hyper, t[0].f32(), t[1].f32(), t[2].f32(), t[3].f32(), p2, m2, v2, t[0].numel(), stream);
-      if (code) return Error(ORT_EP_FAIL, "%s: CUDA error %d (%s)", kOp, code, mn_cuda_error_string(code));
+      MnAdamTensor& a = tensors[k];
+      a = {t[0].f32(), t[1].f32(), t[2].f32(), t[3].f32(), nullptr, nullptr, nullptr, t[0].numel()};
+      MN_RETURN_IF(GetOutput(ctx, 3 * k, t[0].shape, &a.p2));
+      MN_RETURN_IF(GetOutput(ctx, 3 * k + 1, t[0].shape, &a.m2));
+      MN_RETURN_IF(GetOutput(ctx, 3 * k + 2, t[0].shape, &a.v2));
     }
+    const int code = mn_cuda_adam_update_multi_f32(hyper, tensors.data(), tensors.size(), stream);
+    if (code) return Error(ORT_EP_FAIL, "%s: CUDA error %d (%s)", kOp, code, mn_cuda_error_string(code));
     return nullptr;
   }
 };

@@ -130,7 +130,7 @@ int Case(int B, int Tn, int S, int H, int KVH, int hd, int causal, bool check, i
   }
   if (iters) {
     cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-    std::vector<float> tf, tb, ts, tsf;
+    std::vector<float> tf, tb, ts, tsf, tsplit, tnosplit;
     for (int rep = 0; rep < 5; ++rep) {
       float ms;
       cudaEventRecord(a); for (int it = 0; it < iters; ++it) fwd();
@@ -140,6 +140,12 @@ int Case(int B, int Tn, int S, int H, int KVH, int hd, int causal, bool check, i
       if (!std::is_same<T, float>::value) {
         cudaEventRecord(a); for (int it = 0; it < iters; ++it) SimtGrad<T>(dq_, dk_, dv_, y, ddy, lse, gq, gk, gv, B, Tn, S, H, KVH, hd, causal);
         cudaEventRecord(b); cudaEventSynchronize(b); cudaEventElapsedTime(&ms, a, b); ts.push_back(1000*ms/iters);
+        for (int split : {0, 1}) {
+          mma::g_flash_split_heads = split;
+          cudaEventRecord(a); for (int it = 0; it < iters; ++it) bwd(nullptr);
+          cudaEventRecord(b); cudaEventSynchronize(b); cudaEventElapsedTime(&ms, a, b); (split ? tsplit : tnosplit).push_back(1000*ms/iters);
+        }
+        mma::g_flash_split_heads = -1;
         cudaEventRecord(a); for (int it = 0; it < iters; ++it) SimtForward<T>(dq_, dk_, dv_, y, lse, B, Tn, S, H, KVH, hd, causal);
         cudaEventRecord(b); cudaEventSynchronize(b); cudaEventElapsedTime(&ms, a, b); tsf.push_back(1000*ms/iters);
       }
@@ -168,10 +174,12 @@ int Case(int B, int Tn, int S, int H, int KVH, int hd, int causal, bool check, i
       cudaGraphDestroy(graph);
       cudaStreamDestroy(st);
     }
-    std::sort(tf.begin(), tf.end()); std::sort(tb.begin(), tb.end()); std::sort(ts.begin(), ts.end()); std::sort(tsf.begin(), tsf.end());
+    std::sort(tf.begin(), tf.end()); std::sort(tb.begin(), tb.end()); std::sort(ts.begin(), ts.end()); std::sort(tsf.begin(), tsf.end()); std::sort(tsplit.begin(), tsplit.end()); std::sort(tnosplit.begin(), tnosplit.end());
     printf("time %s B=%d T=%d H=%d KVH=%d hd=%d causal=%d: forward median %.1f us (min %.1f max %.1f), backward median %.1f us (min %.1f max %.1f)",
            NameOf<T>(), B, Tn, H, KVH, hd, causal, tf[2], tf[0], tf[4], tb[2], tb[0], tb[4]);
-    if (!ts.empty()) printf(", SIMT forward median %.1f us, SIMT backward median %.1f us", tsf[2], ts[2]);
+    if (!ts.empty())
+      printf(", backward with the dK/dV head split off %.1f us / on %.1f us; SIMT forward median %.1f us, SIMT backward median %.1f us",
+             tnosplit[2], tsplit[2], tsf[2], ts[2]);
     printf("\n");
   }
   CK(cudaGetLastError());
@@ -206,7 +214,13 @@ int Timings() {
 
 int main(int argc, char** argv) {
   const bool time = argc < 2 || std::string(argv[1]) != "check";
-  int bad = Checks<float>() + Checks<__half>() + Checks<__nv_bfloat16>();
+  int bad = Checks<float>();
+  for (int split : {0, 1}) {  // the tensor-core dK/dV kernel with and without its query-head split
+    mma::g_flash_split_heads = split;
+    printf("dK/dV query-head split %s\n", split ? "on" : "off");
+    bad += Checks<__half>() + Checks<__nv_bfloat16>();
+  }
+  mma::g_flash_split_heads = -1;
   if (time) bad += Timings<float>() + Timings<__half>() + Timings<__nv_bfloat16>();
   if (bad)
     printf("FAILED %d (rows per thread %d)\n", bad, kRows);

@@ -4,6 +4,7 @@
 #include "fused_ops.h"
 #include "flash_ops.h"
 #include "decode_linear.h"
+#include "losses_ops.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -575,6 +576,7 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL Regist
     mn::AddCpuFusedOps(&ops);
     mn::AddCpuDecodeLinearOps(&ops);  // cpu_decode_linear.cc
     mn::AddCpuFlashOps(&ops);  // cpu_flash.cc
+    mn::AddCpuLossOps(&ops);   // cpu_losses.cc
     mn::AddCudaOps(&ops);
   });
   OrtCustomOpDomain* domain = nullptr;  // owned by the process: it must outlive every session

@@ -32,10 +32,19 @@ from meganeura_onnx.ops.table import INT64_MAX, Attr, CustomOp
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "custom_ops"
 # Each execution provider's registration rows, spread over the files that hold its kernel classes.
 REGISTRY_FILES = {
-    "CPU": ("cpu_kernels.cc", "cpu_fused.cc", "cpu_flash.cc", "cpu_decode_linear.cc"),
-    "CUDA": ("cuda_ops.cc", "cuda_fused_ops.cc", "cuda_flash_ops.cc", "cuda_decode_linear_ops.cc"),
+    "CPU": ("cpu_kernels.cc", "cpu_fused.cc", "cpu_flash.cc", "cpu_decode_linear.cc", "cpu_losses.cc"),
+    "CUDA": ("cuda_ops.cc", "cuda_fused_ops.cc", "cuda_flash_ops.cc", "cuda_decode_linear_ops.cc", "cuda_losses_ops.cc"),
 }
-ATTR_FILES = ("op_common.cc", "cpu_kernels.cc", "cuda_ops.cc", "optim_kernels.cc", "cpu_fused.cc", "cpu_flash.cc", "cpu_decode_linear.cc")
+ATTR_FILES = (
+    "op_common.cc",
+    "cpu_kernels.cc",
+    "cuda_ops.cc",
+    "optim_kernels.cc",
+    "cpu_fused.cc",
+    "cpu_flash.cc",
+    "cpu_decode_linear.cc",
+    "cpu_losses.cc",
+)
 SCHEMAS = {d.custom.name: d.custom for d in OPS.values() if d.custom is not None}
 # Rows of variadic ops (AdamUpdate) are built in code, not in the one-line form parsed here; their
 # attributes and accepted values are still checked below, their arity by their own kernel tests.

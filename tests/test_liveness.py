@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 
 from meganeura_onnx.runtime import custom_ops
 from meganeura_onnx.runtime.custom_ops import custom_op_library
-from meganeura_onnx.runtime.liveness import depth_first_order, liveness, memory_order
+from meganeura_onnx.runtime.liveness import depth_first_order, liveness, memory_order, without_recompute
 from meganeura_onnx.runtime.session import apply_session_options
 from meganeura_onnx.runtime.training import TRAIN_SESSION_OPTIONS, build_session, compile_program
 from meganeura_onnx.transforms.optimizer import OptimizerSpec
@@ -81,7 +81,8 @@ def _train_model() -> onnx.ModelProto:
 def test_train_step_is_exported_in_an_order_whose_peak_does_not_grow():
     model = _train_model()
     exported = liveness(model).peak_bytes
-    depth_first = liveness(model, depth_first_order(model)).peak_bytes
+    before = without_recompute(model)  # the graph as autodiff built it, in the exporter's former order
+    depth_first = liveness(before, depth_first_order(before)).peak_bytes
     # The depth-first order computes every weight gradient after the whole backward pass.
     assert exported < depth_first
     assert exported >= liveness(model).lower_bound_bytes
@@ -163,3 +164,35 @@ def test_inspect_memory_refuses_symbolic_sizes_without_a_traceback(tmp_path):
     onnx.save(model, str(path))
     r = meganeura("inspect", str(path), "--memory", check=False)
     assert r.returncode != 0 and "--memory: liveness: the sizes of" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_recomputing_swiglu_for_the_backward_lowers_the_peak_and_keeps_the_values():
+    g = tiny_llama.build(vocab=64, hidden=32, heads=4, kv_heads=2, intermediate=256, layers=2, seq=16, batch=2)
+    exported = compile_program(g, OptimizerSpec("adamw", fused=True, device_step=True)).model
+    swiglu = [n for n in exported.graph.node if n.op_type == "SwiGLU"]
+    copies = [n for n in swiglu if n.name.endswith("/recomputed")]
+    assert len(copies) == 2  # one per layer: the down projection's weight gradient reads the copy
+    plain = without_recompute(exported)
+    assert [n.op_type for n in plain.graph.node].count("SwiGLU") == len(swiglu) - 2
+    order = memory_order(plain)
+    assert liveness(exported).peak_bytes < liveness(plain, order).peak_bytes
+    feeds = _feeds(exported)
+    want = ort.InferenceSession(plain.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for w, o in zip(want, got, strict=True):
+        assert np.isfinite(w).all()
+        np.testing.assert_array_equal(o, w)
+
+
+def _feeds(model: onnx.ModelProto) -> dict:
+    types = {v.name: v.type.tensor_type for v in onnx.shape_inference.infer_shapes(model, data_prop=True).graph.input}
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for name, t in types.items():
+        shape, dtype = [d.dim_value for d in t.shape.dim], helper.tensor_dtype_to_np_dtype(t.elem_type)
+        feeds[name] = rng.integers(0, 64, shape).astype(dtype) if dtype == np.uint32 else (rng.standard_normal(shape) * 0.1).astype(dtype)
+    feeds.update({"opt.step": np.ones(1, np.float32), "opt.lr": np.full(1, 1e-3, np.float32)})
+    feeds.update({k: np.full(1, 0.9, np.float32) for k in ("opt.beta1", "opt.beta2")})
+    feeds.update({"opt.eps": np.full(1, 1e-8, np.float32), "opt.weight_decay": np.full(1, 0.01, np.float32)})
+    feeds.update({k: np.abs(v) for k, v in feeds.items() if k.startswith("adam_v.")})  # second moments are >= 0
+    return feeds

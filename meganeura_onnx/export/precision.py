@@ -14,7 +14,8 @@ model or a whole train step), per ONNX node:
 - ``com.meganeura`` custom ops compute in half only where the op table says their kernels take it
   (``OpDef.half_types``, registered by the CPU and the CUDA library alike) and the kernel library
   runs them; elsewhere (function bodies) they run in float32 with casts around them. An argument
-  the schema declares ``"float32"`` (FlashAttention's log-sum-exp) stays float32 in a half op.
+  the schema declares ``"float32"`` (FlashAttention's log-sum-exp, the sparse cross entropy's loss
+  terms and log-sum-exp) stays float32 in a half op.
 
 On a device without a half kernel for a half-compute op (ORT's CPU EP has no fp16/bf16 MatMul or
 Gemm, and no bf16 arithmetic at all) the op is *emulated*: its inputs are rounded through the half
@@ -101,7 +102,7 @@ def _custom_op(op_type: str) -> CustomOp | None:
 
 def _float32_args(node: onnx.NodeProto) -> tuple[set[int], set[int]]:
     """Input and output positions of a custom-op node that are float32 whatever type the op runs in
-    (``TensorArg.dtype == "float32"``: FlashAttention's log-sum-exp)."""
+    (``TensorArg.dtype == "float32"``: FlashAttention's and SparseCrossEntropy's log-sum-exp)."""
     custom = _custom_op(node.op_type) if node.domain == CUSTOM_DOMAIN else None
     if custom is None:
         return set(), set()

@@ -12,9 +12,10 @@ Other in-place reuse (ORT lets some elementwise kernels write over an input that
 modelled, so the peak is an upper bound of what an allocator that frees each tensor after its last
 reader needs, for that order.
 
-:func:`memory_order` is a greedy memory-aware schedule (run the ready node that grows the live set
-least, frees most), an order a runtime could follow; :func:`liveness` of it shows what the node
-order costs.
+:func:`memory_order` is a memory-aware schedule (the model's order, except that nodes freeing at
+least what they allocate run as soon as they are ready), which training sessions make ONNX Runtime
+follow; :func:`recompute_late_reads` trades a cheap kernel for a tensor kept across the forward and
+backward passes. :func:`liveness` of an order shows what it costs.
 """
 
 from __future__ import annotations
@@ -242,3 +243,56 @@ def reorder_for_memory(model: onnx.ModelProto) -> onnx.ModelProto:
     del model.graph.node[:]
     model.graph.node.extend(nodes[i] for i in order)
     return model
+
+
+RECOMPUTED = frozenset({("com.meganeura", "SwiGLU")})
+"""Cheap elementwise ops whose output the backward pass recomputes instead of keeping it alive."""
+
+
+def recompute_late_reads(model: onnx.ModelProto, ops: frozenset[tuple[str, str]] = RECOMPUTED) -> int:
+    """Give the late readers of each node of ``ops`` (every reader after the first, in the model's
+    node order) a copy of that node inserted just before them, so its output dies at its first
+    reader instead of living until the backward pass (SwiGLU: one ``[rows, intermediate]`` tensor
+    per layer). Only where every input of the node is read again at or after the late reader anyway,
+    so the copy keeps nothing alive longer. The copy is the same kernel on the same inputs: the
+    same values. Returns the number of copies; run on a model already in :func:`memory_order`."""
+    nodes = list(model.graph.node)
+    outputs = {v.name for v in model.graph.output}
+    last_read: dict[str, int] = {}
+    readers: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        for t in n.input:
+            last_read[t] = i
+            readers.setdefault(t, []).append(i)
+    before: dict[int, list[onnx.NodeProto]] = {}
+    for n in nodes:
+        if (n.domain, n.op_type) not in ops or len(n.output) != 1 or n.output[0] in outputs:
+            continue
+        late = sorted(set(readers.get(n.output[0], [])))[1:]
+        if not late or any(last_read.get(t, -1) < late[0] for t in n.input if t):
+            continue
+        copy = onnx.NodeProto()
+        copy.CopyFrom(n)
+        copy.name, copy.output[0] = f"{n.name}/recomputed", f"{n.output[0]}/recomputed"
+        for r in late:
+            nodes[r].input[:] = [copy.output[0] if t == n.output[0] else t for t in nodes[r].input]
+        before.setdefault(late[0], []).append(copy)
+    del model.graph.node[:]
+    for i, n in enumerate(nodes):
+        model.graph.node.extend(before.get(i, []))
+        model.graph.node.append(n)
+    return sum(len(v) for v in before.values())
+
+
+def without_recompute(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` with the copies :func:`recompute_late_reads` made removed (their readers
+    read the original outputs again): the graph as it was, to compare."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    copies = {n.output[0]: n.output[0].removesuffix("/recomputed") for n in out.graph.node if n.name.endswith("/recomputed")}
+    kept = [n for n in out.graph.node if not n.name.endswith("/recomputed")]
+    for n in kept:
+        n.input[:] = [copies.get(t, t) for t in n.input]
+    del out.graph.node[:]
+    out.graph.node.extend(kept)
+    return out

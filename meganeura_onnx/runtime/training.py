@@ -44,14 +44,14 @@ from ..transforms.rewrite import Limits, OptimizeReport, optimize
 from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
 from .custom_ops import custom_op_library
 from .half import check_precision
-from .liveness import reorder_for_memory
+from .liveness import recompute_late_reads, reorder_for_memory
 from .positions import position_rules
 from .safetensors_file import write_atomic
 from .schedules import LossScaler
 from .session import Session, checked_parameters, parameter_array
 
 DEFAULT_HYPER = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01, "max_grad_norm": 1.0}
-CACHE_FORMAT = "meganeura-train-model-3"  # 3: nodes in the memory-aware order
+CACHE_FORMAT = "meganeura-train-model-3"  # 3: nodes in the memory-aware order, SwiGLU recomputed
 TRAIN_SESSION_OPTIONS = {
     # ORT runs the nodes in the model's order (reorder_for_memory) instead of its own depth-first
     # order, which computes every weight gradient after the whole backward pass and so keeps every
@@ -154,8 +154,10 @@ def compile_program(
     extra = {name: kept[name] for name in extra}
     model, _ = to_model(g, opset=opset, params_as_inputs=True, extra_outputs=extra, model_name="meganeura_train_step")
     # Nodes that free memory (weight-gradient MatMuls releasing saved activations) run as soon as
-    # they can; the session makes ORT follow this order (TRAIN_SESSION_OPTIONS).
-    reorder_for_memory(model)
+    # they can; the session makes ORT follow this order (TRAIN_SESSION_OPTIONS). Then the backward
+    # pass recomputes SwiGLU's output instead of keeping it from the forward pass.
+    if recompute_late_reads(reorder_for_memory(model)):
+        reorder_for_memory(model)
     leaves = {n.attrs["name"]: n for n in g.nodes() if n.op in ("input", "input_u32", "parameter")}
     counters = [n for n in leaves if n.startswith("opt.") and f"{n}.next" in extra]
     hyper = [n for n in leaves if n.startswith("opt.") and n not in counters]
