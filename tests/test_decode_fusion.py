@@ -124,3 +124,35 @@ def test_fp16_lowering_for_cuda_keeps_both_kv_caches_in_half_and_never_casts_the
         for name in n.input[:2]:
             src = produced.get(name)
             assert src is None or not (src.op_type == "Cast" and src.attribute[0].i == 1), (n.op_type, name)
+
+
+def fused_ops(g) -> dict[str, int]:
+    out, _ = optimize(g, stage="inference")
+    ops = [n.op for n in out.nodes()]
+    return {op: ops.count(op) for op in ("rms_norm_linear", "rms_norm_swiglu", "rms_norm")}
+
+
+def test_the_norm_fusion_takes_decode_rows_up_to_16_and_leaves_prefills_to_gemm():
+    cfg = llama.PRESETS["tiny"]
+    layers = cfg.num_hidden_layers
+    batch8 = fused_ops(llama.build_graph(cfg, "decode", 1, 32, 8))  # 8 sequences: 8 rows
+    assert batch8 == {"rms_norm_linear": 3 * layers + 1, "rms_norm_swiglu": layers, "rms_norm": 0}, batch8
+    prefill = fused_ops(llama.build_graph(cfg, "prefill", 32, 64))  # 32 rows: cuBLAS/MLAS products
+    # ... except the final norm and LM head, which a prefill runs on its last row only
+    assert prefill == {"rms_norm_linear": 1, "rms_norm_swiglu": 0, "rms_norm": 2 * layers}, prefill
+
+
+def test_a_norm_read_by_anything_but_products_is_left_alone():
+    from meganeura_onnx import Graph
+
+    g = Graph()
+    x, w = g.input("x", [1, 8]), g.parameter("norm", [8])
+    n = g.rms_norm(x, w, 1e-5)
+    q = g.matmul_bt(n, g.parameter("wq", [4, 8]))
+    g.set_outputs({"q": q, "n2": g.mul(n, n)})  # the normalised rows are used beside the product
+    assert fused_ops(g) == {"rms_norm_linear": 0, "rms_norm_swiglu": 0, "rms_norm": 1}
+    g2 = Graph()
+    x2, w2 = g2.input("x", [2, 8]), g2.parameter("norm", [8])
+    n2 = g2.rms_norm(x2, w2, 1e-5)
+    g2.set_outputs({"a": g2.matmul_bt(n2, g2.parameter("wa", [4, 8])), "b": g2.matmul(n2, g2.parameter("wb", [8, 3]))})
+    assert fused_ops(g2)["rms_norm_linear"] == 0  # two weight layouts: no one kernel
