@@ -1,5 +1,7 @@
 // CPU kernels of the fused decode-layer ops (meganeura_onnx/ops/fused.py declares them):
 //   SwiGLU          out = gate * sigmoid(gate) * up, one pass instead of ORT's QuickGelu + Mul;
+//   SwiGLUGrad      SwiGLU's backward: dgate = dy * up * silu'(gate) and dup = dy * silu(gate) in one pass
+//                   (decomposed: about ten elementwise nodes, each a pass over the tensors);
 //   RopeCacheWrite  rotate the new key rows and write them into the KV cache in place, one pass
 //                   instead of Rope + CacheWrite (the rotated rows never go through memory).
 #include <algorithm>
@@ -22,6 +24,16 @@ OrtStatus* CheckSwiGLU(const Tensor& gate, const Tensor& up) {
   if (gate.shape != up.shape)
     return MN_INVALID("SwiGLU: gate and up must have one shape, got %s and %s", ShapeStr(gate.shape).c_str(),
                       ShapeStr(up.shape).c_str());
+  return nullptr;
+}
+
+OrtStatus* CheckSwiGLUGrad(const Tensor& gate, const Tensor& up, const Tensor& dy) {
+  if (!IsFloatType(gate.type) || up.type != gate.type || dy.type != gate.type)
+    return MN_INVALID("SwiGLUGrad: gate, up and dy must be float, float16 or bfloat16 of one element type, got element types %d, %d and %d",
+                      (int)gate.type, (int)up.type, (int)dy.type);
+  if (gate.shape != up.shape || gate.shape != dy.shape)
+    return MN_INVALID("SwiGLUGrad: gate, up and dy must have one shape, got %s, %s and %s", ShapeStr(gate.shape).c_str(),
+                      ShapeStr(up.shape).c_str(), ShapeStr(dy.shape).c_str());
   return nullptr;
 }
 
@@ -141,6 +153,88 @@ class SwiGLUCpu : public Kernel {
 #endif
 };
 
+// dgate = dy * up * s * (1 + gate * (1 - s)), dup = dy * gate * s with s = sigmoid(gate), one pass.
+class SwiGLUGradCpu : public Kernel {
+ public:
+  static OrtStatus* Create(const OrtKernelInfo*, Kernel** out) {
+    *out = new SwiGLUGradCpu();
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor gate, up, dy;
+    MN_RETURN_IF(GetInput(ctx, 0, &gate));
+    MN_RETURN_IF(GetInput(ctx, 1, &up));
+    MN_RETURN_IF(GetInput(ctx, 2, &dy));
+    MN_RETURN_IF(CheckSwiGLUGrad(gate, up, dy));
+    void *dgate = nullptr, *dup = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, gate.shape, &dgate));
+    MN_RETURN_IF(GetOutput(ctx, 1, gate.shape, &dup));
+    return DispatchFloat(gate.type, [&](auto tag) {
+      using T = decltype(tag);
+      const Ptrs<T> p{static_cast<const T*>(gate.data), static_cast<const T*>(up.data), static_cast<const T*>(dy.data),
+                      static_cast<T*>(dgate), static_cast<T*>(dup)};
+      Chunks ch(gate.numel(), 1 << 14, 256);
+      return ParallelFor(ctx, ch.count, [&](size_t c) { Span(p, ch.begin(c), ch.end(c)); });
+    });
+  }
+
+ private:
+  template <class T>
+  struct Ptrs {
+    const T *g, *u, *d;
+    T *dg, *du;
+  };
+  // float16 / bfloat16: blocks converted to float32, computed by the float loop, converted back.
+  template <class T>
+  static void Span(const Ptrs<T>& p, int64_t begin, int64_t end) {
+    constexpr int64_t kBlock = 512;
+    float gf[kBlock], uf[kBlock], df[kBlock], dgf[kBlock], duf[kBlock];
+    for (int64_t i = begin; i < end; i += kBlock) {
+      const int64_t n = std::min(kBlock, end - i);
+      ToFloatRow(p.g + i, gf, n);
+      ToFloatRow(p.u + i, uf, n);
+      ToFloatRow(p.d + i, df, n);
+      Span(Ptrs<float>{gf, uf, df, dgf, duf}, 0, n);
+      FromFloatRow(dgf, p.dg + i, n);
+      FromFloatRow(duf, p.du + i, n);
+    }
+  }
+  static void Span(const Ptrs<float>& p, int64_t begin, int64_t end) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");  // as SwiGLU's forward
+    if (avx2) return SpanAvx2(p.g, p.u, p.d, p.dg, p.du, begin, end);
+#endif
+    SpanBaseline(p.g, p.u, p.d, p.dg, p.du, begin, end);
+  }
+  // SwiGLU's overflow-free sigmoid (see SwiGLUCpu::Value).
+  static inline float Sigmoid(float x) {
+    const float e = ExpNeg(-std::fabs(x));
+    const float s = 1.0f / (1.0f + e);
+    return x >= 0.0f ? s : e * s;
+  }
+  static void SpanBaseline(const float* __restrict__ g, const float* __restrict__ u, const float* __restrict__ d, float* __restrict__ dg,
+                           float* __restrict__ du, int64_t begin, int64_t end) {
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) {
+      const float s = Sigmoid(g[i]);
+      dg[i] = d[i] * u[i] * (s * (1.0f + g[i] * (1.0f - s)));
+      du[i] = d[i] * (g[i] * s);
+    }
+  }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __attribute__((target("avx2,fma"))) static void SpanAvx2(const float* __restrict__ g, const float* __restrict__ u,
+                                                           const float* __restrict__ d, float* __restrict__ dg, float* __restrict__ du,
+                                                           int64_t begin, int64_t end) {
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) {
+      const float s = Sigmoid(g[i]);
+      dg[i] = d[i] * u[i] * (s * (1.0f + g[i] * (1.0f - s)));
+      du[i] = d[i] * (g[i] * s);
+    }
+  }
+#endif
+};
+
 class RopeCacheWriteCpu : public Kernel {
  public:
   explicit RopeCacheWriteCpu(const RopeCacheWriteAttrs& a) : a_(a), inv_freq_(a.head_dim / 2) {
@@ -202,6 +296,7 @@ void AddCpuFusedOps(std::vector<OpDef*>* ops) {
   const char* ep = "CPUExecutionProvider";
   for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
     ops->push_back(new OpDef("SwiGLU", ep, {T, T}, {T}, {false, false}, {false, false}, SwiGLUCpu::Create, 0));
+    ops->push_back(new OpDef("SwiGLUGrad", ep, {T, T, T}, {T, T}, {false, false, false}, {false, false, false}, SwiGLUGradCpu::Create, 0));
     ops->push_back(new OpDef("RopeCacheWrite", ep, {T, T, ANY}, {T}, {false, false, false}, {false, false, false},
                              RopeCacheWriteCpu::Create, 1, /*cache_inplace=*/true));
   }

@@ -1,4 +1,4 @@
-// CUDA kernels of the fused decode-layer ops SwiGLU and RopeCacheWrite; called through cuda_fused.h.
+// CUDA kernels of the fused ops SwiGLU, SwiGLUGrad and RopeCacheWrite; called through cuda_fused.h.
 // Templated over the element type (float, __half, __nv_bfloat16: Elem<T> of cuda_common.cuh), float32 math.
 #include "cuda_common.cuh"
 #include "cuda_fused.h"
@@ -10,6 +10,39 @@ __global__ void SwiGLUKernel(const T* __restrict__ gate, const T* __restrict__ u
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const float g = Elem<T>::ToF(gate[i]);
     out[i] = Elem<T>::FromF(g / (1.0f + expf(-g)) * Elem<T>::ToF(up[i]));
+  }
+}
+
+// SwiGLU's backward: s = sigmoid(g), dgate = dy * up * s * (1 + g * (1 - s)), dup = dy * g * s.
+__device__ __forceinline__ void SwiGLUGradValue(float g, float u, float d, float* dg, float* du) {
+  const float s = 1.0f / (1.0f + __expf(-g));  // __expf(+large) = inf gives s = 0, as it should
+  *dg = d * u * (s * (1.0f + g * (1.0f - s)));
+  *du = d * (g * s);
+}
+
+// Five streams of n elements: 16-byte loads and stores (EPC elements per thread and step) when every
+// pointer is 16-byte aligned, the tail (n % EPC, or everything when not aligned) element by element.
+template <class T>
+__global__ void SwiGLUGradKernel(const T* __restrict__ gate, const T* __restrict__ up, const T* __restrict__ dy, T* __restrict__ dgate,
+                                 T* __restrict__ dup, int64_t n, bool vec) {
+  constexpr int V = Elem<T>::EPC;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x, first = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  const int64_t chunks = vec ? n / V : 0;
+  for (int64_t c = first; c < chunks; c += stride) {
+    float g[V], u[V], d[V], dg[V], du[V];
+    Elem<T>::Unpack(__ldg(reinterpret_cast<const uint4*>(gate) + c), g);
+    Elem<T>::Unpack(__ldg(reinterpret_cast<const uint4*>(up) + c), u);
+    Elem<T>::Unpack(__ldg(reinterpret_cast<const uint4*>(dy) + c), d);
+#pragma unroll
+    for (int k = 0; k < V; ++k) SwiGLUGradValue(g[k], u[k], d[k], &dg[k], &du[k]);
+    reinterpret_cast<uint4*>(dgate)[c] = Elem<T>::Pack(dg);
+    reinterpret_cast<uint4*>(dup)[c] = Elem<T>::Pack(du);
+  }
+  for (int64_t i = chunks * V + first; i < n; i += stride) {
+    float dg, du;
+    SwiGLUGradValue(Elem<T>::ToF(gate[i]), Elem<T>::ToF(up[i]), Elem<T>::ToF(dy[i]), &dg, &du);
+    dgate[i] = Elem<T>::FromF(dg);
+    dup[i] = Elem<T>::FromF(du);
   }
 }
 
@@ -48,6 +81,17 @@ int SwiGLU(const void* gate, const void* up, void* out, int64_t n, cudaStream_t 
   return cudaGetLastError();
 }
 
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+template <class T>
+int SwiGLUGrad(const void* gate, const void* up, const void* dy, void* dgate, void* dup, int64_t n, cudaStream_t s) {
+  const bool vec = Aligned16(gate) && Aligned16(up) && Aligned16(dy) && Aligned16(dgate) && Aligned16(dup);
+  const int64_t work = vec ? n / Elem<T>::EPC + n % Elem<T>::EPC : n;
+  SwiGLUGradKernel<T><<<Blocks(work, 256), 256, 0, s>>>(static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<const T*>(dy),
+                                                        static_cast<T*>(dgate), static_cast<T*>(dup), n, vec);
+  return cudaGetLastError();
+}
+
 template <class T>
 int RopeCacheWrite(const void* new_rows, const void* cache, void* out, int64_t rows, int64_t dim, int64_t max_seq, int64_t head_dim,
                    const float* inv_freq, MnPos kv_pos, cudaStream_t s) {
@@ -72,6 +116,15 @@ int mn_cuda_swiglu(int dtype, const void* gate, const void* up, void* out, int64
   if (dtype == MN_F16) return SwiGLU<__half>(gate, up, out, n, s);
   if (dtype == MN_BF16) return SwiGLU<__nv_bfloat16>(gate, up, out, n, s);
   return SwiGLU<float>(gate, up, out, n, s);
+}
+
+int mn_cuda_swiglu_grad(int dtype, const void* gate, const void* up, const void* dy, void* dgate, void* dup, int64_t n, void* stream) {
+  if (n == 0) return 0;
+  if (int e = UseDeviceOf(gate)) return e;
+  cudaStream_t s = S(stream);
+  if (dtype == MN_F16) return SwiGLUGrad<__half>(gate, up, dy, dgate, dup, n, s);
+  if (dtype == MN_BF16) return SwiGLUGrad<__nv_bfloat16>(gate, up, dy, dgate, dup, n, s);
+  return SwiGLUGrad<float>(gate, up, dy, dgate, dup, n, s);
 }
 
 int mn_cuda_rope_cache_write(int dtype, const void* new_rows, const void* cache, void* out, int64_t T, int64_t dim, int64_t max_seq,

@@ -14,6 +14,10 @@ extern "C" {
 // out[i] = gate[i] * sigmoid(gate[i]) * up[i], i < n.
 int mn_cuda_swiglu(int dtype, const void* gate, const void* up, void* out, int64_t n, void* stream);
 
+// SwiGLU's backward, i < n: with s = sigmoid(gate[i]), dgate[i] = dy[i] * up[i] * s * (1 + gate[i] * (1 - s)) and
+// dup[i] = dy[i] * gate[i] * s (16-byte loads where all five pointers are 16-byte aligned).
+int mn_cuda_swiglu_grad(int dtype, const void* gate, const void* up, const void* dy, void* dgate, void* dup, int64_t n, void* stream);
+
 // out = cache [max_seq, dim] with rows [kv_pos, kv_pos + T) = rotate-half RoPE of new_rows [T, dim] (row r
 // at position kv_pos + r, head_dim wide heads, inv_freq: hd/2 host values); copies the cache first when
 // out != cache. kv_pos < 0 or kv_pos + T > max_seq: nothing is written (out == cache, untouched), as CacheWrite.

@@ -1,4 +1,4 @@
-// CUDAExecutionProvider registrations of the fused decode-layer ops SwiGLU and RopeCacheWrite (ORT API
+// CUDAExecutionProvider registrations of the fused ops SwiGLU, SwiGLUGrad and RopeCacheWrite (ORT API
 // code only; the kernels are in cuda_fused.cu). kv_pos is in device memory and read by the kernel; it is
 // read back and checked here as on the CPU unless check_positions = 0 or under CUDA-graph capture (see
 // cuda_ops.cc).
@@ -32,6 +32,27 @@ class SwiGLUCuda : public Kernel {
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
     return Cuda("SwiGLU", mn_cuda_swiglu(DType(gate.type), gate.data, up.data, out, gate.numel(), stream));
+  }
+};
+
+class SwiGLUGradCuda : public Kernel {
+ public:
+  static OrtStatus* Create(const OrtKernelInfo*, Kernel** out) {
+    *out = new SwiGLUGradCuda();
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor gate, up, dy;
+    MN_RETURN_IF(GetInput(ctx, 0, &gate));
+    MN_RETURN_IF(GetInput(ctx, 1, &up));
+    MN_RETURN_IF(GetInput(ctx, 2, &dy));
+    MN_RETURN_IF(CheckSwiGLUGrad(gate, up, dy));
+    void *dgate = nullptr, *dup = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, gate.shape, &dgate));
+    MN_RETURN_IF(GetOutput(ctx, 1, gate.shape, &dup));
+    void* stream = nullptr;
+    MN_RETURN_IF(Stream(ctx, &stream));
+    return Cuda("SwiGLUGrad", mn_cuda_swiglu_grad(DType(gate.type), gate.data, up.data, dy.data, dgate, dup, gate.numel(), stream));
   }
 };
 
@@ -75,6 +96,7 @@ void AddCudaFusedOps(std::vector<OpDef*>* ops) {
   const char* ep = "CUDAExecutionProvider";
   for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
     ops->push_back(new OpDef("SwiGLU", ep, {T, T}, {T}, {false, false}, {false, false}, SwiGLUCuda::Create, 0));
+    ops->push_back(new OpDef("SwiGLUGrad", ep, {T, T, T}, {T, T}, {false, false, false}, {false, false, false}, SwiGLUGradCuda::Create, 0));
     ops->push_back(new OpDef("RopeCacheWrite", ep, {T, T, ANY}, {T}, {false, false, false}, {false, false, false},
                              RopeCacheWriteCuda::Create, 1, /*cache_inplace=*/true));
   }

@@ -1,4 +1,4 @@
-// Fused decode-layer ops (SwiGLU, RopeCacheWrite): attribute reading and input checks shared by the
+// Fused decode-layer ops (SwiGLU, SwiGLUGrad, RopeCacheWrite): attribute reading and input checks shared by the
 // CPU kernels (cpu_fused.cc) and the CUDA glue (cuda_fused_ops.cc).
 #pragma once
 
@@ -11,6 +11,9 @@ namespace mn {
 // SwiGLU: out = silu(gate) * up elementwise; gate and up of one shape and float type (float16/bfloat16
 // computed in float32).
 OrtStatus* CheckSwiGLU(const Tensor& gate, const Tensor& up);
+// SwiGLUGrad: SwiGLU's backward, dgate = dy * up * silu'(gate) and dup = dy * silu(gate); gate, up and dy
+// of one shape and float type.
+OrtStatus* CheckSwiGLUGrad(const Tensor& gate, const Tensor& up, const Tensor& dy);
 
 // RopeCacheWrite: the cache with rows [kv_pos, kv_pos + T) = rotate-half RoPE of new_kv's rows at
 // positions kv_pos + r (what Rope(offset_dyn = kv_pos) followed by CacheWrite does, in one pass).

@@ -9,7 +9,7 @@ from onnx import TensorProto
 
 from ..ir import Dim, NodeId, TensorType
 from .lowering import CUSTOM_DOMAIN, function_body
-from .table import OPS, CustomOp, Feeds, TensorArg, dim_attr, examples, float_attr, op, rank, require, same_shape
+from .table import OPS, CustomOp, Feeds, TensorArg, dim_attr, examples, float_attr, int_attr, op, rank, require, same_shape
 
 SHAPES = ({"shape": [3, 5]}, {"shape": [2, 3, 4]})
 
@@ -104,7 +104,65 @@ def _dsilu(g, x: NodeId) -> NodeId:
 @swiglu.vjp
 def _(g, node, dy):
     gate, up = node.inputs
-    return [g.mul(g.mul(dy, up), _dsilu(g, gate)), g.mul(dy, g.silu(gate))]
+    return [g.apply("swiglu_grad", gate, up, dy, index=k) for k in (0, 1)]
+
+
+# SwiGLU's backward as one com.meganeura.SwiGLUGrad kernel with two outputs: decomposed it is about ten
+# elementwise nodes (sigmoid, silu and the dsilu chain, each a full pass over the [tokens, ffn] tensors).
+# The Graph IR has one output per node, so it is one IR node per output with an ``index`` attribute
+# (0: dgate, 1: dup), both sharing their inputs; the lowering emits the single ONNX node once, as
+# ``adam_update`` does. float16 / bfloat16 are computed in float32 by the kernels.
+swiglu_grad = op(
+    "swiglu_grad",
+    ("gate", "up", "dy"),
+    differentiable=False,
+    attrs=(int_attr("index", 0, 1, doc="0: dgate = dy * up * silu'(gate), 1: dup = dy * silu(gate)"),),
+    custom=CustomOp("SwiGLUGrad", (TensorArg("gate"), TensorArg("up"), TensorArg("dy")), (TensorArg("dgate"), TensorArg("dup"))),
+    half_types=frozenset({"float16", "bfloat16"}),
+)
+
+
+@swiglu_grad.shape
+def _(gate: TensorType, up: TensorType, dy: TensorType, *, index: int) -> TensorType:
+    same_shape("swiglu_grad", gate, up, ("gate", "up"))
+    return same_shape("swiglu_grad", gate, dy, ("gate", "dy"))
+
+
+def swiglu_grad_ref(gate: np.ndarray, up: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(dgate, dup) of ``silu(gate) * up`` for the cotangent dy."""
+    s = _sigmoid(gate)
+    return dy * up * s * (1.0 + gate * (1.0 - s)), dy * gate * s
+
+
+swiglu_grad.numpy(lambda gate, up, dy, *, index: swiglu_grad_ref(gate, up, dy)[index].astype(gate.dtype))
+
+
+@swiglu_grad.function_body
+def swiglu_grad_function(opset: int):
+    def body(ctx, gate, up, dy):
+        s = ctx.op("Sigmoid", gate)
+        one = ctx.const(1.0)
+        dsilu = ctx.op("Mul", s, ctx.op("Add", one, ctx.op("Mul", gate, ctx.op("Sub", one, s))))
+        return [ctx.op("Mul", ctx.op("Mul", dy, up), dsilu), ctx.op("Mul", dy, ctx.op("Mul", gate, s))]
+
+    return function_body(swiglu_grad.custom, body, opset)
+
+
+@swiglu_grad.onnx
+def _(ctx, node, gate, up, dy):
+    key = ("SwiGLUGrad", gate, up, dy)
+    if key not in ctx.shared:  # the first of the pair emits the one ONNX node
+        ctx.use_function(swiglu_grad_function(ctx.opset))
+        ctx.shared[key] = ctx.op("SwiGLUGrad", gate, up, dy, domain=CUSTOM_DOMAIN, outputs=2)
+    return ctx.shared[key][node.attrs["index"]]
+
+
+def _swiglu_grad_example(g, f: Feeds, shape, index):
+    gate, up = f.param(g, "gate", shape, -4, 4), f.param(g, "up", shape)
+    return g.apply("swiglu_grad", gate, up, f.input(g, "dy", shape), index=index)
+
+
+examples(swiglu_grad, _swiglu_grad_example, {"shape": [3, 5], "index": 0}, {"shape": [2, 3, 4], "index": 1})
 
 
 # -- row broadcasts -------------------------------------------------------------------------------
