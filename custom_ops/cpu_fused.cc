@@ -2,6 +2,7 @@
 //   SwiGLU          out = gate * sigmoid(gate) * up, one pass instead of ORT's QuickGelu + Mul;
 //   SwiGLUGrad      SwiGLU's backward: dgate = dy * up * silu'(gate) and dup = dy * silu(gate) in one pass
 //                   (decomposed: about ten elementwise nodes, each a pass over the tensors);
+//   RMSNormGrad     RMSNorm's dx per row, 1/rms recomputed in float32: one pass over x and dy;
 //   RopeCacheWrite  rotate the new key rows and write them into the KV cache in place, one pass
 //                   instead of Rope + CacheWrite (the rotated rows never go through memory).
 #include <algorithm>
@@ -34,6 +35,25 @@ OrtStatus* CheckSwiGLUGrad(const Tensor& gate, const Tensor& up, const Tensor& d
   if (gate.shape != up.shape || gate.shape != dy.shape)
     return MN_INVALID("SwiGLUGrad: gate, up and dy must have one shape, got %s, %s and %s", ShapeStr(gate.shape).c_str(),
                       ShapeStr(up.shape).c_str(), ShapeStr(dy.shape).c_str());
+  return nullptr;
+}
+
+OrtStatus* ReadRMSNormGradAttrs(const OrtKernelInfo* info, float* epsilon) {
+  MN_RETURN_IF(AttrFloat(info, "RMSNormGrad", "epsilon", epsilon, nullptr));
+  if (!(*epsilon > 0.0f) || !std::isfinite(*epsilon))
+    return MN_INVALID("RMSNormGrad: attribute epsilon must be a positive finite number, got %g", (double)*epsilon);
+  return nullptr;
+}
+
+OrtStatus* CheckRMSNormGrad(const Tensor& x, const Tensor& weight, const Tensor& dy) {
+  MN_RETURN_IF(CheckFloatTensor("RMSNormGrad", "x", x, 2));
+  MN_RETURN_IF(CheckTensor("RMSNormGrad", "weight", weight, x.type, 1));
+  MN_RETURN_IF(CheckTensor("RMSNormGrad", "dy", dy, x.type, 2));
+  if (weight.shape[0] != x.shape[1])
+    return MN_INVALID("RMSNormGrad: weight must have shape [%lld] for x %s, got %s", (long long)x.shape[1], ShapeStr(x.shape).c_str(),
+                      ShapeStr(weight.shape).c_str());
+  if (dy.shape != x.shape)
+    return MN_INVALID("RMSNormGrad: dy must have the shape of x %s, got %s", ShapeStr(x.shape).c_str(), ShapeStr(dy.shape).c_str());
   return nullptr;
 }
 
@@ -235,6 +255,64 @@ class SwiGLUGradCpu : public Kernel {
 #endif
 };
 
+// dx = r * gx - x * r^3 * mean(gx * x) per row, r = 1 / sqrt(mean(x^2) + eps), gx = dy * weight.
+class RMSNormGradCpu : public Kernel {
+ public:
+  explicit RMSNormGradCpu(float eps) : eps_(eps) {}
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    float eps = 0.0f;
+    MN_RETURN_IF(ReadRMSNormGradAttrs(info, &eps));
+    *out = new RMSNormGradCpu(eps);
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor x, w, dy;
+    MN_RETURN_IF(GetInput(ctx, 0, &x));
+    MN_RETURN_IF(GetInput(ctx, 1, &w));
+    MN_RETURN_IF(GetInput(ctx, 2, &dy));
+    MN_RETURN_IF(CheckRMSNormGrad(x, w, dy));
+    void* dx = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, x.shape, &dx));
+    const int64_t rows = x.shape[0], n = x.shape[1];
+    return DispatchFloat(x.type, [&](auto tag) {
+      using T = decltype(tag);
+      const T *xs = static_cast<const T*>(x.data), *ws = static_cast<const T*>(w.data), *ds = static_cast<const T*>(dy.data);
+      T* out = static_cast<T*>(dx);
+      std::vector<float> wf(n);
+      ToFloatRow(ws, wf.data(), n);
+      Chunks ch(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n)), 256);
+      return ParallelFor(ctx, ch.count, [&](size_t c) {
+        std::vector<float> buf(std::is_same<T, float>::value ? 0 : 3 * n);  // half types: the row in float32
+        for (int64_t r = ch.begin(c); r < ch.end(c); ++r) Row(xs + r * n, wf.data(), ds + r * n, out + r * n, n, buf.data());
+      });
+    });
+  }
+
+ private:
+  void Row(const float* x, const float* w, const float* dy, float* dx, int64_t n, float*) const { RowF(x, w, dy, dx, n); }
+  template <class T>
+  void Row(const T* x, const float* w, const T* dy, T* dx, int64_t n, float* buf) const {
+    ToFloatRow(x, buf, n);
+    ToFloatRow(dy, buf + n, n);
+    RowF(buf, w, buf + n, buf + 2 * n, n);
+    FromFloatRow(buf + 2 * n, dx, n);
+  }
+  void RowF(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ dy, float* __restrict__ dx, int64_t n) const {
+    float ss = 0.0f, gxx = 0.0f;
+#pragma omp simd reduction(+ : ss, gxx)
+    for (int64_t i = 0; i < n; ++i) {
+      ss += x[i] * x[i];
+      gxx += dy[i] * w[i] * x[i];
+    }
+    const float inv_n = 1.0f / static_cast<float>(n);
+    const float r = 1.0f / std::sqrt(ss * inv_n + eps_);
+    const float c = r * r * r * gxx * inv_n;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) dx[i] = r * (dy[i] * w[i]) - x[i] * c;
+  }
+  float eps_;
+};
+
 class RopeCacheWriteCpu : public Kernel {
  public:
   explicit RopeCacheWriteCpu(const RopeCacheWriteAttrs& a) : a_(a), inv_freq_(a.head_dim / 2) {
@@ -296,6 +374,7 @@ void AddCpuFusedOps(std::vector<OpDef*>* ops) {
   const char* ep = "CPUExecutionProvider";
   for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
     ops->push_back(new OpDef("SwiGLU", ep, {T, T}, {T}, {false, false}, {false, false}, SwiGLUCpu::Create, 0));
+    ops->push_back(new OpDef("RMSNormGrad", ep, {T, T, T}, {T}, {false, false, false}, {false, false, false}, RMSNormGradCpu::Create, 0));
     ops->push_back(new OpDef("SwiGLUGrad", ep, {T, T, T}, {T, T}, {false, false, false}, {false, false, false}, SwiGLUGradCpu::Create, 0));
     ops->push_back(new OpDef("RopeCacheWrite", ep, {T, T, ANY}, {T}, {false, false, false}, {false, false, false},
                              RopeCacheWriteCpu::Create, 1, /*cache_inplace=*/true));

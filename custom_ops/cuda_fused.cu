@@ -1,4 +1,4 @@
-// CUDA kernels of the fused ops SwiGLU, SwiGLUGrad and RopeCacheWrite; called through cuda_fused.h.
+// CUDA kernels of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad and RopeCacheWrite; called through cuda_fused.h.
 // Templated over the element type (float, __half, __nv_bfloat16: Elem<T> of cuda_common.cuh), float32 math.
 #include "cuda_common.cuh"
 #include "cuda_fused.h"
@@ -44,6 +44,47 @@ __global__ void SwiGLUGradKernel(const T* __restrict__ gate, const T* __restrict
     dgate[i] = Elem<T>::FromF(dg);
     dup[i] = Elem<T>::FromF(du);
   }
+}
+
+// RMSNorm's dx, one block of kRmsThreads per row: the row's sum(x^2) and sum(dy * w * x) in float32
+// (warp shuffles, then one warp over the warps' sums), then dx = r * dy * w - x * r^3 * mean(dy * w * x).
+constexpr int kRmsThreads = 256;
+
+__device__ __forceinline__ float2 BlockSum2(float2 v) {
+  __shared__ float2 warp_sums[kRmsThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) {
+    v.x += __shfl_xor_sync(0xffffffffu, v.x, o);
+    v.y += __shfl_xor_sync(0xffffffffu, v.y, o);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  v = lane < kRmsThreads / 32 ? warp_sums[lane] : make_float2(0.0f, 0.0f);
+  for (int o = 16; o > 0; o >>= 1) {
+    v.x += __shfl_xor_sync(0xffffffffu, v.x, o);
+    v.y += __shfl_xor_sync(0xffffffffu, v.y, o);
+  }
+  return v;  // every thread holds the block's sums
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRmsThreads) RMSNormGradKernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ dy,
+                                                                 T* __restrict__ dx, int64_t n, float eps) {
+  const T* xr = x + blockIdx.x * n;
+  const T* dr = dy + blockIdx.x * n;
+  float2 acc = make_float2(0.0f, 0.0f);
+  for (int64_t i = threadIdx.x; i < n; i += kRmsThreads) {
+    const float xi = Elem<T>::ToF(xr[i]);
+    acc.x += xi * xi;
+    acc.y += Elem<T>::ToF(dr[i]) * Elem<T>::ToF(w[i]) * xi;
+  }
+  acc = BlockSum2(acc);
+  const float inv_n = 1.0f / static_cast<float>(n);
+  const float r = rsqrtf(acc.x * inv_n + eps);
+  const float c = r * r * r * acc.y * inv_n;
+  T* out = dx + blockIdx.x * n;
+  for (int64_t i = threadIdx.x; i < n; i += kRmsThreads)  // the second read of the row hits L1/L2
+    out[i] = Elem<T>::FromF(r * (Elem<T>::ToF(dr[i]) * Elem<T>::ToF(w[i])) - Elem<T>::ToF(xr[i]) * c);
 }
 
 struct FusedInvFreq {
@@ -93,6 +134,13 @@ int SwiGLUGrad(const void* gate, const void* up, const void* dy, void* dgate, vo
 }
 
 template <class T>
+int RMSNormGrad(const void* x, const void* w, const void* dy, void* dx, int64_t rows, int64_t n, float eps, cudaStream_t s) {
+  RMSNormGradKernel<T><<<static_cast<unsigned>(rows), kRmsThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(w),
+                                                                           static_cast<const T*>(dy), static_cast<T*>(dx), n, eps);
+  return cudaGetLastError();
+}
+
+template <class T>
 int RopeCacheWrite(const void* new_rows, const void* cache, void* out, int64_t rows, int64_t dim, int64_t max_seq, int64_t head_dim,
                    const float* inv_freq, MnPos kv_pos, cudaStream_t s) {
   cudaError_t e = cudaSuccess;
@@ -125,6 +173,17 @@ int mn_cuda_swiglu_grad(int dtype, const void* gate, const void* up, const void*
   if (dtype == MN_F16) return SwiGLUGrad<__half>(gate, up, dy, dgate, dup, n, s);
   if (dtype == MN_BF16) return SwiGLUGrad<__nv_bfloat16>(gate, up, dy, dgate, dup, n, s);
   return SwiGLUGrad<float>(gate, up, dy, dgate, dup, n, s);
+}
+
+int mn_cuda_rms_norm_grad(int dtype, const void* x, const void* w, const void* dy, void* dx, int64_t rows, int64_t n, float eps,
+                          void* stream) {
+  if (rows == 0 || n == 0) return 0;
+  if (rows > 0x7fffffff) return cudaErrorInvalidValue;  // one block per row
+  if (int e = UseDeviceOf(x)) return e;
+  cudaStream_t s = S(stream);
+  if (dtype == MN_F16) return RMSNormGrad<__half>(x, w, dy, dx, rows, n, eps, s);
+  if (dtype == MN_BF16) return RMSNormGrad<__nv_bfloat16>(x, w, dy, dx, rows, n, eps, s);
+  return RMSNormGrad<float>(x, w, dy, dx, rows, n, eps, s);
 }
 
 int mn_cuda_rope_cache_write(int dtype, const void* new_rows, const void* cache, void* out, int64_t T, int64_t dim, int64_t max_seq,

@@ -1,4 +1,4 @@
-// CUDAExecutionProvider registrations of the fused ops SwiGLU, SwiGLUGrad and RopeCacheWrite (ORT API
+// CUDAExecutionProvider registrations of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad and RopeCacheWrite (ORT API
 // code only; the kernels are in cuda_fused.cu). kv_pos is in device memory and read by the kernel; it is
 // read back and checked here as on the CPU unless check_positions = 0 or under CUDA-graph capture (see
 // cuda_ops.cc).
@@ -56,6 +56,32 @@ class SwiGLUGradCuda : public Kernel {
   }
 };
 
+class RMSNormGradCuda : public Kernel {
+ public:
+  explicit RMSNormGradCuda(float eps) : eps_(eps) {}
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    float eps = 0.0f;
+    MN_RETURN_IF(ReadRMSNormGradAttrs(info, &eps));
+    *out = new RMSNormGradCuda(eps);
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor x, w, dy;
+    MN_RETURN_IF(GetInput(ctx, 0, &x));
+    MN_RETURN_IF(GetInput(ctx, 1, &w));
+    MN_RETURN_IF(GetInput(ctx, 2, &dy));
+    MN_RETURN_IF(CheckRMSNormGrad(x, w, dy));
+    void* dx = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, x.shape, &dx));
+    void* stream = nullptr;
+    MN_RETURN_IF(Stream(ctx, &stream));
+    return Cuda("RMSNormGrad", mn_cuda_rms_norm_grad(DType(x.type), x.data, w.data, dy.data, dx, x.shape[0], x.shape[1], eps_, stream));
+  }
+
+ private:
+  float eps_;
+};
+
 class RopeCacheWriteCuda : public Kernel {
  public:
   explicit RopeCacheWriteCuda(const RopeCacheWriteAttrs& a) : a_(a), inv_freq_(a.head_dim / 2) {
@@ -96,6 +122,7 @@ void AddCudaFusedOps(std::vector<OpDef*>* ops) {
   const char* ep = "CUDAExecutionProvider";
   for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
     ops->push_back(new OpDef("SwiGLU", ep, {T, T}, {T}, {false, false}, {false, false}, SwiGLUCuda::Create, 0));
+    ops->push_back(new OpDef("RMSNormGrad", ep, {T, T, T}, {T}, {false, false, false}, {false, false, false}, RMSNormGradCuda::Create, 0));
     ops->push_back(new OpDef("SwiGLUGrad", ep, {T, T, T}, {T, T}, {false, false, false}, {false, false, false}, SwiGLUGradCuda::Create, 0));
     ops->push_back(new OpDef("RopeCacheWrite", ep, {T, T, ANY}, {T}, {false, false, false}, {false, false, false},
                              RopeCacheWriteCuda::Create, 1, /*cache_inplace=*/true));

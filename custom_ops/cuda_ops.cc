@@ -194,7 +194,7 @@ void AddCudaOps(std::vector<OpDef*>* ops) {
   }
   ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {false, false}, ScatterAddCuda::Create, -1));
   AddCudaOptimOps(ops);  // AdamUpdate (cuda_optim_ops.cc)
-  AddCudaFusedOps(ops);  // SwiGLU, SwiGLUGrad, RopeCacheWrite (cuda_fused_ops.cc)
+  AddCudaFusedOps(ops);  // SwiGLU, SwiGLUGrad, RMSNormGrad, RopeCacheWrite (cuda_fused_ops.cc)
   AddCudaDecodeLinearOps(ops);  // RMSNormLinear, RMSNormSwiGLU (cuda_decode_linear_ops.cc)
   AddCudaFlashOps(ops);  // FlashAttention, FlashAttentionGrad (cuda_flash_ops.cc)
   AddCudaLossOps(ops);   // SparseCrossEntropy, SparseCrossEntropyGrad (cuda_losses_ops.cc)

@@ -1,4 +1,4 @@
-// Fused decode-layer ops (SwiGLU, SwiGLUGrad, RopeCacheWrite): attribute reading and input checks shared by the
+// Fused decode-layer ops (SwiGLU, SwiGLUGrad, RMSNormGrad, RopeCacheWrite): attribute reading and input checks shared by the
 // CPU kernels (cpu_fused.cc) and the CUDA glue (cuda_fused_ops.cc).
 #pragma once
 
@@ -14,6 +14,11 @@ OrtStatus* CheckSwiGLU(const Tensor& gate, const Tensor& up);
 // SwiGLUGrad: SwiGLU's backward, dgate = dy * up * silu'(gate) and dup = dy * silu(gate); gate, up and dy
 // of one shape and float type.
 OrtStatus* CheckSwiGLUGrad(const Tensor& gate, const Tensor& up, const Tensor& dy);
+
+// RMSNormGrad: dx of RMSNorm per row of x [M, N] (weight [N], dy [M, N], one float type; float32 math);
+// attribute epsilon > 0.
+OrtStatus* ReadRMSNormGradAttrs(const OrtKernelInfo* info, float* epsilon);
+OrtStatus* CheckRMSNormGrad(const Tensor& x, const Tensor& weight, const Tensor& dy);
 
 // RopeCacheWrite: the cache with rows [kv_pos, kv_pos + T) = rotate-half RoPE of new_kv's rows at
 // positions kv_pos + r (what Rope(offset_dyn = kv_pos) followed by CacheWrite does, in one pass).

@@ -1,19 +1,21 @@
-"""SwiGLU's backward as one fused op (``swiglu_grad`` / ``com.meganeura.SwiGLUGrad``): the table's
-reference against float64 finite differences, the CPU kernel against numpy and the function body
-(float32 and the half types), bad input, and the op in a LLaMA train step."""
+"""SwiGLU's and RMSNorm's backward as fused ops (``swiglu_grad`` / ``com.meganeura.SwiGLUGrad``,
+``rms_norm_grad`` / ``com.meganeura.RMSNormGrad``): the table's references against float64 finite
+differences, the CPU kernels against numpy and the function bodies (float32 and the half types), bad
+input, and both ops in a LLaMA train step."""
 
 from __future__ import annotations
 
+import fused_backward_cases as sg
 import kernel_cases as kc
 import numpy as np
 import pytest
-import swiglu_grad_cases as sg
 from meganeura_onnx.cli.model_file import load_module
 from onnx import TensorProto, helper
 
 from meganeura_onnx import Graph
 from meganeura_onnx.ops import OPS
 from meganeura_onnx.ops.elementwise import swiglu_grad_ref
+from meganeura_onnx.ops.norm import rms_norm_grad_ref
 from meganeura_onnx.runtime import training
 
 LIB = kc.kernel_library("cpu")
@@ -50,32 +52,51 @@ def test_swiglu_vjp_is_one_swiglu_grad_pair_sharing_its_inputs():
     assert [(n.op, n.attrs["index"], tuple(n.inputs)) for n in pair] == [("swiglu_grad", k, (gate, up, dy)) for k in (0, 1)]
 
 
-@needs_lib
-@pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
-def test_swiglu_grad_kernel_matches_numpy_and_the_function_body(shape):
-    feeds = sg.inputs(shape)
-    want = sg.reference(feeds["gate"], feeds["up"], feeds["dy"])
-    kernel = kc.session(sg.model(shape), library=LIB).run(None, feeds)
-    body = kc.session(sg.model(shape), library=None).run(None, feeds)
-    for name, k, b, w in zip(sg.OUTPUTS, kernel, body, want, strict=True):
-        assert k.dtype == np.float32 and k.shape == shape
-        np.testing.assert_allclose(k, w, rtol=1e-5, atol=1e-5, err_msg=name)
-        np.testing.assert_allclose(b, w, rtol=1e-5, atol=1e-5, err_msg=name)
+def test_rms_norm_grad_reference_matches_float64_finite_differences():
+    rng = np.random.default_rng(1)
+    x, w, dy = rng.standard_normal((3, 7)), rng.uniform(0.5, 1.5, 7), rng.standard_normal((3, 7))
+    x[0] *= 1e-2  # eps is not negligible in this row
+    eps = 1e-3
+
+    def loss(v):
+        return float(np.sum(dy * v / np.sqrt(np.mean(v * v, axis=-1, keepdims=True) + eps) * w))
+
+    h = 1e-6
+    fd = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[idx] = h
+        fd[idx] = (loss(x + e) - loss(x - e)) / (2 * h)
+    np.testing.assert_allclose(rms_norm_grad_ref(x, w, dy, eps), fd, rtol=1e-6, atol=1e-7)
+
+
+CASES = [("SwiGLUGrad", s) for s in SHAPES] + [("RMSNormGrad", s) for s in [(1, 1), (7, 33), (64, 576), (3, 5000)]]
+CASE_IDS = [f"{op}-{'x'.join(map(str, s))}" for op, s in CASES]
 
 
 @needs_lib
-def test_profile_shows_the_swiglu_grad_kernel_not_its_function_body(tmp_path):
-    feeds = sg.inputs((3, 40))
-    sess = kc.session(sg.model((3, 40)), library=LIB, profile_prefix=str(tmp_path / "kernel"))
+@pytest.mark.parametrize("op,shape", CASES, ids=CASE_IDS)
+def test_fused_backward_kernel_matches_numpy_and_the_function_body(op, shape):
+    kernel = sg.check_float32(lambda m: kc.session(m, library=LIB), op, shape)
+    body = sg.check_float32(lambda m: kc.session(m, library=None), op, shape)
+    for k, b in zip(kernel, body, strict=True):
+        np.testing.assert_allclose(k, b, rtol=1e-5, atol=1e-5)
+
+
+@needs_lib
+@pytest.mark.parametrize("op", sorted(sg.OPS))
+def test_profile_shows_the_fused_backward_kernel_not_its_function_body(op, tmp_path):
+    feeds, _ = sg.case(op, (3, 40))
+    sess = kc.session(sg.model(op, feeds), library=LIB, profile_prefix=str(tmp_path / "kernel"))
     sess.run(None, feeds)
-    assert [(n["op_name"], n["provider"]) for n in kc.profiled_nodes(sess)] == [("SwiGLUGrad", "CPUExecutionProvider")]
+    assert [(n["op_name"], n["provider"]) for n in kc.profiled_nodes(sess)] == [(op, "CPUExecutionProvider")]
 
 
 @needs_lib
 @pytest.mark.parametrize("dtype", [np.dtype(np.float16), kc.BFLOAT16], ids=["float16", "bfloat16"])
-@pytest.mark.parametrize("shape", SHAPES[:2], ids=["x".join(map(str, s)) for s in SHAPES[:2]])
-def test_half_precision_swiglu_grad_kernel_matches_the_float32_math(shape, dtype):
-    sg.check_half(lambda m: kc.session(m, library=LIB), shape, dtype)
+@pytest.mark.parametrize("op,shape", [CASES[0], CASES[1], CASES[4], CASES[5]], ids=[CASE_IDS[k] for k in (0, 1, 4, 5)])
+def test_half_precision_fused_backward_kernels_match_the_float32_math(op, shape, dtype):
+    sg.check_half(lambda m: kc.session(m, library=LIB), op, shape, dtype)
 
 
 @needs_lib
@@ -91,6 +112,19 @@ def test_swiglu_grad_kernel_names_mismatched_shapes():
     kc.assert_ort_error(lambda: kc.session(m.SerializeToString(), library=LIB).run(None, feeds), "SwiGLUGrad", ["[2, 4]", "[2, 5]"])
 
 
+@needs_lib
+def test_rms_norm_grad_kernel_names_a_mismatched_weight():
+    feeds = {"x": np.zeros((2, 4), np.float32), "weight": np.ones(5, np.float32), "dy": np.zeros((2, 4), np.float32)}
+    vis = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in feeds]
+    node = helper.make_node("RMSNormGrad", list(feeds), ["dx"], domain=kc.DOMAIN, epsilon=1e-5)
+    out = [helper.make_tensor_value_info("dx", TensorProto.FLOAT, None)]
+    m = helper.make_model(
+        helper.make_graph([node], "bad", vis, out), opset_imports=[helper.make_opsetid("", kc.OPSET), helper.make_opsetid(kc.DOMAIN, 1)]
+    )
+    m.ir_version = 10
+    kc.assert_ort_error(lambda: kc.session(m.SerializeToString(), library=LIB).run(None, feeds), "RMSNormGrad", ["[4]", "[2, 4]", "[5]"])
+
+
 def test_swiglu_grad_shape_rule_names_the_mismatched_argument():
     g = Graph()
     a, b = g.input("gate", [2, 4]), g.input("up", [2, 4])
@@ -99,13 +133,13 @@ def test_swiglu_grad_shape_rule_names_the_mismatched_argument():
 
 
 @needs_lib
-def test_tiny_llama_train_step_runs_one_swiglu_grad_kernel_per_layer_and_matches_the_function_bodies():
+def test_tiny_llama_train_step_runs_the_fused_backward_kernels_and_matches_the_function_bodies():
     llama = load_module(kc.ROOT / "models" / "llama.py")
     cfg, seq = llama.PRESETS["tiny"], 16
     rng = np.random.default_rng(0)
     data = [(rng.integers(0, 256, seq, dtype=np.uint32), rng.integers(0, 256, seq, dtype=np.uint32)) for _ in range(3)]
     runs = {}
-    for custom in (True, False):
+    for custom in (True, False):  # kernels, function bodies
         s = training.build_session(llama.build_graph(cfg, "train", seq), optimizer="adam", seed=0, use_custom_ops=custom)
         s.set_adam(3e-3)
         losses = []
@@ -118,5 +152,8 @@ def test_tiny_llama_train_step_runs_one_swiglu_grad_kernel_per_layer_and_matches
     kernel = runs[True][0]
     nodes = [n for n in kernel.onnx_model().graph.node if n.op_type == "SwiGLUGrad"]
     assert len(nodes) == cfg.num_hidden_layers and all(len(n.output) == 2 for n in nodes)
-    assert kernel.plan().kernels()["SwiGLUGrad"] == "kernel" and runs[False][0].plan().kernels()["SwiGLUGrad"] == "function"
+    norms = [n for n in kernel.onnx_model().graph.node if n.op_type == "RMSNormGrad"]
+    assert len(norms) == 2 * cfg.num_hidden_layers + 1  # two per layer and the final norm
+    for op in ("SwiGLUGrad", "RMSNormGrad"):
+        assert kernel.plan().kernels()[op] == "kernel" and runs[False][0].plan().kernels()[op] == "function"
     np.testing.assert_allclose(runs[True][1], runs[False][1], rtol=1e-5)

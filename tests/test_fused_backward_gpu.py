@@ -1,0 +1,43 @@
+"""The CUDA kernels of the fused backward ops (SwiGLUGrad: SwiGLU's backward, two outputs; RMSNormGrad:
+RMSNorm's dx, one block per row): placement on CUDAExecutionProvider, float32 against the float64
+reference and the CPU kernel, float16 / bfloat16 against the float32 math of the rounded inputs,
+sizes that leave a tail after the 16-byte chunks or a partial last pass over a row.
+
+Skips unless onnxruntime-gpu with a working CUDAExecutionProvider and the CUDA library are present.
+"""
+
+from __future__ import annotations
+
+import fused_backward_cases as sg
+import kernel_cases as kc
+import numpy as np
+import pytest
+
+pytestmark = kc.CUDA_SKIPS
+# One element; widths that are not a multiple of 4 or 8 or of the block; SmolLM2's MLP (1536) and
+# hidden (576) widths for 8 x 256 tokens.
+CASES = [("SwiGLUGrad", s) for s in [(1, 1), (7, 33), (3, 5, 1001), (2048, 1536)]]
+CASES += [("RMSNormGrad", s) for s in [(1, 1), (7, 33), (5, 1001), (2048, 576)]]
+IDS = [f"{op}-{'x'.join(map(str, s))}" for op, s in CASES]
+
+
+@pytest.mark.parametrize("op,shape", CASES, ids=IDS)
+def test_cuda_fused_backward_matches_numpy_and_the_cpu_kernel_and_runs_on_cuda(op, shape, tmp_path):
+    sessions = []
+
+    def on_cuda(m):
+        sessions.append(kc.cuda_session(m, profile_prefix=str(tmp_path / "cuda")))
+        return sessions[-1]
+
+    got = sg.check_float32(on_cuda, op, shape)
+    placed = [(n["op_name"], n["provider"]) for n in kc.profiled_nodes(sessions[0]) if n["op_name"] == op]
+    assert placed == [(op, "CUDAExecutionProvider")]
+    on_cpu = sg.check_float32(lambda m: kc.session(m, library=kc.CUDA_LIB), op, shape)  # the CUDA library serves CPU sessions too
+    for g, c in zip(got, on_cpu, strict=True):
+        np.testing.assert_allclose(g, c, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), kc.BFLOAT16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("op,shape", CASES, ids=IDS)
+def test_half_precision_cuda_fused_backward_matches_the_float32_math(op, shape, dtype):
+    sg.check_half(kc.cuda_session, op, shape, dtype)
