@@ -245,7 +245,7 @@ class LlamaRunner:
         thread_spinning: bool = True,
     ) -> None:
         self.cfg, self.max_seq, self.device = cfg, int(max_seq), device
-        if cuda_graph is None:  # default: replay decode as a CUDA graph wherever the CUDA kernels make that possible
+        if cuda_graph is None:  # default: replay the steps as CUDA graphs wherever the CUDA kernels make that possible
             from meganeura_onnx import custom_op_library
 
             cuda_graph = device == "cuda" and use_custom_ops and custom_op_library("cuda") is not None
@@ -263,8 +263,9 @@ class LlamaRunner:
             params = hf_parameters(hf_layout, weights, strict=strict)
         self._hf_layout, self._flip = hf_layout, set(in_out_names(decode_graph))
         params = to_in_out(decode_graph, params)
-        # cuda_graph: the one-token decode step is replayed as one CUDA graph (its buffers never move:
-        # weights, in-place KV caches, inputs and logits are bound once).
+        # cuda_graph: the one-token decode step and the fixed-size prefill chunk are each replayed as
+        # one CUDA graph (their buffers never move: weights, in-place KV caches shared by both
+        # sessions, inputs and logits are bound once), so a step costs its kernels, not their launches.
         # precision: bf16/fp16 store the projection weights (and KV caches where the cache kernels take
         # half) in half precision; logits come back as float32.
         common = dict(
@@ -275,7 +276,7 @@ class LlamaRunner:
         )
         self.decoder = build_inference_session(decode_graph, device, cuda_graph=cuda_graph, **common)
         prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq, self.batch, self.in_out)
-        self.prefiller = build_inference_session(prefill_graph, device, **common)
+        self.prefiller = build_inference_session(prefill_graph, device, cuda_graph=cuda_graph, **common)
         self.prefiller.share_buffers(self.decoder, state=False)  # one copy of the weights on the device
         self.position = 0
 
