@@ -465,21 +465,24 @@ OrtStatus* ORT_API_CALL InferShape(const OrtCustomOp* op, OrtShapeInferContext* 
     return nullptr;
   }
   size_t rank = 0;
-  int64_t dims[2] = {num_rows, -1};
-  const char* sym[2] = {"", ""};
   st = g_api->GetDimensionsCount(src, &rank);
-  if (!st && rank == 2) {
-    int64_t d[2];
-    st = g_api->GetDimensions(src, d, 2);
-    if (!st) st = g_api->GetSymbolicDimensions(src, sym, 2);
-    dims[1] = d[1];
-    sym[0] = "";
-  }
+  if (st) return st;
+  // src's shape unknown here (e.g. made by a kernel whose output shape ORT cannot infer): leave the
+  // output unknown too. An output with a type but no dims would be a scalar, and ORT's planner would
+  // then hand a later elementwise op a one-element buffer to reuse.
+  if (rank != 2) return nullptr;
+  int64_t d[2];
+  const char* sym[2] = {"", ""};
+  st = g_api->GetDimensions(src, d, 2);
+  if (!st) st = g_api->GetSymbolicDimensions(src, sym, 2);
+  if (st) return st;
+  const int64_t dims[2] = {num_rows, d[1]};
+  sym[0] = "";
   OrtTensorTypeAndShapeInfo* out = nullptr;
-  if (!st) st = g_api->CreateTensorTypeAndShapeInfo(&out);
+  st = g_api->CreateTensorTypeAndShapeInfo(&out);
   if (!st) st = g_api->SetTensorElementType(out, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT);
-  if (!st && rank == 2) st = g_api->SetDimensions(out, dims, 2);
-  if (!st && rank == 2) st = g_api->SetSymbolicDimensions(out, sym, 2);
+  if (!st) st = g_api->SetDimensions(out, dims, 2);
+  if (!st) st = g_api->SetSymbolicDimensions(out, sym, 2);
   if (!st) st = g_api->ShapeInferContext_SetOutputTypeShape(ctx, 0, out);
   if (out) g_api->ReleaseTensorTypeAndShapeInfo(out);  // ours; `src` belongs to the context
   return st;

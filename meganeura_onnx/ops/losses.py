@@ -138,18 +138,18 @@ def _(logits, labels, lse, dy, *, ignore_index=None):
 
 
 # -- function bodies (standard ONNX; what runs without the kernel library) ----------------------------
-def _body_labels(ctx, labels: str) -> tuple[str, str, str]:
-    """(int64 labels [rows, 1] with ignored rows set to 0, float mask [rows] of counted rows, int64 labels [rows])."""
+def _body_labels(ctx, labels: str) -> tuple[str, str]:
+    """(int64 labels [rows, 1] with ignored rows set to 0, float mask [rows] of the counted rows)."""
     labels64 = ctx.to_int64(labels)
     keep = ctx.op("Not", ctx.op("Equal", labels64, ctx.attr_ref("ignore_index", "int")))
     safe = ctx.op("Where", keep, labels64, ctx.const(0, np.int64))
-    return ctx.op("Unsqueeze", safe, ctx.ints([1])), ctx.cast(keep, TensorProto.FLOAT), labels64
+    return ctx.op("Unsqueeze", safe, ctx.ints([1])), ctx.cast(keep, TensorProto.FLOAT)
 
 
 @sparse_ce.function_body
 def sparse_cross_entropy_function(opset: int):
     def body(ctx, logits, labels):
-        col, mask, _ = _body_labels(ctx, labels)
+        col, mask = _body_labels(ctx, labels)
         # ReduceLogSumExp subtracts the row max inside ORT's kernel; it has a gradient in
         # onnxruntime-training's builder too (the artifacts path inlines this body).
         lse = ctx.op("ReduceLogSumExp", logits, ctx.ints([1]), keepdims=1)  # [rows, 1]
@@ -163,7 +163,7 @@ def sparse_cross_entropy_function(opset: int):
 @sparse_ce_grad.function_body
 def sparse_cross_entropy_grad_function(opset: int):
     def body(ctx, logits, labels, lse, scale):
-        col, mask, _ = _body_labels(ctx, labels)
+        col, mask = _body_labels(ctx, labels)
         probs = ctx.op("Exp", ctx.op("Sub", logits, ctx.op("Unsqueeze", lse, ctx.ints([1]))))
         minus_one = ctx.op("Expand", ctx.const([[-1.0]]), ctx.op("Shape", col))
         grad = ctx.op("ScatterElements", probs, col, minus_one, axis=1, reduction="add")
