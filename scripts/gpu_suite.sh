@@ -33,7 +33,8 @@ if [ "$PHASE" = checks ]; then
   pytest_gpu() { bash -c "timeout 150 $PY -m pytest -q -p no:cacheprovider -rs $* 2>&1 | tee -a '$OUT/pytest_gpu.txt'; exit \${PIPESTATUS[0]}"; }
   step pytest_gpu -m gpu tests/test_fused_adam.py tests/test_training_parity.py tests/test_cuda_graph_training.py
   step pytest_gpu tests/test_symbolic_models.py tests/test_kernel_fuzz.py -k cuda
-  step pytest_gpu -m gpu tests/test_flash_attention.py
+  step pytest_gpu -m gpu tests/test_flash_attention.py tests/test_flash_attention_half.py
+  step pytest_gpu tests/test_*gpu*.py  # every CUDA test file: kernels, fused decode and backward ops, losses, Adam, positions, precision
   step bash -c "make -C custom_ops flash-check >/dev/null && custom_ops/build/flash_check | tee '$OUT/flash_check.txt'; exit \${PIPESTATUS[0]}"
 elif [ "$PHASE" = llama ]; then
   wheels=$(ls .whl/onnxruntime_genai_cuda-*.whl .whl/onnx_ir-*.whl 2>/dev/null)
