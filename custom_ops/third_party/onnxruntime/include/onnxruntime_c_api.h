@@ -454,7 +454,7 @@ typedef struct OrtCUDAProviderOptions {
    *   1 = Use the same stream for copying and compute.
    *   Defaults to 1.
    *   WARNING: Setting this to 0 may result in data races for some models.
-   *   Please see issue #4829 for more details.
+   *   (The copy stream then runs without ordering against the compute stream.)
    */
   int do_copy_in_default_stream;
 
@@ -541,7 +541,7 @@ typedef struct OrtROCMProviderOptions {
    *   1 = Use the same stream for copying and compute.
    *   Defaults to 1.
    *   WARNING: Setting this to 0 may result in data races for some models.
-   *   Please see issue #4829 for more details.
+   *   (The copy stream then runs without ordering against the compute stream.)
    */
   int do_copy_in_default_stream;
 
