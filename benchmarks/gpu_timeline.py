@@ -47,15 +47,16 @@ def timeline(step: Callable[[], None], steps: int, sync: Callable[[], None]) -> 
     for _ in range(3):
         step()
     sync()
-    with tempfile.TemporaryDirectory() as tmp, profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
         for _ in range(steps):
             step()
         sync()
         wall = (time.perf_counter() - t0) / steps
-    trace = Path(tmp) / "trace.json"
-    prof.export_chrome_trace(str(trace))
-    events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") in DEVICE_EVENTS and "dur" in e]
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") in DEVICE_EVENTS and "dur" in e]
     del torch
     return summarize(events, steps, wall)
 
