@@ -41,20 +41,6 @@ struct AttnCfg {
   static_assert(LPR >= 1 && LPR <= 32 && TR % R == 0 && R % RV == 0 && (TR * C16) % 32 == 0, "attention tile shape");
 };
 
-// Programmatic dependent launch (sm_90+): the grid may start while the previous kernel on the stream
-// drains; Wait blocks until that kernel has finished and its writes are visible (a no-op when launched
-// normally), Release lets the next PDL-launched kernel start its blocks as SMs free up.
-__device__ __forceinline__ void GridDependencyWait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void GridDependentsRelease() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");

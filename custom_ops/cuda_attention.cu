@@ -147,15 +147,6 @@ int AttnOccupancy() {
   return occ;
 }
 
-// Programmatic dependent launch needs compute capability 9.0 (asked once per device).
-bool HasPdl() {
-  static int cc[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-  if (cc[dev] == 0 && cudaDeviceGetAttribute(&cc[dev], cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) cc[dev] = -1;
-  return cc[dev] >= 9;
-}
-
 // The split-K workspace in `scratch`: partials [B*T*H][splits] (acc[hd], then (m, l)) and a counter
 // per (sequence, row, block column). Counters start at 0 in a new buffer; every launch leaves them at 0.
 int AttnWorkspace(AttnArgs* args, int hd, size_t heads, size_t ncount, MnScratch* scratch, cudaStream_t s) {

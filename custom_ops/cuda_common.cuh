@@ -128,4 +128,29 @@ inline int NumSMs() {
   return n;
 }
 
+// Programmatic dependent launch (sm_90+): a grid launched with the ProgrammaticStreamSerialization
+// attribute may start while the previous kernel on the stream drains. GridDependencyWait blocks until
+// that kernel has finished and its writes are visible (a no-op when launched normally);
+// GridDependentsRelease lets the next such grid start its blocks as SMs free up. What a kernel does
+// before the wait must not read what the previous kernel writes (weights and old cache rows: yes).
+__device__ __forceinline__ void GridDependencyWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void GridDependentsRelease() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Whether this device takes programmatic dependent launch (compute capability 9.0; asked once per device).
+inline bool HasPdl() {
+  static int cc[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (cc[dev] == 0 && cudaDeviceGetAttribute(&cc[dev], cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) cc[dev] = -1;
+  return cc[dev] >= 9;
+}
+
 }  // namespace

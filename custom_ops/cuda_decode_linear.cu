@@ -23,6 +23,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kMaxWeights = 8;  // weights per launch (more go in several launches)
 constexpr int kTile = 32;       // columns per block of the [K, N] kernel
 constexpr int64_t kSmemBytes = 4 * MN_NORM_LINEAR_MAX_K;  // the rows' share of 48 KB (the rest: static)
+bool g_decode_linear_pdl = true;  // programmatic dependent launch where the GPU has it (decode_linear_check --no-pdl compares)
 
 struct Projections {
   const void* w[kMaxWeights];
@@ -82,33 +83,71 @@ __device__ void NormalizeTile(const T* __restrict__ x, const T* __restrict__ gam
   __syncthreads();
 }
 
-// acc[m] += this lane's share of dot(xn[m], w) (and acc2 with w2 for SwiGLU's up projection).
-template <class T, int MT, bool SWIGLU>
-__device__ __forceinline__ void LaneDots(const T* __restrict__ w, const T* __restrict__ w2, const float* xn, int64_t K, int rows,
-                                         int lane, float* acc, float* acc2) {
-  constexpr int EPC = Elem<T>::EPC;
-  const bool vec = K % EPC == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 && (!SWIGLU || reinterpret_cast<uintptr_t>(w2) % 16 == 0);
-  if (vec) {  // 16-byte loads of the weight row; the rows' chunks as float4 from shared memory
-    const int64_t chunks = K / EPC;
-#pragma unroll 4
-    for (int64_t c = lane; c < chunks; c += 32) {
-      float a[EPC], b[EPC];
-      Elem<T>::Unpack(__ldg(reinterpret_cast<const uint4*>(w) + c), a);
-      if (SWIGLU) Elem<T>::Unpack(__ldg(reinterpret_cast<const uint4*>(w2) + c), b);
+// A lane's first kPrefetch 16-byte chunks of a weight row (and of the up projection's row), held in
+// registers. They are loaded before the normalisation, and under PDL before the previous kernel has
+// finished (weights never depend on it), so their DRAM latency overlaps that kernel's tail and the norm.
+constexpr int kPrefetch = 8;
+
+template <class T, bool SWIGLU>
+struct RowChunks {
+  uint4 a[kPrefetch], b[SWIGLU ? kPrefetch : 1];
+  __device__ __forceinline__ void Load(const T* __restrict__ w, const T* __restrict__ w2, int64_t chunks, int lane) {
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        if (m >= rows) break;
-        const float4* xr = reinterpret_cast<const float4*>(xn + m * K + c * EPC);
-        float s = 0.0f, s2 = 0.0f;
-#pragma unroll
-        for (int q = 0; q < EPC / 4; ++q) {
-          const float4 v = xr[q];
-          s += a[4 * q] * v.x + a[4 * q + 1] * v.y + a[4 * q + 2] * v.z + a[4 * q + 3] * v.w;
-          if (SWIGLU) s2 += b[4 * q] * v.x + b[4 * q + 1] * v.y + b[4 * q + 2] * v.z + b[4 * q + 3] * v.w;
-        }
-        acc[m] += s;
-        if (SWIGLU) acc2[m] += s2;
+    for (int j = 0; j < kPrefetch; ++j) {
+      const int64_t c = lane + 32 * j;
+      if (c < chunks) {
+        a[j] = __ldg(reinterpret_cast<const uint4*>(w) + c);
+        if (SWIGLU) b[j] = __ldg(reinterpret_cast<const uint4*>(w2) + c);
       }
+    }
+  }
+};
+
+// Whether a weight row (and the up projection's) can be read in 16-byte chunks.
+template <class T, bool SWIGLU>
+__device__ __forceinline__ bool Vectorised(const T* w, const T* w2, int64_t K) {
+  return K % Elem<T>::EPC == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0 && (!SWIGLU || reinterpret_cast<uintptr_t>(w2) % 16 == 0);
+}
+
+// acc[m] += dot(chunk of w, xn[m] at chunk c) (and acc2 with the up projection's chunk).
+template <class T, int MT, bool SWIGLU>
+__device__ __forceinline__ void ChunkDots(const uint4& wa, const uint4& wb, const float* xn, int64_t K, int64_t c, int rows, float* acc,
+                                          float* acc2) {
+  constexpr int EPC = Elem<T>::EPC;
+  float a[EPC], b[EPC];
+  Elem<T>::Unpack(wa, a);
+  if (SWIGLU) Elem<T>::Unpack(wb, b);
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    if (m >= rows) break;
+    const float4* xr = reinterpret_cast<const float4*>(xn + m * K + c * EPC);
+    float s = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int q = 0; q < EPC / 4; ++q) {
+      const float4 v = xr[q];
+      s += a[4 * q] * v.x + a[4 * q + 1] * v.y + a[4 * q + 2] * v.z + a[4 * q + 3] * v.w;
+      if (SWIGLU) s2 += b[4 * q] * v.x + b[4 * q + 1] * v.y + b[4 * q + 2] * v.z + b[4 * q + 3] * v.w;
+    }
+    acc[m] += s;
+    if (SWIGLU) acc2[m] += s2;
+  }
+}
+
+// acc[m] += this lane's share of dot(xn[m], w) (and acc2 with w2 for SwiGLU's up projection); `held`
+// has the row's first chunks when the row is Vectorised.
+template <class T, int MT, bool SWIGLU>
+__device__ __forceinline__ void LaneDots(const T* __restrict__ w, const T* __restrict__ w2, const RowChunks<T, SWIGLU>& held,
+                                         const float* xn, int64_t K, int rows, int lane, float* acc, float* acc2) {
+  if (Vectorised<T, SWIGLU>(w, w2, K)) {  // 16-byte loads of the weight row; the rows' chunks as float4 from shared memory
+    const int64_t chunks = K / Elem<T>::EPC;
+#pragma unroll
+    for (int j = 0; j < kPrefetch; ++j)
+      if (lane + 32 * j < chunks) ChunkDots<T, MT, SWIGLU>(held.a[j], held.b[SWIGLU ? j : 0], xn, K, lane + 32 * j, rows, acc, acc2);
+#pragma unroll 4
+    for (int64_t c = lane + 32 * kPrefetch; c < chunks; c += 32) {
+      const uint4 wa = __ldg(reinterpret_cast<const uint4*>(w) + c);
+      const uint4 wb = SWIGLU ? __ldg(reinterpret_cast<const uint4*>(w2) + c) : wa;
+      ChunkDots<T, MT, SWIGLU>(wa, wb, xn, K, c, rows, acc, acc2);
     }
     return;
   }
@@ -124,25 +163,46 @@ __device__ __forceinline__ void LaneDots(const T* __restrict__ w, const T* __res
   }
 }
 
+// Column c's weight row (and the up projection's), its weight index and its column within that weight.
+template <class T, bool SWIGLU>
+__device__ __forceinline__ void ColumnRows(const Projections& p, int64_t c, int64_t K, const T** w, const T** w2, int* i, int64_t* n) {
+  *i = SWIGLU ? 0 : Which(p, c);
+  *n = c - (*i > 0 ? p.end[*i - 1] : 0);
+  *w = static_cast<const T*>(p.w[*i]) + *n * K;
+  *w2 = SWIGLU ? static_cast<const T*>(p.w[1]) + *n * K : nullptr;
+}
+
 // trans_b: w [N, K]. One warp per output column (grid-stride over the columns of every weight).
 template <class T, int MT, bool SWIGLU>
 __global__ void __launch_bounds__(kThreads) RowsKernel(const T* __restrict__ x, const T* __restrict__ gamma, int64_t K, int rows,
                                                        float eps, Projections p) {
   extern __shared__ float4 smem4[];
   float* xn = reinterpret_cast<float*>(smem4);
-  NormalizeTile<T, MT>(x, gamma, K, rows, eps, xn);
   const int lane = threadIdx.x & 31;
   const int64_t columns = p.end[p.count - 1], stride = static_cast<int64_t>(gridDim.x) * kWarps;
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); c < columns; c += stride) {
-    const int i = SWIGLU ? 0 : Which(p, c);
-    const int64_t n = c - (i > 0 ? p.end[i - 1] : 0), N = p.n[i];
-    const T* w = static_cast<const T*>(p.w[i]) + n * K;
-    const T* w2 = SWIGLU ? static_cast<const T*>(p.w[1]) + n * K : nullptr;
+  int64_t c = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  const T *w = nullptr, *w2 = nullptr;
+  int i = 0;
+  int64_t n = 0;
+  RowChunks<T, SWIGLU> held;
+  if (c < columns) {
+    ColumnRows<T, SWIGLU>(p, c, K, &w, &w2, &i, &n);
+    if (Vectorised<T, SWIGLU>(w, w2, K)) held.Load(w, w2, K / Elem<T>::EPC, lane);
+  }
+  GridDependencyWait();  // x is the previous kernel's output
+  GridDependentsRelease();
+  NormalizeTile<T, MT>(x, gamma, K, rows, eps, xn);
+  for (bool first = true; c < columns; c += stride, first = false) {
+    if (!first) {
+      ColumnRows<T, SWIGLU>(p, c, K, &w, &w2, &i, &n);
+      if (Vectorised<T, SWIGLU>(w, w2, K)) held.Load(w, w2, K / Elem<T>::EPC, lane);
+    }
     float acc[MT], acc2[MT];
 #pragma unroll
     for (int m = 0; m < MT; ++m) acc[m] = acc2[m] = 0.0f;
-    LaneDots<T, MT, SWIGLU>(w, w2, xn, K, rows, lane, acc, acc2);
+    LaneDots<T, MT, SWIGLU>(w, w2, held, xn, K, rows, lane, acc, acc2);
     T* y = static_cast<T*>(p.y[i]);
+    const int64_t N = p.n[i];
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       if (m >= rows) break;
@@ -159,6 +219,7 @@ __global__ void __launch_bounds__(kThreads) ColumnsKernel(const T* __restrict__ 
                                                           float eps, Projections p) {
   extern __shared__ float4 smem4[];
   float* xn = reinterpret_cast<float*>(smem4);
+  GridDependencyWait();  // (a no-op: this kernel is launched without PDL)
   NormalizeTile<T, MT>(x, gamma, K, rows, eps, xn);
   const int64_t tile = blockIdx.x;
   const int i = SWIGLU ? 0 : Which(p, tile);
@@ -210,8 +271,17 @@ int LaunchTile(const T* x, const T* gamma, int64_t K, int rows, float eps, bool 
   if (trans_b) {
     const int64_t columns = p.end[p.count - 1];
     const int64_t blocks = std::min<int64_t>((columns + kWarps - 1) / kWarps, static_cast<int64_t>(NumSMs()) * 8);
-    const size_t smem = sizeof(float) * rows * K;
-    RowsKernel<T, MT, SWIGLU><<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(x, gamma, K, rows, eps, p);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = sizeof(float) * rows * K;
+    cfg.stream = s;
+    cudaLaunchAttribute pdl;  // the weight prefetch overlaps the previous kernel's last blocks
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &pdl;
+    cfg.numAttrs = g_decode_linear_pdl && HasPdl() ? 1 : 0;
+    if (cudaError_t e = cudaLaunchKernelEx(&cfg, RowsKernel<T, MT, SWIGLU>, x, gamma, K, rows, eps, p)) return e;
   } else {
     const size_t smem = sizeof(float) * std::max<int64_t>(rows * K, int64_t(2) * kWarps * MT * kTile);
     ColumnsKernel<T, MT, SWIGLU><<<static_cast<unsigned>(p.end[p.count - 1]), dim3(kTile, kWarps), smem, s>>>(x, gamma, K, rows, eps, p);

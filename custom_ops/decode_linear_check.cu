@@ -1,5 +1,5 @@
 // Standalone check + timing of the RMSNormLinear / RMSNormSwiGLU GEMV launchers, without ORT:
-//   make -C custom_ops decode-linear-check && custom_ops/build/decode_linear_check [--iters N] [--peak-gbs G] [--json FILE]
+//   make -C custom_ops decode-linear-check && custom_ops/build/decode_linear_check [--iters N] [--peak-gbs G] [--json FILE] [--no-pdl]
 // Checks every element type (float32, float16, bfloat16) against a double-precision host reference of
 // the same (rounded) inputs, for SmolLM2-135M's decode shapes at M = 1, 8 and 16 rows and both weight
 // layouts. Then times each launch with CUDA events over N launches captured in a CUDA graph (GPU time
@@ -233,6 +233,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--peak-gbs") && i + 1 < argc) peak = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else if (!std::strcmp(argv[i], "--no-pdl")) g_decode_linear_pdl = false;
   }
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
