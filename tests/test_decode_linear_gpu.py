@@ -96,9 +96,11 @@ def test_batched_decode_step_with_linear_residual_replays_as_a_cuda_graph_and_ma
     params = default_parameters(g, 11)
     gpu = build_inference_session(g, "cuda", parameters=params, cuda_graph=True)
     cpu = build_inference_session(g, "cpu", parameters=params, optimize=False)
-    kernels = gpu.plan().kernels()
-    assert kernels.get("LinearResidual") == "kernel" and "Gemm" not in kernels, kernels
-    assert {ep for *_, ep in gpu.plan().placement} == {"CUDAExecutionProvider"}, gpu.plan().placement
+    placement = gpu.plan().placement
+    ran = [op for _, _, op, _ in placement]
+    assert gpu.plan().kernels().get("LinearResidual") == "kernel" and ran.count("LinearResidual") == 2 * cfg.num_hidden_layers, ran
+    assert "Gemm" not in ran and "MatMul" not in ran, ran  # every product of the step is one of our GEMVs
+    assert {ep for *_, ep in placement} == {"CUDAExecutionProvider"}, placement
     rng = np.random.default_rng(2)
     starts = np.array([0, 3, 7, 1])
     for step in range(5):
