@@ -3,12 +3,13 @@
 // Checks every element type (float32, float16, bfloat16) against a double-precision host reference of
 // the same (rounded) inputs, for SmolLM2-135M's decode shapes (q|k|v, gate/up, the LM head, and o_proj
 // 576x576 and down_proj 1536x576 with their residual) at M = 1, 8 and 16 rows and both weight layouts. Then times each launch with CUDA events over N launches captured in a CUDA graph (GPU time
-// only) and reports the weight bytes read per second and its fraction of --peak-gbs (H200: 4800). For
+// only) and reports the weight bytes read per second and its fraction of --peak-gbs (default: the
+// device's nominal bandwidth, H200 4800, H100 3350). For
 // q/k/v's shape it times cuBLAS (cublasGemmEx, float32 accumulation, no norm; where nvcc finds
 // cuBLAS's header) at 1..128 rows: the prefill alternative, to show where the GEMV stops paying (the
 // graph pass fuses <= 16 rows), and for o_proj's and down_proj's shapes what ONNX Runtime's CUDA Gemm
 // with a residual C does instead of LinearResidual: a copy of C into the output, then cublasGemmEx with
-// beta = 1 (both timed, one row and more). Exit status 1 when a check fails.
+// beta = 1 (both timed, one row and 16). Exit status 1 when a check fails.
 #include <cuda_runtime.h>
 #ifdef MN_HAVE_CUBLAS  // the Makefile defines it where nvcc finds cublas_v2.h
 #include <cublas_v2.h>
@@ -23,64 +24,8 @@
 #include <vector>
 
 #include "cuda_decode_linear.cu"
-
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
-static const char* kTypeName[] = {"float32", "float16", "bfloat16"};
-static size_t ElemBytes(int dt) { return dt == MN_F32 ? 4 : 2; }
-
-// Rounds `x` to the element type in place and returns its device bytes.
-static std::vector<unsigned char> ToDevice(std::vector<float>* x, int dt) {
-  std::vector<unsigned char> out(x->size() * ElemBytes(dt));
-  for (size_t i = 0; i < x->size(); ++i) {
-    float& f = (*x)[i];
-    if (dt == MN_F32) {
-      std::memcpy(out.data() + 4 * i, &f, 4);
-      continue;
-    }
-    uint16_t h;
-    if (dt == MN_F16) {
-      h = __half_as_ushort(__float2half_rn(f));
-      f = __half2float(__ushort_as_half(h));
-    } else {
-      __nv_bfloat16 b = __float2bfloat16_rn(f);
-      std::memcpy(&h, &b, 2);
-      const uint32_t bits = static_cast<uint32_t>(h) << 16;
-      std::memcpy(&f, &bits, 4);
-    }
-    std::memcpy(out.data() + 2 * i, &h, 2);
-  }
-  return out;
-}
-
-static float FromDevice(const unsigned char* p, int dt) {
-  if (dt == MN_F32) {
-    float f;
-    std::memcpy(&f, p, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  if (dt == MN_F16) return __half2float(__ushort_as_half(h));
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-static void* Upload(const std::vector<unsigned char>& host) {
-  void* d = nullptr;
-  CK(cudaMalloc(&d, host.size() + 16));
-  CK(cudaMemcpy(d, host.data(), host.size(), cudaMemcpyHostToDevice));
-  return d;
-}
+// After the kernels: it needs their element-type enum.
+#include "check_harness.cuh"
 
 enum Op { kOpNormLinear, kOpNormSwiGLU, kOpResidual };
 static const char* kOpName[] = {"RMSNormLinear", "RMSNormSwiGLU", "LinearResidual"};
@@ -113,7 +58,7 @@ struct Result {
 };
 
 // One configuration: checks against the host reference, then times `iters` graph-replayed launches.
-static Result RunCase(const Shape& s, int64_t M, int dt, bool trans_b, int iters, double peak_gbs, cudaStream_t stream) {
+static Result RunCase(const Shape& s, int64_t M, int dt, bool trans_b, int iters, double peak_gbs, Timer& tm) {
   std::mt19937 rng(1234);
   std::normal_distribution<float> nd;
   std::vector<float> x(M * s.K), gamma(s.K);
@@ -132,7 +77,7 @@ static Result RunCase(const Shape& s, int64_t M, int dt, bool trans_b, int iters
   for (float& v : residual) v = nd(rng);
   void* dx = Upload(ToDevice(&x, dt));
   void* dg = Upload(ToDevice(&gamma, dt));
-  void* dr = Upload(ToDevice(&residual, dt));
+  void* dr = residual.empty() ? nullptr : Upload(ToDevice(&residual, dt));
   const size_t outs = s.op == kOpNormLinear ? s.N.size() : 1;
   for (size_t i = 0; i < outs; ++i) {
     void* d = nullptr;
@@ -140,18 +85,18 @@ static Result RunCase(const Shape& s, int64_t M, int dt, bool trans_b, int iters
     dy.push_back(d);
   }
   const float eps = 1e-5f;
-  auto launch = [&]() {
+  auto launch = [&](cudaStream_t stream) {
     int e = s.op == kOpNormSwiGLU ? mn_cuda_rms_norm_swiglu(dt, dx, dg, M, s.K, eps, trans_b, dw[0], dw[1], s.N[0], dy[0], stream)
             : s.op == kOpResidual ? mn_cuda_linear_residual(dt, dx, dw[0], dr, M, s.K, s.N[0], trans_b, dy[0], stream)
-                                : mn_cuda_rms_norm_linear(dt, dx, dg, M, s.K, eps, trans_b, static_cast<int>(dw.size()), dw.data(),
-                                                          s.N.data(), dy.data(), stream);
+                                  : mn_cuda_rms_norm_linear(dt, dx, dg, M, s.K, eps, trans_b, static_cast<int>(dw.size()), dw.data(),
+                                                            s.N.data(), dy.data(), stream);
     if (e) {
       std::printf("launch failed: %s\n", cudaGetErrorString(static_cast<cudaError_t>(e)));
       std::exit(1);
     }
   };
-  launch();
-  CK(cudaStreamSynchronize(stream));
+  launch(tm.s);
+  CK(cudaStreamSynchronize(tm.s));
   // host reference in double from the rounded inputs (LinearResidual: no norm)
   std::vector<double> xn(M * s.K);
   for (int64_t m = 0; m < M; ++m) {
@@ -173,31 +118,13 @@ static Result RunCase(const Shape& s, int64_t M, int dt, bool trans_b, int iters
       }
   }
   // timing: `iters` launches captured in one CUDA graph
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < iters; ++i) launch();
-  CK(cudaStreamEndCapture(stream, &graph));
-  CK(cudaGraphInstantiate(&exec, graph, 0));
-  CK(cudaGraphLaunch(exec, stream));
-  cudaEvent_t t0, t1;
-  CK(cudaEventCreate(&t0));
-  CK(cudaEventCreate(&t1));
-  CK(cudaEventRecord(t0, stream));
-  CK(cudaGraphLaunch(exec, stream));
-  CK(cudaEventRecord(t1, stream));
-  CK(cudaEventSynchronize(t1));
-  float ms = 0;
-  CK(cudaEventElapsedTime(&ms, t0, t1));
-  const double us = 1e3 * ms / iters, gbs = weight_bytes / (us * 1e-6) / 1e9;
+  const double us = tm.Graph(launch, iters), gbs = weight_bytes / (us * 1e-6) / 1e9;
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "{\"op\": \"%s\", \"shape\": \"%s\", \"dtype\": \"%s\", \"layout\": \"%s\", \"M\": %lld, \"K\": %lld, \"us\": %.2f, "
                 "\"weight_GBps\": %.0f, \"of_peak\": %.3f, \"max_rel_err\": %.2e}",
                 kOpName[s.op], s.name, kTypeName[dt], trans_b ? "[N,K]" : "[K,N]", (long long)M,
                 (long long)s.K, us, gbs, gbs / peak_gbs, err);
-  CK(cudaGraphExecDestroy(exec));
-  CK(cudaGraphDestroy(graph));
   for (void* p : dw) CK(cudaFree(p));
   for (void* p : dy) CK(cudaFree(p));
   CK(cudaFree(dx));
@@ -210,8 +137,7 @@ static Result RunCase(const Shape& s, int64_t M, int dt, bool trans_b, int iters
 // cuBLAS y [M, N] = x [M, K] @ w^T (w [N, K]), the Gemm the unfused graph runs, in the same element type.
 // residual: y = r + x @ w^T as ONNX Runtime's CUDA Gemm runs it with a full-size C: r copied into y
 // (cudaMemcpyAsync), then the product accumulated into it with beta = 1; both are timed.
-static std::string CublasCase(cublasHandle_t h, int64_t M, int64_t K, int64_t N, int dt, int iters, cudaStream_t stream,
-                              bool residual = false) {
+static std::string CublasCase(cublasHandle_t h, int64_t M, int64_t K, int64_t N, int dt, int iters, Timer& tm, bool residual = false) {
   const cudaDataType t = dt == MN_F32 ? CUDA_R_32F : dt == MN_F16 ? CUDA_R_16F : CUDA_R_16BF;
   void *a, *b, *c, *r;
   CK(cudaMalloc(&r, M * N * ElemBytes(dt)));
@@ -222,47 +148,37 @@ static std::string CublasCase(cublasHandle_t h, int64_t M, int64_t K, int64_t N,
   CK(cudaMemset(a, 0, M * K * ElemBytes(dt)));
   CK(cudaMemset(b, 0, N * K * ElemBytes(dt)));
   const float one = 1.0f, zero = 0.0f;
-  cublasSetStream(h, stream);
+  cublasSetStream(h, tm.s);
   // column-major: C^T [N, M] = W [N, K] (stored as K x N column-major, transposed) * X^T [K, M]
   auto gemm = [&]() {
-    if (residual) CK(cudaMemcpyAsync(c, r, M * N * ElemBytes(dt), cudaMemcpyDeviceToDevice, stream));
+    if (residual) CK(cudaMemcpyAsync(c, r, M * N * ElemBytes(dt), cudaMemcpyDeviceToDevice, tm.s));
     cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K, &one, b, t, (int)K, a, t, (int)K, residual ? &one : &zero, c, t,
                  (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   };
-  gemm();
-  CK(cudaStreamSynchronize(stream));
-  cudaEvent_t t0, t1;
-  CK(cudaEventCreate(&t0));
-  CK(cudaEventCreate(&t1));
-  CK(cudaEventRecord(t0, stream));
-  for (int i = 0; i < iters; ++i) gemm();
-  CK(cudaEventRecord(t1, stream));
-  CK(cudaEventSynchronize(t1));
-  float ms = 0;
-  CK(cudaEventElapsedTime(&ms, t0, t1));
+  const double us = tm.Stream([&](cudaStream_t) { gemm(); }, iters);
   CK(cudaFree(a));
   CK(cudaFree(b));
   CK(cudaFree(c));
   CK(cudaFree(r));
   char buf[256];
   std::snprintf(buf, sizeof buf, "{\"op\": \"%s\", \"dtype\": \"%s\", \"M\": %lld, \"K\": %lld, \"N\": %lld, \"us\": %.2f}",
-                residual ? "copy C + cublasGemmEx beta=1" : "cublasGemmEx", kTypeName[dt], (long long)M, (long long)K, (long long)N,
-                1e3 * ms / iters);
+                residual ? "copy C + cublasGemmEx beta=1" : "cublasGemmEx", kTypeName[dt], (long long)M, (long long)K, (long long)N, us);
   return buf;
 }
 #endif
 
 int main(int argc, char** argv) {
   int iters = 200;
-  double peak = 4800;
+  const DeviceInfo dev = QueryDevice();
+  double peak = dev.peak_gbps;
   const char* json = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--peak-gbs") && i + 1 < argc) peak = std::atof(argv[++i]);
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
   }
-  cudaStream_t stream;
-  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::printf("device %s (%d SMs), peak %.0f GB/s\n", dev.name.c_str(), dev.sms, peak);
+  Timer tm;
   const std::vector<Shape> shapes = {
       {"smollm2 q|k|v", 576, {576, 192, 192}, kOpNormLinear},
       {"smollm2 gate/up", 576, {1536, 1536}, kOpNormSwiGLU},
@@ -278,7 +194,7 @@ int main(int argc, char** argv) {
     for (int64_t M : {1, 8, 16})
       for (int dt : {MN_F32, MN_F16, MN_BF16})
         for (bool trans_b : {true, false}) {
-          Result r = RunCase(s, M, dt, trans_b, iters, peak, stream);
+          Result r = RunCase(s, M, dt, trans_b, iters, peak, tm);
           const double tol = dt == MN_F32 ? 1e-4 : dt == MN_F16 ? 4e-3 : 3e-2;  // float32 sums; one rounding of the output
           if (!(r.err <= tol)) ok = false;
           std::printf("%s%s\n", r.line.c_str(), r.err <= tol ? "" : "   <-- FAILED");
@@ -289,13 +205,13 @@ int main(int argc, char** argv) {
   if (cublasCreate(&h) == CUBLAS_STATUS_SUCCESS) {
     for (int dt : {MN_F32, MN_F16})
       for (int64_t M : {1, 8, 16, 32, 128}) {
-        lines.push_back(CublasCase(h, M, 576, 960, dt, iters, stream));
+        lines.push_back(CublasCase(h, M, 576, 960, dt, iters, tm));
         std::printf("%s\n", lines.back().c_str());
       }
     for (int dt : {MN_F32, MN_F16})  // o_proj, down_proj: what the unfused graph runs instead of LinearResidual
       for (int64_t K : {576, 1536})
         for (int64_t M : {1, 16}) {
-          lines.push_back(CublasCase(h, M, K, 576, dt, iters, stream, true));
+          lines.push_back(CublasCase(h, M, K, 576, dt, iters, tm, true));
           std::printf("%s\n", lines.back().c_str());
         }
     cublasDestroy(h);
