@@ -20,71 +20,9 @@
 // tuning knobs and configurations in their anonymous namespaces.
 #include "cuda_attention.cu"
 #include "cuda_kernels.cu"
+// After the kernels: it needs their element-type enum.
+#include "check_harness.cuh"
 
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
-// ---------------------------------------------------------------- host element types
-static uint16_t F2H(float f) { return __half_as_ushort(__float2half_rn(f)); }
-static float H2F(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-static uint16_t F2B(float f) {
-  __nv_bfloat16 b = __float2bfloat16_rn(f);
-  return *reinterpret_cast<uint16_t*>(&b);
-}
-static float B2F(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-static const char* kTypeName[] = {"float32", "float16", "bfloat16"};
-static size_t ElemBytes(int dt) { return dt == MN_F32 ? 4 : 2; }
-// Rounds `x` to the element type in place and returns its device-layout bytes.
-static std::vector<unsigned char> ToDevice(std::vector<float>* x, int dt) {
-  std::vector<unsigned char> out(x->size() * ElemBytes(dt));
-  for (size_t i = 0; i < x->size(); ++i) {
-    float& f = (*x)[i];
-    if (dt == MN_F32) {
-      std::memcpy(out.data() + 4 * i, &f, 4);
-    } else {
-      const uint16_t h = dt == MN_F16 ? F2H(f) : F2B(f);
-      f = dt == MN_F16 ? H2F(h) : B2F(h);
-      std::memcpy(out.data() + 2 * i, &h, 2);
-    }
-  }
-  return out;
-}
-static std::vector<float> FromDevice(const std::vector<unsigned char>& b, int dt) {
-  const size_t n = b.size() / ElemBytes(dt);
-  std::vector<float> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (dt == MN_F32) {
-      std::memcpy(&out[i], b.data() + 4 * i, 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, b.data() + 2 * i, 2);
-      out[i] = dt == MN_F16 ? H2F(h) : B2F(h);
-    }
-  }
-  return out;
-}
-static void* Upload(const std::vector<unsigned char>& b) {
-  void* p = nullptr;
-  CK(cudaMalloc(&p, std::max<size_t>(b.size(), 16)));
-  CK(cudaMemcpy(p, b.data(), b.size(), cudaMemcpyHostToDevice));
-  return p;
-}
-static std::vector<unsigned char> Download(const void* p, size_t bytes) {
-  std::vector<unsigned char> b(bytes);
-  CK(cudaMemcpy(b.data(), p, bytes, cudaMemcpyDeviceToHost));
-  return b;
-}
 // One relative unit in the last place of the output type (the result is rounded once to it).
 static double Ulp(int dt) { return dt == MN_F32 ? 2e-5 : dt == MN_F16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7); }
 
@@ -231,50 +169,6 @@ static bool CheckCacheWrite(int dt, int B, int T, int dim, int max_seq, const st
 }
 
 // ---------------------------------------------------------------- timing
-struct Timer {
-  cudaStream_t s;
-  cudaEvent_t a, b;
-  Timer() {
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-  }
-  // Back-to-back launches on the stream.
-  template <class F>
-  double Stream(F&& launch, int n = 200) {
-    for (int i = 0; i < 10; ++i) launch(s);
-    CK(cudaEventRecord(a, s));
-    for (int i = 0; i < n; ++i) launch(s);
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    return ms * 1e3 / n;
-  }
-  // n launches captured once into a CUDA graph, replayed: GPU time without host launch cost.
-  template <class F>
-  double Graph(F&& launch, int n = 100) {
-    launch(s);  // first call outside capture: one-time set-up (attributes, scratch)
-    CK(cudaStreamSynchronize(s));
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < n; ++i) launch(s);
-    CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(a, s));
-    for (int r = 0; r < 3; ++r) CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    return ms * 1e3 / (3.0 * n);
-  }
-};
-
 __global__ void ReadAll(const uint4* __restrict__ k, const uint4* __restrict__ v, int64_t n16, float* sink) {
   uint32_t acc = 0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n16; i += (int64_t)gridDim.x * blockDim.x) {
@@ -446,17 +340,14 @@ int main(int argc, char** argv) {
   std::printf("checks: %d failed\n", bad);
   if (check_only) return bad ? 1 : 0;
 
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
-  const double peak = std::string(prop.name).find("H200") != std::string::npos ? 4800.0
-                      : std::string(prop.name).find("H100") != std::string::npos ? 3350.0
-                                                                                  : 1000.0;
+  const DeviceInfo dev = QueryDevice();
+  const double peak = dev.peak_gbps;
   if (json) {
     g_json = std::fopen(json, "w");
     std::fprintf(g_json, "{\"device\": \"%s\", \"sms\": %d, \"peak_GBps\": %.0f, \"cuda_runtime\": %d, \"checks_failed\": %d, \"results\": [",
-                 prop.name, prop.multiProcessorCount, peak, CUDART_VERSION, bad);
+                 dev.name.c_str(), dev.sms, peak, CUDART_VERSION, bad);
   }
-  std::printf("timing on %s (%d SMs, peak %.0f GB/s): decode H=32 KVH=8 hd=128; CUDA events\n", prop.name, prop.multiProcessorCount,
+  std::printf("timing on %s (%d SMs, peak %.0f GB/s): decode H=32 KVH=8 hd=128; CUDA events\n", dev.name.c_str(), dev.sms,
               peak);
   Timer tm;
   for (bool hd128 : {true, false}) {  // head_dim 128, then 64
