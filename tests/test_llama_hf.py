@@ -146,3 +146,15 @@ def test_a_config_of_another_architecture_is_refused(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "bert", "hidden_size": 8, "num_attention_heads": 2}')
     with pytest.raises(ValueError, match="not a LLaMA-family model"):
         llama.load_config(tmp_path / "config.json")
+
+
+def test_switching_between_prefill_and_decode_rebinds_only_when_a_buffer_moved(tiny):
+    model, path = tiny
+    cfg = llama.LlamaConfig.from_json(path.with_name("config.json"))
+    runner = llama.LlamaRunner(cfg, path, max_seq=64, prefill_chunk=4)
+    first = list(generate(runner, PROMPT, 6))
+    bindings = runner.prefiller._bindings, runner.decoder._bindings
+    runner.prefiller.share_buffers(runner.decoder, parameters=False)  # nothing moved since the last switch
+    runner.decoder.share_buffers(runner.prefiller, parameters=False)
+    assert (runner.prefiller._bindings, runner.decoder._bindings) == bindings
+    assert list(generate(runner, PROMPT, 6)) == first == _hf_greedy(model, PROMPT, 6)
