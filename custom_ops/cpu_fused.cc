@@ -99,6 +99,28 @@ OrtStatus* CheckRopeCacheWrite(const RopeCacheWriteAttrs& a, const Tensor& nw, c
   return nullptr;
 }
 
+OrtStatus* SwiGLUArgs(OrtKernelContext* ctx, Tensor* gate, Tensor* up, void** out) {
+  MN_RETURN_IF(GetInput(ctx, 0, gate));
+  MN_RETURN_IF(GetInput(ctx, 1, up));
+  MN_RETURN_IF(CheckSwiGLU(*gate, *up));
+  return GetOutput(ctx, 0, gate->shape, out);
+}
+
+OrtStatus* SwiGLUGradArgs(OrtKernelContext* ctx, Tensor* gate, Tensor* up, Tensor* dy, void** dgate, void** dup) {
+  MN_RETURN_IF(GetInput(ctx, 0, gate));
+  MN_RETURN_IF(GetInput(ctx, 1, up));
+  MN_RETURN_IF(GetInput(ctx, 2, dy));
+  MN_RETURN_IF(CheckSwiGLUGrad(*gate, *up, *dy));
+  MN_RETURN_IF(GetOutput(ctx, 0, gate->shape, dgate));
+  return GetOutput(ctx, 1, gate->shape, dup);
+}
+
+OrtStatus* RopeCacheWriteKernel::Inputs(OrtKernelContext* ctx, Tensor* nw, Tensor* cache, Tensor* pos) {
+  MN_RETURN_IF(GetInput(ctx, 0, nw));
+  MN_RETURN_IF(GetInput(ctx, 1, cache));
+  return GetInput(ctx, 2, pos);
+}
+
 namespace {
 
 constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
@@ -115,11 +137,8 @@ class SwiGLUCpu : public Kernel {
   }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
     Tensor gate, up;
-    MN_RETURN_IF(GetInput(ctx, 0, &gate));
-    MN_RETURN_IF(GetInput(ctx, 1, &up));
-    MN_RETURN_IF(CheckSwiGLU(gate, up));
     void* out = nullptr;
-    MN_RETURN_IF(GetOutput(ctx, 0, gate.shape, &out));
+    MN_RETURN_IF(SwiGLUArgs(ctx, &gate, &up, &out));
     return DispatchFloat(gate.type, [&](auto tag) {
       using T = decltype(tag);
       return Run(ctx, gate.numel(), static_cast<const T*>(gate.data), static_cast<const T*>(up.data), static_cast<T*>(out));
@@ -184,13 +203,8 @@ class SwiGLUGradCpu : public Kernel {
   }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
     Tensor gate, up, dy;
-    MN_RETURN_IF(GetInput(ctx, 0, &gate));
-    MN_RETURN_IF(GetInput(ctx, 1, &up));
-    MN_RETURN_IF(GetInput(ctx, 2, &dy));
-    MN_RETURN_IF(CheckSwiGLUGrad(gate, up, dy));
     void *dgate = nullptr, *dup = nullptr;
-    MN_RETURN_IF(GetOutput(ctx, 0, gate.shape, &dgate));
-    MN_RETURN_IF(GetOutput(ctx, 1, gate.shape, &dup));
+    MN_RETURN_IF(SwiGLUGradArgs(ctx, &gate, &up, &dy, &dgate, &dup));
     return DispatchFloat(gate.type, [&](auto tag) {
       using T = decltype(tag);
       const Ptrs<T> p{static_cast<const T*>(gate.data), static_cast<const T*>(up.data), static_cast<const T*>(dy.data),
@@ -334,22 +348,13 @@ class RMSNormGradCpu : public Kernel {
   float eps_;
 };
 
-class RopeCacheWriteCpu : public Kernel {
+class RopeCacheWriteCpu : public RopeCacheWriteKernel {
  public:
-  explicit RopeCacheWriteCpu(const RopeCacheWriteAttrs& a) : a_(a), inv_freq_(a.head_dim / 2) {
-    RopeInvFreq(a.theta, a.head_dim, inv_freq_.data());
-  }
-  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
-    RopeCacheWriteAttrs a;
-    MN_RETURN_IF(ReadRopeCacheWriteAttrs(info, &a));
-    *out = new RopeCacheWriteCpu(a);
-    return nullptr;
-  }
+  explicit RopeCacheWriteCpu(const RopeCacheWriteAttrs& a) : RopeCacheWriteKernel(a) {}
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) { return CreateAs<RopeCacheWriteCpu>(info, out); }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
     Tensor nw, cache, pos;
-    MN_RETURN_IF(GetInput(ctx, 0, &nw));
-    MN_RETURN_IF(GetInput(ctx, 1, &cache));
-    MN_RETURN_IF(GetInput(ctx, 2, &pos));
+    MN_RETURN_IF(Inputs(ctx, &nw, &cache, &pos));
     RopeCacheWriteProblem p;
     MN_RETURN_IF(CheckRopeCacheWrite(a_, nw, cache, pos, &p));
     void* out = nullptr;
@@ -383,10 +388,6 @@ class RopeCacheWriteCpu : public Kernel {
     }
     return nullptr;
   }
-
- private:
-  RopeCacheWriteAttrs a_;
-  std::vector<float> inv_freq_;
 };
 
 }  // namespace

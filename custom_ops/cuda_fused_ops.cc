@@ -25,11 +25,8 @@ class SwiGLUCuda : public Kernel {
   }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
     Tensor gate, up;
-    MN_RETURN_IF(GetInput(ctx, 0, &gate));
-    MN_RETURN_IF(GetInput(ctx, 1, &up));
-    MN_RETURN_IF(CheckSwiGLU(gate, up));
     void* out = nullptr;
-    MN_RETURN_IF(GetOutput(ctx, 0, gate.shape, &out));
+    MN_RETURN_IF(SwiGLUArgs(ctx, &gate, &up, &out));
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
     return Cuda("SwiGLU", mn_cuda_swiglu(DType(gate.type), gate.data, up.data, out, gate.numel(), stream));
@@ -44,13 +41,8 @@ class SwiGLUGradCuda : public Kernel {
   }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
     Tensor gate, up, dy;
-    MN_RETURN_IF(GetInput(ctx, 0, &gate));
-    MN_RETURN_IF(GetInput(ctx, 1, &up));
-    MN_RETURN_IF(GetInput(ctx, 2, &dy));
-    MN_RETURN_IF(CheckSwiGLUGrad(gate, up, dy));
     void *dgate = nullptr, *dup = nullptr;
-    MN_RETURN_IF(GetOutput(ctx, 0, gate.shape, &dgate));
-    MN_RETURN_IF(GetOutput(ctx, 1, gate.shape, &dup));
+    MN_RETURN_IF(SwiGLUGradArgs(ctx, &gate, &up, &dy, &dgate, &dup));
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
     return Cuda("SwiGLUGrad", mn_cuda_swiglu_grad(DType(gate.type), gate.data, up.data, dy.data, dgate, dup, gate.numel(), stream));
@@ -86,22 +78,13 @@ class RMSNormGradCuda : public Kernel {
   float eps_;
 };
 
-class RopeCacheWriteCuda : public Kernel {
+class RopeCacheWriteCuda : public RopeCacheWriteKernel {
  public:
-  explicit RopeCacheWriteCuda(const RopeCacheWriteAttrs& a) : a_(a), inv_freq_(a.head_dim / 2) {
-    RopeInvFreq(a.theta, a.head_dim, inv_freq_.data());
-  }
-  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
-    RopeCacheWriteAttrs a;
-    MN_RETURN_IF(ReadRopeCacheWriteAttrs(info, &a));
-    *out = new RopeCacheWriteCuda(a);
-    return nullptr;
-  }
+  explicit RopeCacheWriteCuda(const RopeCacheWriteAttrs& a) : RopeCacheWriteKernel(a) {}
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) { return CreateAs<RopeCacheWriteCuda>(info, out); }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
     Tensor nw, cache, pos;
-    MN_RETURN_IF(GetInput(ctx, 0, &nw));
-    MN_RETURN_IF(GetInput(ctx, 1, &cache));
-    MN_RETURN_IF(GetInput(ctx, 2, &pos));
+    MN_RETURN_IF(Inputs(ctx, &nw, &cache, &pos));
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
     HostPos h;
@@ -114,10 +97,6 @@ class RopeCacheWriteCuda : public Kernel {
     return Cuda("RopeCacheWrite", mn_cuda_rope_cache_write(DType(p.type), nw.data, cache.data, out, p.T, p.dim, p.max_seq, a_.head_dim,
                                                            inv_freq_.data(), DevicePos(pos), stream));
   }
-
- private:
-  RopeCacheWriteAttrs a_;
-  std::vector<float> inv_freq_;
 };
 
 }  // namespace
