@@ -1,6 +1,8 @@
-// Standalone check + timing of the CUDA CachedAttention, Rope and CacheWrite launchers, without ORT:
-//   make -C custom_ops attn-check && custom_ops/build/attn_check [--check-only] [--sweep] [--json FILE]
-// (--sweep: also checks and times the other tile configurations of ATTN_SWEEP)
+// Standalone check + timing of the CUDA CachedAttention, RopeCachedAttention, Rope and CacheWrite launchers,
+// without ORT:
+//   make -C custom_ops attn-check && custom_ops/build/attn_check [--check-only] [--sweep] [--rope-only] [--json FILE]
+// (--sweep: also checks and times the other tile configurations of ATTN_SWEEP; --rope-only: only
+// RopeCachedAttention's checks and its timings next to the four kernels it replaces, attn_check_rope.cuh)
 // Checks every element type (float32, float16, bfloat16) against a double-precision host reference
 // computed from the same (rounded) inputs: batches with a position per sequence, GQA, T > 1, every
 // head_dim path, an invalid position (NaN for that sequence only, nothing written out of bounds).
@@ -19,72 +21,11 @@
 // The kernels are compiled into this program (not linked) so that it can reach the launchers'
 // tuning knobs and configurations in their anonymous namespaces.
 #include "cuda_attention.cu"
+#include "cuda_fused.cu"
 #include "cuda_kernels.cu"
+// After the kernels: it needs their element-type enum.
+#include "check_harness.cuh"
 
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
-// ---------------------------------------------------------------- host element types
-static uint16_t F2H(float f) { return __half_as_ushort(__float2half_rn(f)); }
-static float H2F(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-static uint16_t F2B(float f) {
-  __nv_bfloat16 b = __float2bfloat16_rn(f);
-  return *reinterpret_cast<uint16_t*>(&b);
-}
-static float B2F(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-static const char* kTypeName[] = {"float32", "float16", "bfloat16"};
-static size_t ElemBytes(int dt) { return dt == MN_F32 ? 4 : 2; }
-// Rounds `x` to the element type in place and returns its device-layout bytes.
-static std::vector<unsigned char> ToDevice(std::vector<float>* x, int dt) {
-  std::vector<unsigned char> out(x->size() * ElemBytes(dt));
-  for (size_t i = 0; i < x->size(); ++i) {
-    float& f = (*x)[i];
-    if (dt == MN_F32) {
-      std::memcpy(out.data() + 4 * i, &f, 4);
-    } else {
-      const uint16_t h = dt == MN_F16 ? F2H(f) : F2B(f);
-      f = dt == MN_F16 ? H2F(h) : B2F(h);
-      std::memcpy(out.data() + 2 * i, &h, 2);
-    }
-  }
-  return out;
-}
-static std::vector<float> FromDevice(const std::vector<unsigned char>& b, int dt) {
-  const size_t n = b.size() / ElemBytes(dt);
-  std::vector<float> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (dt == MN_F32) {
-      std::memcpy(&out[i], b.data() + 4 * i, 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, b.data() + 2 * i, 2);
-      out[i] = dt == MN_F16 ? H2F(h) : B2F(h);
-    }
-  }
-  return out;
-}
-static void* Upload(const std::vector<unsigned char>& b) {
-  void* p = nullptr;
-  CK(cudaMalloc(&p, std::max<size_t>(b.size(), 16)));
-  CK(cudaMemcpy(p, b.data(), b.size(), cudaMemcpyHostToDevice));
-  return p;
-}
-static std::vector<unsigned char> Download(const void* p, size_t bytes) {
-  std::vector<unsigned char> b(bytes);
-  CK(cudaMemcpy(b.data(), p, bytes, cudaMemcpyDeviceToHost));
-  return b;
-}
 // One relative unit in the last place of the output type (the result is rounded once to it).
 static double Ulp(int dt) { return dt == MN_F32 ? 2e-5 : dt == MN_F16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7); }
 
@@ -129,6 +70,7 @@ struct AttnCase {
 };
 
 static MnScratch* g_scratch = nullptr;
+static MnScratch* g_scratch2 = nullptr;  // RopeCachedAttention's second scratch
 
 // Launches one CachedAttention (the library's entry point, or one tile configuration of the sweep).
 using AttnLauncher = int (*)(int dt, const void* q, const void* k, const void* v, void* out, const AttnCase& c, MnPos pos);
@@ -231,50 +173,6 @@ static bool CheckCacheWrite(int dt, int B, int T, int dim, int max_seq, const st
 }
 
 // ---------------------------------------------------------------- timing
-struct Timer {
-  cudaStream_t s;
-  cudaEvent_t a, b;
-  Timer() {
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-  }
-  // Back-to-back launches on the stream.
-  template <class F>
-  double Stream(F&& launch, int n = 200) {
-    for (int i = 0; i < 10; ++i) launch(s);
-    CK(cudaEventRecord(a, s));
-    for (int i = 0; i < n; ++i) launch(s);
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    return ms * 1e3 / n;
-  }
-  // n launches captured once into a CUDA graph, replayed: GPU time without host launch cost.
-  template <class F>
-  double Graph(F&& launch, int n = 100) {
-    launch(s);  // first call outside capture: one-time set-up (attributes, scratch)
-    CK(cudaStreamSynchronize(s));
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < n; ++i) launch(s);
-    CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(a, s));
-    for (int r = 0; r < 3; ++r) CK(cudaGraphLaunch(ge, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    return ms * 1e3 / (3.0 * n);
-  }
-};
-
 __global__ void ReadAll(const uint4* __restrict__ k, const uint4* __restrict__ v, int64_t n16, float* sink) {
   uint32_t acc = 0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n16; i += (int64_t)gridDim.x * blockDim.x) {
@@ -410,17 +308,21 @@ static void TimeRope(Timer& tm, int dt, double peak) {
   }
 }
 
+#include "attn_check_rope.cuh"
+
 int main(int argc, char** argv) {
-  bool check_only = false, sweep = false;
+  bool check_only = false, sweep = false, rope_only = false;
   const char* json = nullptr;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--check-only") check_only = true;
     if (a == "--sweep") sweep = true;
+    if (a == "--rope-only") rope_only = true;
     if (a == "--json" && i + 1 < argc) json = argv[++i];
   }
   std::mt19937 rng(7);
   g_scratch = mn_cuda_scratch_new();
+  g_scratch2 = mn_cuda_scratch_new();
   const AttnCase cases[] = {
       {1, 1, 32, 8, 128, 8192, {8191}},       {1, 1, 32, 8, 128, 600, {0}},          {1, 7, 32, 8, 128, 700, {600}},
       {1, 5, 8, 2, 64, 300, {200}},           {1, 3, 12, 4, 32, 64, {10}},           {1, 1, 16, 2, 256, 1000, {999}},
@@ -430,8 +332,9 @@ int main(int argc, char** argv) {
       {2, 1, 4, 4, 64, 64, {-1, 63}},        {1, 1, 9, 3, 64, 4099, {4098}},       {1, 1, 12, 4, 64, 4099, {0}},
       {1, 1, 8, 8, 128, 4097, {4096}},       {2, 1, 24, 8, 128, 1001, {1000, 0}},  {1, 1, 8, 8, 64, 20000, {19999}},
   };
-  int bad = 0;
+  int bad = CheckRopeAttentionCases(rng);
   for (int dt : {MN_F32, MN_F16, MN_BF16}) {
+    if (rope_only) break;
     for (const AttnCase& c : cases) bad += !CheckAttention(c, dt, rng);
     bad += !CheckRope(dt, 3, 5, 4 * 128, 128, 2, {7, 0, 4093}, rng);
     bad += !CheckRope(dt, 1, 33, 8 * 64, 64, 0, {100000}, rng);
@@ -446,20 +349,19 @@ int main(int argc, char** argv) {
   std::printf("checks: %d failed\n", bad);
   if (check_only) return bad ? 1 : 0;
 
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
-  const double peak = std::string(prop.name).find("H200") != std::string::npos ? 4800.0
-                      : std::string(prop.name).find("H100") != std::string::npos ? 3350.0
-                                                                                  : 1000.0;
+  const DeviceInfo dev = QueryDevice();
+  const double peak = dev.peak_gbps;
   if (json) {
     g_json = std::fopen(json, "w");
     std::fprintf(g_json, "{\"device\": \"%s\", \"sms\": %d, \"peak_GBps\": %.0f, \"cuda_runtime\": %d, \"checks_failed\": %d, \"results\": [",
-                 prop.name, prop.multiProcessorCount, peak, CUDART_VERSION, bad);
+                 dev.name.c_str(), dev.sms, peak, CUDART_VERSION, bad);
   }
-  std::printf("timing on %s (%d SMs, peak %.0f GB/s): decode H=32 KVH=8 hd=128; CUDA events\n", prop.name, prop.multiProcessorCount,
+  std::printf("timing on %s (%d SMs, peak %.0f GB/s): decode H=32 KVH=8 hd=128; CUDA events\n", dev.name.c_str(), dev.sms,
               peak);
   Timer tm;
+  TimeRopeAttentionAll(tm, peak);
   for (bool hd128 : {true, false}) {  // head_dim 128, then 64
+    if (rope_only) break;
     if (hd128) {
       TimeAttention<float, 128>(tm, MN_F32, sweep, peak);
       TimeAttention<__half, 128>(tm, MN_F16, sweep, peak);
@@ -469,7 +371,8 @@ int main(int argc, char** argv) {
       TimeAttention<__half, 64>(tm, MN_F16, sweep, peak);
     }
   }
-  for (int dt : {MN_F32, MN_F16}) TimeRope(tm, dt, peak);
+  for (int dt : {MN_F32, MN_F16})
+    if (!rope_only) TimeRope(tm, dt, peak);
   if (g_json) {
     std::fprintf(g_json, "\n]}\n");
     std::fclose(g_json);

@@ -1,11 +1,13 @@
-// CPU kernels of RMSNormLinear and RMSNormSwiGLU (decode_linear.h), with the checks, attribute reading,
-// output-shape inference and op descriptors the CUDA glue shares.
+// CPU kernels of RMSNormLinear, RMSNormSwiGLU and LinearResidual (decode_linear.h), with the checks,
+// attribute reading, output-shape inference and op descriptors the CUDA glue shares.
 //
-// The rows are normalised once into a float32 buffer [M, K] (K is a hidden size: a few KB), then the
-// output columns of every weight are split into tasks over ORT's thread pool; each task reads its slice
-// of a weight once and reuses it for all M rows (a decode step has M = 1..16).
+// The rows are normalised (LinearResidual: converted) once into a float32 buffer [M, K] (K is a hidden
+// size: a few KB), then the output columns of every weight are split into tasks over ORT's thread
+// pool; each task reads its slice of a weight once and reuses it for all M rows (a decode step has
+// M = 1..16). Half values go through the whole-row conversions of cpu_elements.h.
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "cpu_elements.h"
 #include "cpu_parallel.h"
@@ -15,7 +17,7 @@ namespace mn {
 
 OrtStatus* ReadNormLinearAttrs(const OrtKernelInfo* info, bool swiglu, NormLinearAttrs* a) {
   int64_t trans_b = 0;
-  if (swiglu) {
+  if (swiglu) {  // literal op names: tests/test_custom_op_schema.py reads these calls against the op table
     MN_RETURN_IF(AttrFloat(info, "RMSNormSwiGLU", "epsilon", &a->epsilon, nullptr));
     MN_RETURN_IF(AttrInt(info, "RMSNormSwiGLU", "trans_b", &trans_b, nullptr));
   } else {
@@ -30,51 +32,80 @@ OrtStatus* ReadNormLinearAttrs(const OrtKernelInfo* info, bool swiglu, NormLinea
   return nullptr;
 }
 
-OrtStatus* ReadNormLinearInputs(OrtKernelContext* ctx, const char* op, const NormLinearAttrs& a, Tensor* x, Tensor* gamma,
-                                std::vector<Tensor>* ws, NormLinearProblem* p) {
-  size_t n_in = 0;
-  MN_RETURN_IF(g_api->KernelContext_GetInputCount(ctx, &n_in));
-  if (n_in < 3) return MN_INVALID("%s: takes x, gamma and one or more weights, got %zu inputs", op, n_in);
-  MN_RETURN_IF(GetInput(ctx, 0, x));
-  MN_RETURN_IF(GetInput(ctx, 1, gamma));
-  MN_RETURN_IF(CheckFloatTensor(op, "x", *x, 2));
-  MN_RETURN_IF(CheckTensor(op, "gamma", *gamma, x->type, 1));
-  p->type = x->type;
-  p->M = x->shape[0];
-  p->K = x->shape[1];
-  if (p->K == 0) return MN_INVALID("%s: x has shape %s; RMSNorm needs at least one feature", op, ShapeStr(x->shape).c_str());
-  if (gamma->shape[0] != p->K)
-    return MN_INVALID("%s: gamma has shape %s, x has shape %s (gamma must be [K] = [%lld])", op, ShapeStr(gamma->shape).c_str(),
-                      ShapeStr(x->shape).c_str(), (long long)p->K);
-  size_t n_out = 0;
-  MN_RETURN_IF(g_api->KernelContext_GetOutputCount(ctx, &n_out));
-  const size_t want = std::strcmp(op, "RMSNormSwiGLU") == 0 ? 1 : n_in - 2;
-  if (n_out != want) return MN_INVALID("%s: %zu weights need %zu outputs, got %zu", op, n_in - 2, want, n_out);
-  ws->assign(n_in - 2, Tensor());
-  p->N.assign(n_in - 2, 0);
-  for (size_t i = 0; i + 2 < n_in; ++i) {
-    Tensor& w = (*ws)[i];
-    MN_RETURN_IF(GetInput(ctx, i + 2, &w));
-    char arg[24];
-    std::snprintf(arg, sizeof arg, "w%zu", i);
-    MN_RETURN_IF(CheckTensor(op, arg, w, x->type, 2));
-    const int64_t k = a.trans_b ? w.shape[1] : w.shape[0];
-    if (k != p->K)
-      return MN_INVALID("%s: weight %s has shape %s, x has shape %s (with trans_b=%d the weight must be %s with K = %lld)", op, arg,
-                        ShapeStr(w.shape).c_str(), ShapeStr(x->shape).c_str(), (int)a.trans_b, a.trans_b ? "[N, K]" : "[K, N]",
-                        (long long)p->K);
-    p->N[i] = a.trans_b ? w.shape[0] : w.shape[1];
-  }
+namespace {
+
+// Weight `arg` against x [M, K]: [N, K] with trans_b, else [K, N]; its N in *n.
+OrtStatus* CheckWeight(const char* op, const char* arg, const Tensor& w, const Tensor& x, bool trans_b, int64_t* n) {
+  MN_RETURN_IF(CheckTensor(op, arg, w, x.type, 2));
+  const int64_t K = x.shape[1], k = trans_b ? w.shape[1] : w.shape[0];
+  if (k != K)
+    return MN_INVALID("%s: weight %s has shape %s, x has shape %s (with trans_b=%d the weight must be %s with K = %lld)", op, arg,
+                      ShapeStr(w.shape).c_str(), ShapeStr(x.shape).c_str(), (int)trans_b, trans_b ? "[N, K]" : "[K, N]", (long long)K);
+  *n = trans_b ? w.shape[0] : w.shape[1];
   return nullptr;
 }
 
-OrtStatus* CheckSwiGLUWidths(bool swiglu, const std::vector<Tensor>& ws, const NormLinearProblem& p) {
-  if (!swiglu) return nullptr;  // RMSNormLinear: the output count was checked by ReadNormLinearInputs
-  if (ws.size() != 2) return MN_INVALID("RMSNormSwiGLU: takes x, gamma, w_gate and w_up, got %zu weights", ws.size());
-  if (p.N[0] != p.N[1])
+}  // namespace
+
+OrtStatus* PrepareNormLinear(OrtKernelContext* ctx, const NormLinearAttrs& a, bool swiglu, NormLinearCall* c) {
+  const char* op = swiglu ? "RMSNormSwiGLU" : "RMSNormLinear";
+  size_t n_in = 0, n_out = 0;
+  MN_RETURN_IF(g_api->KernelContext_GetInputCount(ctx, &n_in));
+  if (n_in < 3) return MN_INVALID("%s: takes x, gamma and one or more weights, got %zu inputs", op, n_in);
+  MN_RETURN_IF(GetInput(ctx, 0, &c->x));
+  MN_RETURN_IF(GetInput(ctx, 1, &c->gamma));
+  MN_RETURN_IF(CheckFloatTensor(op, "x", c->x, 2));
+  MN_RETURN_IF(CheckTensor(op, "gamma", c->gamma, c->x.type, 1));
+  c->type = c->x.type;
+  c->M = c->x.shape[0];
+  c->K = c->x.shape[1];
+  if (c->K == 0) return MN_INVALID("%s: x has shape %s; RMSNorm needs at least one feature", op, ShapeStr(c->x.shape).c_str());
+  if (c->gamma.shape[0] != c->K)
+    return MN_INVALID("%s: gamma has shape %s, x has shape %s (gamma must be [K] = [%lld])", op, ShapeStr(c->gamma.shape).c_str(),
+                      ShapeStr(c->x.shape).c_str(), (long long)c->K);
+  MN_RETURN_IF(g_api->KernelContext_GetOutputCount(ctx, &n_out));
+  const size_t weights = n_in - 2, want = swiglu ? 1 : weights;
+  if (n_out != want) return MN_INVALID("%s: %zu weights need %zu outputs, got %zu", op, weights, want, n_out);
+  if (swiglu && weights != 2) return MN_INVALID("RMSNormSwiGLU: takes x, gamma, w_gate and w_up, got %zu weights", weights);
+  c->ws.assign(weights, Tensor());
+  c->N.assign(weights, 0);
+  for (size_t i = 0; i < weights; ++i) {
+    char arg[24];
+    std::snprintf(arg, sizeof arg, "w%zu", i);
+    MN_RETURN_IF(GetInput(ctx, i + 2, &c->ws[i]));
+    MN_RETURN_IF(CheckWeight(op, swiglu ? (i == 0 ? "w_gate" : "w_up") : arg, c->ws[i], c->x, a.trans_b, &c->N[i]));
+  }
+  if (swiglu && c->N[0] != c->N[1])
     return MN_INVALID("RMSNormSwiGLU: w_gate and w_up must give one output width, got %lld and %lld (shapes %s and %s)",
-                      (long long)p.N[0], (long long)p.N[1], ShapeStr(ws[0].shape).c_str(), ShapeStr(ws[1].shape).c_str());
+                      (long long)c->N[0], (long long)c->N[1], ShapeStr(c->ws[0].shape).c_str(), ShapeStr(c->ws[1].shape).c_str());
+  c->outs.assign(want, nullptr);
+  for (size_t i = 0; i < want; ++i) MN_RETURN_IF(GetOutput(ctx, i, {c->M, c->N[i]}, &c->outs[i]));
   return nullptr;
+}
+
+OrtStatus* ReadLinearResidualAttrs(const OrtKernelInfo* info, bool* trans_b) {
+  int64_t t = 0;
+  MN_RETURN_IF(AttrInt(info, "LinearResidual", "trans_b", &t, nullptr));
+  if (t != 0 && t != 1) return MN_INVALID("LinearResidual: attribute trans_b must be 0 or 1, got %lld", (long long)t);
+  *trans_b = t == 1;
+  return nullptr;
+}
+
+OrtStatus* PrepareLinearResidual(OrtKernelContext* ctx, bool trans_b, LinearResidualCall* c) {
+  const char* op = "LinearResidual";
+  MN_RETURN_IF(GetInput(ctx, 0, &c->x));
+  MN_RETURN_IF(GetInput(ctx, 1, &c->w));
+  MN_RETURN_IF(GetInput(ctx, 2, &c->residual));
+  MN_RETURN_IF(CheckFloatTensor(op, "x", c->x, 2));
+  MN_RETURN_IF(CheckWeight(op, "w", c->w, c->x, trans_b, &c->N));
+  MN_RETURN_IF(CheckTensor(op, "residual", c->residual, c->x.type, 2));
+  c->type = c->x.type;
+  c->M = c->x.shape[0];
+  c->K = c->x.shape[1];
+  if (c->residual.shape[0] != c->M || c->residual.shape[1] != c->N)
+    return MN_INVALID("%s: residual has shape %s, the product of x %s and w %s is [%lld, %lld]", op, ShapeStr(c->residual.shape).c_str(),
+                      ShapeStr(c->x.shape).c_str(), ShapeStr(c->w.shape).c_str(), (long long)c->M, (long long)c->N);
+  return GetOutput(ctx, 0, {c->M, c->N}, &c->y);
 }
 
 namespace {
@@ -137,39 +168,46 @@ OrtStatus* ORT_API_CALL InferShapes(const OrtCustomOp* op, OrtShapeInferContext*
   return nullptr;
 }
 
-// x [M, K] -> xn [M, K] float32: x / sqrt(mean(x^2) + eps) * gamma per row.
+// x [M, K] -> xn [M, K] float32: x / sqrt(mean(x^2) + eps) * gamma per row (whole-row conversions).
 template <class T>
 void NormalizeRows(const T* x, const T* gamma, int64_t M, int64_t K, float eps, float* xn) {
+  std::vector<float> gbuf(std::is_same<T, float>::value ? 0 : K);
+  const float* g = FloatRow(gamma, K, gbuf.data());
   for (int64_t m = 0; m < M; ++m) {
-    const T* row = x + m * K;
+    float* row = xn + m * K;
+    ToFloatRow(x + m * K, row, K);
     float ss = 0.0f;
-    for (int64_t k = 0; k < K; ++k) {
-      const float v = ToFloat(row[k]);
-      ss += v * v;
-    }
+    for (int64_t k = 0; k < K; ++k) ss += row[k] * row[k];
     const float rms = std::sqrt(ss / static_cast<float>(K) + eps);
-    for (int64_t k = 0; k < K; ++k) xn[m * K + k] = ToFloat(row[k]) / rms * ToFloat(gamma[k]);
+    for (int64_t k = 0; k < K; ++k) row[k] = row[k] / rms * g[k];
   }
 }
 
 // acc[m * width + j] = sum_k xn[m, k] * w(k, n0 + j) for j < width, the weight read once for all rows.
+// A half weight is converted a row at a time into wbuf (4 rows: 4 * K floats with trans_b, else
+// 4 * width); a float one is read in place (FloatRow).
 template <class T>
 inline __attribute__((always_inline)) void ProductSpan(const float* __restrict__ xn, const T* __restrict__ w, int64_t M, int64_t K,
-                                                       int64_t N, bool trans_b, int64_t n0, int64_t width, float* __restrict__ acc) {
+                                                       int64_t N, bool trans_b, int64_t n0, int64_t width, float* wbuf,
+                                                       float* __restrict__ acc) {
   if (trans_b) {  // w [N, K]: dot products over the weight's contiguous rows, 4 columns at a time
     int64_t j = 0;
     for (; j + 4 <= width; j += 4) {
-      const T *w0 = w + (n0 + j) * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+      const T* wr = w + (n0 + j) * K;
+      const float* __restrict__ w0 = FloatRow(wr, K, wbuf);
+      const float* __restrict__ w1 = FloatRow(wr + K, K, wbuf + K);
+      const float* __restrict__ w2 = FloatRow(wr + 2 * K, K, wbuf + 2 * K);
+      const float* __restrict__ w3 = FloatRow(wr + 3 * K, K, wbuf + 3 * K);
       for (int64_t m = 0; m < M; ++m) {
         const float* xr = xn + m * K;
         float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
 #pragma omp simd reduction(+ : s0, s1, s2, s3)
         for (int64_t k = 0; k < K; ++k) {
           const float v = xr[k];
-          s0 += v * ToFloat(w0[k]);
-          s1 += v * ToFloat(w1[k]);
-          s2 += v * ToFloat(w2[k]);
-          s3 += v * ToFloat(w3[k]);
+          s0 += v * w0[k];
+          s1 += v * w1[k];
+          s2 += v * w2[k];
+          s3 += v * w3[k];
         }
         float* a = acc + m * width + j;
         a[0] = s0;
@@ -179,12 +217,12 @@ inline __attribute__((always_inline)) void ProductSpan(const float* __restrict__
       }
     }
     for (; j < width; ++j) {
-      const T* wr = w + (n0 + j) * K;
+      const float* __restrict__ wr = FloatRow(w + (n0 + j) * K, K, wbuf);
       for (int64_t m = 0; m < M; ++m) {
         const float* xr = xn + m * K;
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-        for (int64_t k = 0; k < K; ++k) s += xr[k] * ToFloat(wr[k]);
+        for (int64_t k = 0; k < K; ++k) s += xr[k] * wr[k];
         acc[m * width + j] = s;
       }
     }
@@ -193,45 +231,49 @@ inline __attribute__((always_inline)) void ProductSpan(const float* __restrict__
   std::memset(acc, 0, sizeof(float) * M * width);  // w [K, N]: axpys of weight row slices, 4 rows per pass
   int64_t k = 0;                                   // (the accumulators' load/store once per 4 weight rows)
   for (; k + 4 <= K; k += 4) {
-    const T *w0 = w + k * N + n0, *w1 = w0 + N, *w2 = w1 + N, *w3 = w2 + N;
+    const T* wr = w + k * N + n0;
+    const float* __restrict__ w0 = FloatRow(wr, width, wbuf);
+    const float* __restrict__ w1 = FloatRow(wr + N, width, wbuf + width);
+    const float* __restrict__ w2 = FloatRow(wr + 2 * N, width, wbuf + 2 * width);
+    const float* __restrict__ w3 = FloatRow(wr + 3 * N, width, wbuf + 3 * width);
     for (int64_t m = 0; m < M; ++m) {
       const float* xr = xn + m * K + k;
       const float x0 = xr[0], x1 = xr[1], x2 = xr[2], x3 = xr[3];
       float* a = acc + m * width;
 #pragma omp simd
-      for (int64_t j = 0; j < width; ++j)
-        a[j] += x0 * ToFloat(w0[j]) + x1 * ToFloat(w1[j]) + x2 * ToFloat(w2[j]) + x3 * ToFloat(w3[j]);
+      for (int64_t j = 0; j < width; ++j) a[j] += x0 * w0[j] + x1 * w1[j] + x2 * w2[j] + x3 * w3[j];
     }
   }
   for (; k < K; ++k) {
-    const T* wr = w + k * N + n0;
+    const float* __restrict__ wr = FloatRow(w + k * N + n0, width, wbuf);
     for (int64_t m = 0; m < M; ++m) {
       const float xv = xn[m * K + k];
       float* a = acc + m * width;
 #pragma omp simd
-      for (int64_t j = 0; j < width; ++j) a[j] += xv * ToFloat(wr[j]);
+      for (int64_t j = 0; j < width; ++j) a[j] += xv * wr[j];
     }
   }
 }
 
 template <class T>
-void Product(const float* xn, const T* w, int64_t M, int64_t K, int64_t N, bool trans_b, int64_t n0, int64_t width, float* acc) {
-  ProductSpan(xn, w, M, K, N, trans_b, n0, width, acc);
+void Product(const float* xn, const T* w, int64_t M, int64_t K, int64_t N, bool trans_b, int64_t n0, int64_t width, float* wbuf,
+             float* acc) {
+  ProductSpan(xn, w, M, K, N, trans_b, n0, width, wbuf, acc);
 }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 // float32 weights on a CPU with AVX2 + FMA: the same loops for 8 lanes (the baseline build has 4), as SwiGLU does.
 __attribute__((target("avx2,fma"))) void ProductAvx2(const float* xn, const float* w, int64_t M, int64_t K, int64_t N, bool trans_b,
                                                      int64_t n0, int64_t width, float* acc) {
-  ProductSpan(xn, w, M, K, N, trans_b, n0, width, acc);
+  ProductSpan(xn, w, M, K, N, trans_b, n0, width, nullptr, acc);
 }
 template <>
-void Product<float>(const float* xn, const float* w, int64_t M, int64_t K, int64_t N, bool trans_b, int64_t n0, int64_t width,
+void Product<float>(const float* xn, const float* w, int64_t M, int64_t K, int64_t N, bool trans_b, int64_t n0, int64_t width, float*,
                     float* acc) {
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (avx2)
     ProductAvx2(xn, w, M, K, N, trans_b, n0, width, acc);
   else
-    ProductSpan(xn, w, M, K, N, trans_b, n0, width, acc);
+    ProductSpan(xn, w, M, K, N, trans_b, n0, width, nullptr, acc);
 }
 #endif
 
@@ -241,26 +283,36 @@ inline float Silu(float g) { return g / (1.0f + std::exp(-g)); }
 // reads 4 KB per row (one page) where 64 columns would cost a TLB miss per 256 bytes.
 constexpr int64_t kColumnsNK = 64, kColumnsKN = 1024;
 
+// The float32 rows xn [M, K] times every weight ws[i] ([N_i, K] or [K, N_i]), split into column slices
+// over ORT's thread pool; store(i, n0, width, acc, scratch, wbuf) gets each slice's products acc
+// [M, width], 2 * width floats of scratch and the task's weight-conversion buffer, and writes the
+// output columns [n0, n0 + width) of weight i.
+template <class T, class Store>
+OrtStatus* ProjectRows(OrtKernelContext* ctx, const float* xn, int64_t M, int64_t K, bool trans_b, const std::vector<const T*>& ws,
+                       const std::vector<int64_t>& N, Store&& store) {
+  const int64_t columns = trans_b ? kColumnsNK : kColumnsKN;
+  std::vector<std::pair<size_t, int64_t>> tasks;  // (weight, first column)
+  for (size_t i = 0; i < ws.size(); ++i)
+    for (int64_t n = 0; n < N[i]; n += columns) tasks.emplace_back(i, n);
+  return ParallelFor(ctx, tasks.size(), [&](size_t t) {
+    const size_t i = tasks[t].first;
+    const int64_t n0 = tasks[t].second, width = std::min(columns, N[i] - n0);
+    std::vector<float> acc(M * width), row(2 * width), wbuf(std::is_same<T, float>::value ? 0 : 4 * (trans_b ? K : width));
+    Product(xn, ws[i], M, K, N[i], trans_b, n0, width, wbuf.data(), acc.data());
+    store(i, n0, width, acc.data(), row.data(), wbuf.data());
+  });
+}
+
 class NormLinearCpu : public Kernel {
  public:
   NormLinearCpu(const NormLinearAttrs& a, bool swiglu) : a_(a), swiglu_(swiglu) {}
   static OrtStatus* CreateLinear(const OrtKernelInfo* info, Kernel** out) { return Create(info, false, out); }
   static OrtStatus* CreateSwiGLU(const OrtKernelInfo* info, Kernel** out) { return Create(info, true, out); }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
-    const char* op = swiglu_ ? "RMSNormSwiGLU" : "RMSNormLinear";
-    Tensor x, gamma;
-    std::vector<Tensor> ws;
-    NormLinearProblem p;
-    MN_RETURN_IF(ReadNormLinearInputs(ctx, op, a_, &x, &gamma, &ws, &p));
-    MN_RETURN_IF(CheckSwiGLUWidths(swiglu_, ws, p));
-    std::vector<void*> outs(swiglu_ ? 1 : ws.size());
-    for (size_t i = 0; i < outs.size(); ++i) MN_RETURN_IF(GetOutput(ctx, i, {p.M, p.N[i]}, &outs[i]));
-    return DispatchFloat(p.type, [&](auto tag) {
-      using T = decltype(tag);
-      std::vector<const T*> w;
-      for (const Tensor& t : ws) w.push_back(static_cast<const T*>(t.data));
-      return Run(ctx, p, static_cast<const T*>(x.data), static_cast<const T*>(gamma.data), w, outs);
-    });
+    NormLinearCall c;
+    MN_RETURN_IF(PrepareNormLinear(ctx, a_, swiglu_, &c));
+    if (c.M == 0) return nullptr;
+    return DispatchFloat(c.type, [&](auto tag) { return Run<decltype(tag)>(ctx, c); });
   }
 
  private:
@@ -272,35 +324,74 @@ class NormLinearCpu : public Kernel {
   }
 
   template <class T>
-  OrtStatus* Run(OrtKernelContext* ctx, const NormLinearProblem& p, const T* x, const T* gamma, const std::vector<const T*>& w,
-                 const std::vector<void*>& outs) {
-    if (p.M == 0) return nullptr;
-    std::vector<float> xn(p.M * p.K);
-    NormalizeRows(x, gamma, p.M, p.K, a_.epsilon, xn.data());
-    std::vector<std::pair<size_t, int64_t>> tasks;  // (output, first column)
-    const int64_t columns = a_.trans_b ? kColumnsNK : kColumnsKN;
-    for (size_t i = 0; i < outs.size(); ++i)
-      for (int64_t n = 0; n < p.N[i]; n += columns) tasks.emplace_back(i, n);
-    return ParallelFor(ctx, tasks.size(), [&](size_t t) {
-      const size_t i = tasks[t].first;
-      const int64_t n0 = tasks[t].second, width = std::min(columns, p.N[i] - n0), N = p.N[i];
-      std::vector<float> acc(p.M * width), up;
-      Product(xn.data(), w[i], p.M, p.K, N, a_.trans_b, n0, width, acc.data());
-      T* y = static_cast<T*>(outs[i]);
+  OrtStatus* Run(OrtKernelContext* ctx, const NormLinearCall& c) {
+    std::vector<float> xn(c.M * c.K);
+    NormalizeRows(static_cast<const T*>(c.x.data), static_cast<const T*>(c.gamma.data), c.M, c.K, a_.epsilon, xn.data());
+    std::vector<const T*> ws;
+    for (const Tensor& t : c.ws) ws.push_back(static_cast<const T*>(t.data));
+    // SwiGLU: the tasks cover w_gate's columns; each also multiplies w_up's slice (one output).
+    const std::vector<const T*> first(ws.begin(), ws.begin() + static_cast<std::ptrdiff_t>(c.outs.size()));
+    return ProjectRows<T>(ctx, xn.data(), c.M, c.K, a_.trans_b, first, c.N, [&](size_t i, int64_t n0, int64_t width, const float* acc,
+                                                                                float* row, float* wbuf) {
+      std::vector<float> up;
       if (swiglu_) {
-        up.resize(acc.size());
-        Product(xn.data(), w[1], p.M, p.K, N, a_.trans_b, n0, width, up.data());
+        up.resize(c.M * width);
+        Product(xn.data(), ws[1], c.M, c.K, c.N[1], a_.trans_b, n0, width, wbuf, up.data());
       }
-      for (int64_t m = 0; m < p.M; ++m)
-        for (int64_t j = 0; j < width; ++j) {
-          const float v = acc[m * width + j];
-          y[m * N + n0 + j] = FromFloat<T>(swiglu_ ? Silu(v) * up[m * width + j] : v);
-        }
+      for (int64_t m = 0; m < c.M; ++m) {
+        T* y = static_cast<T*>(c.outs[i]) + m * c.N[i] + n0;
+        float* out = OutRow(y, row);
+        const float* a = acc + m * width;
+        if (swiglu_)
+          for (int64_t j = 0; j < width; ++j) out[j] = Silu(a[j]) * up[m * width + j];
+        else
+          std::memcpy(out, a, sizeof(float) * width);
+        StoreRow(out, y, width);
+      }
     });
   }
 
   NormLinearAttrs a_;
   bool swiglu_;
+};
+
+// y = residual + x @ w^T (or @ w): x's rows as float32, then the same column-sliced product, the
+// residual added in float32 before the one rounding to T.
+class LinearResidualCpu : public Kernel {
+ public:
+  explicit LinearResidualCpu(bool trans_b) : trans_b_(trans_b) {}
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    bool trans_b = false;
+    MN_RETURN_IF(ReadLinearResidualAttrs(info, &trans_b));
+    *out = new LinearResidualCpu(trans_b);
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    LinearResidualCall c;
+    MN_RETURN_IF(PrepareLinearResidual(ctx, trans_b_, &c));
+    if (c.M == 0) return nullptr;
+    return DispatchFloat(c.type, [&](auto tag) { return Run<decltype(tag)>(ctx, c); });
+  }
+
+ private:
+  template <class T>
+  OrtStatus* Run(OrtKernelContext* ctx, const LinearResidualCall& c) {
+    std::vector<float> xf(c.M * c.K);  // K = 0: no rows to read (x's data may be null), the product is zeros
+    for (int64_t m = 0; c.K > 0 && m < c.M; ++m) ToFloatRow(static_cast<const T*>(c.x.data) + m * c.K, xf.data() + m * c.K, c.K);
+    const T* residual = static_cast<const T*>(c.residual.data);
+    return ProjectRows<T>(ctx, xf.data(), c.M, c.K, trans_b_, {static_cast<const T*>(c.w.data)}, {c.N},
+                          [&](size_t, int64_t n0, int64_t width, const float* acc, float* row, float*) {
+                            for (int64_t m = 0; m < c.M; ++m) {
+                              T* y = static_cast<T*>(c.y) + m * c.N + n0;
+                              const float* r = FloatRow(residual + m * c.N + n0, width, row + width);
+                              float* out = OutRow(y, row);
+                              for (int64_t j = 0; j < width; ++j) out[j] = r[j] + acc[m * width + j];
+                              StoreRow(out, y, width);
+                            }
+                          });
+  }
+
+  bool trans_b_;
 };
 
 // The factories under the names the registration rows use (tests/test_custom_op_schema.py parses them).
@@ -329,6 +420,7 @@ void AddCpuDecodeLinearOps(std::vector<OpDef*>* ops) {
                               RMSNormSwiGLUCpu::Create, 0);
     InferNormLinearShapes(swiglu);
     ops->push_back(swiglu);
+    ops->push_back(new OpDef("LinearResidual", ep, {T, T, T}, {T}, {false, false, false}, {false, false, false}, LinearResidualCpu::Create, 2));
   }
 }
 

@@ -1,9 +1,10 @@
-// CUDA kernels of RMSNormLinear and RMSNormSwiGLU: small-row GEMVs with the RMSNorm as their prologue.
-// Called through cuda_decode_linear.h (cuda_decode_linear_ops.cc, decode_linear_check.cu).
+// CUDA kernels of RMSNormLinear and RMSNormSwiGLU (small-row GEMVs with the RMSNorm as their prologue)
+// and LinearResidual (the same GEMV without the norm, the residual added in its epilogue). Called
+// through cuda_decode_linear.h (cuda_decode_linear_ops.cc, decode_linear_check.cu).
 //
 // A decode step multiplies M = 1..16 rows by weights of a few MB: the time is the weight read. Every
-// block first normalises its tile of x rows into shared memory (float32; x is a few KB, so each block
-// recomputing the norm costs less than a second launch), then:
+// block first normalises (LinearResidual: converts) its tile of x rows into shared memory (float32; x is
+// a few KB, so each block recomputing the norm costs less than a second launch), then:
 //   trans_b (w [N, K], torch's layout): one warp per output column, its lanes reading the weight row in
 //     16-byte chunks (4 floats or 8 halves) and multiplying each chunk with all the tile's rows held in
 //     shared memory; a warp reduction per row. Each weight element is read once per launch.
@@ -31,7 +32,12 @@ struct Projections {
   int64_t n[kMaxWeights];    // output width of each weight
   int64_t end[kMaxWeights];  // cumulative work items (columns, or [K, N] tiles) up to and including weight i
   int count;
+  const void* residual;  // LinearResidual: [rows, n[0]], added to the product
 };
+
+// What a launch computes: y_i = xn @ w_i (Linear), silu(xn @ w_0) * (xn @ w_1) (SwiGLU), both after
+// the RMSNorm; or y_0 = x @ w_0 + residual (Residual), no norm.
+enum Mode { kLinear, kSwiGLU, kResidual };
 
 __device__ __forceinline__ int Which(const Projections& p, int64_t item) {
   int i = 0;
@@ -81,6 +87,30 @@ __device__ void NormalizeTile(const T* __restrict__ x, const T* __restrict__ gam
     xn[i] = Elem<T>::ToF(x[i]) / rms[m] * Elem<T>::ToF(gamma[k]);
   }
   __syncthreads();
+}
+
+// xn [rows, K] (shared) = x as float32 (LinearResidual's rows: no norm).
+template <class T>
+__device__ void LoadTile(const T* __restrict__ x, int64_t K, int rows, float* xn) {
+  const int tid = threadIdx.x + threadIdx.y * blockDim.x;
+  for (int64_t i = tid; i < rows * K; i += kThreads) xn[i] = Elem<T>::ToF(x[i]);
+  __syncthreads();
+}
+
+template <class T, int MT, int MODE>
+__device__ __forceinline__ void PrepareTile(const T* x, const T* gamma, int64_t K, int rows, float eps, float* xn) {
+  if (MODE == kResidual)
+    LoadTile(x, K, rows, xn);
+  else
+    NormalizeTile<T, MT>(x, gamma, K, rows, eps, xn);
+}
+
+// The output value of row m, column n from its product g (and the up projection u for SwiGLU).
+template <class T, int MODE>
+__device__ __forceinline__ T Epilogue(const Projections& p, float g, float u, int64_t m, int64_t n, int64_t N) {
+  if (MODE == kSwiGLU) return Elem<T>::FromF(Silu(g) * u);
+  if (MODE == kResidual) return Elem<T>::FromF(g + Elem<T>::ToF(static_cast<const T*>(p.residual)[m * N + n]));
+  return Elem<T>::FromF(g);
 }
 
 // A lane's first kPrefetch 16-byte chunks of a weight row (and of the up projection's row), held in
@@ -173,9 +203,10 @@ __device__ __forceinline__ void ColumnRows(const Projections& p, int64_t c, int6
 }
 
 // trans_b: w [N, K]. One warp per output column (grid-stride over the columns of every weight).
-template <class T, int MT, bool SWIGLU>
+template <class T, int MT, int MODE>
 __global__ void __launch_bounds__(kThreads) RowsKernel(const T* __restrict__ x, const T* __restrict__ gamma, int64_t K, int rows,
                                                        float eps, Projections p) {
+  constexpr bool SWIGLU = MODE == kSwiGLU;
   extern __shared__ float4 smem4[];
   float* xn = reinterpret_cast<float*>(smem4);
   const int lane = threadIdx.x & 31;
@@ -191,7 +222,7 @@ __global__ void __launch_bounds__(kThreads) RowsKernel(const T* __restrict__ x, 
   }
   GridDependencyWait();  // x is the previous kernel's output
   GridDependentsRelease();
-  NormalizeTile<T, MT>(x, gamma, K, rows, eps, xn);
+  PrepareTile<T, MT, MODE>(x, gamma, K, rows, eps, xn);
   for (bool first = true; c < columns; c += stride, first = false) {
     if (!first) {
       ColumnRows<T, SWIGLU>(p, c, K, &w, &w2, &i, &n);
@@ -208,19 +239,20 @@ __global__ void __launch_bounds__(kThreads) RowsKernel(const T* __restrict__ x, 
       if (m >= rows) break;
       const float g = WarpSum(acc[m]);
       const float u = SWIGLU ? WarpSum(acc2[m]) : 0.0f;
-      if (lane == 0) y[m * N + n] = Elem<T>::FromF(SWIGLU ? Silu(g) * u : g);
+      if (lane == 0) y[m * N + n] = Epilogue<T, MODE>(p, g, u, m, n, N);
     }
   }
 }
 
 // w [K, N]. Block (32, 8): one column per threadIdx.x of a 32-column tile, threadIdx.y splits K.
-template <class T, int MT, bool SWIGLU>
+template <class T, int MT, int MODE>
 __global__ void __launch_bounds__(kThreads) ColumnsKernel(const T* __restrict__ x, const T* __restrict__ gamma, int64_t K, int rows,
                                                           float eps, Projections p) {
+  constexpr bool SWIGLU = MODE == kSwiGLU;
   extern __shared__ float4 smem4[];
   float* xn = reinterpret_cast<float*>(smem4);
   GridDependencyWait();  // (a no-op: this kernel is launched without PDL)
-  NormalizeTile<T, MT>(x, gamma, K, rows, eps, xn);
+  PrepareTile<T, MT, MODE>(x, gamma, K, rows, eps, xn);
   const int64_t tile = blockIdx.x;
   const int i = SWIGLU ? 0 : Which(p, tile);
   const int64_t N = p.n[i], n = (tile - (i > 0 ? p.end[i - 1] : 0)) * kTile + threadIdx.x;
@@ -259,14 +291,15 @@ __global__ void __launch_bounds__(kThreads) ColumnsKernel(const T* __restrict__ 
       g += red[(s * MT + m) * kTile + threadIdx.x];
       if (SWIGLU) u += red2[(s * MT + m) * kTile + threadIdx.x];
     }
-    y[m * N + n] = Elem<T>::FromF(SWIGLU ? Silu(g) * u : g);
+    y[m * N + n] = Epilogue<T, MODE>(p, g, u, m, n, N);
   }
 }
 
-// Rows per launch: up to 16, as many as fit in shared memory as float32 (K <= MN_NORM_LINEAR_MAX_K: one at least).
-int64_t RowTile(int64_t M, int64_t K) { return std::min<int64_t>(std::min<int64_t>(M, 16), kSmemBytes / (4 * K)); }
+// Rows per launch: up to 16, as many as fit in shared memory as float32 (K <= MN_NORM_LINEAR_MAX_K: one
+// at least; K = 0, a LinearResidual of empty rows, holds no row in shared memory).
+int64_t RowTile(int64_t M, int64_t K) { return std::min<int64_t>(std::min<int64_t>(M, 16), K == 0 ? 16 : kSmemBytes / (4 * K)); }
 
-template <class T, int MT, bool SWIGLU>
+template <class T, int MT, int MODE>
 int LaunchTile(const T* x, const T* gamma, int64_t K, int rows, float eps, bool trans_b, Projections p, cudaStream_t s) {
   if (trans_b) {
     const int64_t columns = p.end[p.count - 1];
@@ -281,18 +314,19 @@ int LaunchTile(const T* x, const T* gamma, int64_t K, int rows, float eps, bool 
     pdl.val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = &pdl;
     cfg.numAttrs = g_decode_linear_pdl && HasPdl() ? 1 : 0;
-    if (cudaError_t e = cudaLaunchKernelEx(&cfg, RowsKernel<T, MT, SWIGLU>, x, gamma, K, rows, eps, p)) return e;
+    if (cudaError_t e = cudaLaunchKernelEx(&cfg, RowsKernel<T, MT, MODE>, x, gamma, K, rows, eps, p)) return e;
   } else {
     const size_t smem = sizeof(float) * std::max<int64_t>(rows * K, int64_t(2) * kWarps * MT * kTile);
-    ColumnsKernel<T, MT, SWIGLU><<<static_cast<unsigned>(p.end[p.count - 1]), dim3(kTile, kWarps), smem, s>>>(x, gamma, K, rows, eps, p);
+    ColumnsKernel<T, MT, MODE><<<static_cast<unsigned>(p.end[p.count - 1]), dim3(kTile, kWarps), smem, s>>>(x, gamma, K, rows, eps, p);
   }
   return cudaGetLastError();
 }
 
 // One launch per row tile and group of <= kMaxWeights weights; the template picks the register tile.
-template <class T, bool SWIGLU>
+template <class T, int MODE>
 int Run(const void* xv, const void* gv, int64_t M, int64_t K, float eps, bool trans_b, int count, const void* const* w,
-        const int64_t* N, void* const* y, cudaStream_t s) {
+        const int64_t* N, void* const* y, const void* residual, cudaStream_t s) {
+  constexpr bool SWIGLU = MODE == kSwiGLU;
   const T* x = static_cast<const T*>(xv);
   const T* gamma = static_cast<const T*>(gv);
   const int64_t tile = RowTile(M, K);
@@ -315,26 +349,28 @@ int Run(const void* xv, const void* gv, int64_t M, int64_t K, float eps, bool tr
       const int rows = static_cast<int>(std::min(tile, M - r0));
       Projections q = p;
       for (int j = 0; j < q.count; ++j) q.y[j] = static_cast<T*>(p.y[j]) + r0 * p.n[j];
+      if (MODE == kResidual) q.residual = static_cast<const T*>(residual) + r0 * p.n[0];
       const T* xr = x + r0 * K;
-      int e = rows == 1   ? LaunchTile<T, 1, SWIGLU>(xr, gamma, K, rows, eps, trans_b, q, s)
-              : rows <= 4 ? LaunchTile<T, 4, SWIGLU>(xr, gamma, K, rows, eps, trans_b, q, s)
-                          : LaunchTile<T, 16, SWIGLU>(xr, gamma, K, rows, eps, trans_b, q, s);
+      int e = rows == 1   ? LaunchTile<T, 1, MODE>(xr, gamma, K, rows, eps, trans_b, q, s)
+              : rows <= 4 ? LaunchTile<T, 4, MODE>(xr, gamma, K, rows, eps, trans_b, q, s)
+                          : LaunchTile<T, 16, MODE>(xr, gamma, K, rows, eps, trans_b, q, s);
       if (e != cudaSuccess) return e;
     }
   }
   return cudaSuccess;
 }
 
-template <bool SWIGLU>
+template <int MODE>
 int Dispatch(int dtype, const void* x, const void* gamma, int64_t M, int64_t K, float eps, int trans_b, int count, const void* const* w,
-             const int64_t* N, void* const* y, void* stream) {
+             const int64_t* N, void* const* y, const void* residual, void* stream) {
   if (M == 0 || count == 0) return 0;
-  if (K < 1 || K > MN_NORM_LINEAR_MAX_K) return cudaErrorInvalidValue;
-  if (int e = UseDeviceOf(x)) return e;
+  // The norm needs a feature; a product over K = 0 is the residual alone.
+  if (K < (MODE == kResidual ? 0 : 1) || K > MN_NORM_LINEAR_MAX_K) return cudaErrorInvalidValue;
+  if (int e = UseDeviceOf(MODE == kResidual ? residual : x)) return e;  // x of K = 0 holds no memory
   cudaStream_t s = S(stream);
-  if (dtype == MN_F16) return Run<__half, SWIGLU>(x, gamma, M, K, eps, trans_b != 0, count, w, N, y, s);
-  if (dtype == MN_BF16) return Run<__nv_bfloat16, SWIGLU>(x, gamma, M, K, eps, trans_b != 0, count, w, N, y, s);
-  return Run<float, SWIGLU>(x, gamma, M, K, eps, trans_b != 0, count, w, N, y, s);
+  if (dtype == MN_F16) return Run<__half, MODE>(x, gamma, M, K, eps, trans_b != 0, count, w, N, y, residual, s);
+  if (dtype == MN_BF16) return Run<__nv_bfloat16, MODE>(x, gamma, M, K, eps, trans_b != 0, count, w, N, y, residual, s);
+  return Run<float, MODE>(x, gamma, M, K, eps, trans_b != 0, count, w, N, y, residual, s);
 }
 
 }  // namespace
@@ -343,7 +379,7 @@ extern "C" {
 
 int mn_cuda_rms_norm_linear(int dtype, const void* x, const void* gamma, int64_t M, int64_t K, float eps, int trans_b, int count,
                             const void* const* w, const int64_t* N, void* const* y, void* stream) {
-  return Dispatch<false>(dtype, x, gamma, M, K, eps, trans_b, count, w, N, y, stream);
+  return Dispatch<kLinear>(dtype, x, gamma, M, K, eps, trans_b, count, w, N, y, nullptr, stream);
 }
 
 int mn_cuda_rms_norm_swiglu(int dtype, const void* x, const void* gamma, int64_t M, int64_t K, float eps, int trans_b,
@@ -351,7 +387,12 @@ int mn_cuda_rms_norm_swiglu(int dtype, const void* x, const void* gamma, int64_t
   const void* w[2] = {w_gate, w_up};
   const int64_t n[2] = {N, N};
   void* y[2] = {out, out};
-  return Dispatch<true>(dtype, x, gamma, M, K, eps, trans_b, 2, w, n, y, stream);
+  return Dispatch<kSwiGLU>(dtype, x, gamma, M, K, eps, trans_b, 2, w, n, y, nullptr, stream);
+}
+
+int mn_cuda_linear_residual(int dtype, const void* x, const void* w, const void* residual, int64_t M, int64_t K, int64_t N, int trans_b,
+                            void* y, void* stream) {
+  return Dispatch<kResidual>(dtype, x, nullptr, M, K, 0.0f, trans_b, 1, &w, &N, &y, residual, stream);
 }
 
 }  // extern "C"

@@ -1,4 +1,4 @@
-// Plain C launchers of the RMSNorm + projection GEMV kernels (cuda_decode_linear.cu), called by
+// Plain C launchers of the small-row GEMV kernels (RMSNorm + projections, product + residual) (cuda_decode_linear.cu), called by
 // cuda_decode_linear_ops.cc and the timing harness decode_linear_check.cu. Same conventions as
 // cuda_kernels.h: work on `stream`, return 0 or a cudaError_t code, element type `dtype` (MN_F32,
 // MN_F16, MN_BF16) for every tensor, float32 math.
@@ -23,6 +23,11 @@ int mn_cuda_rms_norm_linear(int dtype, const void* x, const void* gamma, int64_t
 // out [M, N] = silu(rmsnorm(x) @ w_gate^T) * (rmsnorm(x) @ w_up^T) (or @ w without trans_b).
 int mn_cuda_rms_norm_swiglu(int dtype, const void* x, const void* gamma, int64_t M, int64_t K, float eps, int trans_b,
                             const void* w_gate, const void* w_up, int64_t N, void* out, void* stream);
+
+// y [M, N] = residual [M, N] + x [M, K] @ w^T (trans_b: w [N, K]) or + x @ w (w [K, N]), float32
+// accumulation, the residual added before the one rounding; K <= MN_NORM_LINEAR_MAX_K (0 allowed).
+int mn_cuda_linear_residual(int dtype, const void* x, const void* w, const void* residual, int64_t M, int64_t K, int64_t N, int trans_b,
+                            void* y, void* stream);
 
 #ifdef __cplusplus
 }

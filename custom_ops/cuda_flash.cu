@@ -15,11 +15,15 @@
 //            allowed inside CUDA-graph capture).
 // Scores are kept in the log2 domain (q pre-scaled by log2(e) / sqrt(hd), exp2f); accumulation is fp32.
 // Templated on the element type (float, or float16/bfloat16 loaded and stored through ToF/FromF) and
-// NS. float16/bfloat16 run on tensor cores where they can (cuda_flash_mma.cuh); float32
-// stays on these SIMT kernels (exact float32, never TF32).
+// NS. Every type runs on tensor cores where it can (cuda_flash_mma.cuh: float16/bfloat16 MMAs,
+// float32 as 3xTF32, whose error stays at float32's order); these SIMT kernels take the rest (other
+// head sizes, unaligned tensors, GPUs older than sm_80) and, with MEGANEURA_FLASH_FP32=simt in the
+// environment (read at each launch), every float32 problem: exact float32 on CUDA cores, for comparison.
 #include "cuda_common.cuh"
 #include "flash_attention.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <type_traits>
 
@@ -423,12 +427,19 @@ int LaunchGrad(const T* q, const T* k, const T* v, const T* y, const T* dy, cons
 // Inside this file's anonymous namespace, like the rest: it uses Dims, kLog2e, GridFits.
 #include "cuda_flash_mma.cuh"
 
-// The SIMT kernels for any head_dim: NS = lanes per row.
+// float32 on the SIMT kernels only (MEGANEURA_FLASH_FP32=simt); any other value or none: tensor cores.
+bool Fp32OnSimt() {
+  const char* choice = std::getenv("MEGANEURA_FLASH_FP32");
+  return choice != nullptr && std::strcmp(choice, "simt") == 0;
+}
+
+// Tensor cores where the shape allows (float32 unless MEGANEURA_FLASH_FP32=simt), else the SIMT
+// kernels for any head_dim: NS = lanes per row.
 template <typename T>
 int Forward(const void* q, const void* k, const void* v, void* y, float* lse, const Dims& p, cudaStream_t st) {
   const T *tq = static_cast<const T*>(q), *tk = static_cast<const T*>(k), *tv = static_cast<const T*>(v);
   T* ty = static_cast<T*>(y);
-  if constexpr (!std::is_same<T, float>::value) {  // half types: tensor cores where the shape allows
+  if (!std::is_same<T, float>::value || !Fp32OnSimt()) {
     const int e = mma::LaunchForwardMma<T>(tq, tk, tv, ty, lse, p, st);
     if (e >= 0) return e;
   }
@@ -448,7 +459,7 @@ int Grad(const void* q, const void* k, const void* v, const void* y, const void*
   const T *tq = static_cast<const T*>(q), *tk = static_cast<const T*>(k), *tv = static_cast<const T*>(v);
   const T *ty = static_cast<const T*>(y), *tdy = static_cast<const T*>(dy);
   T *tdq = static_cast<T*>(dq), *tdk = static_cast<T*>(dk), *tdv = static_cast<T*>(dv);
-  if constexpr (!std::is_same<T, float>::value) {  // half types: tensor cores where the shape allows
+  if (!std::is_same<T, float>::value || !Fp32OnSimt()) {
     const int e = mma::LaunchGradMma<T>(tq, tk, tv, ty, tdy, lse, tdq, tdk, tdv, p, st);
     if (e >= 0) return e;
   }

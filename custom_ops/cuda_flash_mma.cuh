@@ -1,198 +1,47 @@
-// Tensor-core FlashAttention forward and backward for float16/bfloat16 (included by cuda_flash.cu, inside its
-// anonymous namespace; no includes of its own): mma.sync
-// m16n8k16 with float32 accumulators, for head_dim % 8 == 0 and <= 128 (zero-padded to D = 32, 64
-// or 128) and 16-byte aligned tensors; other cases take the SIMT kernels of cuda_flash.cu.
+// Tensor-core FlashAttention forward and backward (included by cuda_flash.cu, inside its anonymous
+// namespace; the tile they share: cuda_flash_mma_tile.cuh), one set of kernels for every element type:
+//   float16 / bfloat16: mma.sync m16n8k16 with float32 accumulators;
+//   float32: 3xTF32 (as CUTLASS's fast-float32 GEMMs): x = big + small with big = tf32(x), small =
+//     tf32(x - big), a.b ~= small_a.big_b + big_a.small_b + big_a.big_b on mma.sync m16n8k8 tf32 with
+//     float32 accumulators; the dropped small_a.small_b and the tf32 rounding of `small` leave about
+//     2^-22 of each product, the same order as float32's own rounding (flash_check and the GPU tests
+//     measure it against float64 next to the SIMT kernels).
+// head_dim % (16 bytes / element size) == 0 and <= 128 (zero-padded to D = 32, 64 or 128), 16-byte
+// aligned tensors, and a device these kernels were compiled for (sm_80 or newer); other cases take
+// the SIMT kernels of cuda_flash.cu.
 //
-// One warp owns 16 rows (its "row operand" X1, X2 kept as A fragments in registers); the block's
+// One warp owns 16 rows (its "row operand" X1, X2 kept as raw A fragments in registers); the block's
 // warps stream the other operand through shared memory in tiles of BC rows (cp.async, double
-// buffered). Per tile, two GEMMs into float32:
+// buffered: StreamTiles). Per tile, two GEMMs into float32 (one Gemm<T, D, BC> serves every kernel):
 //   forward (rows = queries of one head, tiles = keys of its KV head):
 //     S = Q K^T; online softmax (running max and sum per row);  Y += P V;  LSE = max + log(sum)
 //   dQ kernel (rows = queries of one head, tiles = keys of its KV head):
 //     S = Q K^T, dP = dY V^T;  P = exp(S scale - LSE), dS = P (dP - D);  dQ += dS K
 //   dK/dV kernel (rows = keys of one KV head, tiles = queries of each of its query heads):
 //     S^T = K Q^T, dP^T = V dY^T;  P^T, dS^T likewise;  dV += P^T dY, dK += dS^T Q
-// P and dS are rounded to the element type for the second GEMM (as flash-attention does); the
-// second GEMM's B operand is the tile transposed by ldmatrix.trans. Each block owns its output rows
-// (no atomics): bit-for-bit deterministic. D_i = dY_i . Y_i comes from the dQ kernel (dsum). Under
-// GQA on small grids the dK/dV kernel also splits a KV head's query heads over blocks and a third
-// kernel sums their float32 partials in head order.
+// The half types round P and dS to the element type for the second GEMM (as flash-attention does);
+// float32 splits them like any other operand. Each block owns its output rows (no atomics):
+// bit-for-bit deterministic. D_i = dY_i . Y_i comes from the dQ kernel (dsum). Under GQA on small
+// grids the dK/dV kernel also splits a KV head's query heads over blocks and a third kernel sums
+// their float32 partials in head order.
 #pragma once
+#include "cuda_flash_mma_tile.cuh"
 
 namespace mma {
-
-constexpr int kPad = 8;  // halves of padding per shared-memory row: 16-byte rows, conflict-free fragment reads
-
-template <typename T>
-struct Op;
-template <>
-struct Op<__half> {
-  __device__ static __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  __device__ static __forceinline__ uint32_t Pack(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
-  __device__ static __forceinline__ float2 Unpack(uint32_t u) { return __half22float2(*reinterpret_cast<__half2*>(&u)); }
-};
-template <>
-struct Op<__nv_bfloat16> {
-  __device__ static __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  __device__ static __forceinline__ uint32_t Pack(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
-  __device__ static __forceinline__ float2 Unpack(uint32_t u) { return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&u)); }
-};
-
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));  // 0: zero fill
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// B fragments of two adjacent n-tiles (columns n0 .. n0 + 15) of the k-chunk rows k0 .. k0 + 15 of a
-// row-major [k][n] shared tile, transposed on the fly (the "col" B operand of the MMA).
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* row_addr) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s));
-}
-
-// Rows [r0, r0 + 16) of head `head` of a [B, rows, heads*hd] tensor as A fragments (16 x D, k-chunks
-// of 16): lane (g, t) holds rows g, g + 8, columns 2t, 2t + 1, 2t + 8, 2t + 9 of each chunk; zeros
-// past r_end and hd. Also returns the float32 values' dot with `other` (the same rows of another
-// tensor) when other != nullptr: per row g and g + 8, summed over the 4 lanes of the row.
-template <typename T, int D>
-__device__ __forceinline__ void LoadRowFrags(uint32_t (&a)[D / 16][4], const T* x, int64_t b, int64_t rows, int64_t heads,
-                                             int64_t head, int64_t hd, int64_t r0, int64_t r_end, const T* other, float (&dot)[2]) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  dot[0] = dot[1] = 0.f;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t r = r0 + g + 8 * half;
-    const bool ok = r < r_end;
-    const int64_t base = ((b * rows + (ok ? r : 0)) * heads + head) * hd;
-#pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc)
-#pragma unroll
-      for (int hi = 0; hi < 2; ++hi) {
-        const int d = 16 * kc + 8 * hi + 2 * t;
-        uint32_t u = 0;
-        if (ok && d < hd) {
-          u = *reinterpret_cast<const uint32_t*>(x + base + d);
-          if (other != nullptr) {
-            const float2 xv = Op<T>::Unpack(u), ov = Op<T>::Unpack(*reinterpret_cast<const uint32_t*>(other + base + d));
-            dot[half] += xv.x * ov.x + xv.y * ov.y;
-          }
-        }
-        a[kc][half + 2 * hi] = u;
-      }
-  }
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    dot[0] += __shfl_xor_sync(0xffffffffu, dot[0], off);
-    dot[1] += __shfl_xor_sync(0xffffffffu, dot[1], off);
-  }
-}
-
-// Issues the cp.async copies of rows [r0, r0 + BC) of head `head` into tile[BC][D + kPad] (zeros past
-// r_end and hd; hd % 8 == 0, so a 16-byte chunk is all in or all out).
-template <typename T, int D, int BC, int NT>
-__device__ __forceinline__ void LoadTileAsync(T* tile, const T* x, int64_t b, int64_t rows, int64_t heads, int64_t head, int64_t hd,
-                                              int64_t r0, int64_t r_end) {
-  constexpr int kChunks = D / 8;
-  for (int idx = threadIdx.x; idx < BC * kChunks; idx += NT) {
-    const int r = idx / kChunks, c = idx % kChunks;
-    const int64_t row = r0 + r;
-    const bool ok = row < r_end && 8 * c < hd;
-    const T* src = ok ? x + ((b * rows + row) * heads + head) * hd + 8 * c : x;
-    CpAsync16(tile + r * (D + kPad) + 8 * c, src, ok);
-  }
-}
-
-// c[nt] (16 x 8 per n-tile, BC / 8 n-tiles) = A (16 x D, fragments) . tile^T (tile rows are the columns).
-template <typename T, int D, int BC>
-__device__ __forceinline__ void GemmRowsTile(float (&c)[BC / 8][4], const uint32_t (&a)[D / 16][4], const T* tile) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int nt = 0; nt < BC / 8; ++nt) {
-    c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.f;
-    const T* row = tile + (8 * nt + g) * (D + kPad) + 2 * t;
-#pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc) {
-      const uint32_t b0 = *reinterpret_cast<const uint32_t*>(row + 16 * kc);
-      const uint32_t b1 = *reinterpret_cast<const uint32_t*>(row + 16 * kc + 8);
-      Op<T>::Mma(c[nt], a[kc], b0, b1);
-    }
-  }
-}
-
-// acc (16 x D, D / 8 n-tiles) += M (16 x BC, accumulator layout, rounded to T) . tile (BC x D).
-template <typename T, int D, int BC>
-__device__ __forceinline__ void GemmAccTile(float (&acc)[D / 8][4], const float (&m)[BC / 8][4], const T* tile) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int kc = 0; kc < BC / 16; ++kc) {
-    const uint32_t a[4] = {Op<T>::Pack(m[2 * kc][0], m[2 * kc][1]), Op<T>::Pack(m[2 * kc][2], m[2 * kc][3]),
-                           Op<T>::Pack(m[2 * kc + 1][0], m[2 * kc + 1][1]), Op<T>::Pack(m[2 * kc + 1][2], m[2 * kc + 1][3])};
-    const T* base = tile + (16 * kc + (lane & 15)) * (D + kPad) + 8 * (lane >> 4);
-#pragma unroll
-    for (int dn = 0; dn < D / 8; dn += 2) {
-      uint32_t b[4];
-      LdMatrixX4Trans(b, base + 8 * dn);
-      Op<T>::Mma(acc[dn], a, b[0], b[1]);
-      Op<T>::Mma(acc[dn + 1], a, b[2], b[3]);
-    }
-  }
-}
-
-// Rows g and g + 8 of a warp's 16 x D accumulator into a [B, rows, heads*hd] tensor, times `mul`.
-template <typename T, int D>
-__device__ __forceinline__ void StoreRows(T* x, const float (&acc)[D / 8][4], int64_t b, int64_t rows, int64_t heads, int64_t head,
-                                          int64_t hd, int64_t r0, int64_t r_end, float mul) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t r = r0 + g + 8 * half;
-    if (r >= r_end) continue;
-    T* row = x + ((b * rows + r) * heads + head) * hd;
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      const int d = 8 * dn + 2 * t;
-      if (d < hd) *reinterpret_cast<uint32_t*>(row + d) = Op<T>::Pack(acc[dn][2 * half] * mul, acc[dn][2 * half + 1] * mul);
-    }
-  }
-}
-
-template <int D>
-struct Tiles {
-  static constexpr int BC = D <= 64 ? 64 : 32;  // streamed rows per tile (registers: S, dP are 16 x BC per warp)
-};
 
 // dQ and D_i. Block: W warps, 16 query rows each, of head blockIdx.x % H.
 template <typename T, int D, int W>
 __global__ void __launch_bounds__(32 * W) GradQ(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                                 const T* __restrict__ y, const T* __restrict__ dy, const float* __restrict__ lse,
                                                 T* __restrict__ dq, float* __restrict__ dsum, Dims p) {
-  constexpr int BC = Tiles<D>::BC, NT = 32 * W, LD = D + kPad;
-  __shared__ __align__(16) T Ks[2][BC * LD], Vs[2][BC * LD];
+  using Tl = Tiles<T, D>;
+  using G = Gemm<T, D, Tl::BC>;
+  constexpr int BC = Tl::BC, NT = 32 * W;
+  __shared__ __align__(16) T Ks[2][BC * Tl::LD], Vs[2][BC * Tl::LD];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t b = blockIdx.x / p.H, h = blockIdx.x % p.H, kh = h / (p.H / p.KVH);
   const int64_t i0 = int64_t(gridDim.y - 1 - blockIdx.y) * (16 * W), r0 = i0 + 16 * warp;  // longest causal rows first
-  uint32_t qa[D / 16][4], da[D / 16][4];
+  uint32_t qa[Tl::KS][4], da[Tl::KS][4];
   float di[2], unused[2], lse2[2];
   LoadRowFrags<T, D>(qa, q, b, p.T, p.H, h, p.hd, r0, p.T, nullptr, unused);
   LoadRowFrags<T, D>(da, dy, b, p.T, p.H, h, p.hd, r0, p.T, y, di);
@@ -205,25 +54,15 @@ __global__ void __launch_bounds__(32 * W) GradQ(const T* __restrict__ q, const T
   float acc[D / 8][4] = {};
   const float c2 = p.scale * kLog2e;
   const int64_t kend = p.causal ? min(p.S, i0 + 16 * W) : p.S;
-  const int n_tiles = int((kend + BC - 1) / BC);
   auto issue = [&](int n) {
     LoadTileAsync<T, D, BC, NT>(Ks[n & 1], k, b, p.S, p.KVH, kh, p.hd, int64_t(n) * BC, kend);
     LoadTileAsync<T, D, BC, NT>(Vs[n & 1], v, b, p.S, p.KVH, kh, p.hd, int64_t(n) * BC, kend);
     CpAsyncCommit();
   };
-  if (n_tiles > 0) issue(0);
-  for (int n = 0; n < n_tiles; ++n) {
-    if (n + 1 < n_tiles) {
-      issue(n + 1);
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
-    const T *Kt = Ks[n & 1], *Vt = Vs[n & 1];
+  StreamTiles(int((kend + BC - 1) / BC), issue, [&](int n) {
     float s[BC / 8][4], dp[BC / 8][4];
-    GemmRowsTile<T, D, BC>(s, qa, Kt);
-    GemmRowsTile<T, D, BC>(dp, da, Vt);
+    G::RowsTileT(s, qa, Ks[n & 1]);
+    G::RowsTileT(dp, da, Vs[n & 1]);
 #pragma unroll
     for (int nt = 0; nt < BC / 8; ++nt)
 #pragma unroll
@@ -233,28 +72,9 @@ __global__ void __launch_bounds__(32 * W) GradQ(const T* __restrict__ q, const T
         const float pr = hidden ? 0.f : exp2f(s[nt][e] * c2 - lse2[e >> 1]);
         s[nt][e] = pr * (dp[nt][e] - di[e >> 1]);  // dS
       }
-    GemmAccTile<T, D, BC>(acc, s, Kt);
-    __syncthreads();  // the next issue overwrites this buffer
-  }
+    G::AccTile(acc, s, Ks[n & 1]);
+  });
   StoreRows<T, D>(dq, acc, b, p.T, p.H, h, p.hd, r0, p.T, p.scale);
-}
-
-// Rows g and g + 8 of a warp's 16 x D accumulator into a float32 [B, rows, heads*hd] plane, times `mul`.
-template <int D>
-__device__ __forceinline__ void StoreRowsF32(float* x, const float (&acc)[D / 8][4], int64_t b, int64_t rows, int64_t heads,
-                                             int64_t head, int64_t hd, int64_t r0, int64_t r_end, float mul) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t r = r0 + g + 8 * half;
-    if (r >= r_end) continue;
-    float* row = x + ((b * rows + r) * heads + head) * hd;
-#pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      const int d = 8 * dn + 2 * t;
-      if (d < hd) *reinterpret_cast<float2*>(row + d) = make_float2(acc[dn][2 * half] * mul, acc[dn][2 * half + 1] * mul);
-    }
-  }
 }
 
 // dK and dV. Block: W warps, 16 key rows each, of KV head blockIdx.x % KVH; the queries of its query
@@ -265,13 +85,15 @@ __global__ void __launch_bounds__(32 * W) GradKV(const T* __restrict__ q, const 
                                                  const T* __restrict__ dy, const float* __restrict__ lse,
                                                  const float* __restrict__ dsum, T* __restrict__ dk, T* __restrict__ dv,
                                                  float* __restrict__ partial, Dims p) {
-  constexpr int BC = Tiles<D>::BC, NT = 32 * W, LD = D + kPad;
-  __shared__ __align__(16) T Qs[2][BC * LD], dOs[2][BC * LD];
+  using Tl = Tiles<T, D>;
+  using G = Gemm<T, D, Tl::BC>;
+  constexpr int BC = Tl::BC, NT = 32 * W;
+  __shared__ __align__(16) T Qs[2][BC * Tl::LD], dOs[2][BC * Tl::LD];
   __shared__ float Ls[2][BC], Ds[2][BC];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t b = blockIdx.x / p.KVH, kh = blockIdx.x % p.KVH, rep = p.H / p.KVH;
   const int64_t j0 = int64_t(blockIdx.y) * (16 * W), r0 = j0 + 16 * warp;  // causal: the first key tiles see the most queries
-  uint32_t ka[D / 16][4], va[D / 16][4];
+  uint32_t ka[Tl::KS][4], va[Tl::KS][4];
   float unused[2];
   LoadRowFrags<T, D>(ka, k, b, p.S, p.KVH, kh, p.hd, r0, p.S, nullptr, unused);
   LoadRowFrags<T, D>(va, v, b, p.S, p.KVH, kh, p.hd, r0, p.S, nullptr, unused);
@@ -279,7 +101,7 @@ __global__ void __launch_bounds__(32 * W) GradKV(const T* __restrict__ q, const 
   const float c2 = p.scale * kLog2e;
   const int64_t istart = p.causal ? j0 : 0;  // queries before j0 see none of these keys
   const int64_t heads = partial != nullptr ? 1 : rep, h_first = kh * rep + (partial != nullptr ? blockIdx.z : 0);
-  const int per_head = p.T > istart ? int((p.T - istart + BC - 1) / BC) : 0, n_tiles = per_head * int(heads);
+  const int per_head = p.T > istart ? int((p.T - istart + BC - 1) / BC) : 0;
   auto issue = [&](int n) {
     const int64_t h = h_first + n / per_head, c0 = istart + int64_t(n % per_head) * BC;
     LoadTileAsync<T, D, BC, NT>(Qs[n & 1], q, b, p.T, p.H, h, p.hd, c0, p.T);
@@ -291,21 +113,13 @@ __global__ void __launch_bounds__(32 * W) GradKV(const T* __restrict__ q, const 
       Ds[n & 1][c] = i < p.T ? dsum[row] : 0.f;
     }
   };
-  if (n_tiles > 0) issue(0);
-  for (int n = 0; n < n_tiles; ++n) {
-    if (n + 1 < n_tiles) {
-      issue(n + 1);
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
+  StreamTiles(per_head * int(heads), issue, [&](int n) {
     const T *Qt = Qs[n & 1], *dOt = dOs[n & 1];
     const float *Lt = Ls[n & 1], *Dt = Ds[n & 1];
     const int64_t c0 = istart + int64_t(n % per_head) * BC;
     float s[BC / 8][4], dp[BC / 8][4];
-    GemmRowsTile<T, D, BC>(s, ka, Qt);
-    GemmRowsTile<T, D, BC>(dp, va, dOt);
+    G::RowsTileT(s, ka, Qt);
+    G::RowsTileT(dp, va, dOt);
 #pragma unroll
     for (int nt = 0; nt < BC / 8; ++nt)
 #pragma unroll
@@ -314,20 +128,19 @@ __global__ void __launch_bounds__(32 * W) GradKV(const T* __restrict__ q, const 
         const int64_t j = r0 + g + 8 * (e >> 1), i = c0 + c;
         const bool hidden = i >= p.T || (p.causal && j > i);
         const float pr = hidden ? 0.f : exp2f(s[nt][e] * c2 - Lt[c]);
-        s[nt][e] = pr;                      // P^T
+        s[nt][e] = pr;                         // P^T
         dp[nt][e] = pr * (dp[nt][e] - Dt[c]);  // dS^T
       }
-    GemmAccTile<T, D, BC>(dva, s, dOt);
-    GemmAccTile<T, D, BC>(dka, dp, Qt);
-    __syncthreads();  // the next issue overwrites this buffer
-  }
+    G::AccTile(dva, s, dOt);
+    G::AccTile(dka, dp, Qt);
+  });
   if (partial == nullptr) {
     StoreRows<T, D>(dk, dka, b, p.S, p.KVH, kh, p.hd, r0, p.S, p.scale);
     StoreRows<T, D>(dv, dva, b, p.S, p.KVH, kh, p.hd, r0, p.S, 1.f);
   } else {
     const int64_t plane = p.B * p.S * p.KVH * p.hd;
-    StoreRowsF32<D>(partial + blockIdx.z * plane, dka, b, p.S, p.KVH, kh, p.hd, r0, p.S, p.scale);
-    StoreRowsF32<D>(partial + (rep + blockIdx.z) * plane, dva, b, p.S, p.KVH, kh, p.hd, r0, p.S, 1.f);
+    StoreRows<float, D>(partial + blockIdx.z * plane, dka, b, p.S, p.KVH, kh, p.hd, r0, p.S, p.scale);
+    StoreRows<float, D>(partial + (rep + blockIdx.z) * plane, dva, b, p.S, p.KVH, kh, p.hd, r0, p.S, 1.f);
   }
 }
 
@@ -349,38 +162,31 @@ __global__ void SumHeads(const float* __restrict__ partial, int64_t rep, int64_t
 int g_flash_split_heads = -1;
 
 // Y and LSE. Block: W warps, 16 query rows each, of head blockIdx.x % H; keys stream with an online
-// softmax (running max m and sum l per row, float32; P rounded to T for the P V GEMM).
+// softmax (running max m and sum l per row, float32).
 template <typename T, int D, int W>
 __global__ void __launch_bounds__(32 * W) Forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                                   T* __restrict__ y, float* __restrict__ lse, Dims p) {
-  constexpr int BC = Tiles<D>::BC, NT = 32 * W, LD = D + kPad;
-  __shared__ __align__(16) T Ks[2][BC * LD], Vs[2][BC * LD];
+  using Tl = Tiles<T, D>;
+  using G = Gemm<T, D, Tl::BC>;
+  constexpr int BC = Tl::BC, NT = 32 * W;
+  __shared__ __align__(16) T Ks[2][BC * Tl::LD], Vs[2][BC * Tl::LD];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int64_t b = blockIdx.x / p.H, h = blockIdx.x % p.H, kh = h / (p.H / p.KVH);
   const int64_t i0 = int64_t(gridDim.y - 1 - blockIdx.y) * (16 * W), r0 = i0 + 16 * warp;  // longest causal rows first
-  uint32_t qa[D / 16][4];
+  uint32_t qa[Tl::KS][4];
   float unused[2];
   LoadRowFrags<T, D>(qa, q, b, p.T, p.H, h, p.hd, r0, p.T, nullptr, unused);
   float acc[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // l: this lane's part of the row sum
   const float c2 = p.scale * kLog2e;
   const int64_t kend = p.causal ? min(p.S, i0 + 16 * W) : p.S;
-  const int n_tiles = int((kend + BC - 1) / BC);
   auto issue = [&](int n) {
     LoadTileAsync<T, D, BC, NT>(Ks[n & 1], k, b, p.S, p.KVH, kh, p.hd, int64_t(n) * BC, kend);
     LoadTileAsync<T, D, BC, NT>(Vs[n & 1], v, b, p.S, p.KVH, kh, p.hd, int64_t(n) * BC, kend);
     CpAsyncCommit();
   };
-  if (n_tiles > 0) issue(0);
-  for (int n = 0; n < n_tiles; ++n) {
-    if (n + 1 < n_tiles) {
-      issue(n + 1);
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
+  StreamTiles(int((kend + BC - 1) / BC), issue, [&](int n) {
     float s[BC / 8][4], mx[2] = {m[0], m[1]};
-    GemmRowsTile<T, D, BC>(s, qa, Ks[n & 1]);
+    G::RowsTileT(s, qa, Ks[n & 1]);
 #pragma unroll
     for (int nt = 0; nt < BC / 8; ++nt)
 #pragma unroll
@@ -408,9 +214,8 @@ __global__ void __launch_bounds__(32 * W) Forward(const T* __restrict__ q, const
         s[nt][e] = exp2f(s[nt][e] - mx[e >> 1]);  // hidden: exp2(-inf) = 0
         l[e >> 1] += s[nt][e];
       }
-    GemmAccTile<T, D, BC>(acc, s, Vs[n & 1]);
-    __syncthreads();  // the next issue overwrites this buffer
-  }
+    G::AccTile(acc, s, Vs[n & 1]);
+  });
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -458,20 +263,35 @@ int LaunchGradD(const T* q, const T* k, const T* v, const T* y, const T* dy, con
   return launch ? launch : freed;
 }
 
+// Whether this device runs the tensor-core kernels: code for sm_80 or newer was built and loaded for
+// it (a build for older GPUs compiles them to traps). Cached per device.
+inline bool TensorCoresHere() {
+  static int cached[64] = {};  // 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev >= 0 && dev < 64 && cached[dev] != 0) return cached[dev] == 1;
+  cudaFuncAttributes a{};
+  const bool yes = cudaFuncGetAttributes(&a, Forward<__half, 64, 4>) == cudaSuccess && a.ptxVersion >= 80;
+  if (dev >= 0 && dev < 64) cached[dev] = yes ? 1 : 2;
+  return yes;
+}
+
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// Whether the tensor-core kernels take this problem: head_dim % 8 == 0 (16-byte chunks), <= 128, aligned tensors.
+// Whether the tensor-core kernels take this problem: head_dim a whole number of 16-byte chunks,
+// <= 128, aligned tensors, and a device they run on.
+template <typename T>
 bool MmaApplies(const Dims& p, std::initializer_list<const void*> tensors) {
-  if (p.hd % 8 != 0 || p.hd > 128) return false;
+  if (p.hd % Tiles<T, 32>::EPC != 0 || p.hd > 128) return false;
   for (const void* ptr : tensors)
     if (!Aligned16(ptr)) return false;
-  return true;
+  return TensorCoresHere();
 }
 
 // The tensor-core forward when it applies (returns -1 otherwise: the caller runs the SIMT kernel).
 template <typename T>
 int LaunchForwardMma(const T* q, const T* k, const T* v, T* y, float* lse, const Dims& p, cudaStream_t st) {
-  if (!MmaApplies(p, {q, k, v, y})) return -1;
+  if (!MmaApplies<T>(p, {q, k, v, y})) return -1;
   constexpr int W = 4;
   const int64_t gx = p.B * p.H, gy = (p.T + 16 * W - 1) / (16 * W);
   if (!GridFits(gx, gy)) return cudaErrorInvalidConfiguration;
@@ -489,7 +309,7 @@ int LaunchForwardMma(const T* q, const T* k, const T* v, T* y, float* lse, const
 template <typename T>
 int LaunchGradMma(const T* q, const T* k, const T* v, const T* y, const T* dy, const float* lse, T* dq, T* dk, T* dv, const Dims& p,
                   cudaStream_t st) {
-  if (!MmaApplies(p, {q, k, v, y, dy, dq, dk, dv})) return -1;
+  if (!MmaApplies<T>(p, {q, k, v, y, dy, dq, dk, dv})) return -1;
   if (p.hd <= 32) return LaunchGradD<T, 32>(q, k, v, y, dy, lse, dq, dk, dv, p, st);
   if (p.hd <= 64) return LaunchGradD<T, 64>(q, k, v, y, dy, lse, dq, dk, dv, p, st);
   return LaunchGradD<T, 128>(q, k, v, y, dy, lse, dq, dk, dv, p, st);

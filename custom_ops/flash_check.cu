@@ -1,11 +1,13 @@
 // Standalone check + timing of the CUDA FlashAttention / FlashAttentionGrad launchers, without ORT:
 //   make -C custom_ops flash-check && custom_ops/build/flash_check
 // Compares Y, LSE, dQ, dK, dV with a double-precision host reference over several shapes (GQA,
-// causal and not, every head_dim path, several sequences) in float32, float16 and bfloat16 (the half
-// backward on tensor cores where head_dim allows, else SIMT), checks that a rerun is bit-identical,
-// replays the backward captured in a CUDA graph, then times the SmolLM2-135M training shape with CUDA
-// events (half types: the SIMT kernels too, for comparison). `flash_check check`: no timings.
-// MN_FLASH_ROWS / MN_FLASH_THREADS (-D) try the kernels' tuning knobs.
+// causal and not, every head_dim path, several sequences) in float32 (twice: the SIMT kernels, as
+// MEGANEURA_FLASH_FP32=simt selects them, and the 3xTF32 tensor-core kernels; their largest errors
+// side by side, the tensor-core ones required to stay within 10x the SIMT ones), float16 and bfloat16
+// (on tensor cores where head_dim allows, else SIMT), checks that a rerun is bit-identical, replays
+// the backward captured in a CUDA graph, then times the SmolLM2-135M training shape (and head_dim
+// 128) with CUDA events, the SIMT kernels next to the tensor-core ones. `flash_check check`: no
+// timings. MN_FLASH_ROWS / MN_FLASH_THREADS (-D) try the SIMT kernels' tuning knobs.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -51,9 +53,11 @@ Ref Reference(const std::vector<float>& q, const std::vector<float>& k, const st
   return r;
 }
 
-double MaxErr(const std::vector<float>& got, const std::vector<double>& want) {
+// Largest absolute error, and relative: that over the largest |reference| (elementwise ratios blow up near zero).
+struct Err { double abs, rel; };
+Err MaxErr(const std::vector<float>& got, const std::vector<double>& want) {
   double e = 0, scale = 1e-30; for (size_t i = 0; i < got.size(); ++i) { e = std::max(e, std::fabs(got[i]-want[i])); scale = std::max(scale, std::fabs(want[i])); }
-  return e / scale;
+  return {e, e / scale};
 }
 
 // Element types on the host: float, __half, __nv_bfloat16 (round to nearest even both ways).
@@ -84,7 +88,7 @@ template <typename T> std::vector<float> Host(const T* d, size_t n) {
   std::vector<float> h(n); for (size_t i = 0; i < n; ++i) h[i] = ToHost(t[i]); return h; }
 template <typename T> std::vector<float> Rounded(std::vector<float> x) { for (auto& e : x) e = ToHost(FromHost<T>(e)); return x; }
 
-// The half backward through the SIMT kernels (what ran before the tensor-core path), for timing.
+// The SIMT kernels (what ran before the tensor-core paths), for timing.
 template <typename T> int SimtGrad(const T* q, const T* k, const T* v, const T* y, const T* dy, const float* lse, T* dq, T* dk, T* dv,
                                    int B, int Tn, int S, int H, int KVH, int hd, int causal) {
   const Dims p = MakeDims(B, Tn, S, H, KVH, hd, causal);
@@ -99,8 +103,22 @@ template <typename T> int SimtGrad(const T* q, const T* k, const T* v, const T* 
 template <typename T> int SimtForward(const T* q, const T* k, const T* v, T* y, float* lse, int B, int Tn, int S, int H, int KVH, int hd,
                                       int causal) {
   const Dims p = MakeDims(B, Tn, S, H, KVH, hd, causal);
-  return SlicesFor(hd) == 4 ? LaunchForward<T, 4>(q, k, v, y, lse, p, nullptr) : -1;
+  switch (SlicesFor(hd)) {
+    case 2: return LaunchForward<T, 2>(q, k, v, y, lse, p, nullptr);
+    case 4: return LaunchForward<T, 4>(q, k, v, y, lse, p, nullptr);
+    case 8: return LaunchForward<T, 8>(q, k, v, y, lse, p, nullptr);
+    default: return -1;
+  }
 }
+
+// The float32 path the public launchers take: MEGANEURA_FLASH_FP32=simt (read at each launch) or tensor cores.
+void SelectFp32(bool simt) {
+  if (simt) setenv("MEGANEURA_FLASH_FP32", "simt", 1);
+  else unsetenv("MEGANEURA_FLASH_FP32");
+}
+
+// Largest errors of the float32 checks per path (0 SIMT, 1 3xTF32) and output (y, lse, dq, dk, dv).
+Err g_fp32_worst[2][5] = {};
 
 template <typename T>
 int Case(int B, int Tn, int S, int H, int KVH, int hd, int causal, bool check, int iters) {
@@ -117,16 +135,25 @@ int Case(int B, int Tn, int S, int H, int KVH, int hd, int causal, bool check, i
   rc = bwd(nullptr); if (rc) { printf("bwd rc %d\n", rc); return 1; }
   CK(cudaDeviceSynchronize());
   int bad = 0;
+  const bool tensor = mma::MmaApplies<T>(MakeDims(B, Tn, S, H, KVH, hd, causal), {}) && (!std::is_same<T, float>::value || !Fp32OnSimt());
+  const char* path = !tensor ? "SIMT" : std::is_same<T, float>::value ? "3xTF32" : "MMA";
   if (check) {
     Ref r = Reference(q, k, v, dy, B, Tn, S, H, KVH, hd, causal);
-    double e[5] = {MaxErr(Host(y, nq), r.y), MaxErr(Host(lse, (size_t)B*H*Tn), r.lse), MaxErr(Host(gq, nq), r.dq), MaxErr(Host(gk, nk), r.dk), MaxErr(Host(gv, nk), r.dv)};
-    bad = *std::max_element(e, e+5) > Tolerance<T>();
+    const Err e[5] = {MaxErr(Host(y, nq), r.y), MaxErr(Host(lse, (size_t)B*H*Tn), r.lse), MaxErr(Host(gq, nq), r.dq), MaxErr(Host(gk, nk), r.dk), MaxErr(Host(gv, nk), r.dv)};
+    for (const Err& x : e) bad |= x.rel > Tolerance<T>();
+    if (std::is_same<T, float>::value)
+      for (int i = 0; i < 5; ++i) {
+        Err& w = g_fp32_worst[tensor ? 1 : 0][i];
+        w = {std::max(w.abs, e[i].abs), std::max(w.rel, e[i].rel)};
+      }
     auto dk1 = Host(gk, nk), dq1 = Host(gq, nq);  // deterministic: a second run is bit-identical
     CK(cudaMemset(gk, 0, nk*sizeof(T))); CK(cudaMemset(gq, 0, nq*sizeof(T)));
     rc = bwd(nullptr); CK(cudaDeviceSynchronize());
     const bool same = rc == 0 && dk1 == Host(gk, nk) && dq1 == Host(gq, nq);
     if (!same) bad = 1;
-    printf("check %s B=%d T=%d S=%d H=%d KVH=%d hd=%d causal=%d: rel err y %.2e lse %.2e dq %.2e dk %.2e dv %.2e, rerun identical %s %s\n", NameOf<T>(), B, Tn, S, H, KVH, hd, causal, e[0], e[1], e[2], e[3], e[4], same ? "yes" : "NO", bad ? "FAIL" : "ok");
+    printf("check %s %s B=%d T=%d S=%d H=%d KVH=%d hd=%d causal=%d: max abs / rel err y %.2e / %.2e lse %.2e / %.2e dq %.2e / %.2e "
+           "dk %.2e / %.2e dv %.2e / %.2e, rerun identical %s %s\n", NameOf<T>(), path, B, Tn, S, H, KVH, hd, causal, e[0].abs, e[0].rel,
+           e[1].abs, e[1].rel, e[2].abs, e[2].rel, e[3].abs, e[3].rel, e[4].abs, e[4].rel, same ? "yes" : "NO", bad ? "FAIL" : "ok");
   }
   if (iters) {
     cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
@@ -137,7 +164,7 @@ int Case(int B, int Tn, int S, int H, int KVH, int hd, int causal, bool check, i
       cudaEventRecord(b); cudaEventSynchronize(b); cudaEventElapsedTime(&ms, a, b); tf.push_back(1000*ms/iters);
       cudaEventRecord(a); for (int it = 0; it < iters; ++it) bwd(nullptr);
       cudaEventRecord(b); cudaEventSynchronize(b); cudaEventElapsedTime(&ms, a, b); tb.push_back(1000*ms/iters);
-      if (!std::is_same<T, float>::value) {
+      {
         cudaEventRecord(a); for (int it = 0; it < iters; ++it) SimtGrad<T>(dq_, dk_, dv_, y, ddy, lse, gq, gk, gv, B, Tn, S, H, KVH, hd, causal);
         cudaEventRecord(b); cudaEventSynchronize(b); cudaEventElapsedTime(&ms, a, b); ts.push_back(1000*ms/iters);
         for (int split : {0, 1}) {
@@ -175,12 +202,10 @@ int Case(int B, int Tn, int S, int H, int KVH, int hd, int causal, bool check, i
       cudaStreamDestroy(st);
     }
     std::sort(tf.begin(), tf.end()); std::sort(tb.begin(), tb.end()); std::sort(ts.begin(), ts.end()); std::sort(tsf.begin(), tsf.end()); std::sort(tsplit.begin(), tsplit.end()); std::sort(tnosplit.begin(), tnosplit.end());
-    printf("time %s B=%d T=%d H=%d KVH=%d hd=%d causal=%d: forward median %.1f us (min %.1f max %.1f), backward median %.1f us (min %.1f max %.1f)",
-           NameOf<T>(), B, Tn, H, KVH, hd, causal, tf[2], tf[0], tf[4], tb[2], tb[0], tb[4]);
-    if (!ts.empty())
-      printf(", backward with the dK/dV head split off %.1f us / on %.1f us; SIMT forward median %.1f us, SIMT backward median %.1f us",
-             tnosplit[2], tsplit[2], tsf[2], ts[2]);
-    printf("\n");
+    printf("time %s %s B=%d T=%d H=%d KVH=%d hd=%d causal=%d: forward median %.1f us (min %.1f max %.1f), backward median %.1f us "
+           "(min %.1f max %.1f)", NameOf<T>(), path, B, Tn, H, KVH, hd, causal, tf[2], tf[0], tf[4], tb[2], tb[0], tb[4]);
+    if (tensor) printf(", backward with the dK/dV head split off %.1f us / on %.1f us", tnosplit[2], tsplit[2]);
+    printf("; SIMT forward median %.1f us, SIMT backward median %.1f us\n", tsf[2], ts[2]);
   }
   CK(cudaGetLastError());
   for (void* d : {(void*)dq_, (void*)dk_, (void*)dv_, (void*)ddy, (void*)y, (void*)lse, (void*)gq, (void*)gk, (void*)gv}) CK(cudaFree(d));
@@ -208,13 +233,37 @@ int Timings() {
   int bad = 0;
   bad += Case<T>(8, 256, 256, 9, 3, 64, 1, false, 50);
   bad += Case<T>(8, 256, 256, 9, 3, 64, 0, false, 50);
+  bad += Case<T>(8, 256, 256, 9, 3, 128, 1, false, 50);
   bad += Case<T>(8, 1024, 1024, 9, 3, 64, 1, false, 10);
+  return bad;
+}
+
+// float32 on both paths against float64: the 3xTF32 tensor-core kernels must stay at float32's order
+// of error, within 10x the SIMT kernels' largest (or 2e-6 of the largest |reference|; plain TF32
+// would be ~1e-3).
+int Fp32Checks() {
+  int bad = 0;
+  for (bool simt : {true, false}) {
+    SelectFp32(simt);
+    printf("float32 on %s (MEGANEURA_FLASH_FP32=%s)\n", simt ? "the SIMT kernels" : "tensor cores (3xTF32) where they apply",
+           simt ? "simt" : "unset");
+    bad += Checks<float>();
+  }
+  SelectFp32(false);
+  const char* names[5] = {"y", "lse", "dq", "dk", "dv"};
+  for (int i = 0; i < 5; ++i) {
+    const Err s = g_fp32_worst[0][i], t = g_fp32_worst[1][i];
+    const bool ok = t.rel <= std::max(10 * s.rel, 2e-6);
+    bad += !ok;
+    printf("float32 %-3s largest error over the checks: SIMT abs %.2e rel %.2e, 3xTF32 abs %.2e rel %.2e (%.1fx) %s\n", names[i], s.abs,
+           s.rel, t.abs, t.rel, s.rel > 0 ? t.rel / s.rel : 0.0, ok ? "ok" : "FAIL");
+  }
   return bad;
 }
 
 int main(int argc, char** argv) {
   const bool time = argc < 2 || std::string(argv[1]) != "check";
-  int bad = Checks<float>();
+  int bad = Fp32Checks();
   for (int split : {0, 1}) {  // the tensor-core dK/dV kernel with and without its query-head split
     mma::g_flash_split_heads = split;
     printf("dK/dV query-head split %s\n", split ? "on" : "off");

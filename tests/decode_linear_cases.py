@@ -1,5 +1,5 @@
-"""Cases, float64 references and one-node models of RMSNormLinear / RMSNormSwiGLU, shared by the CPU and
-the CUDA kernel tests (``test_decode_linear_kernels.py``, ``test_decode_linear_gpu.py``)."""
+"""Cases, float64 references and one-node models of RMSNormLinear / RMSNormSwiGLU / LinearResidual, shared
+by the CPU and the CUDA kernel tests (``test_decode_linear_kernels.py``, ``test_decode_linear_gpu.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import kernel_cases as kc
 import numpy as np
 from onnx import TensorProto, helper
 
-from meganeura_onnx.ops.decode_linear import overload, rms_norm_linear_function, rms_norm_swiglu_function
+from meganeura_onnx.ops.decode_linear import linear_residual_function, overload, rms_norm_linear_function, rms_norm_swiglu_function
 
 EPS = 1e-5
 ONNX_TYPE = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16, kc.BFLOAT16: TensorProto.BFLOAT16}
@@ -21,6 +21,8 @@ LINEAR = [
     (1, 576, (576, 192, 192), True),  # SmolLM2-135M's q/k/v
 ]
 SWIGLU = [(1, 64, 96, True), (8, 33, 17, False), (5, 40, 130, True), (8, 576, 1536, True)]
+# (M, K, N, trans_b) of LinearResidual: SmolLM2-135M's o_proj and down_proj at one row and 16, odd sizes
+RESIDUAL = [(1, 576, 576, True), (16, 1536, 576, True), (8, 33, 7, False), (3, 17, 130, True), (16, 48, 1030, False)]
 
 
 def weights(rng, m: int, k: int, widths, trans_b: bool) -> dict[str, np.ndarray]:
@@ -39,24 +41,41 @@ def linear_ref(inputs: dict[str, np.ndarray], trans_b: bool) -> list[np.ndarray]
     return [xn @ (w.T if trans_b else w) for w in ws]
 
 
+def residual_inputs(rng, m: int, k: int, n: int, trans_b: bool) -> dict[str, np.ndarray]:
+    """x [M, K], w ([N, K] with trans_b, else [K, N]; scaled by 1/sqrt(K)) and residual [M, N], float32."""
+    x, w = rng.standard_normal((m, k)), rng.standard_normal((n, k) if trans_b else (k, n)) / np.sqrt(k)
+    return {"x": x.astype(np.float32), "w": w.astype(np.float32), "residual": rng.standard_normal((m, n)).astype(np.float32)}
+
+
+def residual_ref(inputs: dict[str, np.ndarray], trans_b: bool) -> np.ndarray:
+    """float64: residual + x @ w^T (x @ w without trans_b)."""
+    x, w, r = (inputs[k].astype(np.float64) for k in ("x", "w", "residual"))
+    return r + x @ (w.T if trans_b else w)
+
+
 def swiglu_ref(inputs: dict[str, np.ndarray], trans_b: bool) -> np.ndarray:
     gate, up = linear_ref(inputs, trans_b)
     return gate / (1.0 + np.exp(-gate)) * up
 
 
 def model(op: str, inputs: dict[str, np.ndarray], trans_b: bool, *, dtype=np.float32, with_function: bool = True) -> bytes:
-    """A one-node model of ``op`` (outputs y0.. for RMSNormLinear, y for RMSNormSwiGLU) in ``dtype``."""
+    """A one-node model of ``op`` (outputs y0.. for RMSNormLinear, else y) in ``dtype``."""
     elem = ONNX_TYPE[np.dtype(dtype)]
     n_w = sum(k.startswith("w") for k in inputs)
-    outs = ["y"] if op == "RMSNormSwiGLU" else [f"y{j}" for j in range(n_w)]
-    node = helper.make_node(op, list(inputs), outs, domain=kc.DOMAIN, epsilon=EPS, trans_b=int(trans_b))
+    outs = [f"y{j}" for j in range(n_w)] if op == "RMSNormLinear" else ["y"]
+    attrs = {"trans_b": int(trans_b)} if op == "LinearResidual" else {"epsilon": EPS, "trans_b": int(trans_b)}
+    node = helper.make_node(op, list(inputs), outs, domain=kc.DOMAIN, **attrs)
     if op == "RMSNormLinear":
         node.overload = overload(n_w)
     vis = [helper.make_tensor_value_info(k, elem, list(v.shape)) for k, v in inputs.items()]
     graph = helper.make_graph([node], f"test_{op}", vis, [helper.make_tensor_value_info(o, elem, None) for o in outs])
     fns = []
     if with_function:
-        fns = [rms_norm_swiglu_function(kc.OPSET) if op == "RMSNormSwiGLU" else rms_norm_linear_function(kc.OPSET, n_w)]
+        functions = {
+            "RMSNormSwiGLU": lambda: rms_norm_swiglu_function(kc.OPSET),
+            "LinearResidual": lambda: linear_residual_function(kc.OPSET),
+        }
+        fns = [functions.get(op, lambda: rms_norm_linear_function(kc.OPSET, n_w))()]
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", kc.OPSET), helper.make_opsetid(kc.DOMAIN, 1)], functions=fns)
     m.ir_version = 10
     return m.SerializeToString()

@@ -46,6 +46,7 @@ OPS = {  # op -> (input names, attributes with a plausible value)
     "RopeCacheWrite": (["new_kv", "cache", "kv_pos"], {"theta": 10000.0, "head_dim": 8}),
     "RMSNormLinear": (["x", "gamma", "w0"], {"epsilon": 1e-5, "trans_b": 1}),  # one weight: one output
     "RMSNormSwiGLU": (["x", "gamma", "w_gate", "w_up"], {"epsilon": 1e-5, "trans_b": 0}),
+    "LinearResidual": (["x", "w", "residual"], {"trans_b": 1}),
     # The fused optimizer: 6 [1] hyper-parameters, then (p, g, m, v) per parameter; 3 outputs each.
     "AdamUpdate": (["lr", "beta1", "beta2", "eps", "step", "weight_decay", "p0", "g0", "m0", "v0", "p1", "g1", "m1", "v1"], {}),
 }
@@ -82,6 +83,8 @@ def _plausible_shapes(op: str, rng: np.random.Generator) -> dict[str, list[int]]
         return {"x": [T, 8], "gamma": [8], "w0": [4, 8]}
     if op == "RMSNormSwiGLU":
         return {"x": [T, 8], "gamma": [8], "w_gate": [8, 3], "w_up": [8, 3]}
+    if op == "LinearResidual":
+        return {"x": [T, 8], "w": [4, 8], "residual": [T, 4]}
     if op == "CachedAttention":
         return {"Q": [T, 2 * hd], "K_cache": [max_seq, hd], "V_cache": [max_seq, hd], "kv_pos": [1]}
     if op == "AdamUpdate":
@@ -145,6 +148,12 @@ def random_case(rng: np.random.Generator) -> tuple[str, dict[str, np.ndarray], d
         else:
             inputs[n] = _array(rng, dtypes[n], shapes[n], index)
     unknown_shapes = rng.random() < 0.5  # undeclared shapes: bad shapes reach the kernel
+    rows = attrs.get("num_rows") if op == "ScatterAdd" else None
+    if isinstance(rows, int) and 2**24 < rows <= 2**40:
+        # Within the kernel's size bound, such a count only asks ONNX Runtime's allocator for up to
+        # terabytes (which fails cleanly, except under AddressSanitizer, whose operator new aborts):
+        # test the kernel's refusal just past the bound instead.
+        attrs["num_rows"] = 2**40 + 1
     return op, inputs, attrs, input_names, unknown_shapes
 
 

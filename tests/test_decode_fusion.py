@@ -1,5 +1,6 @@
 """The fused decode layer: how many ONNX nodes (kernels) one LLaMA decoder layer costs after the e-graph
-optimizer and ORT's own fusions, and that the optimized decode step computes what the plain one does."""
+optimizer, the decode-step fusions and ORT's own fusions, and that the optimized decode step computes what
+the plain one does."""
 
 from __future__ import annotations
 
@@ -20,21 +21,27 @@ decode_kernels = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(decode_kernels)
 decode_layer_nodes = decode_kernels.decode_layer_nodes
 
-LAYER_NODES = 8
-"""Kernels per SmolLM2 decode layer after both optimizers: RMSNormLinear (input norm + q/k/v), Rope (q),
-RopeCacheWrite (k), CacheWrite (v), CachedAttention, Gemm (o_proj, the residual as C), RMSNormSwiGLU
-(post-attention norm + gate/up + SwiGLU), Gemm (down_proj, the residual as C)."""
+LAYER_KERNELS = {
+    "RMSNormLinear": 1,  # input norm + q/k/v
+    "RopeCachedAttention": 1,  # rope of q and k, the k/v cache writes, attention
+    "LinearResidual": 2,  # o_proj + residual, down_proj + residual
+    "RMSNormSwiGLU": 1,  # post-attention norm + gate/up + SwiGLU
+}
+"""Kernels per SmolLM2 decode layer of the graph a CUDA session runs (the decode-step fusions on)."""
 
 
 @pytest.mark.skipif(custom_op_library("cpu") is None, reason="custom-op library not built (make -C custom_ops cpu)")
-def test_smollm2_decode_layer_runs_in_at_most_8_kernels_after_both_optimizers():
+def test_smollm2_cuda_decode_layer_runs_its_kernels_with_the_residual_adds_in_the_products():
+    """The CUDA decode graph counted on the CPU provider (ORT's graph fusions are the same): one kernel per
+    node, no Gemm with a residual C (on CUDA a copy plus a product) and no Add left."""
     cfg = llama.PRESETS["smollm2-135m"]
     plain = decode_layer_nodes(cfg, optimize=False)["ort"]
     fused = decode_layer_nodes(cfg, optimize=True)["ort"]
-    assert fused["total"] <= LAYER_NODES, fused
-    assert fused["total"] <= plain["total"] - 9, (plain, fused)
-    want = {"RMSNormLinear": 1, "Rope": 1, "RopeCacheWrite": 1, "CacheWrite": 1, "CachedAttention": 1, "Gemm": 2, "RMSNormSwiGLU": 1}
-    assert fused["by_op"] == want, fused["by_op"]
+    cpu = decode_layer_nodes(cfg, optimize=True, decode_fusion=False)["ort"]  # what CPU sessions run: Gemm with C
+    assert fused["by_op"] == LAYER_KERNELS, fused["by_op"]
+    assert fused["cuda_kernels"] == fused["total"] == sum(LAYER_KERNELS.values()), fused
+    assert cpu["cuda_kernels"] == cpu["total"] + 2, cpu  # o_proj and down_proj: Gemm with the residual as C
+    assert fused["cuda_kernels"] <= cpu["cuda_kernels"] - 4 and fused["total"] <= plain["total"] - 9, (plain, cpu, fused)
 
 
 def decode_sessions(*specs: tuple[str, bool, bool], preset: str = "tiny", max_seq: int = 32):
@@ -80,11 +87,12 @@ def test_optimized_decode_step_gives_the_logits_and_caches_of_the_plain_one():
     fused, plain = fused_cpu_session(g, params), build_inference_session(g, "cpu", parameters=params, optimize=False)
     kernels = fused.plan().kernels()
     if custom_op_library("cpu") is not None:
-        assert {"RopeCacheWrite", "RMSNormLinear", "RMSNormSwiGLU"} <= set(kernels), kernels
+        assert {"RopeCachedAttention", "RMSNormLinear", "RMSNormSwiGLU", "LinearResidual"} <= set(kernels), kernels
     fired = fused.report.rules_fired
-    assert fired.get("rope_then_cache_write") == 2, fused.report.summary()
-    # per layer: q/k/v and gate/up; the final norm with the LM head is a group of one
+    assert fired.get("rope_then_cache_write") == 2 and fired.get("fuse_rope_cached_attention") == 2, fused.report.summary()
+    # per layer: q/k/v and gate/up; the final norm with the LM head is a group of one; o_proj and down_proj
     assert fired.get("fuse_rms_norm_swiglu") == 2 and fired.get("fuse_rms_norm_linear") == 3, fused.report.summary()
+    assert fired.get("fuse_linear_residual") == 4, fused.report.summary()
     for step, (got, want) in enumerate(feed_steps(fused, plain, steps=8)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"step {step}")
     for name in plain.inplace_state | fused.inplace_state:
@@ -97,14 +105,14 @@ def test_optimized_decode_step_running_function_bodies_matches_the_plain_one():
     params = default_parameters(g, 5)
     bodies = fused_cpu_session(g, params, use_custom_ops=False)
     plain = build_inference_session(g, parameters=params, optimize=False, use_custom_ops=False)
-    assert set(bodies.plan().kernels()) >= {"RopeCacheWrite", "RMSNormLinear", "RMSNormSwiGLU"}
+    assert set(bodies.plan().kernels()) >= {"RopeCachedAttention", "RMSNormLinear", "RMSNormSwiGLU", "LinearResidual"}
     assert set(bodies.plan().kernels().values()) == {"function"}
     for step, (got, want) in enumerate(feed_steps(bodies, plain, steps=4, seed=1)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"step {step}")
 
 
 def test_fp16_lowering_for_cuda_keeps_both_kv_caches_in_half_and_never_casts_them():
-    """The precision pass as a CUDA session runs it: RopeCacheWrite and RMSNormSwiGLU take half, so the K
+    """The precision pass as a CUDA session runs it: RopeCachedAttention and RMSNormSwiGLU take half, so the K
     cache is stored in half like the V cache and no Cast copies a cache (checked on the model, no GPU)."""
     from meganeura_onnx.export import to_model
     from meganeura_onnx.export.precision import half_storage_inputs, lower_precision
@@ -117,8 +125,8 @@ def test_fp16_lowering_for_cuda_keeps_both_kv_caches_in_half_and_never_casts_the
     caches = set(spec.state) | set(spec.state.values())
     casts = [n.input[0] for n in lowered.graph.node if n.op_type == "Cast" and n.input[0] in caches]
     assert not casts, casts
-    fused = [n for n in lowered.graph.node if n.op_type in ("RopeCacheWrite", "RMSNormSwiGLU", "RMSNormLinear")]
-    assert len(fused) == 7
+    fused = [n for n in lowered.graph.node if n.op_type in ("RopeCachedAttention", "RMSNormSwiGLU", "RMSNormLinear", "LinearResidual")]
+    assert len(fused) == 11
     produced = {o: n for n in lowered.graph.node for o in n.output}
     for n in fused:  # every float input comes in half: a half tensor, not a Cast to float
         for name in n.input[:2]:
@@ -129,17 +137,23 @@ def test_fp16_lowering_for_cuda_keeps_both_kv_caches_in_half_and_never_casts_the
 def fused_ops(g) -> dict[str, int]:
     out, _ = optimize(g, stage="inference")
     ops = [n.op for n in out.nodes()]
-    return {op: ops.count(op) for op in ("rms_norm_linear", "rms_norm_swiglu", "rms_norm")}
+    return {op: ops.count(op) for op in ("rms_norm_linear", "rms_norm_swiglu", "rms_norm", "linear_residual", "gemm")}
 
 
-def test_the_norm_fusion_takes_decode_rows_up_to_16_and_leaves_prefills_to_gemm():
+def test_the_decode_fusions_take_rows_up_to_16_and_leave_prefills_to_gemm():
     cfg = llama.PRESETS["tiny"]
     layers = cfg.num_hidden_layers
     batch8 = fused_ops(llama.build_graph(cfg, "decode", 1, 32, 8))  # 8 sequences: 8 rows
-    assert batch8 == {"rms_norm_linear": 3 * layers + 1, "rms_norm_swiglu": layers, "rms_norm": 0}, batch8
+    want = {"rms_norm_linear": 3 * layers + 1, "rms_norm_swiglu": layers, "rms_norm": 0, "linear_residual": 2 * layers, "gemm": 0}
+    assert batch8 == want, batch8
+    batch16 = fused_ops(llama.build_graph(cfg, "decode", 1, 32, 16))
+    assert batch16["linear_residual"] == 2 * layers and batch16["gemm"] == 0, batch16
     prefill = fused_ops(llama.build_graph(cfg, "prefill", 32, 64))  # 32 rows: cuBLAS/MLAS products
     # ... except the final norm and LM head, which a prefill runs on its last row only
-    assert prefill == {"rms_norm_linear": 1, "rms_norm_swiglu": 0, "rms_norm": 2 * layers}, prefill
+    want = {"rms_norm_linear": 1, "rms_norm_swiglu": 0, "rms_norm": 2 * layers, "linear_residual": 0, "gemm": 2 * layers}
+    assert prefill == want, prefill
+    batch17 = fused_ops(llama.build_graph(cfg, "decode", 1, 32, 17))  # past the bound: products stay Gemm
+    assert batch17["linear_residual"] == 0 and batch17["gemm"] == 2 * layers, batch17
 
 
 def test_a_norm_read_by_anything_but_products_is_left_alone():
@@ -150,9 +164,28 @@ def test_a_norm_read_by_anything_but_products_is_left_alone():
     n = g.rms_norm(x, w, 1e-5)
     q = g.matmul_bt(n, g.parameter("wq", [4, 8]))
     g.set_outputs({"q": q, "n2": g.mul(n, n)})  # the normalised rows are used beside the product
-    assert fused_ops(g) == {"rms_norm_linear": 0, "rms_norm_swiglu": 0, "rms_norm": 1}
+    assert fused_ops(g) == {"rms_norm_linear": 0, "rms_norm_swiglu": 0, "rms_norm": 1, "linear_residual": 0, "gemm": 0}
     g2 = Graph()
     x2, w2 = g2.input("x", [2, 8]), g2.parameter("norm", [8])
     n2 = g2.rms_norm(x2, w2, 1e-5)
     g2.set_outputs({"a": g2.matmul_bt(n2, g2.parameter("wa", [4, 8])), "b": g2.matmul(n2, g2.parameter("wb", [8, 3]))})
     assert fused_ops(g2)["rms_norm_linear"] == 0  # two weight layouts: no one kernel
+
+
+def test_a_residual_product_fuses_only_with_a_full_size_residual_a_leaf_weight_and_a_bounded_k():
+    from meganeura_onnx import Graph
+
+    def residual_products(rows: int, k: int, *, bias_row: bool = False, leaf_weight: bool = True) -> dict[str, int]:
+        g = Graph()
+        x = g.input("x", [rows, k])
+        w = g.parameter("w", [4, k]) if leaf_weight else g.mul(g.parameter("w", [4, k]), g.parameter("s", [4, k]))
+        c = g.parameter("bias", [4]) if bias_row else g.input("residual", [rows, 4])
+        g.set_outputs({"y": g.gemm(x, w, c, trans_b=True)})
+        return fused_ops(g)
+
+    assert residual_products(2, 8) == {"rms_norm_linear": 0, "rms_norm_swiglu": 0, "rms_norm": 0, "linear_residual": 1, "gemm": 0}
+    assert residual_products(2, 8, bias_row=True)["linear_residual"] == 0  # a bias row: Gemm broadcasts it
+    assert residual_products(2, 8, leaf_weight=False)["linear_residual"] == 0
+    assert residual_products(2, 11776)["linear_residual"] == 1
+    assert residual_products(2, 11777)["linear_residual"] == 0  # more than the CUDA kernel's shared-memory tile holds
+    assert residual_products(17, 8)["linear_residual"] == 0

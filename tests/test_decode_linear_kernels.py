@@ -1,5 +1,5 @@
-"""CPU kernels of RMSNormLinear and RMSNormSwiGLU: against a float64 numpy reference, against the op
-table's function body, in float16/bfloat16, one fused node in the profile, and bad input."""
+"""CPU kernels of RMSNormLinear, RMSNormSwiGLU and LinearResidual: against a float64 numpy reference,
+against the op table's function body, in float16/bfloat16, one fused node in the profile, and bad input."""
 
 from __future__ import annotations
 
@@ -46,6 +46,28 @@ def test_rms_norm_swiglu_kernel_matches_numpy_and_the_function_body(case):
     np.testing.assert_allclose(kc.session(model, library=None).run(None, inputs)[0], got, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.parametrize("case", dl.RESIDUAL, ids=[case_id(c) for c in dl.RESIDUAL])
+def test_linear_residual_kernel_matches_numpy_and_the_function_body(case):
+    m, k, n, trans_b = case
+    inputs = dl.residual_inputs(np.random.default_rng(m * n + k), m, k, n, trans_b)
+    model = dl.model("LinearResidual", inputs, trans_b)
+    got = kc.session(model, library=LIB).run(None, inputs)[0]
+    ref = dl.residual_ref(inputs, trans_b)
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(kc.session(model, library=None).run(None, inputs)[0], got, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("trans_b", [True, False], ids=["nk", "kn"])
+def test_half_precision_linear_residual_matches_the_float64_reference_of_the_rounded_inputs(trans_b, dtype):
+    inputs = dl.residual_inputs(np.random.default_rng(7), 5, 70, 67, trans_b)  # widths off the 8-value conversion blocks
+    ref = dl.residual_ref(dl.rounded(inputs, dtype), trans_b)
+    sess = kc.session(dl.model("LinearResidual", inputs, trans_b, dtype=dtype, with_function=False), library=LIB)
+    (got,) = dl.run_half(sess, inputs, dtype, [ref.shape])
+    np.testing.assert_allclose(got, ref, **dl.half_tolerance(dtype, ref))
+
+
 @pytest.mark.parametrize("dtype", HALF, ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("case", [dl.LINEAR[0], dl.LINEAR[1], dl.SWIGLU[1]], ids=["linear-nk", "linear-kn", "swiglu-kn"])
 def test_half_precision_kernels_match_the_float64_reference_of_the_rounded_inputs(case, dtype):
@@ -62,11 +84,13 @@ def test_half_precision_kernels_match_the_float64_reference_of_the_rounded_input
         np.testing.assert_allclose(got, ref, **dl.half_tolerance(dtype, ref))
 
 
-@pytest.mark.parametrize("op", ["RMSNormLinear", "RMSNormSwiGLU"])
+@pytest.mark.parametrize("op", ["RMSNormLinear", "RMSNormSwiGLU", "LinearResidual"])
 def test_profile_shows_one_fused_kernel_not_its_function_body(op, tmp_path):
     inputs = dl.weights(np.random.default_rng(0), 2, 16, (8, 8), True)
     if op == "RMSNormSwiGLU":
         inputs = {"x": inputs["x"], "gamma": inputs["gamma"], "w_gate": inputs["w0"], "w_up": inputs["w1"]}
+    if op == "LinearResidual":
+        inputs = dl.residual_inputs(np.random.default_rng(0), 2, 16, 8, True)
     model = dl.model(op, inputs, True)
     sess = kc.session(model, library=LIB, profile_prefix=str(tmp_path / "kernel"))
     sess.run(None, inputs)
@@ -87,6 +111,9 @@ BAD = [
     ("RMSNormLinear", {"x": f32(2, 8), "gamma": f32(8), "w0": f32(4, 8)}, False, ["w0", "[4, 8]", "[K, N]"]),
     ("RMSNormSwiGLU", {"x": f32(2, 8), "gamma": f32(8), "w_gate": f32(4, 8), "w_up": f32(5, 8)}, True, ["w_gate", "4", "5"]),
     ("RMSNormLinear", {"x": f32(2, 0), "gamma": f32(0), "w0": f32(4, 0)}, True, ["[2, 0]", "feature"]),
+    ("LinearResidual", {"x": f32(2, 8), "w": f32(4, 9), "residual": f32(2, 4)}, True, ["weight w", "[4, 9]", "[N, K]"]),
+    ("LinearResidual", {"x": f32(2, 8), "w": f32(8, 4), "residual": f32(2, 5)}, False, ["residual", "[2, 5]", "[2, 4]"]),
+    ("LinearResidual", {"x": f32(2, 8), "w": f32(4, 8), "residual": f32(8)}, True, ["residual", "rank"]),
 ]
 
 
@@ -105,3 +132,10 @@ def test_fewer_outputs_than_weights_is_an_error_naming_the_counts():
     del proto.graph.output[1]
     run = lambda: kc.session(proto.SerializeToString(), library=LIB).run(None, inputs)  # noqa: E731
     kc.assert_ort_error(run, "RMSNormLinear", ["2 weights need 2 outputs, got 1"])
+
+
+def test_linear_residual_of_empty_rows_is_the_residual():
+    """K = 0: the product is zeros, the output the residual (what the function body's Gemm gives)."""
+    inputs = {"x": f32(3, 0), "w": f32(5, 0), "residual": np.arange(15, dtype=np.float32).reshape(3, 5)}
+    model = dl.model("LinearResidual", inputs, True)
+    np.testing.assert_array_equal(kc.session(model, library=LIB).run(None, inputs)[0], inputs["residual"])

@@ -57,7 +57,7 @@ def state_pairs(graph: GraphCore) -> dict[str, NodeId]:
     pairs: dict[str, NodeId] = {}
     final: dict[NodeId, NodeId] = {}
     for n in graph.nodes():
-        written = OPS[n.op].inplace_input
+        written = OPS[n.op].written_input(n.attrs)
         if written is not None:
             k = OPS[n.op].inputs.index(written)
             src = final.get(n.inputs[k], n.inputs[k])
@@ -161,8 +161,9 @@ def to_model(
     spec.outputs += [name for name, _ in outputs]
     _bind_outputs(ctx, [(name, names[nid]) for name, nid in outputs])
     _drop_unused(ctx, expands.values(), {o.name for o in g_outputs})
+    _drop_folded_reshapes(ctx, {o.name for o in g_outputs})
 
-    onnx_graph = helper.make_graph(ctx.nodes, model_name, g_inputs, g_outputs, ctx.initializers)
+    onnx_graph = helper.make_graph(ctx.nodes, model_name, g_inputs, g_outputs, ctx.initializers, value_info=_declared(ctx))
     opsets = [helper.make_opsetid("", opset)]
     if ctx.functions:
         opsets.append(helper.make_opsetid(CUSTOM_DOMAIN, 1))
@@ -214,21 +215,48 @@ def _drop_unused(ctx: LoweringContext, ranges, graph_outputs: set[str]) -> None:
         ctx.initializers[:] = [t for t in ctx.initializers if t.name not in freed or t.name in still]
 
 
+def _drop_folded_reshapes(ctx: LoweringContext, graph_outputs: set[str]) -> None:
+    """Remove the Reshapes ``ctx.reshape`` emitted that nothing reads any more (their readers were
+    folded onto the Reshape's input), and the shape constants only they read."""
+    while True:
+        read = {i for node in ctx.nodes for i in node.input} | graph_outputs
+        dead = [
+            k
+            for k, node in enumerate(ctx.nodes)
+            if node.op_type == "Reshape" and node.output[0] in ctx.reshape_sources and node.output[0] not in read
+        ]
+        if not dead:
+            break
+        freed = {i for k in dead for i in ctx.nodes[k].input}
+        drop = set(dead)
+        ctx.nodes[:] = [node for k, node in enumerate(ctx.nodes) if k not in drop]
+        still = {i for node in ctx.nodes for i in node.input} | graph_outputs
+        ctx.initializers[:] = [t for t in ctx.initializers if t.name not in freed or t.name in still]
+
+
+def _declared(ctx: LoweringContext) -> list[onnx.ValueInfoProto]:
+    """value_info of the custom-op outputs whose static shapes the lowerings noted (still node outputs)."""
+    produced = {o for node in ctx.nodes for o in node.output}
+    return [helper.make_tensor_value_info(t, TensorProto.FLOAT, list(s)) for t, s in ctx.float_shapes.items() if t in produced]
+
+
 def _state_outputs(graph: GraphCore, spec: ExportSpec) -> list[tuple[str, NodeId]]:
     """``<cache>.next`` for every input an op writes in place (the op table's ``inplace_input``:
     cache_write's cache); records them in ``spec``."""
-    consumers: dict[NodeId, int] = {}
+    consumers: dict[NodeId, set] = {}
     for n in graph.nodes():
+        # The IR nodes of one multi-output ONNX node (an ``index`` attribute) read their inputs once.
+        reader = (n.op, n.inputs) if "index" in n.attrs else n.id
         for i in n.inputs:
-            consumers[i] = consumers.get(i, 0) + 1
+            consumers.setdefault(i, set()).add(reader)
     leaf_ids = {n.attrs["name"]: n.id for n in graph.nodes() if n.op == "input"}
     outputs = []
     for name, nid in state_pairs(graph).items():
         outputs.append((f"{name}.next", nid))
         spec.state[name] = f"{name}.next"
         writer = graph.node(nid)
-        written = writer.inputs[OPS[writer.op].inputs.index(OPS[writer.op].inplace_input)]
-        if consumers[leaf_ids[name]] == 1 and written == leaf_ids[name]:
+        written = writer.inputs[OPS[writer.op].inputs.index(OPS[writer.op].written_input(writer.attrs))]
+        if len(consumers[leaf_ids[name]]) == 1 and written == leaf_ids[name]:
             spec.inplace.add(name)
     return outputs
 

@@ -8,6 +8,10 @@ A LLaMA decode layer's q/k/v projections are one ``com.meganeura.RMSNormLinear``
 outputs instead of ``SimplifiedLayerNormalization`` + three ``Gemm``. ``rms_norm_swiglu`` is the
 MLP's variant with the SwiGLU epilogue: ``silu(rms_norm(x) @ w_gate^T) * (rms_norm(x) @ w_up^T)``,
 one ``com.meganeura.RMSNormSwiGLU`` node instead of a norm, two products and ``SwiGLU``.
+``linear_residual`` is the GEMV without a norm and with the residual add as its epilogue:
+``residual + x @ w^T`` (``trans_b``) or ``residual + x @ w``, one ``com.meganeura.LinearResidual``
+node where the residual stream of a LLaMA layer otherwise takes ``Gemm`` with a full-size C input
+(which ONNX Runtime's CUDA Gemm first copies into its output: two kernels).
 
 The Graph IR has one output per node, so ``rms_norm_linear`` is one IR node per projection with an
 ``index`` attribute (which output), all sharing their inputs; the lowering emits the single ONNX node
@@ -15,12 +19,13 @@ once, as ``adam_update`` does. The ONNX node carries ``overload = "n<count>"`` a
 body: a model may hold groups of different sizes (three projections, and one for the LM head), and a
 model-local function has a fixed signature (ONNX IR 10 tells them apart by overload).
 
-Numerics (both ops, every element type): float32 math. ``r = 1 / sqrt(mean(x^2) + eps)`` per row,
+Numerics (every op, every element type): float32 math. ``r = 1 / sqrt(mean(x^2) + eps)`` per row,
 the normalised row ``x * r * weight`` is kept in float32 (Hugging Face's LlamaRMSNorm rounds it to the
 input type before the weight multiply and the projection: in float32 that is the same), the products
-accumulate in float32 and round once to the output type.
+accumulate in float32 and round once to the output type (``linear_residual``: the residual is added in
+float32 before that one rounding).
 
-Neither op has a gradient: the graph pass that introduces them (``transforms.decode_fusion``) runs
+None of them has a gradient: the graph pass that introduces them (``transforms.decode_fusion``) runs
 on inference graphs only, and only where the row count is a small static number (a decode step).
 """
 
@@ -69,6 +74,20 @@ rms_norm_swiglu = op(
     half_types=HALF,
 )
 
+linear_residual = op(
+    "linear_residual",
+    ("x", "w", "residual"),
+    differentiable=False,
+    attrs=(TRANS_B,),
+    custom=CustomOp(
+        "LinearResidual",
+        (TensorArg("x"), TensorArg("w"), TensorArg("residual")),
+        (TensorArg("y"),),
+        (ONNX_ATTRS[1],),
+    ),
+    half_types=HALF,
+)
+
 
 def _projection(name: str, x: TensorType, w: TensorType, arg: str, trans_b: bool) -> TensorType:
     """The ``[M, N]`` product of normalised x ``[M, K]`` with ``w`` (``[N, K]`` with trans_b, else ``[K, N]``)."""
@@ -103,6 +122,15 @@ def _(x: TensorType, weight: TensorType, w_gate: TensorType, w_up: TensorType, *
     return gate
 
 
+@linear_residual.shape
+def _(x: TensorType, w: TensorType, residual: TensorType, *, trans_b: bool) -> TensorType:
+    name = "linear_residual"
+    rank(name, x, 2, "x")
+    out = _projection(name, x, w, "w", trans_b)
+    require(residual.shape == out.shape, name, f"residual must have the product's shape {list(out.shape)}, got {list(residual.shape)}")
+    return out
+
+
 def rms_norm_ref(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + x.dtype.type(eps)) * weight
 
@@ -123,6 +151,11 @@ def _(x, weight, w_gate, w_up, *, eps, trans_b):
     return (gate / (1.0 + np.exp(-gate)) * up).astype(x.dtype)
 
 
+@linear_residual.numpy
+def _(x, w, residual, *, trans_b):
+    return (residual + _product(x, w, trans_b)).astype(x.dtype)
+
+
 # -- function bodies (what runs without our kernel library) ---------------------------------------------
 def _normalized(ctx, x, weight):
     """``x / sqrt(mean(x^2) + epsilon) * weight``: rms_norm's decomposed pattern, eps from the attribute."""
@@ -131,9 +164,9 @@ def _normalized(ctx, x, weight):
     return ctx.op("Mul", ctx.op("Div", x, rms), weight)
 
 
-def _gemm(ctx, a, w):
-    """``Gemm(a, w)`` with ``transB`` read from the caller's ``trans_b`` attribute."""
-    out = ctx.op("Gemm", a, w)
+def _gemm(ctx, a, w, *c):
+    """``Gemm(a, w[, c])`` with ``transB`` read from the caller's ``trans_b`` attribute."""
+    out = ctx.op("Gemm", a, w, *c)
     ctx.nodes[-1].attribute.append(onnx.AttributeProto(name="transB", ref_attr_name="trans_b", type=onnx.AttributeProto.INT))
     return out
 
@@ -164,6 +197,11 @@ def rms_norm_swiglu_function(opset: int):
     return function_body(rms_norm_swiglu.custom, body, opset)
 
 
+@linear_residual.function_body
+def linear_residual_function(opset: int):
+    return function_body(linear_residual.custom, lambda ctx, x, w, residual: _gemm(ctx, x, w, residual), opset)
+
+
 def _onnx_attrs(node) -> dict:
     return {"epsilon": float(node.attrs["eps"]), "trans_b": int(bool(node.attrs["trans_b"]))}
 
@@ -183,6 +221,12 @@ def _(ctx, node, x, weight, *ws):
 def _(ctx, node, x, weight, w_gate, w_up):
     ctx.use_function(rms_norm_swiglu_function(ctx.opset))
     return ctx.op("RMSNormSwiGLU", x, weight, w_gate, w_up, domain=CUSTOM_DOMAIN, **_onnx_attrs(node))
+
+
+@linear_residual.onnx
+def _(ctx, node, x, w, residual):
+    ctx.use_function(linear_residual_function(ctx.opset))
+    return ctx.op("LinearResidual", x, w, residual, domain=CUSTOM_DOMAIN, trans_b=int(bool(node.attrs["trans_b"])))
 
 
 def _weight(g, f, name, k, n, trans_b):
@@ -213,6 +257,14 @@ def _ex_swiglu(g, f, m, k, n, trans_b):
 examples(rms_norm_swiglu, _ex_swiglu, {"m": 1, "k": 8, "n": 12, "trans_b": True}, {"m": 4, "k": 5, "n": 3, "trans_b": False})
 
 
+def _ex_residual(g, f, m, k, n, trans_b):
+    x, residual = f.param(g, "x", [m, k], -2, 2), f.param(g, "residual", [m, n], -2, 2)
+    return g.linear_residual(x, _weight(g, f, "w", k, n, trans_b), residual, trans_b)
+
+
+examples(linear_residual, _ex_residual, {"m": 1, "k": 8, "n": 6, "trans_b": True}, {"m": 3, "k": 5, "n": 7, "trans_b": False})
+
+
 class DecodeLinearBuilders:
     def rms_norm_linear(self, x: NodeId, weight: NodeId, ws: list[NodeId], eps: float, trans_b: bool = True) -> list[NodeId]:
         """``[rms_norm(x, weight, eps) @ w.T for w in ws]`` (``@ w`` without ``trans_b``) in one kernel:
@@ -223,3 +275,8 @@ class DecodeLinearBuilders:
         """``silu(n @ w_gate.T) * (n @ w_up.T)`` with ``n = rms_norm(x, weight, eps)`` in one kernel (``@ w``
         without ``trans_b``): x ``[M, K]``, weights ``[N, K]`` (``[K, N]``) -> ``[M, N]``."""
         return self.apply("rms_norm_swiglu", x, weight, w_gate, w_up, eps=eps, trans_b=trans_b)
+
+    def linear_residual(self, x: NodeId, w: NodeId, residual: NodeId, trans_b: bool = True) -> NodeId:
+        """``residual + x @ w.T`` (``+ x @ w`` without ``trans_b``) in one kernel: x ``[M, K]``, w ``[N, K]``
+        (``[K, N]``), residual ``[M, N]`` -> ``[M, N]``."""
+        return self.apply("linear_residual", x, w, residual, trans_b=trans_b)

@@ -1,4 +1,4 @@
-"""The decode-step fusion of RMSNorm into the projections that read it (a plain graph pass).
+"""The decode-step fusions of a norm or a residual add into the projections next to it (a plain graph pass).
 
 After the e-graph optimizer, an inference graph's ``rms_norm`` whose every consumer is a product
 taking it as the left operand (``matmul_bt`` with torch-layout weights, or ``matmul`` with ``[in,
@@ -9,6 +9,12 @@ out]`` ones, all of one kind, every weight a graph leaf) becomes:
 * otherwise ``rms_norm_linear``, one kernel with an output per product: LLaMA's q/k/v projections
   (and a final norm with its LM head).
 
+And a ``gemm`` whose C input is a residual ``[M, N]`` (what the e-graph makes of ``add(residual,
+matmul_bt(x, w))``: LLaMA's o_proj and down_proj joining the residual stream) becomes
+``linear_residual``, the same GEMV with the add as its epilogue: one kernel where ONNX Runtime's CUDA
+``Gemm`` copies C into its output and then multiplies (two). A LLaMA decode layer then launches
+RMSNormLinear, the rope/cache/attention kernels, LinearResidual, RMSNormSwiGLU, LinearResidual.
+
 Why a plain pass, not e-graph rules (``OpDef.rewrite``): the q/k/v group is one node with three
 outputs, which the e-graph's one-term-at-a-time rules cannot group; and the fused ops have no
 gradient, while the e-graph rules also run on training graphs before autodiff. This pass runs only
@@ -17,7 +23,7 @@ set on CUDA only: on the CPU, ONNX Runtime's MLAS products outpace these GEMVs a
 
 Where it pays: the fused kernels are GEMVs that read each weight once for all rows (the CUDA kernel
 keeps up to 16 rows in registers), which beats a library GEMM only while the rows are few. The pass
-fuses only norms with a static row count ``<= DECODE_ROWS_MAX`` (a decode step of up to 16 sequences);
+fuses only products with a static row count ``<= DECODE_ROWS_MAX`` (a decode step of up to 16 sequences);
 a prefill (its rows are a symbolic or large static count) keeps ``Gemm``/``MatMul`` (cuBLAS, MLAS).
 """
 
@@ -29,6 +35,9 @@ from ..ops import OPS
 
 DECODE_ROWS_MAX = 16
 """Largest static row count of a normalised input that is fused (decode steps of up to 16 sequences)."""
+DECODE_K_MAX = 11776
+"""Largest static inner size of a fused product (the CUDA kernels keep a float32 tile of the rows in a
+block's 48 KB of shared memory: ``MN_NORM_LINEAR_MAX_K`` in ``custom_ops/cuda_decode_linear.h``)."""
 PRODUCTS = {"matmul_bt": True, "matmul": False}  # op -> trans_b of the fused op
 
 
@@ -78,10 +87,30 @@ def _swiglu_of(products: list[Node], users: dict[int, list[Node]], outputs: set[
     return a
 
 
+def _plan_residual_products(graph: Graph) -> dict[int, tuple[str, tuple[int, ...], dict]]:
+    """Node id -> ``linear_residual`` replacing it, for every ``gemm`` of a decode step whose C is a
+    residual of the product's shape (not a bias row), whose weight is a graph leaf and whose rows and
+    inner size are static and within the kernels' bounds."""
+    nodes = graph.nodes()
+    replace: dict[int, tuple[str, tuple[int, ...], dict]] = {}
+    for n in nodes:
+        if n.op != "gemm":
+            continue
+        x, w, residual = n.inputs
+        rows, k = nodes[x].ty.shape[0], nodes[x].ty.shape[-1]
+        if not (isinstance(rows, int) and rows <= DECODE_ROWS_MAX and isinstance(k, int) and k <= DECODE_K_MAX):
+            continue
+        if nodes[residual].ty.shape != n.ty.shape or not OPS[nodes[w].op].leaf:
+            continue
+        replace[n.id] = ("linear_residual", (x, w, residual), {"trans_b": n.attrs["trans_b"]})
+    return replace
+
+
 def fuse_norm_projections(graph: Graph) -> tuple[Graph, dict[str, int]]:
-    """``graph`` with the decode-step norm fusions applied, and how many of each fused op it made
-    (``graph`` itself when nothing matched). Leaves and outputs are kept, in their order."""
-    replace = _plan(graph)
+    """``graph`` with the decode-step fusions applied (norms into their projections, residual adds into
+    theirs), and how many of each fused op it made (``graph`` itself when nothing matched). Leaves and
+    outputs are kept, in their order."""
+    replace = {**_plan(graph), **_plan_residual_products(graph)}
     if not replace:
         return graph, {}
     nodes = graph.nodes()
@@ -110,6 +139,6 @@ def fuse_norm_projections(graph: Graph) -> tuple[Graph, dict[str, int]]:
     out.set_outputs({name: build(nid) for name, nid in graph.named_outputs().items()})
     made: dict[str, int] = {}
     for n in out.nodes():
-        if n.op in ("rms_norm_swiglu", "rms_norm_linear") and n.attrs.get("index", 0) == 0:
+        if n.op in ("rms_norm_swiglu", "rms_norm_linear", "linear_residual") and n.attrs.get("index", 0) == 0:
             made[n.op] = made.get(n.op, 0) + 1
     return out, made
