@@ -51,7 +51,8 @@ from ..transforms.optimizer import OptimizerSpec, append_update
 from ..transforms.rewrite import optimize as optimize_graph
 from . import custom_ops
 from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
-from .session import NUMPY, host_array, providers_for
+from .ort_session import providers_for
+from .session import NUMPY, host_array
 from .training import DEFAULT_HYPER, compile_program
 
 FLAT = "grads.flat"
