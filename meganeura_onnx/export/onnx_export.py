@@ -113,7 +113,8 @@ def to_model(
     _bind_outputs(ctx, [(name, names[nid]) for name, nid in outputs])
     _drop_unused(ctx, expands.values(), {o.name for o in g_outputs})
 
-    onnx_graph = helper.make_graph(ctx.nodes, model_name, g_inputs, g_outputs, ctx.initializers)
+    value_info = _custom_output_types(graph, ctx, names, {o.name for o in g_outputs})
+    onnx_graph = helper.make_graph(ctx.nodes, model_name, g_inputs, g_outputs, ctx.initializers, value_info=value_info)
     opsets = [helper.make_opsetid("", opset)]
     if ctx.functions:
         opsets.append(helper.make_opsetid(CUSTOM_DOMAIN, 1))
@@ -129,6 +130,25 @@ def _value_info(graph: GraphCore, name: str, nid: NodeId, elem_type: int | None 
     ty = graph.node(nid).ty
     # A symbolic dim is written as dim_param (its name, or the canonical expression "batch*seq").
     return helper.make_tensor_value_info(name, elem_type or ONNX_DTYPE[ty.dtype], list(ty.shape))
+
+
+def _custom_output_types(
+    graph: GraphCore, ctx: LoweringContext, names: Mapping[NodeId, str], graph_outputs: set[str]
+) -> list[onnx.ValueInfoProto]:
+    """Type and shape of every ``com.meganeura`` node output that a Graph node computes (not a graph
+    output: those are declared already). ONNX's shape inference and ORT's cannot see through the
+    custom ops to all of their outputs (ORT's kernels infer output 0 at most); declared, every
+    output has its type for ``onnx.shape_inference``, ORT's memory planner and Netron."""
+    custom = {o for n in ctx.nodes if n.domain == CUSTOM_DOMAIN for o in n.output if o and o not in graph_outputs}
+    types: dict[str, set] = {}
+    for nid, name in names.items():
+        if name in custom:
+            types.setdefault(name, set()).add(nid)
+    infos = []
+    for name, nids in types.items():
+        if len({graph.node(nid).ty for nid in nids}) == 1:  # one Graph type per ONNX value
+            infos.append(_value_info(graph, name, next(iter(nids))))
+    return infos
 
 
 def _lower_nodes(
