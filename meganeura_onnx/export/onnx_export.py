@@ -57,7 +57,7 @@ def state_pairs(graph: GraphCore) -> dict[str, NodeId]:
     pairs: dict[str, NodeId] = {}
     final: dict[NodeId, NodeId] = {}
     for n in graph.nodes():
-        written = OPS[n.op].inplace_input
+        written = OPS[n.op].written_input(n.attrs)
         if written is not None:
             k = OPS[n.op].inputs.index(written)
             src = final.get(n.inputs[k], n.inputs[k])
@@ -261,18 +261,20 @@ def _drop_unused(ctx: LoweringContext, ranges, graph_outputs: set[str]) -> None:
 def _state_outputs(graph: GraphCore, spec: ExportSpec) -> list[tuple[str, NodeId]]:
     """``<cache>.next`` for every input an op writes in place (the op table's ``inplace_input``:
     cache_write's cache); records them in ``spec``."""
-    consumers: dict[NodeId, int] = {}
+    consumers: dict[NodeId, set] = {}
     for n in graph.nodes():
+        # The IR nodes of one multi-output ONNX node (an ``index`` attribute) read their inputs once.
+        reader = (n.op, n.inputs) if "index" in n.attrs else n.id
         for i in n.inputs:
-            consumers[i] = consumers.get(i, 0) + 1
+            consumers.setdefault(i, set()).add(reader)
     leaf_ids = {n.attrs["name"]: n.id for n in graph.nodes() if n.op == "input"}
     outputs = []
     for name, nid in state_pairs(graph).items():
         outputs.append((f"{name}.next", nid))
         spec.state[name] = f"{name}.next"
         writer = graph.node(nid)
-        written = writer.inputs[OPS[writer.op].inputs.index(OPS[writer.op].inplace_input)]
-        if consumers[leaf_ids[name]] == 1 and written == leaf_ids[name]:
+        written = writer.inputs[OPS[writer.op].inputs.index(OPS[writer.op].written_input(writer.attrs))]
+        if len(consumers[leaf_ids[name]]) == 1 and written == leaf_ids[name]:
             spec.inplace.add(name)
     return outputs
 

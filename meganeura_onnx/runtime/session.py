@@ -163,7 +163,9 @@ class Session:
         cache); otherwise two buffers swap. ``inplace_kernels``: more (domain, op) kernels that may
         write their outputs over their inputs (training: AdamUpdate, when the caller checked it runs
         after every other reader)."""
-        inplace_ops = {(d.custom.domain, d.custom.name) for d in OPS.values() if d.custom and d.custom.inplace_input}
+        inplace_ops = {
+            (d.custom.domain, d.custom.name) for d in OPS.values() if d.custom and (d.custom.inplace_input or d.custom.inplace_pairs)
+        }
         inplace_ops |= set(inplace_kernels)
         inplace_kernel = any(
             (n.domain, n.op_type) in inplace_ops for sub in self._ort.get_provider_graph_assignment_info() for n in sub.get_nodes()
