@@ -116,6 +116,18 @@ def init_distributed(device: str = "cpu") -> DistContext:
     return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, dist.get_backend())
 
 
+def leave_distributed() -> None:
+    """Inside torchrun: wait for every rank, then leave the process group. A rank that exits while
+    another still talks to it (rank 0 writing a checkpoint), or a gloo group left to interpreter
+    shutdown, can end a process with "terminate called" from gloo's threads. Outside torchrun: nothing."""
+    if not launched_by_torchrun():
+        return
+    dist = _torch().distributed
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 @dataclass(frozen=True)
 class FlatSlot:
     """Where one parameter's gradient sits in ``grads.flat``."""
