@@ -74,7 +74,8 @@ def test_liveness_refuses_an_order_that_is_not_topological():
 
 
 def _train_model() -> onnx.ModelProto:
-    g = tiny_llama.build(vocab=2048, hidden=32, heads=4, kv_heads=2, intermediate=64, layers=2, seq=16, batch=2)
+    # batch 4: intermediates past the first arena extension (3 MB), so a second block shows
+    g = tiny_llama.build(vocab=2048, hidden=32, heads=4, kv_heads=2, intermediate=64, layers=2, seq=16, batch=4)
     return compile_program(g, OptimizerSpec("adamw", fused=True, device_step=True)).model
 
 

@@ -111,3 +111,39 @@ def test_odd_head_dim_is_refused_when_the_session_is_created():
     inputs = rc.make_case(np.random.default_rng(0), 8, 1, 2, 1, 9, 3)
     model = rc.make_model(inputs, 2, 1, 9, with_function=False)
     kc.assert_ort_error(lambda: kc.session(model, library=LIB), "RopeCachedAttention", ["head_dim", "9"])
+
+
+def test_batched_fused_decode_session_updates_its_caches_in_place_and_matches_the_unfused_one():
+    """4 sequences at their own positions: the graph after the fusion (as a CUDA session builds it), run on
+    the CPU, binds each cache as one buffer (no full copy per step) and gives the unfused step's logits
+    and caches."""
+    from meganeura_onnx.models import llama
+
+    from meganeura_onnx import build_inference_session
+    from meganeura_onnx.init import default_parameters
+    from meganeura_onnx.transforms.rewrite import optimize
+
+    g = llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 32, 4)
+    params = default_parameters(g, 4)
+    compiled, report = optimize(g, stage="inference", decode_fusion=False, rope_attention=True)
+    assert report.rules_fired.get("fuse_rope_cached_attention") == 2, report.summary()
+    fused = build_inference_session(compiled, "cpu", parameters=params, optimize=False)
+    plain = build_inference_session(g, "cpu", parameters=params, optimize=False)
+    assert fused.plan().kernels().get("RopeCachedAttention") == "kernel" and len(fused.inplace_state) == 4
+    lib = ctypes.CDLL(LIB)
+    lib.MeganeuraCacheWriteFullCopies.restype = ctypes.c_int64
+    before = lib.MeganeuraCacheWriteFullCopies()
+    rng = np.random.default_rng(3)
+    starts = np.array([0, 5, 2, 9])
+    for step in range(4):
+        tokens = rng.integers(0, 256, 4).tolist()
+        for s in (fused, plain):
+            s.set_input_u32("input_ids", tokens)
+            s.set_input_u32("kv_pos", (starts + step).tolist())
+            s.step()
+        np.testing.assert_allclose(
+            fused.read_output_by_index(0), plain.read_output_by_index(0), rtol=1e-5, atol=1e-5, err_msg=f"step {step}"
+        )
+    assert lib.MeganeuraCacheWriteFullCopies() == before
+    for name in fused.inplace_state:
+        np.testing.assert_allclose(fused.read_state(name), plain.read_state(name), rtol=1e-5, atol=1e-5, err_msg=name)

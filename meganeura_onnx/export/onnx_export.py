@@ -112,8 +112,11 @@ def to_model(
     spec.outputs += [name for name, _ in outputs]
     _bind_outputs(ctx, [(name, names[nid]) for name, nid in outputs])
     _drop_unused(ctx, expands.values(), {o.name for o in g_outputs})
+    _drop_folded_reshapes(ctx, {o.name for o in g_outputs})
 
-    value_info = _custom_output_types(graph, ctx, names, {o.name for o in g_outputs})
+    value_info = _declared(ctx)
+    noted = {v.name for v in value_info}
+    value_info += [v for v in _custom_output_types(graph, ctx, names, {o.name for o in g_outputs}) if v.name not in noted]
     onnx_graph = helper.make_graph(ctx.nodes, model_name, g_inputs, g_outputs, ctx.initializers, value_info=value_info)
     opsets = [helper.make_opsetid("", opset)]
     if ctx.functions:
@@ -256,6 +259,31 @@ def _drop_unused(ctx: LoweringContext, ranges, graph_outputs: set[str]) -> None:
         still = {i for node in ctx.nodes for i in node.input} | graph_outputs
         # their shape constants too (ORT would log each unused initializer it removes)
         ctx.initializers[:] = [t for t in ctx.initializers if t.name not in freed or t.name in still]
+
+
+def _drop_folded_reshapes(ctx: LoweringContext, graph_outputs: set[str]) -> None:
+    """Remove the Reshapes ``ctx.reshape`` emitted that nothing reads any more (their readers were
+    folded onto the Reshape's input), and the shape constants only they read."""
+    while True:
+        read = {i for node in ctx.nodes for i in node.input} | graph_outputs
+        dead = [
+            k
+            for k, node in enumerate(ctx.nodes)
+            if node.op_type == "Reshape" and node.output[0] in ctx.reshape_sources and node.output[0] not in read
+        ]
+        if not dead:
+            break
+        freed = {i for k in dead for i in ctx.nodes[k].input}
+        drop = set(dead)
+        ctx.nodes[:] = [node for k, node in enumerate(ctx.nodes) if k not in drop]
+        still = {i for node in ctx.nodes for i in node.input} | graph_outputs
+        ctx.initializers[:] = [t for t in ctx.initializers if t.name not in freed or t.name in still]
+
+
+def _declared(ctx: LoweringContext) -> list[onnx.ValueInfoProto]:
+    """value_info of the custom-op outputs whose static shapes the lowerings noted (still node outputs)."""
+    produced = {o for node in ctx.nodes for o in node.output}
+    return [helper.make_tensor_value_info(t, TensorProto.FLOAT, list(s)) for t, s in ctx.float_shapes.items() if t in produced]
 
 
 def _state_outputs(graph: GraphCore, spec: ExportSpec) -> list[tuple[str, NodeId]]:
