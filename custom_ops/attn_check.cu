@@ -1,6 +1,8 @@
-// Standalone check + timing of the CUDA CachedAttention, Rope and CacheWrite launchers, without ORT:
-//   make -C custom_ops attn-check && custom_ops/build/attn_check [--check-only] [--sweep] [--json FILE]
-// (--sweep: also checks and times the other tile configurations of ATTN_SWEEP)
+// Standalone check + timing of the CUDA CachedAttention, RopeCachedAttention, Rope and CacheWrite launchers,
+// without ORT:
+//   make -C custom_ops attn-check && custom_ops/build/attn_check [--check-only] [--sweep] [--rope-only] [--json FILE]
+// (--sweep: also checks and times the other tile configurations of ATTN_SWEEP; --rope-only: only
+// RopeCachedAttention's checks and its timings next to the four kernels it replaces, attn_check_rope.cuh)
 // Checks every element type (float32, float16, bfloat16) against a double-precision host reference
 // computed from the same (rounded) inputs: batches with a position per sequence, GQA, T > 1, every
 // head_dim path, an invalid position (NaN for that sequence only, nothing written out of bounds).
@@ -19,6 +21,7 @@
 // The kernels are compiled into this program (not linked) so that it can reach the launchers'
 // tuning knobs and configurations in their anonymous namespaces.
 #include "cuda_attention.cu"
+#include "cuda_fused.cu"
 #include "cuda_kernels.cu"
 // After the kernels: it needs their element-type enum.
 #include "check_harness.cuh"
@@ -67,6 +70,7 @@ struct AttnCase {
 };
 
 static MnScratch* g_scratch = nullptr;
+static MnScratch* g_scratch2 = nullptr;  // RopeCachedAttention's second scratch
 
 // Launches one CachedAttention (the library's entry point, or one tile configuration of the sweep).
 using AttnLauncher = int (*)(int dt, const void* q, const void* k, const void* v, void* out, const AttnCase& c, MnPos pos);
@@ -304,17 +308,21 @@ static void TimeRope(Timer& tm, int dt, double peak) {
   }
 }
 
+#include "attn_check_rope.cuh"
+
 int main(int argc, char** argv) {
-  bool check_only = false, sweep = false;
+  bool check_only = false, sweep = false, rope_only = false;
   const char* json = nullptr;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--check-only") check_only = true;
     if (a == "--sweep") sweep = true;
+    if (a == "--rope-only") rope_only = true;
     if (a == "--json" && i + 1 < argc) json = argv[++i];
   }
   std::mt19937 rng(7);
   g_scratch = mn_cuda_scratch_new();
+  g_scratch2 = mn_cuda_scratch_new();
   const AttnCase cases[] = {
       {1, 1, 32, 8, 128, 8192, {8191}},       {1, 1, 32, 8, 128, 600, {0}},          {1, 7, 32, 8, 128, 700, {600}},
       {1, 5, 8, 2, 64, 300, {200}},           {1, 3, 12, 4, 32, 64, {10}},           {1, 1, 16, 2, 256, 1000, {999}},
@@ -324,8 +332,9 @@ int main(int argc, char** argv) {
       {2, 1, 4, 4, 64, 64, {-1, 63}},        {1, 1, 9, 3, 64, 4099, {4098}},       {1, 1, 12, 4, 64, 4099, {0}},
       {1, 1, 8, 8, 128, 4097, {4096}},       {2, 1, 24, 8, 128, 1001, {1000, 0}},  {1, 1, 8, 8, 64, 20000, {19999}},
   };
-  int bad = 0;
+  int bad = CheckRopeAttentionCases(rng);
   for (int dt : {MN_F32, MN_F16, MN_BF16}) {
+    if (rope_only) break;
     for (const AttnCase& c : cases) bad += !CheckAttention(c, dt, rng);
     bad += !CheckRope(dt, 3, 5, 4 * 128, 128, 2, {7, 0, 4093}, rng);
     bad += !CheckRope(dt, 1, 33, 8 * 64, 64, 0, {100000}, rng);
@@ -350,7 +359,9 @@ int main(int argc, char** argv) {
   std::printf("timing on %s (%d SMs, peak %.0f GB/s): decode H=32 KVH=8 hd=128; CUDA events\n", dev.name.c_str(), dev.sms,
               peak);
   Timer tm;
+  TimeRopeAttentionAll(tm, peak);
   for (bool hd128 : {true, false}) {  // head_dim 128, then 64
+    if (rope_only) break;
     if (hd128) {
       TimeAttention<float, 128>(tm, MN_F32, sweep, peak);
       TimeAttention<__half, 128>(tm, MN_F16, sweep, peak);
@@ -360,7 +371,8 @@ int main(int argc, char** argv) {
       TimeAttention<__half, 64>(tm, MN_F16, sweep, peak);
     }
   }
-  for (int dt : {MN_F32, MN_F16}) TimeRope(tm, dt, peak);
+  for (int dt : {MN_F32, MN_F16})
+    if (!rope_only) TimeRope(tm, dt, peak);
   if (g_json) {
     std::fprintf(g_json, "\n]}\n");
     std::fclose(g_json);

@@ -80,9 +80,26 @@ struct AttnArgs {
 struct AttnSlice {
   int kvh, g0, b, bt;
   bool valid;          // the sequence's position is in range (else its output is NaN and nothing is read)
+  int64_t kv_pos;      // the sequence's position (its first new row)
   int64_t start, end;  // this split's cache rows [start, end); empty past the attended rows
   int64_t head0;       // (sequence, row, first head of the group)
 };
+
+// RopeCachedAttention's form of the kernel (ROPE): q and k_new arrive unrotated; the rows
+// [kv_pos, kv_pos + T) of the caches are this step's (rotated k_new, v_new). Each block writes the new
+// rows inside its own slice into the caches (its KV head's columns), makes them visible, then streams
+// its slice as usual; no block reads a new row it did not write, and blocks writing one row (the rows
+// of T > 1 queries, head groups of G > 4) write the same values. inv: the rope frequencies (HD / 2).
+template <class T, int HD, bool ROPE>
+struct RopeIn {
+  const T* k_new;  // [B*T][KVH*HD]
+  const T* v_new;
+  T* k;  // the caches the kernel reads (and writes the new rows into)
+  T* v;
+  float inv[HD / 2];
+};
+template <class T, int HD>
+struct RopeIn<T, HD, false> {};
 
 // The pieces of the split-K kernel, for one element type, head_dim, head-group size GB and tile shape.
 template <class T, int HD, int GB, class Cfg>
@@ -117,6 +134,7 @@ struct AttnBlock {
     const int t = s.bt % a.T;
     // The grid is sized for max_seq; each block finds its slice of the rows its sequence attends to.
     const int64_t kv_pos = LoadPos(a.pos, s.b);
+    s.kv_pos = kv_pos;
     s.valid = kv_pos >= 0 && kv_pos <= a.max_seq - a.T;
     const int64_t L = s.valid ? kv_pos + t + 1 : 0;  // query row t attends to cache rows [0, L)
     constexpr int64_t kRowsPerPass = (int64_t)NW * TR;
@@ -147,6 +165,73 @@ struct AttnBlock {
 #pragma unroll
       for (int c = 0; c < AV; ++c) w.acc[g][c] = 0.f;
     }
+  }
+
+  // ROPE: the partner of each QK slice (the other half of its head: chunk ci +- C16 / 2), loaded with it.
+  __device__ static void LoadPartner(const T* q, const AttnSlice& s, int G, int sl, uint4 (&raw)[GB][C]) {
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+      const uint4* qp = reinterpret_cast<const uint4*>(q + (s.head0 + g) * HD);
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const int ci = c * LPR + sl;
+        raw[g][c] = s.g0 + g < G ? qp[ci < C16 / 2 ? ci + C16 / 2 : ci - C16 / 2] : make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+  }
+
+  // ROPE: StartWarp with the query rotated first, at position `pos` (the Rope kernel's arithmetic), and
+  // rounded to T as the unfused Rope's output is. One angle per element of the slice, shared by the heads.
+  __device__ static void StartWarpRope(Warp& w, const uint4 (&raw)[GB][C], const uint4 (&partner)[GB][C], float qscale, float pos,
+                                       const float* inv) {
+    StartWarp(w, raw, 1.f);
+    float cs[QE], sn[QE];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int j0 = ((c * LPR + w.sl) % (C16 / 2)) * EPC;  // the pair index of the chunk's first element
+#pragma unroll
+      for (int e = 0; e < EPC; ++e) sincosf(pos * inv[j0 + e], &sn[c * EPC + e], &cs[c * EPC + e]);
+    }
+#pragma unroll
+    for (int g = 0; g < GB; ++g) {
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const bool first = c * LPR + w.sl < C16 / 2;  // first half of the head: a cos - b sin; second: b cos + a sin
+        float y[EPC];
+        E::Unpack(partner[g][c], y);
+#pragma unroll
+        for (int e = 0; e < EPC; ++e) {
+          const int i = c * EPC + e;
+          const float x = w.qr[g][i];
+          const float r = first ? x * cs[i] - y[e] * sn[i] : x * cs[i] + y[e] * sn[i];
+          w.qr[g][i] = E::ToF(E::FromF(r)) * qscale;
+        }
+      }
+    }
+  }
+
+  // ROPE: this step's rows inside the block's slice, [max(start, kv_pos), end), written into the caches
+  // (the KV head's columns: rotated k_new, v_new as is) and made visible to the block's cp.async loads.
+  __device__ static void WriteNewRows(const RopeIn<T, HD, true>& r, const AttnSlice& s, const AttnArgs& a) {
+    const int64_t lo = max(s.start, s.kv_pos), hi = s.end;
+    if (lo >= hi) return;  // block-uniform
+    constexpr int HALF = HD / 2;
+    const int64_t kvw = (int64_t)a.KVH * HD, n = (hi - lo) * HALF;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const int64_t row = lo + i / HALF;
+      const int j = static_cast<int>(i % HALF);
+      const int64_t src = ((int64_t)s.b * a.T + (row - s.kv_pos)) * kvw + (int64_t)s.kvh * HD + j;
+      const int64_t dst = ((int64_t)s.b * a.max_seq + row) * kvw + (int64_t)s.kvh * HD + j;
+      float sn, cs;
+      sincosf(static_cast<float>(row) * r.inv[j], &sn, &cs);
+      const float x = E::ToF(r.k_new[src]), y = E::ToF(r.k_new[src + HALF]);
+      r.k[dst] = E::FromF(x * cs - y * sn);
+      r.k[dst + HALF] = E::FromF(y * cs + x * sn);
+      r.v[dst] = r.v_new[src];
+      r.v[dst + HALF] = r.v_new[src + HALF];
+    }
+    __threadfence();  // the rows reach L2, where cp.async.cg reads them
+    __syncthreads();
   }
 
   // A warp's cp.async pipeline over its tiles (tile i covers rows row0(i) .. + TR of the slice).
@@ -267,10 +352,12 @@ struct AttnBlock {
 
   // The warp's tiles, NST - 1 loads ahead of the one it computes; then its totals: l over the QK row
   // groups, acc over the PV row groups (m is warp-uniform).
-  __device__ static void Stream(Warp& w, const Pipe& pipe, const uint4 (&raw)[GB][C], float qscale) {
+  // start(): the warp's query and sums (StartWarp or StartWarpRope), once the first loads are issued.
+  template <class Start>
+  __device__ static void Stream(Warp& w, const Pipe& pipe, Start start) {
 #pragma unroll
     for (int i = 0; i < NST - 1; ++i) pipe.Issue(i);
-    StartWarp(w, raw, qscale);
+    start();
     for (int i = 0; i < pipe.tiles; ++i) {
       pipe.Issue(i + NST - 1);  // into the stage consumed in iteration i - 1
       CpAsyncWait<NST - 1>();
@@ -397,9 +484,10 @@ struct AttnBlock {
   }
 };
 
-template <class T, int HD, int GB, class Cfg>
+// k and v are read through cp.async only (no __restrict__: the ROPE form writes its new rows into them).
+template <class T, int HD, int GB, class Cfg, bool ROPE = false>
 __global__ void __launch_bounds__(Cfg::NW * 32)
-    AttnSplit(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out, AttnArgs a) {
+    AttnSplit(const T* __restrict__ q, const T* k, const T* v, T* __restrict__ out, AttnArgs a, RopeIn<T, HD, ROPE> rope) {
   using A = AttnBlock<T, HD, GB, Cfg>;
   extern __shared__ uint4 smem[];
   typename A::Warp w;
@@ -414,8 +502,17 @@ __global__ void __launch_bounds__(Cfg::NW * 32)
   GridDependentsRelease();
   uint4 raw[GB][Cfg::C];
   A::LoadQuery(q, s, a.G, w.sl, raw);  // in flight together with the position
-  A::Rows(a, s);
-  A::Stream(w, A::MakePipe(k, v, s, a, smem, w.warp, w.lane), raw, a.qscale);
+  if constexpr (ROPE) {
+    uint4 partner[GB][Cfg::C];
+    A::LoadPartner(q, s, a.G, w.sl, partner);
+    A::Rows(a, s);
+    A::WriteNewRows(rope, s, a);
+    const float pos = static_cast<float>(s.kv_pos + s.bt % a.T);  // the query row's position
+    A::Stream(w, A::MakePipe(k, v, s, a, smem, w.warp, w.lane), [&] { A::StartWarpRope(w, raw, partner, a.qscale, pos, rope.inv); });
+  } else {
+    A::Rows(a, s);
+    A::Stream(w, A::MakePipe(k, v, s, a, smem, w.warp, w.lane), [&] { A::StartWarp(w, raw, a.qscale); });
+  }
   A::MergeWarps(w, s, a, out, smem);
   if (a.splits == 1 || a.skip_merge) return;  // skip_merge: attn_check times the split pass alone
   if (A::ArriveLast(s, a)) A::MergeSplits(s, a, out);

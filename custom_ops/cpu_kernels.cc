@@ -17,6 +17,7 @@
 #include "cpu_math.h"
 #include "cpu_parallel.h"
 #include "op_common.h"
+#include "rope_attention.h"
 
 namespace mn {
 namespace {
@@ -260,7 +261,7 @@ class CachedAttentionCpu : public Kernel {
 
  private:
   template <class T>
-  OrtStatus* Run(OrtKernelContext* ctx, const AttnProblem& p, const T* qs, const T* ks, const T* vs, T* out) {
+  static OrtStatus* Run(OrtKernelContext* ctx, const AttnProblem& p, const T* qs, const T* ks, const T* vs, T* out) {
     const int64_t hd = p.hd, H = p.H, G = p.H / p.KVH, kvw = p.KVH * hd, qw = p.H * hd, T_ = p.T, B = p.B;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     // Work item = (sequence b, query row t, chunk of cache rows), all heads. Decode (T = 1) splits the
@@ -331,6 +332,7 @@ class CachedAttentionCpu : public Kernel {
   }
 
   AttnAttrs a_;
+  friend OrtStatus* mn::CachedAttentionCpuRun(OrtKernelContext*, const AttnProblem&, const void*, const void*, const void*, void*);
 };
 
 // ------------------------------------------------------------------ ScatterAdd
@@ -378,6 +380,16 @@ class ScatterAddCpu : public Kernel {
 };
 
 }  // namespace
+
+OrtStatus* CachedAttentionCpuRun(OrtKernelContext* ctx, const AttnProblem& p, const void* q, const void* k, const void* v,
+                                 void* out) {
+  if (p.T == 0 || p.B == 0) return nullptr;
+  return DispatchFloat(p.type, [&](auto tag) {
+    using T = decltype(tag);
+    return CachedAttentionCpu::Run(ctx, p, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+                                   static_cast<T*>(out));
+  });
+}
 
 void AddCpuOps(std::vector<OpDef*>* ops) {
   const char* ep = "CPUExecutionProvider";

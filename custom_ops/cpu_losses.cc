@@ -1,5 +1,5 @@
 // CPU kernels of com.meganeura.SparseCrossEntropy / SparseCrossEntropyGrad (losses_ops.h), and the
-// checks the CUDA glue shares. Rows are split over ORT's thread pool; each row is read twice by the
+// kernel class, checks and registration the CUDA glue shares. Rows are split over ORT's thread pool; each row is read twice by the
 // forward (max, then the sum of exp(x - max)) and once by the backward (softmax from the forward's
 // log-sum-exp, minus the label's one-hot, times the scale). ExpNeg (cpu_math.h) keeps the loops
 // vectorisable; labels are validated on the host before anything is read.
@@ -25,8 +25,29 @@ OrtStatus* ReadIgnoreIndex(const OrtKernelInfo* info, bool grad, int64_t* ignore
   return nullptr;
 }
 
-OrtStatus* CheckCrossEntropy(OrtKernelContext* ctx, bool grad, int64_t ignore, CrossEntropyProblem* p, std::vector<Tensor>* in) {
-  const char* op = grad ? "SparseCrossEntropyGrad" : "SparseCrossEntropy";
+OrtStatus* CheckLabels(const char* op, const Tensor& labels, const CrossEntropyProblem& p) {
+  for (int64_t r = 0; r < p.R; ++r) {
+    const int64_t lab = IndexAt(labels, r);
+    if (lab != p.ignore && (lab < 0 || lab >= p.C))
+      return MN_INVALID("%s: labels[%lld] = %lld is out of range [0, %lld) (and not ignore_index %lld)", op, (long long)r,
+                        (long long)lab, (long long)p.C, (long long)p.ignore);
+  }
+  return nullptr;
+}
+
+namespace {
+
+constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+// Loss terms, log-sum-exp and scale are float32 whatever T is (FP32: not one of the loop's types).
+constexpr auto FP32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+constexpr int64_t kRowsPerTask = 8;
+
+// Reads and checks the inputs (2 for the forward, 4 for the gradient): types and shapes only.
+OrtStatus* CheckInputs(OrtKernelContext* ctx, const char* op, bool grad, int64_t ignore, CrossEntropyProblem* p,
+                       std::vector<Tensor>* in) {
   in->resize(grad ? 4 : 2);
   for (size_t i = 0; i < in->size(); ++i) MN_RETURN_IF(GetInput(ctx, i, &(*in)[i]));
   const Tensor &logits = (*in)[0], &labels = (*in)[1];
@@ -47,26 +68,6 @@ OrtStatus* CheckCrossEntropy(OrtKernelContext* ctx, bool grad, int64_t ignore, C
     return MN_INVALID("%s: scale must be a [1] float32 tensor, got shape %s", op, ShapeStr(scale.shape).c_str());
   return nullptr;
 }
-
-OrtStatus* CheckLabels(const char* op, const Tensor& labels, const CrossEntropyProblem& p) {
-  for (int64_t r = 0; r < p.R; ++r) {
-    const int64_t lab = IndexAt(labels, r);
-    if (lab != p.ignore && (lab < 0 || lab >= p.C))
-      return MN_INVALID("%s: labels[%lld] = %lld is out of range [0, %lld) (and not ignore_index %lld)", op, (long long)r,
-                        (long long)lab, (long long)p.C, (long long)p.ignore);
-  }
-  return nullptr;
-}
-
-namespace {
-
-constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
-constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
-constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-// Loss terms, log-sum-exp and scale are float32 whatever T is (FP32: not one of the loop's types).
-constexpr auto FP32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-constexpr int64_t kRowsPerTask = 8;
 
 // The float32 rows also get an AVX2 + FMA copy that the loader picks on CPUs that have it (GCC
 // function multi-versioning, as cpu_flash.cc): 8 lanes instead of the x86-64-v2 baseline's 4.
@@ -100,84 +101,48 @@ MN_LOSS_CLONES void GradRow(const float* __restrict__ x, float* __restrict__ out
   GradRow<float>(x, out, C, lse, scale, label);
 }
 
-class SparseCrossEntropyCpu : public Kernel {
- public:
-  explicit SparseCrossEntropyCpu(int64_t ignore) : ignore_(ignore) {}
-  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
-    int64_t ignore = -1;
-    MN_RETURN_IF(ReadIgnoreIndex(info, false, &ignore));
-    *out = new SparseCrossEntropyCpu(ignore);
-    return nullptr;
-  }
-  OrtStatus* Compute(OrtKernelContext* ctx) override {
-    CrossEntropyProblem p;
-    std::vector<Tensor> in;
-    MN_RETURN_IF(CheckCrossEntropy(ctx, false, ignore_, &p, &in));
-    MN_RETURN_IF(CheckLabels("SparseCrossEntropy", in[1], p));
-    float *loss = nullptr, *lse = nullptr;
-    MN_RETURN_IF(GetOutput(ctx, 0, {p.R}, &loss));
-    MN_RETURN_IF(GetOutput(ctx, 1, {p.R}, &lse));
-    return DispatchFloat(p.type, [&](auto tag) {
-      using T = decltype(tag);
-      const T* x = static_cast<const T*>(in[0].data);
-      const Tensor& labels = in[1];
-      return ParallelFor(ctx, size_t((p.R + kRowsPerTask - 1) / kRowsPerTask), [&](size_t task) {
-        for (int64_t r = int64_t(task) * kRowsPerTask; r < std::min(p.R, int64_t(task + 1) * kRowsPerTask); ++r) {
-          const T* row = x + r * p.C;
-          const int64_t lab = IndexAt(labels, r);
-          lse[r] = RowLogSumExp(row, p.C);
-          loss[r] = lab == p.ignore ? 0.f : lse[r] - ToFloat(row[lab]);
-        }
-      });
+OrtStatus* ForwardCpu(OrtKernelContext* ctx, const CrossEntropyRun& run) {
+  const CrossEntropyProblem& p = run.p;
+  const Tensor& labels = run.in[1];
+  MN_RETURN_IF(CheckLabels(run.op, labels, p));
+  return DispatchFloat(p.type, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = static_cast<const T*>(run.in[0].data);
+    return ParallelFor(ctx, size_t((p.R + kRowsPerTask - 1) / kRowsPerTask), [&](size_t task) {
+      for (int64_t r = int64_t(task) * kRowsPerTask; r < std::min(p.R, int64_t(task + 1) * kRowsPerTask); ++r) {
+        const T* row = x + r * p.C;
+        const int64_t lab = IndexAt(labels, r);
+        run.lse[r] = RowLogSumExp(row, p.C);
+        run.loss[r] = lab == p.ignore ? 0.f : run.lse[r] - ToFloat(row[lab]);
+      }
     });
-  }
+  });
+}
 
- private:
-  int64_t ignore_;
-};
-
-class SparseCrossEntropyGradCpu : public Kernel {
- public:
-  explicit SparseCrossEntropyGradCpu(int64_t ignore) : ignore_(ignore) {}
-  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
-    int64_t ignore = -1;
-    MN_RETURN_IF(ReadIgnoreIndex(info, true, &ignore));
-    *out = new SparseCrossEntropyGradCpu(ignore);
-    return nullptr;
-  }
-  OrtStatus* Compute(OrtKernelContext* ctx) override {
-    CrossEntropyProblem p;
-    std::vector<Tensor> in;
-    MN_RETURN_IF(CheckCrossEntropy(ctx, true, ignore_, &p, &in));
-    MN_RETURN_IF(CheckLabels("SparseCrossEntropyGrad", in[1], p));
-    void* out = nullptr;
-    MN_RETURN_IF(GetOutput(ctx, 0, in[0].shape, &out));
-    const float* lse = in[2].f32();
-    const float scale = in[3].f32()[0];
-    return DispatchFloat(p.type, [&](auto tag) {
-      using T = decltype(tag);
-      const T* x = static_cast<const T*>(in[0].data);
-      T* dx = static_cast<T*>(out);
-      const Tensor& labels = in[1];
-      return ParallelFor(ctx, size_t((p.R + kRowsPerTask - 1) / kRowsPerTask), [&](size_t task) {
-        for (int64_t r = int64_t(task) * kRowsPerTask; r < std::min(p.R, int64_t(task + 1) * kRowsPerTask); ++r) {
-          const int64_t lab = IndexAt(labels, r);
-          if (lab == p.ignore)
-            std::memset(dx + r * p.C, 0, sizeof(T) * p.C);  // +0 in every float type
-          else
-            GradRow(x + r * p.C, dx + r * p.C, p.C, lse[r], scale, lab);
-        }
-      });
+OrtStatus* GradCpu(OrtKernelContext* ctx, const CrossEntropyRun& run) {
+  const CrossEntropyProblem& p = run.p;
+  const Tensor& labels = run.in[1];
+  MN_RETURN_IF(CheckLabels(run.op, labels, p));
+  const float* lse = run.in[2].f32();
+  const float scale = run.in[3].f32()[0];
+  return DispatchFloat(p.type, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = static_cast<const T*>(run.in[0].data);
+    T* dx = static_cast<T*>(run.dlogits);
+    return ParallelFor(ctx, size_t((p.R + kRowsPerTask - 1) / kRowsPerTask), [&](size_t task) {
+      for (int64_t r = int64_t(task) * kRowsPerTask; r < std::min(p.R, int64_t(task + 1) * kRowsPerTask); ++r) {
+        const int64_t lab = IndexAt(labels, r);
+        if (lab == p.ignore)
+          std::memset(dx + r * p.C, 0, sizeof(T) * p.C);  // +0 in every float type
+        else
+          GradRow(x + r * p.C, dx + r * p.C, p.C, lse[r], scale, lab);
+      }
     });
-  }
+  });
+}
 
- private:
-  int64_t ignore_;
-};
-
-// loss_rows and lse: float32 [R], R the rows of the logits (a symbolic R keeps its name).
-}  // namespace
-
+// SparseCrossEntropy's outputs loss_rows and lse: float32 [R], R the rows of the logits (a symbolic R
+// keeps its name), not the logits' shape.
 OrtStatus* ORT_API_CALL InferRowShapes(const OrtCustomOp*, OrtShapeInferContext* ctx) {
   OrtTensorTypeAndShapeInfo* logits = nullptr;  // belongs to the context
   OrtStatus* st = g_api->ShapeInferContext_GetInputTypeShape(ctx, 0, &logits);
@@ -205,15 +170,32 @@ OrtStatus* ORT_API_CALL InferRowShapes(const OrtCustomOp*, OrtShapeInferContext*
   return st;
 }
 
-void AddCpuLossOps(std::vector<OpDef*>* ops) {
-  const char* ep = "CPUExecutionProvider";
-  for (const auto T : {F32, F16, BF16}) {  // one registration per element type of the logits (the table's half_types)
-    ops->push_back(new OpDef("SparseCrossEntropy", ep, {T, ANY}, {FP32, FP32}, {false, false}, {false, false},
-                             SparseCrossEntropyCpu::Create, 0));
-    ops->back()->InferOutputShapeFn = InferRowShapes;  // float32 [R] outputs, not the logits' shape
-    ops->push_back(new OpDef("SparseCrossEntropyGrad", ep, {T, ANY, FP32, FP32}, {T}, {false, false, false, false},
-                             {false, false, false, false}, SparseCrossEntropyGradCpu::Create, 0));
+}  // namespace
+
+OrtStatus* CrossEntropyKernel::Compute(OrtKernelContext* ctx) {
+  CrossEntropyRun run;
+  run.op = grad_ ? "SparseCrossEntropyGrad" : "SparseCrossEntropy";
+  MN_RETURN_IF(CheckInputs(ctx, run.op, grad_, ignore_, &run.p, &run.in));
+  if (grad_) {
+    MN_RETURN_IF(GetOutput(ctx, 0, run.in[0].shape, &run.dlogits));
+  } else {
+    MN_RETURN_IF(GetOutput(ctx, 0, {run.p.R}, &run.loss));
+    MN_RETURN_IF(GetOutput(ctx, 1, {run.p.R}, &run.lse));
   }
+  return compute_(ctx, run);
+}
+
+void AddCrossEntropyOps(std::vector<OpDef*>* ops, const char* ep, KernelFactory forward, KernelFactory grad) {
+  for (const auto T : {F32, F16, BF16}) {
+    ops->push_back(new OpDef("SparseCrossEntropy", ep, {T, ANY}, {FP32, FP32}, {false, false}, {false, false}, forward, 0));
+    ops->back()->InferOutputShapeFn = InferRowShapes;
+    ops->push_back(new OpDef("SparseCrossEntropyGrad", ep, {T, ANY, FP32, FP32}, {T}, {false, false, false, false},
+                             {false, false, false, false}, grad, 0));
+  }
+}
+
+void AddCpuLossOps(std::vector<OpDef*>* ops) {
+  AddCrossEntropyOps(ops, "CPUExecutionProvider", CreateCrossEntropyKernel<false, ForwardCpu>, CreateCrossEntropyKernel<true, GradCpu>);
 }
 
 }  // namespace mn

@@ -132,14 +132,14 @@ using DefaultCfg = typename DefaultCfgOf<T, HD>::type;
 
 // Resident blocks per SM of one kernel instantiation (shared memory and registers bound it), after
 // raising its shared-memory limit; asked once per instantiation.
-template <class T, int HD, int GB, class Cfg>
+template <class T, int HD, int GB, class Cfg, bool ROPE = false>
 int AttnOccupancy() {
   static int occ = 0;
   if (occ <= 0) {
     // cp.async.cg bypasses L1: give the SM's unified memory to shared memory
-    cudaFuncSetAttribute(AttnSplit<T, HD, GB, Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM);
-    cudaFuncSetAttribute(AttnSplit<T, HD, GB, Cfg>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, AttnSplit<T, HD, GB, Cfg>, Cfg::NW * 32, Cfg::SMEM) != cudaSuccess ||
+    cudaFuncSetAttribute(AttnSplit<T, HD, GB, Cfg, ROPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM);
+    cudaFuncSetAttribute(AttnSplit<T, HD, GB, Cfg, ROPE>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, AttnSplit<T, HD, GB, Cfg, ROPE>, Cfg::NW * 32, Cfg::SMEM) != cudaSuccess ||
         occ <= 0)
       occ = 1;
     cudaGetLastError();  // clear a refused attribute
@@ -172,10 +172,11 @@ int AttnWorkspace(AttnArgs* args, int hd, size_t heads, size_t ncount, MnScratch
   return 0;
 }
 
-template <class T, int HD, int GB, class Cfg>
+// ROPE: RopeCachedAttention's form (attn_splitk.cuh), `rope` its extra inputs; k and v are then rope.k, rope.v.
+template <class T, int HD, int GB, class Cfg, bool ROPE = false>
 int LaunchAttn(const T* q, const T* k, const T* v, T* out, int B, int T_, int H, int KVH, int64_t max_seq, MnPos pos,
-               MnScratch* scratch, cudaStream_t s, int waves) {
-  const int occ = AttnOccupancy<T, HD, GB, Cfg>();
+               MnScratch* scratch, cudaStream_t s, int waves, const RopeIn<T, HD, ROPE>& rope = {}) {
+  const int occ = AttnOccupancy<T, HD, GB, Cfg, ROPE>();
   const int G = H / KVH;
   const int ngroups = (G + GB - 1) / GB;
   const int64_t gx = (int64_t)KVH * ngroups;  // (KV head, head group) pairs: blocks per (sequence, row, split)
@@ -204,19 +205,19 @@ int LaunchAttn(const T* q, const T* k, const T* v, T* out, int B, int T_, int H,
   pdl.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &pdl;
   cfg.numAttrs = g_attn_pdl && HasPdl() ? 1 : 0;
-  if (cudaError_t e = cudaLaunchKernelEx(&cfg, AttnSplit<T, HD, GB, Cfg>, q, k, v, out, args)) return e;
+  if (cudaError_t e = cudaLaunchKernelEx(&cfg, AttnSplit<T, HD, GB, Cfg, ROPE>, q, k, v, out, args, rope)) return e;
   return cudaGetLastError();
 }
 
-template <class T, int HD, class Cfg = DefaultCfg<T, HD>>
+template <class T, int HD, class Cfg = DefaultCfg<T, HD>, bool ROPE = false>
 int LaunchAttnHD(const T* q, const T* k, const T* v, T* out, int B, int T_, int H, int KVH, int64_t max_seq, MnPos pos,
-                 MnScratch* scratch, cudaStream_t s, int waves = 0) {
+                 MnScratch* scratch, cudaStream_t s, int waves = 0, const RopeIn<T, HD, ROPE>& rope = {}) {
   if (waves <= 0) waves = g_attn_waves;
   const int G = H / KVH;  // head groups of more than 4 run as several blocks (K/V then come from L2)
-  if (G <= 1) return LaunchAttn<T, HD, 1, Cfg>(q, k, v, out, B, T_, H, KVH, max_seq, pos, scratch, s, waves);
-  if (G <= 2) return LaunchAttn<T, HD, 2, Cfg>(q, k, v, out, B, T_, H, KVH, max_seq, pos, scratch, s, waves);
-  if (G == 3) return LaunchAttn<T, HD, 3, Cfg>(q, k, v, out, B, T_, H, KVH, max_seq, pos, scratch, s, waves);
-  return LaunchAttn<T, HD, 4, Cfg>(q, k, v, out, B, T_, H, KVH, max_seq, pos, scratch, s, waves);
+  if (G <= 1) return LaunchAttn<T, HD, 1, Cfg, ROPE>(q, k, v, out, B, T_, H, KVH, max_seq, pos, scratch, s, waves, rope);
+  if (G <= 2) return LaunchAttn<T, HD, 2, Cfg, ROPE>(q, k, v, out, B, T_, H, KVH, max_seq, pos, scratch, s, waves, rope);
+  if (G == 3) return LaunchAttn<T, HD, 3, Cfg, ROPE>(q, k, v, out, B, T_, H, KVH, max_seq, pos, scratch, s, waves, rope);
+  return LaunchAttn<T, HD, 4, Cfg, ROPE>(q, k, v, out, B, T_, H, KVH, max_seq, pos, scratch, s, waves, rope);
 }
 
 template <class T>
@@ -238,6 +239,88 @@ int CachedAttention(const T* q, const T* k, const T* v, T* out, int64_t B, int64
                                                                    static_cast<int>(head_dim), kv_pos, max_seq,
                                                                    1.0f / sqrtf(static_cast<float>(head_dim)));
   return cudaGetLastError();
+}
+
+// ------------------------------------------------------------------ RopeCachedAttention
+struct RopeFreqs {
+  float v[MN_ROPE_MAX_HALF];
+};
+
+// The general path's first kernel (head_dim without a split-K instantiation, or unaligned tensors):
+// the query rows rotated into q_rot, the new key rows rotated into the K cache, the value rows copied
+// into the V cache; one thread per (row, head, pair). A sequence with an invalid position writes
+// nothing (its attention output is NaN).
+template <class T>
+__global__ void RopeRowsKernel(const T* __restrict__ q, const T* __restrict__ k_new, const T* __restrict__ v_new, T* __restrict__ q_rot,
+                               T* __restrict__ k, T* __restrict__ v, int64_t B, int T_, int H, int KVH, int half, int64_t max_seq,
+                               MnPos pos, RopeFreqs inv) {
+  using E = Elem<T>;
+  const int64_t heads = H + KVH, n = B * T_ * heads * half;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const int j = static_cast<int>(i % half);
+    const int64_t h = (i / half) % heads, bt = i / half / heads, b = bt / T_;
+    const int64_t kv_pos = LoadPos(pos, b);
+    if (kv_pos < 0 || kv_pos > max_seq - T_) continue;
+    const int64_t p = kv_pos + bt % T_;
+    float sn, cs;
+    sincosf(static_cast<float>(p) * inv.v[j], &sn, &cs);
+    const int64_t hd = 2 * half;
+    const T* x;
+    T* y;
+    if (h < H) {
+      x = q + (bt * H + h) * hd;
+      y = q_rot + (bt * H + h) * hd;
+    } else {
+      const int64_t kvh = h - H, src = (bt * KVH + kvh) * hd, dst = ((b * max_seq + p) * KVH + kvh) * hd;
+      x = k_new + src;
+      y = k + dst;
+      v[dst + j] = v_new[src + j];
+      v[dst + j + half] = v_new[src + j + half];
+    }
+    const float a = E::ToF(x[j]), c = E::ToF(x[j + half]);
+    y[j] = E::FromF(a * cs - c * sn);
+    y[j + half] = E::FromF(c * cs + a * sn);
+  }
+}
+
+template <class T, int HD>
+int LaunchRopeAttnHD(const T* q, const T* k_new, const T* v_new, T* k, T* v, T* out, int B, int T_, int H, int KVH, int64_t max_seq,
+                     MnPos pos, const float* inv_freq, MnScratch* scratch, cudaStream_t s) {
+  RopeIn<T, HD, true> rope{k_new, v_new, k, v, {}};
+  for (int j = 0; j < HD / 2; ++j) rope.inv[j] = inv_freq[j];
+  return LaunchAttnHD<T, HD, DefaultCfg<T, HD>, true>(q, k, v, out, B, T_, H, KVH, max_seq, pos, scratch, s, 0, rope);
+}
+
+template <class T>
+int RopeCachedAttention(const T* q, const T* k_new, const T* v_new, const T* k_in, const T* v_in, T* k, T* v, T* out, int64_t B,
+                        int64_t T_, int64_t H, int64_t KVH, int64_t hd, int64_t max_seq, MnPos pos, const float* inv_freq,
+                        MnScratch* scratch, MnScratch* rope_scratch, cudaStream_t s) {
+  const size_t cache_bytes = sizeof(T) * B * max_seq * KVH * hd;
+  if (k != k_in)
+    if (cudaError_t e = cudaMemcpyAsync(k, k_in, cache_bytes, cudaMemcpyDeviceToDevice, s)) return e;
+  if (v != v_in)
+    if (cudaError_t e = cudaMemcpyAsync(v, v_in, cache_bytes, cudaMemcpyDeviceToDevice, s)) return e;
+  const int b = static_cast<int>(B), t = static_cast<int>(T_), h = static_cast<int>(H), kvh = static_cast<int>(KVH);
+  const bool aligned = ((reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) & 15) == 0;
+  // One kernel (the split-K kernel's ROPE form) for the head_dims of LLaMA-family decoders; the others
+  // (each a dozen more kernel instantiations to compile) take the two-kernel path below.
+  switch (aligned ? hd : 0) {
+    case 64: return LaunchRopeAttnHD<T, 64>(q, k_new, v_new, k, v, out, b, t, h, kvh, max_seq, pos, inv_freq, scratch, s);
+    case 128: return LaunchRopeAttnHD<T, 128>(q, k_new, v_new, k, v, out, b, t, h, kvh, max_seq, pos, inv_freq, scratch, s);
+    default: break;
+  }
+  void* q_rot = nullptr;  // general path: two kernels, the rows first (q rotated into rope_scratch)
+  bool fresh = false;
+  if (int e = ScratchGet(rope_scratch, s, sizeof(T) * B * T_ * H * hd, &q_rot, &fresh)) return e;
+  RopeFreqs inv;
+  for (int64_t j = 0; j < hd / 2; ++j) inv.v[j] = inv_freq[j];
+  const int64_t n = B * T_ * (H + KVH) * (hd / 2);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536));
+  RopeRowsKernel<T><<<blocks, 256, 0, s>>>(q, k_new, v_new, static_cast<T*>(q_rot), k, v, B, t, h, kvh, static_cast<int>(hd / 2),
+                                           max_seq, pos, inv);
+  if (cudaError_t e = cudaGetLastError()) return e;
+  return CachedAttention(static_cast<const T*>(q_rot), static_cast<const T*>(k), static_cast<const T*>(v), out, B, T_, H, KVH, hd,
+                         max_seq, pos, scratch, s);
 }
 
 }  // namespace
@@ -275,6 +358,42 @@ int mn_cuda_cached_attention(int dtype, const void* q, const void* k, const void
     default:
       return CachedAttention(static_cast<const float*>(q), static_cast<const float*>(k), static_cast<const float*>(v),
                              static_cast<float*>(out), B, T, H, KVH, head_dim, max_seq, kv_pos, scratch, s);
+  }
+}
+
+int mn_cuda_rope_cached_attention(int dtype, const void* q, const void* k_new, const void* v_new, const void* k_cache,
+                                  const void* v_cache, void* out, void* k_out, void* v_out, int64_t B, int64_t T, int64_t H, int64_t KVH,
+                                  int64_t head_dim, int64_t max_seq, MnPos kv_pos, const float* inv_freq, MnScratch* scratch,
+                                  MnScratch* rope_scratch, void* stream) {
+  if (head_dim / 2 > MN_ROPE_MAX_HALF || head_dim < 2 || head_dim % 2) return cudaErrorInvalidValue;
+  if (int e = UseDeviceOf(q)) return e;
+  cudaStream_t s = S(stream);
+  if (T == 0 || B == 0) {  // no rows: the caches as they were
+    const size_t bytes = (dtype == MN_F32 ? 4 : 2) * (size_t)(B * max_seq * KVH * head_dim);
+    if (k_out != k_cache && bytes) if (cudaError_t e = cudaMemcpyAsync(k_out, k_cache, bytes, cudaMemcpyDeviceToDevice, s)) return e;
+    if (v_out != v_cache && bytes) if (cudaError_t e = cudaMemcpyAsync(v_out, v_cache, bytes, cudaMemcpyDeviceToDevice, s)) return e;
+    return 0;
+  }
+  switch (dtype) {
+    case MN_F16: {
+      using H16 = __half;
+      return RopeCachedAttention(static_cast<const H16*>(q), static_cast<const H16*>(k_new), static_cast<const H16*>(v_new),
+                                 static_cast<const H16*>(k_cache), static_cast<const H16*>(v_cache), static_cast<H16*>(k_out),
+                                 static_cast<H16*>(v_out), static_cast<H16*>(out), B, T, H, KVH, head_dim, max_seq, kv_pos, inv_freq,
+                                 scratch, rope_scratch, s);
+    }
+    case MN_BF16: {
+      using B16 = __nv_bfloat16;
+      return RopeCachedAttention(static_cast<const B16*>(q), static_cast<const B16*>(k_new), static_cast<const B16*>(v_new),
+                                 static_cast<const B16*>(k_cache), static_cast<const B16*>(v_cache), static_cast<B16*>(k_out),
+                                 static_cast<B16*>(v_out), static_cast<B16*>(out), B, T, H, KVH, head_dim, max_seq, kv_pos, inv_freq,
+                                 scratch, rope_scratch, s);
+    }
+    default:
+      return RopeCachedAttention(static_cast<const float*>(q), static_cast<const float*>(k_new), static_cast<const float*>(v_new),
+                                 static_cast<const float*>(k_cache), static_cast<const float*>(v_cache), static_cast<float*>(k_out),
+                                 static_cast<float*>(v_out), static_cast<float*>(out), B, T, H, KVH, head_dim, max_seq, kv_pos, inv_freq,
+                                 scratch, rope_scratch, s);
   }
 }
 

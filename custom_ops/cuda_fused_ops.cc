@@ -1,4 +1,4 @@
-// CUDAExecutionProvider registrations of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad and RopeCacheWrite (ORT API
+// CUDAExecutionProvider registrations of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad (dx and dweight) and RopeCacheWrite (ORT API
 // code only; the kernels are in cuda_fused.cu). kv_pos is in device memory and read by the kernel; it is
 // read back and checked here as on the CPU unless check_positions = 0 or under CUDA-graph capture (see
 // cuda_ops.cc).
@@ -15,6 +15,7 @@ constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
 constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+constexpr auto FP32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;  // float32 whatever T is (dweight)
 
 class SwiGLUCuda : public Kernel {
  public:
@@ -24,11 +25,8 @@ class SwiGLUCuda : public Kernel {
   }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
     Tensor gate, up;
-    MN_RETURN_IF(GetInput(ctx, 0, &gate));
-    MN_RETURN_IF(GetInput(ctx, 1, &up));
-    MN_RETURN_IF(CheckSwiGLU(gate, up));
     void* out = nullptr;
-    MN_RETURN_IF(GetOutput(ctx, 0, gate.shape, &out));
+    MN_RETURN_IF(SwiGLUArgs(ctx, &gate, &up, &out));
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
     return Cuda("SwiGLU", mn_cuda_swiglu(DType(gate.type), gate.data, up.data, out, gate.numel(), stream));
@@ -43,13 +41,8 @@ class SwiGLUGradCuda : public Kernel {
   }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
     Tensor gate, up, dy;
-    MN_RETURN_IF(GetInput(ctx, 0, &gate));
-    MN_RETURN_IF(GetInput(ctx, 1, &up));
-    MN_RETURN_IF(GetInput(ctx, 2, &dy));
-    MN_RETURN_IF(CheckSwiGLUGrad(gate, up, dy));
     void *dgate = nullptr, *dup = nullptr;
-    MN_RETURN_IF(GetOutput(ctx, 0, gate.shape, &dgate));
-    MN_RETURN_IF(GetOutput(ctx, 1, gate.shape, &dup));
+    MN_RETURN_IF(SwiGLUGradArgs(ctx, &gate, &up, &dy, &dgate, &dup));
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
     return Cuda("SwiGLUGrad", mn_cuda_swiglu_grad(DType(gate.type), gate.data, up.data, dy.data, dgate, dup, gate.numel(), stream));
@@ -73,31 +66,25 @@ class RMSNormGradCuda : public Kernel {
     MN_RETURN_IF(CheckRMSNormGrad(x, w, dy));
     void* dx = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, x.shape, &dx));
+    float* dw = nullptr;
+    MN_RETURN_IF(RMSNormGradWeightOutput(ctx, w.shape, &dw));
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
-    return Cuda("RMSNormGrad", mn_cuda_rms_norm_grad(DType(x.type), x.data, w.data, dy.data, dx, x.shape[0], x.shape[1], eps_, stream));
+    return Cuda("RMSNormGrad",
+                mn_cuda_rms_norm_grad(DType(x.type), x.data, w.data, dy.data, dx, dw, x.shape[0], x.shape[1], eps_, stream));
   }
 
  private:
   float eps_;
 };
 
-class RopeCacheWriteCuda : public Kernel {
+class RopeCacheWriteCuda : public RopeCacheWriteKernel {
  public:
-  explicit RopeCacheWriteCuda(const RopeCacheWriteAttrs& a) : a_(a), inv_freq_(a.head_dim / 2) {
-    RopeInvFreq(a.theta, a.head_dim, inv_freq_.data());
-  }
-  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
-    RopeCacheWriteAttrs a;
-    MN_RETURN_IF(ReadRopeCacheWriteAttrs(info, &a));
-    *out = new RopeCacheWriteCuda(a);
-    return nullptr;
-  }
+  explicit RopeCacheWriteCuda(const RopeCacheWriteAttrs& a) : RopeCacheWriteKernel(a) {}
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) { return CreateAs<RopeCacheWriteCuda>(info, out); }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
     Tensor nw, cache, pos;
-    MN_RETURN_IF(GetInput(ctx, 0, &nw));
-    MN_RETURN_IF(GetInput(ctx, 1, &cache));
-    MN_RETURN_IF(GetInput(ctx, 2, &pos));
+    MN_RETURN_IF(Inputs(ctx, &nw, &cache, &pos));
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
     HostPos h;
@@ -110,10 +97,6 @@ class RopeCacheWriteCuda : public Kernel {
     return Cuda("RopeCacheWrite", mn_cuda_rope_cache_write(DType(p.type), nw.data, cache.data, out, p.T, p.dim, p.max_seq, a_.head_dim,
                                                            inv_freq_.data(), DevicePos(pos), stream));
   }
-
- private:
-  RopeCacheWriteAttrs a_;
-  std::vector<float> inv_freq_;
 };
 
 }  // namespace
@@ -122,7 +105,8 @@ void AddCudaFusedOps(std::vector<OpDef*>* ops) {
   const char* ep = "CUDAExecutionProvider";
   for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
     ops->push_back(new OpDef("SwiGLU", ep, {T, T}, {T}, {false, false}, {false, false}, SwiGLUCuda::Create, 0));
-    ops->push_back(new OpDef("RMSNormGrad", ep, {T, T, T}, {T}, {false, false, false}, {false, false, false}, RMSNormGradCuda::Create, 0));
+    ops->push_back(NewRMSNormGradOpDef(
+        new OpDef("RMSNormGrad", ep, {T, T, T}, {T, FP32}, {false, false, false}, {false, false, false}, RMSNormGradCuda::Create, 0)));
     ops->push_back(new OpDef("SwiGLUGrad", ep, {T, T, T}, {T, T}, {false, false, false}, {false, false, false}, SwiGLUGradCuda::Create, 0));
     ops->push_back(new OpDef("RopeCacheWrite", ep, {T, T, ANY}, {T}, {false, false, false}, {false, false, false},
                              RopeCacheWriteCuda::Create, 1, /*cache_inplace=*/true));

@@ -63,6 +63,17 @@ int mn_cuda_cache_write(size_t elem_bytes, const void* new_rows, const void* cac
 int mn_cuda_cached_attention(int dtype, const void* q, const void* k, const void* v, void* out, int64_t B, int64_t T, int64_t H,
                              int64_t KVH, int64_t head_dim, int64_t max_seq, MnPos kv_pos, MnScratch* scratch, void* stream);
 
+// RopeCachedAttention: k_out = k_cache with rows [kv_pos[b], kv_pos[b] + T) of sequence b = k_new[b] rotated
+// (rope at those positions), v_out = v_cache with those rows = v_new[b], out = CachedAttention of q rotated
+// (row t at kv_pos[b] + t) over k_out / v_out. k_out/v_out may be k_cache/v_cache (in place); otherwise
+// the caches are copied first. One kernel for head_dim 64/128 with 16-byte aligned q and caches, else
+// two. An invalid kv_pos[b]: nothing written for sequence b, its output NaN. inv_freq: host, hd/2
+// values. scratch as mn_cuda_cached_attention's; rope_scratch a second one (the two-kernel path's rotated q).
+int mn_cuda_rope_cached_attention(int dtype, const void* q, const void* k_new, const void* v_new, const void* k_cache,
+                                  const void* v_cache, void* out, void* k_out, void* v_out, int64_t B, int64_t T, int64_t H, int64_t KVH,
+                                  int64_t head_dim, int64_t max_seq, MnPos kv_pos, const float* inv_freq, MnScratch* scratch,
+                                  MnScratch* rope_scratch, void* stream);
+
 // out[num_rows, D] = 0; out[idx[i]] += src[i]. idx: N indices in DEVICE memory (MnPos type: int64,
 // int32 or uint32; ptr = the first). An index outside [0, num_rows) makes the whole output NaN.
 // Stream-ordered only (no sync, no host memory): capturable in a CUDA graph.

@@ -19,6 +19,7 @@
 #include "flash_ops.h"
 #include "decode_linear.h"
 #include "losses_ops.h"
+#include "rope_attention.h"
 #include "op_common.h"
 
 namespace mn {
@@ -134,6 +135,62 @@ class CachedAttentionCuda : public Kernel {
   MnScratch* scratch_;  // split-K partials and counters / generic scores: allocated once per shape and stream, then reused
 };
 
+// RopeCachedAttention (rope_attention.h): one kernel for the decode step's rope, cache writes and attention.
+class RopeCachedAttentionCuda : public Kernel {
+ public:
+  explicit RopeCachedAttentionCuda(const RopeAttnAttrs& a)
+      : a_(a), inv_freq_(a.heads.head_dim / 2), scratch_(mn_cuda_scratch_new()), rope_scratch_(mn_cuda_scratch_new()) {
+    RopeInvFreq(a.theta, a.heads.head_dim, inv_freq_.data());
+  }
+  ~RopeCachedAttentionCuda() override {
+    mn_cuda_scratch_free(scratch_);
+    mn_cuda_scratch_free(rope_scratch_);
+  }
+  RopeCachedAttentionCuda(const RopeCachedAttentionCuda&) = delete;
+  RopeCachedAttentionCuda& operator=(const RopeCachedAttentionCuda&) = delete;
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    RopeAttnAttrs a;
+    MN_RETURN_IF(ReadRopeAttnAttrs(info, &a));
+    if (a.heads.head_dim / 2 > MN_ROPE_MAX_HALF)
+      return MN_INVALID("RopeCachedAttention: head_dim %lld exceeds the CUDA kernel's limit %d", (long long)a.heads.head_dim,
+                        2 * MN_ROPE_MAX_HALF);
+    *out = new RopeCachedAttentionCuda(a);
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor in[6];  // q, k_new, v_new, k_cache, v_cache, kv_pos
+    for (size_t i = 0; i < 6; ++i) MN_RETURN_IF(GetInput(ctx, i, &in[i]));
+    void* stream = nullptr;
+    MN_RETURN_IF(Stream(ctx, &stream));
+    HostPos h;
+    MN_RETURN_IF(ReadBack("RopeCachedAttention", "kv_pos", in[5], a_.heads.check_positions != 0, stream, &h));
+    AttnProblem p;
+    MN_RETURN_IF(CheckRopeCachedAttention(a_, in[0], in[1], in[2], in[3], in[4], h.device_only ? in[5] : h.host, &p,
+                                          /*host_positions=*/!h.device_only));
+    if (p.B * p.T > 65535 || p.B * p.T * p.H > (int64_t(1) << 31) - 1)
+      return MN_INVALID("RopeCachedAttention: batch %lld x T %lld x num_heads %lld is too large for the CUDA kernel", (long long)p.B,
+                        (long long)p.T, (long long)p.H);
+    void *out = nullptr, *kc = nullptr, *vc = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, in[0].shape, &out));
+    MN_RETURN_IF(GetOutput(ctx, 1, in[3].shape, &kc));
+    MN_RETURN_IF(GetOutput(ctx, 2, in[4].shape, &vc));
+    if (p.B * p.max_seq * p.KVH > 0) {
+      if (kc != in[3].data) CountCacheCopy();
+      if (vc != in[4].data) CountCacheCopy();
+    }
+    return Cuda("RopeCachedAttention",
+                mn_cuda_rope_cached_attention(DType(p.type), in[0].data, in[1].data, in[2].data, in[3].data, in[4].data, out, kc, vc, p.B,
+                                              p.T, p.H, p.KVH, p.hd, p.max_seq, DevicePos(in[5]), inv_freq_.data(), scratch_,
+                                              rope_scratch_, stream));
+  }
+
+ private:
+  RopeAttnAttrs a_;
+  std::vector<float> inv_freq_;
+  MnScratch* scratch_;       // the split-K workspace, as CachedAttention's
+  MnScratch* rope_scratch_;  // the two-kernel path's rotated queries
+};
+
 class ScatterAddCuda : public Kernel {
  public:
   ScatterAddCuda(int64_t n, bool check) : num_rows_(n), check_indices_(check) {}
@@ -191,6 +248,9 @@ void AddCudaOps(std::vector<OpDef*>* ops) {
                              CacheWriteCuda::Create, 1, /*cache_inplace=*/true));
     ops->push_back(new OpDef("CachedAttention", ep, {T, T, T, ANY}, {T}, {false, false, false, false},
                              {false, false, false, false}, CachedAttentionCuda::Create, 0));
+    ops->push_back(new OpDef("RopeCachedAttention", ep, {T, T, T, T, T, ANY}, {T, T, T}, {false, false, false, false, false, false},
+                             {false, false, false, false, false, false}, RopeCachedAttentionCuda::Create, 0));
+    ops->back()->UseKvCacheOutputs();  // outputs 1, 2: the caches (inputs 3, 4), written in place
   }
   ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {false, false}, ScatterAddCuda::Create, -1));
   AddCudaOptimOps(ops);  // AdamUpdate (cuda_optim_ops.cc)

@@ -1,5 +1,5 @@
-// Fused decode-layer ops (SwiGLU, SwiGLUGrad, RMSNormGrad, RopeCacheWrite): attribute reading and input checks shared by the
-// CPU kernels (cpu_fused.cc) and the CUDA glue (cuda_fused_ops.cc).
+// Fused decode-layer ops (SwiGLU, SwiGLUGrad, RMSNormGrad, RopeCacheWrite): attribute reading, input checks and the
+// kernels' input/output handling shared by the CPU kernels (cpu_fused.cc) and the CUDA glue (cuda_fused_ops.cc).
 #pragma once
 
 #include <vector>
@@ -15,10 +15,19 @@ OrtStatus* CheckSwiGLU(const Tensor& gate, const Tensor& up);
 // of one shape and float type.
 OrtStatus* CheckSwiGLUGrad(const Tensor& gate, const Tensor& up, const Tensor& dy);
 
-// RMSNormGrad: dx of RMSNorm per row of x [M, N] (weight [N], dy [M, N], one float type; float32 math);
-// attribute epsilon > 0.
+// RMSNormGrad: dx of RMSNorm per row of x [M, N] (weight [N], dy [M, N], one float type; float32 math)
+// and, as the optional second output, dweight [N] = sum over rows of dy * xhat in float32; attribute epsilon > 0.
 OrtStatus* ReadRMSNormGradAttrs(const OrtKernelInfo* info, float* epsilon);
 OrtStatus* CheckRMSNormGrad(const Tensor& x, const Tensor& weight, const Tensor& dy);
+// The registration row's OpDef with dweight (output 1) optional: a node written with dx alone still runs.
+inline OpDef* NewRMSNormGradOpDef(OpDef* def) { return OptionalOutputs(def, {false, true}); }
+// dweight's float32 buffer (shape of weight), or nullptr when the node has no second output.
+inline OrtStatus* RMSNormGradWeightOutput(OrtKernelContext* ctx, const std::vector<int64_t>& shape, float** dw) {
+  void* p = nullptr;
+  MN_RETURN_IF(GetOptionalOutput(ctx, 1, shape, &p));
+  *dw = static_cast<float*>(p);
+  return nullptr;
+}
 
 // RopeCacheWrite: the cache with rows [kv_pos, kv_pos + T) = rotate-half RoPE of new_kv's rows at
 // positions kv_pos + r (what Rope(offset_dyn = kv_pos) followed by CacheWrite does, in one pass).
@@ -35,6 +44,32 @@ struct RopeCacheWriteProblem {
 // host_positions = false (CUDA): kv_pos is in device memory; its type and shape are checked, not its value.
 OrtStatus* CheckRopeCacheWrite(const RopeCacheWriteAttrs& a, const Tensor& nw, const Tensor& cache, const Tensor& kv_pos,
                                RopeCacheWriteProblem* p, bool host_positions = true);
+
+// The kernels' shared input/output handling (CPU and CUDA), one helper per op:
+// SwiGLU: inputs gate, up checked, output `out` of their shape allocated.
+OrtStatus* SwiGLUArgs(OrtKernelContext* ctx, Tensor* gate, Tensor* up, void** out);
+// SwiGLUGrad: inputs gate, up, dy checked, outputs dgate and dup of their shape allocated.
+OrtStatus* SwiGLUGradArgs(OrtKernelContext* ctx, Tensor* gate, Tensor* up, Tensor* dy, void** dgate, void** dup);
+
+// RopeCacheWrite's kernels (CPU, CUDA) derive from this: the attributes and rope frequencies they keep,
+// their creation, their inputs.
+class RopeCacheWriteKernel : public Kernel {
+ protected:
+  explicit RopeCacheWriteKernel(const RopeCacheWriteAttrs& a) : a_(a), inv_freq_(a.head_dim / 2) {
+    RopeInvFreq(a.theta, a.head_dim, inv_freq_.data());
+  }
+  template <class K>
+  static OrtStatus* CreateAs(const OrtKernelInfo* info, Kernel** out) {
+    RopeCacheWriteAttrs a;
+    MN_RETURN_IF(ReadRopeCacheWriteAttrs(info, &a));
+    *out = new K(a);
+    return nullptr;
+  }
+  // Inputs new_kv, cache and kv_pos.
+  static OrtStatus* Inputs(OrtKernelContext* ctx, Tensor* nw, Tensor* cache, Tensor* pos);
+  RopeCacheWriteAttrs a_;
+  std::vector<float> inv_freq_;
+};
 
 void AddCpuFusedOps(std::vector<OpDef*>* ops);
 void AddCudaFusedOps(std::vector<OpDef*>* ops);

@@ -1,6 +1,6 @@
 // com.meganeura.SparseCrossEntropy / SparseCrossEntropyGrad (meganeura_onnx/ops/losses.py declares
-// them): attributes and input checks shared by the CPU kernels (cpu_losses.cc) and the CUDA glue
-// (cuda_losses_ops.cc).
+// them): the kernel, its attribute and input checks and the registration, shared by the CPU kernels
+// (cpu_losses.cc, which defines the shared parts) and the CUDA glue (cuda_losses_ops.cc).
 //
 //   SparseCrossEntropy(logits [R, C] T, labels [R] int) -> loss_rows [R] f32, lse [R] f32
 //     lse[r] = log(sum_c exp(logits[r, c])); loss_rows[r] = lse[r] - logits[r, labels[r]], or 0 when
@@ -20,16 +20,48 @@ struct CrossEntropyProblem {
   int64_t R, C, ignore;
   ONNXTensorElementDataType type;
 };
+// One run of SparseCrossEntropy (grad = false) or SparseCrossEntropyGrad (grad = true), its inputs'
+// types and shapes checked and its outputs allocated: what a backend's computation receives.
+struct CrossEntropyRun {
+  const char* op;
+  CrossEntropyProblem p;
+  std::vector<Tensor> in;   // logits, labels; lse and scale too for the gradient
+  float* loss = nullptr;    // forward: loss_rows [R]
+  float* lse = nullptr;     // forward: lse [R]
+  void* dlogits = nullptr;  // gradient: [R, C] of the logits' type
+};
+// A backend's computation of one op (its own checks first: host labels on the CPU, row count on CUDA).
+using CrossEntropyCompute = OrtStatus* (*)(OrtKernelContext* ctx, const CrossEntropyRun& run);
+
 // grad: SparseCrossEntropyGrad's attribute, else SparseCrossEntropy's; ignore_index in [-1, 2^32 - 1].
 OrtStatus* ReadIgnoreIndex(const OrtKernelInfo* info, bool grad, int64_t* ignore);
-// Reads and checks the inputs (2 for the forward, 4 for the gradient): types and shapes only, never
-// the labels' values (they may be in device memory).
-OrtStatus* CheckCrossEntropy(OrtKernelContext* ctx, bool grad, int64_t ignore, CrossEntropyProblem* p, std::vector<Tensor>* in);
 // Host labels: every label that is not ignore_index must lie in [0, C).
 OrtStatus* CheckLabels(const char* op, const Tensor& labels, const CrossEntropyProblem& p);
 
-// SparseCrossEntropy's output shapes: float32 [R], R the rows of the logits (its OpDef's InferOutputShapeFn).
-OrtStatus* ORT_API_CALL InferRowShapes(const OrtCustomOp* op, OrtShapeInferContext* ctx);
+// The kernel of either op on any backend: ignore_index read once; per run the inputs checked (types
+// and shapes only, never the labels' values: they may be in device memory), the outputs allocated,
+// then `compute`.
+class CrossEntropyKernel : public Kernel {
+ public:
+  CrossEntropyKernel(bool grad, int64_t ignore, CrossEntropyCompute compute) : grad_(grad), ignore_(ignore), compute_(compute) {}
+  OrtStatus* Compute(OrtKernelContext* ctx) override;
+
+ private:
+  bool grad_;
+  int64_t ignore_;
+  CrossEntropyCompute compute_;
+};
+template <bool kGrad, CrossEntropyCompute kCompute>
+OrtStatus* CreateCrossEntropyKernel(const OrtKernelInfo* info, Kernel** out) {
+  int64_t ignore = -1;
+  MN_RETURN_IF(ReadIgnoreIndex(info, kGrad, &ignore));
+  *out = new CrossEntropyKernel(kGrad, ignore, kCompute);
+  return nullptr;
+}
+
+// Registers both ops on `ep`, one pair per element type of the logits (the table's half_types);
+// labels, lse and scale stay in the provider's memory (on CUDA: no Memcpy node, graph-capturable).
+void AddCrossEntropyOps(std::vector<OpDef*>* ops, const char* ep, KernelFactory forward, KernelFactory grad);
 
 void AddCpuLossOps(std::vector<OpDef*>* ops);
 void AddCudaLossOps(std::vector<OpDef*>* ops);

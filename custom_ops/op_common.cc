@@ -1,5 +1,6 @@
 // Validation, OrtCustomOp plumbing and the exported RegisterCustomOps.
 #include "op_common.h"
+#include "rope_attention.h"
 
 #include "fused_ops.h"
 #include "flash_ops.h"
@@ -83,6 +84,16 @@ OrtStatus* GetOutput(OrtKernelContext* ctx, size_t index, const std::vector<int6
   OrtValue* v = nullptr;
   MN_RETURN_IF(g_api->KernelContext_GetOutput(ctx, index, shape.data(), shape.size(), &v));
   return g_api->GetTensorMutableData(v, data);
+}
+
+OrtStatus* GetOptionalOutput(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape, void** data) {
+  *data = nullptr;
+  size_t count = 0;
+  MN_RETURN_IF(g_api->KernelContext_GetOutputCount(ctx, &count));
+  if (index >= count) return nullptr;
+  OrtValue* v = nullptr;
+  MN_RETURN_IF(g_api->KernelContext_GetOutput(ctx, index, shape.data(), shape.size(), &v));
+  return v == nullptr ? nullptr : g_api->GetTensorMutableData(v, data);  // nullptr: optional and absent
 }
 
 OrtStatus* CheckFloatTensor(const char* op, const char* arg, const Tensor& t, size_t rank) {
@@ -308,21 +319,24 @@ OrtStatus* ReadAttnAttrs(const OrtKernelInfo* info, AttnAttrs* a) {
   MN_RETURN_IF(AttrInt(info, "CachedAttention", "head_dim", &a->head_dim, nullptr));
   const int64_t one = 1;
   MN_RETURN_IF(AttrInt(info, "CachedAttention", "check_positions", &a->check_positions, &one));
-  MN_RETURN_IF(CheckPositionsFlag("CachedAttention", a->check_positions));
+  return CheckAttnAttrs("CachedAttention", *a);
+}
+
+OrtStatus* CheckAttnAttrs(const char* op, const AttnAttrs& a) {
+  MN_RETURN_IF(CheckPositionsFlag(op, a.check_positions));
   // Bounded so that num_heads * head_dim cannot overflow.
-  if (a->num_heads <= 0 || a->num_kv_heads <= 0 || a->num_heads > kMaxHeads || a->num_kv_heads > kMaxHeads ||
-      a->head_dim <= 0 || a->head_dim > 1024)
-    return MN_INVALID("CachedAttention: num_heads %lld, num_kv_heads %lld must be in [1, 2^20] and head_dim %lld in [1, 1024]",
-                      (long long)a->num_heads, (long long)a->num_kv_heads, (long long)a->head_dim);
-  if (a->num_heads % a->num_kv_heads != 0)
-    return MN_INVALID("CachedAttention: num_heads %lld is not a multiple of num_kv_heads %lld", (long long)a->num_heads,
-                      (long long)a->num_kv_heads);
+  if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads > kMaxHeads || a.num_kv_heads > kMaxHeads || a.head_dim <= 0 ||
+      a.head_dim > 1024)
+    return MN_INVALID("%s: num_heads %lld, num_kv_heads %lld must be in [1, 2^20] and head_dim %lld in [1, 1024]", op,
+                      (long long)a.num_heads, (long long)a.num_kv_heads, (long long)a.head_dim);
+  if (a.num_heads % a.num_kv_heads != 0)
+    return MN_INVALID("%s: num_heads %lld is not a multiple of num_kv_heads %lld", op, (long long)a.num_heads,
+                      (long long)a.num_kv_heads);
   return nullptr;
 }
 
 OrtStatus* CheckCachedAttention(const AttnAttrs& a, const Tensor& q, const Tensor& k, const Tensor& v,
-                                const Tensor& kv_pos, AttnProblem* p, bool host_positions) {
-  const char* op = "CachedAttention";
+                                const Tensor& kv_pos, AttnProblem* p, bool host_positions, const char* op) {
   const size_t rank = q.present && q.shape.size() == 3 ? 3 : 2;  // [B, T, H*hd] or [T, H*hd]
   MN_RETURN_IF(CheckFloatTensor(op, "Q", q, rank));
   MN_RETURN_IF(CheckTensor(op, "K_cache", k, q.type, rank));
@@ -437,18 +451,28 @@ static bool AllDimsNamed(const OrtTensorTypeAndShapeInfo* info) {
 
 // Static output shapes let ORT's memory planner apply the in-place hint (it needs equal,
 // known sizes) and give Netron/ORT typed outputs. Unknown input shapes are left unknown.
+// Output `out` takes the type and shape of input `in` (left unknown where ORT does not know them).
+static OrtStatus* ShapeOfInput(OrtShapeInferContext* ctx, size_t in, size_t out) {
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  OrtStatus* st = g_api->ShapeInferContext_GetInputTypeShape(ctx, in, &info);
+  if (st) {  // unknown input shape: leave the output unknown
+    g_api->ReleaseStatus(st);
+    return nullptr;
+  }
+  // `info` belongs to the context (ORT releases it): do not release it here.
+  if (!AllDimsNamed(info)) return nullptr;
+  return g_api->ShapeInferContext_SetOutputTypeShape(ctx, out, info);
+}
+
 OrtStatus* ORT_API_CALL InferShape(const OrtCustomOp* op, OrtShapeInferContext* ctx) {
   const OpDef* self = Self(op);
   if (self->shape_from >= 0) {
-    OrtTensorTypeAndShapeInfo* info = nullptr;
-    OrtStatus* st = g_api->ShapeInferContext_GetInputTypeShape(ctx, static_cast<size_t>(self->shape_from), &info);
-    if (st) {  // unknown input shape: leave the output unknown
-      g_api->ReleaseStatus(st);
-      return nullptr;
+    MN_RETURN_IF(ShapeOfInput(ctx, static_cast<size_t>(self->shape_from), 0));
+    if (self->kv_cache_outputs) {
+      MN_RETURN_IF(ShapeOfInput(ctx, 3, 1));
+      MN_RETURN_IF(ShapeOfInput(ctx, 4, 2));
     }
-    // `info` belongs to the context (ORT releases it): do not release it here.
-    if (!AllDimsNamed(info)) return nullptr;
-    return g_api->ShapeInferContext_SetOutputTypeShape(ctx, 0, info);
+    return nullptr;
   }
   // ScatterAdd: [num_rows, src.shape[1]]
   const OrtOpAttr* attr = nullptr;
@@ -495,6 +519,12 @@ size_t ORT_API_CALL CacheMayInplace(int** in, int** out) {
   *out = new int[1]{0};
   return 1;
 }
+// RopeCachedAttention: outputs 1 and 2 may reuse inputs 3 and 4 (the K and V caches).
+size_t ORT_API_CALL KvCacheMayInplace(int** in, int** out) {
+  *in = new int[2]{3, 4};
+  *out = new int[2]{1, 2};
+  return 2;
+}
 void ORT_API_CALL ReleaseIndexPair(int* in, int* out) {
   delete[] in;
   delete[] out;
@@ -530,7 +560,10 @@ OpDef::OpDef(const char* name_, const char* ep_, std::vector<ONNXTensorElementDa
   GetInputCharacteristic = [](const OrtCustomOp* op, size_t i) {
     return Self(op)->in_optional[i] ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
   };
-  GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
+  GetOutputCharacteristic = [](const OrtCustomOp* op, size_t i) {
+    const auto& opt = Self(op)->out_optional;
+    return i < opt.size() && opt[i] ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+  };
   GetInputMemoryType = [](const OrtCustomOp* op, size_t i) {
     return Self(op)->in_cpu[i] ? OrtMemTypeCPUInput : OrtMemTypeDefault;
   };
@@ -550,6 +583,16 @@ OpDef::OpDef(const char* name_, const char* ep_, std::vector<ONNXTensorElementDa
   ReleaseMayInplace = ReleaseIndexPair;
   GetAliasMap = NoPairs;
   ReleaseAliasMap = ReleaseIndexPair;
+}
+
+OpDef* OptionalOutputs(OpDef* def, std::vector<bool> optional) {
+  def->out_optional = std::move(optional);
+  return def;
+}
+
+void OpDef::UseKvCacheOutputs() {
+  kv_cache_outputs = true;
+  GetMayInplace = KvCacheMayInplace;
 }
 
 OrtStatus* AdamUpdateArity(OrtKernelContext* ctx, size_t* n_params) {
@@ -577,6 +620,7 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL Regist
     mn::AddCpuOps(&ops);
     mn::AddCpuOptimOps(&ops);
     mn::AddCpuFusedOps(&ops);
+    mn::AddCpuRopeAttentionOps(&ops);  // cpu_rope_attention.cc
     mn::AddCpuDecodeLinearOps(&ops);  // cpu_decode_linear.cc
     mn::AddCpuFlashOps(&ops);  // cpu_flash.cc
     mn::AddCpuLossOps(&ops);   // cpu_losses.cc

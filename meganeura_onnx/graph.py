@@ -21,6 +21,7 @@ from .ops.losses import LossBuilders
 from .ops.norm import NormBuilders
 from .ops.reduce import ReduceBuilders
 from .ops.rope import RopeBuilders
+from .ops.rope_attention import RopeAttentionBuilders
 from .ops.shape import ShapeBuilders
 
 
@@ -33,6 +34,7 @@ class Graph(
     LossBuilders,
     NormBuilders,
     RopeBuilders,
+    RopeAttentionBuilders,
     AttentionBuilders,
     FlashAttentionBuilders,
     EmbeddingBuilders,

@@ -32,7 +32,7 @@ from meganeura_onnx.ops.table import INT64_MAX, Attr, CustomOp
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "custom_ops"
 # Each execution provider's registration rows, spread over the files that hold its kernel classes.
 REGISTRY_FILES = {
-    "CPU": ("cpu_kernels.cc", "cpu_fused.cc", "cpu_flash.cc", "cpu_decode_linear.cc", "cpu_losses.cc"),
+    "CPU": ("cpu_kernels.cc", "cpu_fused.cc", "cpu_rope_attention.cc", "cpu_flash.cc", "cpu_decode_linear.cc", "cpu_losses.cc"),
     "CUDA": ("cuda_ops.cc", "cuda_fused_ops.cc", "cuda_flash_ops.cc", "cuda_decode_linear_ops.cc", "cuda_losses_ops.cc"),
 }
 ATTR_FILES = (
@@ -41,6 +41,7 @@ ATTR_FILES = (
     "cuda_ops.cc",
     "optim_kernels.cc",
     "cpu_fused.cc",
+    "cpu_rope_attention.cc",
     "cpu_flash.cc",
     "cpu_decode_linear.cc",
     "cpu_losses.cc",
@@ -59,6 +60,8 @@ ROW = re.compile(
     r"new OpDef\(\"(?P<name>\w+)\",\s*ep,\s*\{(?P<ins>[^}]*)\},\s*\{(?P<outs>[^}]*)\},\s*\{(?P<opt>[^}]*)\},\s*"
     r"\{(?P<cpu>[^}]*)\},\s*\w+::Create,\s*(?P<shape_from>-?\d+)(?:,\s*/\*cache_inplace=\*/(?P<inplace>true|false))?\)"
 )
+# A row followed by this call registers outputs 1 and 2 as inputs 3 and 4 written in place (op_common.h).
+KV_CACHE_OUTPUTS = re.compile(r"\)\);\s*ops->back\(\)->UseKvCacheOutputs\(\);")
 ATTR_READ = re.compile(r"Attr(?P<kind>Int|Float)\(info,\s*\"(?P<op>\w+)\",\s*\"(?P<attr>\w+)\",\s*[^,]+,\s*(?P<dflt>nullptr|&\w+)\)")
 
 
@@ -83,6 +86,7 @@ def registry_disagreements(
 ) -> list[str]:
     """Differences between the registration rows in ``source`` and the schemas (and their half_types)."""
     rows = {m["name"]: m for m in ROW.finditer(source)}
+    kv_outputs = {m["name"] for m in ROW.finditer(source) if KV_CACHE_OUTPUTS.match(source, m.end() - 1)}
     element_types = registered_element_types(source)
     problems = (
         [f"{where}: registers {sorted(set(rows) - set(schemas))}, which the op table does not declare"] if set(rows) - set(schemas) else []
@@ -106,6 +110,9 @@ def registry_disagreements(
             problems.append(
                 f"{where}: {name} is registered for {sorted(element_types.get(name, set()))}, the table says {sorted(want_types)}"
             )
+        pairs = (("k_cache", "k_cache_out"), ("v_cache", "v_cache_out")) if name in kv_outputs else ()
+        if pairs != schema.inplace_pairs:
+            problems.append(f"{where}: {name} writes {list(pairs)} in place, the table's in-place pairs are {list(schema.inplace_pairs)}")
         inplace = row["inplace"] == "true"
         if inplace != (schema.inplace_input is not None):
             problems.append(f"{where}: {name} cache_inplace={inplace}, the table's in-place input is {schema.inplace_input}")

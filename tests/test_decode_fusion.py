@@ -23,10 +23,7 @@ decode_layer_nodes = decode_kernels.decode_layer_nodes
 
 LAYER_KERNELS = {
     "RMSNormLinear": 1,  # input norm + q/k/v
-    "Rope": 1,  # q
-    "RopeCacheWrite": 1,  # k
-    "CacheWrite": 1,  # v
-    "CachedAttention": 1,
+    "RopeCachedAttention": 1,  # rope of q and k, the k/v cache writes, attention
     "LinearResidual": 2,  # o_proj + residual, down_proj + residual
     "RMSNormSwiGLU": 1,  # post-attention norm + gate/up + SwiGLU
 }
@@ -90,9 +87,9 @@ def test_optimized_decode_step_gives_the_logits_and_caches_of_the_plain_one():
     fused, plain = fused_cpu_session(g, params), build_inference_session(g, "cpu", parameters=params, optimize=False)
     kernels = fused.plan().kernels()
     if custom_op_library("cpu") is not None:
-        assert {"RopeCacheWrite", "RMSNormLinear", "RMSNormSwiGLU", "LinearResidual"} <= set(kernels), kernels
+        assert {"RopeCachedAttention", "RMSNormLinear", "RMSNormSwiGLU", "LinearResidual"} <= set(kernels), kernels
     fired = fused.report.rules_fired
-    assert fired.get("rope_then_cache_write") == 2, fused.report.summary()
+    assert fired.get("rope_then_cache_write") == 2 and fired.get("fuse_rope_cached_attention") == 2, fused.report.summary()
     # per layer: q/k/v and gate/up; the final norm with the LM head is a group of one; o_proj and down_proj
     assert fired.get("fuse_rms_norm_swiglu") == 2 and fired.get("fuse_rms_norm_linear") == 3, fused.report.summary()
     assert fired.get("fuse_linear_residual") == 4, fused.report.summary()
@@ -108,14 +105,14 @@ def test_optimized_decode_step_running_function_bodies_matches_the_plain_one():
     params = default_parameters(g, 5)
     bodies = fused_cpu_session(g, params, use_custom_ops=False)
     plain = build_inference_session(g, parameters=params, optimize=False, use_custom_ops=False)
-    assert set(bodies.plan().kernels()) >= {"RopeCacheWrite", "RMSNormLinear", "RMSNormSwiGLU", "LinearResidual"}
+    assert set(bodies.plan().kernels()) >= {"RopeCachedAttention", "RMSNormLinear", "RMSNormSwiGLU", "LinearResidual"}
     assert set(bodies.plan().kernels().values()) == {"function"}
     for step, (got, want) in enumerate(feed_steps(bodies, plain, steps=4, seed=1)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"step {step}")
 
 
 def test_fp16_lowering_for_cuda_keeps_both_kv_caches_in_half_and_never_casts_them():
-    """The precision pass as a CUDA session runs it: RopeCacheWrite and RMSNormSwiGLU take half, so the K
+    """The precision pass as a CUDA session runs it: RopeCachedAttention and RMSNormSwiGLU take half, so the K
     cache is stored in half like the V cache and no Cast copies a cache (checked on the model, no GPU)."""
     from meganeura_onnx.export import to_model
     from meganeura_onnx.export.precision import half_storage_inputs, lower_precision
@@ -128,7 +125,7 @@ def test_fp16_lowering_for_cuda_keeps_both_kv_caches_in_half_and_never_casts_the
     caches = set(spec.state) | set(spec.state.values())
     casts = [n.input[0] for n in lowered.graph.node if n.op_type == "Cast" and n.input[0] in caches]
     assert not casts, casts
-    fused = [n for n in lowered.graph.node if n.op_type in ("RopeCacheWrite", "RMSNormSwiGLU", "RMSNormLinear", "LinearResidual")]
+    fused = [n for n in lowered.graph.node if n.op_type in ("RopeCachedAttention", "RMSNormSwiGLU", "RMSNormLinear", "LinearResidual")]
     assert len(fused) == 11
     produced = {o: n for n in lowered.graph.node for o in n.output}
     for n in fused:  # every float input comes in half: a half tensor, not a Cast to float

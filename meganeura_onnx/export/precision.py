@@ -224,8 +224,9 @@ class _Lowering:
             # An op writing a state buffer in place (CacheWrite) runs in half only on a buffer stored
             # in half: a cast in front would make the in-place write a copy of the whole cache.
             custom = _custom_op(node.op_type)
-            written = custom.input_names().index(custom.inplace_input) if custom.inplace_input else None
-            if written is not None and written < len(node.input) and self.origin(node.input[written]) != self.half:
+            names = custom.input_names()
+            written = [names.index(i) for i in (custom.inplace_input, *(i for i, _ in custom.inplace_pairs)) if i is not None]
+            if any(k < len(node.input) and self.origin(node.input[k]) != self.half for k in written):
                 return "float32"
             return "half"
         return "float32"

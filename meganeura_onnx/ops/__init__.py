@@ -17,6 +17,7 @@ from . import (  # noqa: F401
     optim,
     reduce,
     rope,
+    rope_attention,
     shape,
 )
 from .table import OPS, Feeds, OpDef

@@ -123,21 +123,24 @@ def _batched(ctx, x: str, batch: str, width: int | str) -> str:
     return ctx.op("Reshape", x, dims(ctx, batch, -1, width))
 
 
+def cache_write_body(ctx, new: str, cache: str, kv_pos: str) -> str:
+    """Function-body nodes of ``CacheWrite`` (shared with ``rope_cached_attention``'s body).
+
+    Rank-generic: B = the number of positions (1 for the 2-D form); row t of sequence b goes to
+    index (b, kv_pos[b] + t) of the cache seen as [B, max_seq, width]."""
+    pos = ctx.op("Reshape", ctx.to_int64(kv_pos), ctx.ints([-1]))  # [B]
+    batch = ctx.op("Size", pos)
+    width = ctx.op("Squeeze", ctx.op("Shape", cache, start=-1), ctx.ints([0]))
+    new3, cache3 = _batched(ctx, new, batch, width), _batched(ctx, cache, batch, width)
+    rows = ctx.op("Add", ctx.op("Unsqueeze", pos, ctx.ints([1])), ctx.op("Unsqueeze", arange(ctx, dim(ctx, new3, 1)), ctx.ints([0])))
+    seq = ctx.op("Expand", ctx.op("Unsqueeze", arange(ctx, batch), ctx.ints([1])), ctx.op("Shape", rows))  # [B, T]
+    index = ctx.op("Concat", ctx.op("Unsqueeze", seq, ctx.ints([2])), ctx.op("Unsqueeze", rows, ctx.ints([2])), axis=2)
+    return ctx.op("Reshape", ctx.op("ScatterND", cache3, index, new3), ctx.op("Shape", cache))
+
+
 @cache_write.function_body
 def cache_write_function(opset: int):
-    # Rank-generic: B = the number of positions (1 for the 2-D form); row t of sequence b goes to
-    # index (b, kv_pos[b] + t) of the cache seen as [B, max_seq, width].
-    def body(ctx, new, cache, kv_pos):
-        pos = ctx.op("Reshape", ctx.to_int64(kv_pos), ctx.ints([-1]))  # [B]
-        batch = ctx.op("Size", pos)
-        width = ctx.op("Squeeze", ctx.op("Shape", cache, start=-1), ctx.ints([0]))
-        new3, cache3 = _batched(ctx, new, batch, width), _batched(ctx, cache, batch, width)
-        rows = ctx.op("Add", ctx.op("Unsqueeze", pos, ctx.ints([1])), ctx.op("Unsqueeze", arange(ctx, dim(ctx, new3, 1)), ctx.ints([0])))
-        seq = ctx.op("Expand", ctx.op("Unsqueeze", arange(ctx, batch), ctx.ints([1])), ctx.op("Shape", rows))  # [B, T]
-        index = ctx.op("Concat", ctx.op("Unsqueeze", seq, ctx.ints([2])), ctx.op("Unsqueeze", rows, ctx.ints([2])), axis=2)
-        return ctx.op("Reshape", ctx.op("ScatterND", cache3, index, new3), ctx.op("Shape", cache))
-
-    return function_body(cache_write.custom, body, opset)
+    return function_body(cache_write.custom, cache_write_body, opset)
 
 
 @cache_write.onnx
@@ -172,35 +175,38 @@ def _(q, k, v, kv_pos, *, num_heads, num_kv_heads, head_dim):
     return np.stack([attention_ref(q[b], k[b], v[b], *heads, p + np.arange(t)) for b, p in enumerate(positions)])
 
 
+def cached_attention_body(ctx, q: str, k: str, v: str, kv_pos: str) -> str:
+    """Function-body nodes of ``CachedAttention`` (shared with ``rope_cached_attention``'s body).
+
+    Rank-generic: B = the number of positions (1 for the 2-D form); [B, T, H, hd] queries against
+    [B, max_seq, KVH, hd] keys/values, query (b, t) seeing key j where j <= kv_pos[b] + t. Constants
+    take the queries' element type (CastLike), so float16/bfloat16 models run the body too."""
+    hd = ctx.attr_ref("head_dim", "int")
+    heads, kv_heads = ctx.attr_ref("num_heads", "int"), ctx.attr_ref("num_kv_heads", "int")
+    pos = ctx.op("Reshape", ctx.to_int64(kv_pos), ctx.ints([-1]))  # [B]
+    batch = ctx.op("Size", pos)
+    q4 = ctx.op("Reshape", q, dims(ctx, batch, -1, heads, hd))  # [B, T, H, hd]
+
+    def per_head(x: str) -> str:  # [B, S, KVH*hd] -> [B, H, S, hd], KV head h // rep for query head h
+        x5 = ctx.op("Reshape", x, dims(ctx, batch, -1, kv_heads, 1, hd))
+        x5 = ctx.op("Expand", x5, dims(ctx, 1, 1, 1, ctx.op("Div", heads, kv_heads), 1))
+        return ctx.op("Transpose", ctx.op("Reshape", x5, dims(ctx, batch, -1, heads, hd)), perm=[0, 2, 1, 3])
+
+    kh, vh = per_head(k), per_head(v)
+    scale = ctx.op("CastLike", ctx.op("Reciprocal", ctx.op("Sqrt", ctx.cast(hd, TensorProto.FLOAT))), q)
+    qh = ctx.op("Transpose", q4, perm=[0, 2, 1, 3])  # [B, H, T, hd]
+    scores = ctx.op("Mul", ctx.op("MatMul", qh, ctx.op("Transpose", kh, perm=[0, 1, 3, 2])), scale)  # [B, H, T, S]
+    qpos = ctx.op("Add", ctx.op("Unsqueeze", pos, ctx.ints([1])), ctx.op("Unsqueeze", arange(ctx, dim(ctx, q4, 1)), ctx.ints([0])))
+    kpos = arange(ctx, dim(ctx, kh, 2))  # [S]
+    hidden = ctx.op("Greater", kpos, ctx.op("Unsqueeze", qpos, ctx.ints([1, 3])))  # [B, 1, T, S]
+    scores = ctx.op("Where", hidden, ctx.op("CastLike", ctx.const(NEG_INF), scores), scores)
+    out = ctx.op("MatMul", ctx.op("Softmax", scores, axis=-1), vh)  # [B, H, T, hd]
+    return ctx.op("Reshape", ctx.op("Transpose", out, perm=[0, 2, 1, 3]), ctx.op("Shape", q))
+
+
 @cached_attention.function_body
 def cached_attention_function(opset: int):
-    # Rank-generic: B = the number of positions (1 for the 2-D form); [B, T, H, hd] queries against
-    # [B, max_seq, KVH, hd] keys/values, query (b, t) seeing key j where j <= kv_pos[b] + t. Constants
-    # take the queries' element type (CastLike), so float16/bfloat16 models run the body too.
-    def body(ctx, q, k, v, kv_pos):
-        hd = ctx.attr_ref("head_dim", "int")
-        heads, kv_heads = ctx.attr_ref("num_heads", "int"), ctx.attr_ref("num_kv_heads", "int")
-        pos = ctx.op("Reshape", ctx.to_int64(kv_pos), ctx.ints([-1]))  # [B]
-        batch = ctx.op("Size", pos)
-        q4 = ctx.op("Reshape", q, dims(ctx, batch, -1, heads, hd))  # [B, T, H, hd]
-
-        def per_head(x: str) -> str:  # [B, S, KVH*hd] -> [B, H, S, hd], KV head h // rep for query head h
-            x5 = ctx.op("Reshape", x, dims(ctx, batch, -1, kv_heads, 1, hd))
-            x5 = ctx.op("Expand", x5, dims(ctx, 1, 1, 1, ctx.op("Div", heads, kv_heads), 1))
-            return ctx.op("Transpose", ctx.op("Reshape", x5, dims(ctx, batch, -1, heads, hd)), perm=[0, 2, 1, 3])
-
-        kh, vh = per_head(k), per_head(v)
-        scale = ctx.op("CastLike", ctx.op("Reciprocal", ctx.op("Sqrt", ctx.cast(hd, TensorProto.FLOAT))), q)
-        qh = ctx.op("Transpose", q4, perm=[0, 2, 1, 3])  # [B, H, T, hd]
-        scores = ctx.op("Mul", ctx.op("MatMul", qh, ctx.op("Transpose", kh, perm=[0, 1, 3, 2])), scale)  # [B, H, T, S]
-        qpos = ctx.op("Add", ctx.op("Unsqueeze", pos, ctx.ints([1])), ctx.op("Unsqueeze", arange(ctx, dim(ctx, q4, 1)), ctx.ints([0])))
-        kpos = arange(ctx, dim(ctx, kh, 2))  # [S]
-        hidden = ctx.op("Greater", kpos, ctx.op("Unsqueeze", qpos, ctx.ints([1, 3])))  # [B, 1, T, S]
-        scores = ctx.op("Where", hidden, ctx.op("CastLike", ctx.const(NEG_INF), scores), scores)
-        out = ctx.op("MatMul", ctx.op("Softmax", scores, axis=-1), vh)  # [B, H, T, hd]
-        return ctx.op("Reshape", ctx.op("Transpose", out, perm=[0, 2, 1, 3]), ctx.op("Shape", q))
-
-    return function_body(cached_attention.custom, body, opset)
+    return function_body(cached_attention.custom, cached_attention_body, opset)
 
 
 @cached_attention.onnx

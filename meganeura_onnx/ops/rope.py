@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from ..ir import Dim, NodeId, TensorType, dim_div, dim_mul
+from ..ir import Dim, NodeId, TensorType, dim_div
 from .lowering import CUSTOM_DOMAIN, function_body
 from .onnx_util import arange, dim, dims
 from .table import (
@@ -124,32 +124,39 @@ def _(x, offset=None, *, theta, head_dim, offset_static, inverse=False, period=N
     return rope_ref(x, offset_static + int(dyn[0]) + rows, theta, head_dim, inverse)
 
 
+def rotate_body(ctx, x: str, starts: str) -> str:
+    """Function-body nodes rotating x ``[S, D]`` or ``[B, S, D]`` (the caller's ``theta`` and
+    ``head_dim`` attributes), row s of sequence b at position ``starts[b] + s`` (``starts`` int64
+    ``[n]``, n = 1 or B, broadcast against x seen as ``[(B,) S, heads, hd]``). Angles are float32 (as
+    in the kernels); cos/sin take x's element type. Shared with ``rope_cached_attention``'s body."""
+    hd = ctx.attr_ref("head_dim", "int")
+    half = ctx.op("Div", hd, ctx.const(2, np.int64))
+    rows = arange(ctx, dim(ctx, x, -2))  # [S]
+    pos = ctx.op("Add", ctx.op("Unsqueeze", starts, ctx.ints([1])), ctx.op("Unsqueeze", rows, ctx.ints([0])))  # [n, S]
+    j = ctx.cast(arange(ctx, half), TensorProto.FLOAT)
+    exponent = ctx.op("Div", ctx.op("Mul", j, ctx.const(-2.0)), ctx.cast(hd, TensorProto.FLOAT))
+    freq = ctx.op("Pow", ctx.attr_ref("theta", "float"), exponent)  # [hd/2]
+    ang = ctx.op("Mul", ctx.op("Unsqueeze", ctx.cast(pos, TensorProto.FLOAT), ctx.ints([2])), freq)  # [n, S, hd/2]
+
+    def table(fn: str) -> str:  # [n, S, 1, hd] in x's element type
+        t = ctx.op(fn, ang)
+        return ctx.op("CastLike", ctx.op("Unsqueeze", ctx.op("Concat", t, t, axis=2), ctx.ints([2])), x)
+
+    cos, sin = table("Cos"), table("Sin")
+    xh = ctx.op("Reshape", x, ctx.op("Concat", ctx.op("Shape", x, end=-1), dims(ctx, -1, hd), axis=0))  # [(B,) S, heads, hd]
+    x1 = ctx.op("Slice", xh, dims(ctx, 0), dims(ctx, half), ctx.ints([-1]))
+    x2 = ctx.op("Slice", xh, dims(ctx, half), dims(ctx, hd), ctx.ints([-1]))
+    rotated = ctx.op("Concat", ctx.op("Neg", x2), x1, axis=-1)
+    out = ctx.op("Add", ctx.op("Mul", xh, cos), ctx.op("Mul", rotated, sin))
+    return ctx.op("Reshape", out, ctx.op("Shape", x))
+
+
 @rope.function_body
 def rope_function(opset: int):
-    # Rank-generic: x [S, D] or [B, S, D]; the starts [n] (n = 1 or B) broadcast against x seen as
-    # [(B,) S, heads, hd]. Angles are float32 (as in the kernels); cos/sin take x's element type.
+    # Rank-generic: x [S, D] or [B, S, D]; the starts [n] (n = 1 or B) = offset + offset_dyn.
     def body(ctx, x, offset_dyn):
-        hd = ctx.attr_ref("head_dim", "int")
-        half = ctx.op("Div", hd, ctx.const(2, np.int64))
         starts = ctx.op("Add", ctx.attr_ref("offset", "int"), ctx.op("Reshape", ctx.to_int64(offset_dyn), ctx.ints([-1])))  # [n]
-        rows = arange(ctx, dim(ctx, x, -2))  # [S]
-        pos = ctx.op("Add", ctx.op("Unsqueeze", starts, ctx.ints([1])), ctx.op("Unsqueeze", rows, ctx.ints([0])))  # [n, S]
-        j = ctx.cast(arange(ctx, half), TensorProto.FLOAT)
-        exponent = ctx.op("Div", ctx.op("Mul", j, ctx.const(-2.0)), ctx.cast(hd, TensorProto.FLOAT))
-        freq = ctx.op("Pow", ctx.attr_ref("theta", "float"), exponent)  # [hd/2]
-        ang = ctx.op("Mul", ctx.op("Unsqueeze", ctx.cast(pos, TensorProto.FLOAT), ctx.ints([2])), freq)  # [n, S, hd/2]
-
-        def table(fn: str) -> str:  # [n, S, 1, hd] in x's element type
-            t = ctx.op(fn, ang)
-            return ctx.op("CastLike", ctx.op("Unsqueeze", ctx.op("Concat", t, t, axis=2), ctx.ints([2])), x)
-
-        cos, sin = table("Cos"), table("Sin")
-        xh = ctx.op("Reshape", x, ctx.op("Concat", ctx.op("Shape", x, end=-1), dims(ctx, -1, hd), axis=0))  # [(B,) S, heads, hd]
-        x1 = ctx.op("Slice", xh, dims(ctx, 0), dims(ctx, half), ctx.ints([-1]))
-        x2 = ctx.op("Slice", xh, dims(ctx, half), dims(ctx, hd), ctx.ints([-1]))
-        rotated = ctx.op("Concat", ctx.op("Neg", x2), x1, axis=-1)
-        out = ctx.op("Add", ctx.op("Mul", xh, cos), ctx.op("Mul", rotated, sin))
-        return ctx.op("Reshape", out, ctx.op("Shape", x))
+        return rotate_body(ctx, x, starts)
 
     return function_body(rope.custom, body, opset)
 
@@ -164,11 +171,11 @@ def _(ctx, node, x, offset=None):
         return _rope_node(ctx, x, dyn, a, shape[2])
     rows, width = shape
     period = a.get("period") or rows
-    if period != rows:  # [B*S, D] -> [S, B*D]: row s of every sequence shares position s, one Rope
-        blocks = dim_div(rows, period)
-        x = ctx.reshape(ctx.op("Transpose", ctx.reshape(x, [blocks, period, width]), perm=[1, 0, 2]), [period, -1])
-        y = _rope_node(ctx, x, dyn, a, dim_mul(width, blocks))
-        return ctx.reshape(ctx.op("Transpose", ctx.reshape(y, [period, blocks, width]), perm=[1, 0, 2]), [rows, width])
+    if period != rows:  # [B*S, D] seen as the batch [B, S, D] of sequences starting at the same position: one Rope, no copy
+        x3 = ctx.reshape(x, [dim_div(rows, period), period, width])
+        y = _rope_node(ctx, x3, dyn, a, width)
+        ctx.note_shape(y, ctx.static_shapes.get(x3))  # the attention lowering reshapes it back to 3-D: that folds
+        return ctx.reshape(y, [rows, width])
     return _rope_node(ctx, x, dyn, a, width)
 
 

@@ -233,6 +233,9 @@ class CustomOp:
     attrs: tuple[Attr, ...] = ()
     inplace_input: str | None = None
     """ONNX input whose buffer output 0 may reuse (the kernel writes it in place)."""
+    inplace_pairs: tuple[tuple[str, str], ...] = ()
+    """(input, output) pairs of an op with several in-place outputs (``RopeCachedAttention``'s two
+    caches): each output may reuse its input's buffer (the kernel writes it in place)."""
     relations: tuple[str, ...] = ()
     """Conditions between attributes the kernels check too, as Python expressions over their names."""
     variadic_inputs: tuple[TensorArg, ...] = ()
@@ -335,6 +338,9 @@ class OpDef:
     """The ``com.meganeura`` op this lowers to (None for ops lowered to standard ONNX only)."""
     inplace_input: str | None = None
     """The input this op writes in place: an ``input`` leaf there is session state (a KV cache)."""
+    inplace_by_index: Mapping[int, str] = field(default_factory=dict)
+    """For an op whose IR nodes are the outputs of one ONNX node (an ``index`` attribute): output
+    index -> the input that output is, written in place (``rope_cached_attention``'s caches)."""
     positions: tuple[Position, ...] = ()
     """U32 position inputs and their limits (sessions check fed values against them)."""
     init_roles: Mapping[str, str] = field(default_factory=dict)
@@ -385,6 +391,16 @@ class OpDef:
         """Register ``fn(g, rng) -> (NodeId, feeds)``: a small graph using this op, with its data."""
         self.examples.append(fn)
         return fn
+
+    def written_input(self, attrs: Mapping[str, Any]) -> str | None:
+        """The input a node of this op with ``attrs`` writes in place (None: it writes nothing)."""
+        if self.inplace_by_index:
+            return self.inplace_by_index.get(attrs.get("index", 0))
+        return self.inplace_input
+
+    def writes_in_place(self) -> bool:
+        """Whether any node of this op writes an input in place."""
+        return self.inplace_input is not None or bool(self.inplace_by_index)
 
     def attr(self, name: str) -> Attr:
         """The declaration of attribute ``name``."""

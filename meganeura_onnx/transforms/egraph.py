@@ -79,7 +79,7 @@ class AttrKeys:
 def writes_in_place(d: OpDef) -> bool:
     """Ops whose node updates a buffer in place (the table's ``inplace_input``): never merged with an
     equal-looking node."""
-    return d.inplace_input is not None
+    return d.writes_in_place()
 
 
 def arities(d: OpDef) -> range:

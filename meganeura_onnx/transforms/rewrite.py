@@ -40,6 +40,7 @@ from ..ir import DType, Node, TensorType, postorder
 from ..ops import OPS
 from .decode_fusion import fuse_norm_projections
 from .egraph import ENode, Limits, Saturated, saturate, table_rules
+from .rope_attention_fusion import fuse_rope_attention
 
 KERNEL_BYTES = 8 << 20
 __all__ = ["KERNEL_BYTES", "Limits", "OptimizeReport", "optimize"]
@@ -238,12 +239,19 @@ def _dag_cost(sat: Saturated, costs: list[int | None], choice: dict[int, int], o
 
 # -- the public pass --------------------------------------------------------------------------------
 def optimize(
-    graph: Graph, *, limits: Limits | None = None, stage: str = "forward", decode_fusion: bool = True
+    graph: Graph,
+    *,
+    limits: Limits | None = None,
+    stage: str = "forward",
+    decode_fusion: bool = True,
+    rope_attention: bool | None = None,
 ) -> tuple[Graph, OptimizeReport]:
     """A new graph with the op table's rewrites applied, and the report. ``graph`` is not modified; it is
     returned itself when no rule matched or extraction finds nothing cheaper. Node counts in the
     report are of the nodes the outputs depend on. ``stage="inference"`` with ``decode_fusion`` (the
-    default) also fuses decode-step norms into their projections (:mod:`.decode_fusion`)."""
+    default) also fuses decode-step norms into their projections (:mod:`.decode_fusion`), and with
+    ``rope_attention`` (default: as ``decode_fusion``) a decode step's rope and cache writes into its
+    attention (:mod:`.rope_attention_fusion`)."""
     t0 = time.perf_counter()
     nodes = graph.nodes()
     sat = saturate(nodes, table_rules(), limits or Limits())
@@ -285,9 +293,24 @@ def optimize(
             report.nodes_after, report.kept_input = len(live_after), False
             report.rules_fired = {**report.rules_fired, **{f"fuse_{op}": k for op, k in made.items()}}
             report.seconds = time.perf_counter() - t0
+    if stage == "inference" and (decode_fusion if rope_attention is None else rope_attention):
+        out, ops_after = _fuse_rope_attention(out, report, ops_after, t0)
     report.fusions = {op: ops_after[op] - ops_before[op] for op in sorted(ops_after) if ops_after[op] > ops_before[op]}
     report.removed = {op: ops_before[op] - ops_after[op] for op in sorted(ops_before) if ops_before[op] > ops_after[op]}
     return out, report
+
+
+def _fuse_rope_attention(graph: Graph, report: OptimizeReport, ops_after: Counter, t0: float) -> tuple[Graph, Counter]:
+    """The decode attention's rope and cache writes fused into it (:mod:`.rope_attention_fusion`,
+    last: its cache nodes are read by no node); the report updated."""
+    out, made = fuse_rope_attention(graph)
+    if not made:
+        return graph, ops_after
+    live = _live(out.nodes(), out.outputs())
+    report.nodes_after, report.kept_input = len(live), False
+    report.rules_fired = {**report.rules_fired, "fuse_rope_cached_attention": made}
+    report.seconds = time.perf_counter() - t0
+    return out, Counter(n.op for n in live if not OPS[n.op].leaf)
 
 
 def _live(nodes: list[Node], outputs: list[int]) -> list[Node]:

@@ -1,0 +1,36 @@
+// RopeCachedAttention: a decode step's rope, cache writes and attention in one op. Attribute reading
+// and input checks shared by the CPU kernel (cpu_rope_attention.cc) and the CUDA glue (cuda_ops.cc).
+//
+//   k_cache' = k_cache with rows [kv_pos[b], kv_pos[b] + T) of sequence b = Rope(k_new) at those positions
+//   v_cache' = v_cache with the same rows = v_new
+//   out      = CachedAttention(Rope(q) at positions kv_pos[b] + t, k_cache', v_cache', kv_pos)
+//
+// q [T, H*hd], k_new/v_new [T, KVH*hd], caches [max_seq, KVH*hd], kv_pos [1]; or the batched forms
+// [B, T, ...], [B, max_seq, ...], kv_pos [B]. Outputs 1 and 2 are the caches, written in place when ORT
+// hands the kernel the input buffers (OpDef::UseKvCacheOutputs), else copied first.
+#pragma once
+
+#include <vector>
+
+#include "op_common.h"
+
+namespace mn {
+
+struct RopeAttnAttrs {
+  AttnAttrs heads;  // num_heads, num_kv_heads, head_dim, check_positions
+  float theta;
+};
+OrtStatus* ReadRopeAttnAttrs(const OrtKernelInfo* info, RopeAttnAttrs* a);
+// The attention problem of q and the caches (AttnProblem: kv_pos read when host_positions), and
+// k_new/v_new checked against it.
+OrtStatus* CheckRopeCachedAttention(const RopeAttnAttrs& a, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
+                                    const Tensor& k_cache, const Tensor& v_cache, const Tensor& kv_pos, AttnProblem* p,
+                                    bool host_positions = true);
+
+// The CPU CachedAttention kernel's work (cpu_kernels.cc) on checked inputs of p.type, for the fused op.
+OrtStatus* CachedAttentionCpuRun(OrtKernelContext* ctx, const AttnProblem& p, const void* q, const void* k, const void* v,
+                                 void* out);
+
+void AddCpuRopeAttentionOps(std::vector<OpDef*>* ops);
+
+}  // namespace mn
