@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 from meganeura_onnx.runtime import custom_ops
 from meganeura_onnx.runtime.custom_ops import custom_op_library
 from meganeura_onnx.runtime.liveness import depth_first_order, liveness, memory_order, without_recompute
-from meganeura_onnx.runtime.session import apply_session_options
+from meganeura_onnx.runtime.ort_session import apply_session_options
 from meganeura_onnx.runtime.training import TRAIN_SESSION_OPTIONS, build_session, compile_program
 from meganeura_onnx.transforms.optimizer import OptimizerSpec
 
