@@ -376,8 +376,8 @@ class LinearResidualCpu : public Kernel {
  private:
   template <class T>
   OrtStatus* Run(OrtKernelContext* ctx, const LinearResidualCall& c) {
-    std::vector<float> xf(c.M * c.K);
-    for (int64_t m = 0; m < c.M; ++m) ToFloatRow(static_cast<const T*>(c.x.data) + m * c.K, xf.data() + m * c.K, c.K);
+    std::vector<float> xf(c.M * c.K);  // K = 0: no rows to read (x's data may be null), the product is zeros
+    for (int64_t m = 0; c.K > 0 && m < c.M; ++m) ToFloatRow(static_cast<const T*>(c.x.data) + m * c.K, xf.data() + m * c.K, c.K);
     const T* residual = static_cast<const T*>(c.residual.data);
     return ProjectRows<T>(ctx, xf.data(), c.M, c.K, trans_b_, {static_cast<const T*>(c.w.data)}, {c.N},
                           [&](size_t, int64_t n0, int64_t width, const float* acc, float* row, float*) {

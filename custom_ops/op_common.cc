@@ -86,6 +86,16 @@ OrtStatus* GetOutput(OrtKernelContext* ctx, size_t index, const std::vector<int6
   return g_api->GetTensorMutableData(v, data);
 }
 
+OrtStatus* GetOptionalOutput(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape, void** data) {
+  *data = nullptr;
+  size_t count = 0;
+  MN_RETURN_IF(g_api->KernelContext_GetOutputCount(ctx, &count));
+  if (index >= count) return nullptr;
+  OrtValue* v = nullptr;
+  MN_RETURN_IF(g_api->KernelContext_GetOutput(ctx, index, shape.data(), shape.size(), &v));
+  return v == nullptr ? nullptr : g_api->GetTensorMutableData(v, data);  // nullptr: optional and absent
+}
+
 OrtStatus* CheckFloatTensor(const char* op, const char* arg, const Tensor& t, size_t rank) {
   if (!t.present) return MN_INVALID("%s: input '%s' is missing", op, arg);
   if (!IsFloatType(t.type))
@@ -550,7 +560,10 @@ OpDef::OpDef(const char* name_, const char* ep_, std::vector<ONNXTensorElementDa
   GetInputCharacteristic = [](const OrtCustomOp* op, size_t i) {
     return Self(op)->in_optional[i] ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
   };
-  GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
+  GetOutputCharacteristic = [](const OrtCustomOp* op, size_t i) {
+    const auto& opt = Self(op)->out_optional;
+    return i < opt.size() && opt[i] ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+  };
   GetInputMemoryType = [](const OrtCustomOp* op, size_t i) {
     return Self(op)->in_cpu[i] ? OrtMemTypeCPUInput : OrtMemTypeDefault;
   };
@@ -570,6 +583,11 @@ OpDef::OpDef(const char* name_, const char* ep_, std::vector<ONNXTensorElementDa
   ReleaseMayInplace = ReleaseIndexPair;
   GetAliasMap = NoPairs;
   ReleaseAliasMap = ReleaseIndexPair;
+}
+
+OpDef* OptionalOutputs(OpDef* def, std::vector<bool> optional) {
+  def->out_optional = std::move(optional);
+  return def;
 }
 
 void OpDef::UseKvCacheOutputs() {

@@ -62,6 +62,8 @@ OrtStatus* GetInput(OrtKernelContext* ctx, size_t index, Tensor* out);
 // Allocates output `index` with `shape` and returns its data pointer.
 OrtStatus* GetOutput(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape, float** data);
 OrtStatus* GetOutput(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape, void** data);
+// An optional output: *data = nullptr when the node does not have it (fewer outputs, or an empty name).
+OrtStatus* GetOptionalOutput(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape, void** data);
 
 // Checks the element type and rank of an input, naming op/argument/shape on failure.
 OrtStatus* CheckTensor(const char* op, const char* arg, const Tensor& t, ONNXTensorElementDataType type, size_t rank);
@@ -164,6 +166,7 @@ struct OpDef : OrtCustomOp {
   bool cache_inplace;  // output 0 may reuse input 1 (CacheWrite)
   // Output 0's type/shape: that of input `shape_from` (>= 0), or ScatterAdd's [num_rows, src.shape[1]] (-1).
   int shape_from;
+  std::vector<bool> out_optional;  // empty: every output required (see OptionalOutputs)
   // RopeCachedAttention: outputs 1 and 2 are inputs 3 and 4 (the K and V caches), with their shapes; each
   // may reuse its cache's buffer (written in place). Set by UseKvCacheOutputs after construction.
   bool kv_cache_outputs = false;
@@ -172,6 +175,9 @@ struct OpDef : OrtCustomOp {
         std::vector<ONNXTensorElementDataType> out, std::vector<bool> optional, std::vector<bool> cpu_inputs,
         KernelFactory factory, int shape_from, bool cache_inplace = false);
 };
+
+// `def` with the outputs flagged in `optional` declared optional (a node may leave them out); returns `def`.
+OpDef* OptionalOutputs(OpDef* def, std::vector<bool> optional);
 
 // Number of times a CacheWrite kernel had to copy the whole cache because ORT gave it an
 // output buffer distinct from the cache input (exported for tests as MeganeuraCacheWriteFullCopies).

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from ..ir import Dim, NodeId, TensorType, dim_div, dim_mul
+from ..ir import Dim, NodeId, TensorType, dim_div
 from .lowering import CUSTOM_DOMAIN, function_body
 from .onnx_util import arange, dim, dims
 from .table import (
@@ -171,11 +171,11 @@ def _(ctx, node, x, offset=None):
         return _rope_node(ctx, x, dyn, a, shape[2])
     rows, width = shape
     period = a.get("period") or rows
-    if period != rows:  # [B*S, D] -> [S, B*D]: row s of every sequence shares position s, one Rope
-        blocks = dim_div(rows, period)
-        x = ctx.reshape(ctx.op("Transpose", ctx.reshape(x, [blocks, period, width]), perm=[1, 0, 2]), [period, -1])
-        y = _rope_node(ctx, x, dyn, a, dim_mul(width, blocks))
-        return ctx.reshape(ctx.op("Transpose", ctx.reshape(y, [period, blocks, width]), perm=[1, 0, 2]), [rows, width])
+    if period != rows:  # [B*S, D] seen as the batch [B, S, D] of sequences starting at the same position: one Rope, no copy
+        x3 = ctx.reshape(x, [dim_div(rows, period), period, width])
+        y = _rope_node(ctx, x3, dyn, a, width)
+        ctx.note_shape(y, ctx.static_shapes.get(x3))  # the attention lowering reshapes it back to 3-D: that folds
+        return ctx.reshape(y, [rows, width])
     return _rope_node(ctx, x, dyn, a, width)
 
 
