@@ -299,7 +299,7 @@ def ort_profile(cfg: dict, params: dict, out: Path) -> dict:
     import onnxruntime as ort
 
     from meganeura_onnx.runtime import custom_ops
-    from meganeura_onnx.runtime.session import apply_session_options
+    from meganeura_onnx.runtime.ort_session import apply_session_options
     from meganeura_onnx.runtime.training import TRAIN_SESSION_OPTIONS
 
     s = _session(cfg, params, out)

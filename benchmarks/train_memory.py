@@ -3,8 +3,8 @@
     python benchmarks/train_memory.py OUT_DIR [--layers 30] [--batch 8] [--seq 256]
         [--ort-layers 2] [--ort-batch 2] [--ort-steps 3] [--skip-ort]
 
-1. Liveness of the exported train-step model (``meganeura_onnx.runtime.liveness``) of the
-   SmolLM2-135M-shaped decoder that ``benchmarks/train_gpu.py`` trains (AdamW, fused update, index
+1. The node count by op type and the liveness (``meganeura_onnx.runtime.liveness``) of the exported
+   train-step model of the SmolLM2-135M-shaped decoder that ``benchmarks/train_gpu.py`` trains (AdamW, fused update, index
    labels): the bytes of intermediate tensors live at each node, the peak and the tensors that make
    it up: as exported (the memory-aware order, SwiGLU's output recomputed for the backward pass),
    and without the recomputation in the memory-aware order and in a depth-first order from the
@@ -89,7 +89,18 @@ def analyse(model) -> dict:
         res["held_gb"] = live.held_bytes / 1e9
         res["lower_bound_gb"] = live.lower_bound_bytes / 1e9
     res["nodes"] = len(model.graph.node)
+    res["nodes_by_op_type"] = nodes_by_op_type(model)
+    print(f"{res['nodes']} ONNX nodes:", ", ".join(f"{op} {n}" for op, n in res["nodes_by_op_type"].items()))
     return res
+
+
+def nodes_by_op_type(model) -> dict[str, int]:
+    """How many nodes of each op type the exported model has (the ONNX file, before ORT's own
+    fusions), most first."""
+    counts: dict[str, int] = {}
+    for n in model.graph.node:
+        counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _by_op(tensors: list) -> dict:

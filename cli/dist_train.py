@@ -82,6 +82,12 @@ class DataParallelRun:
 
         return DataParallelSession(graph, device=self.device, context=self.context, **kwargs)
 
+    def close(self) -> None:
+        """After the last step of every rank: leave the process group cleanly."""
+        from meganeura_onnx.runtime.distributed import leave_distributed
+
+        leave_distributed()
+
     def shard(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """This rank's rows of a global batch (equal, contiguous shards)."""
         out = {}

@@ -273,6 +273,8 @@ def train(
         sys.exit(130)
     if export_path and loop.main:
         _export_trained(session, predict, export_path)
+    if dist:
+        dist.close()
 
 
 def _checked_options(device, precision, nproc_per_node, sets, checkpoint, export_path, resume) -> dict:

@@ -2,7 +2,8 @@
 //   SwiGLU          out = gate * sigmoid(gate) * up, one pass instead of ORT's QuickGelu + Mul;
 //   SwiGLUGrad      SwiGLU's backward: dgate = dy * up * silu'(gate) and dup = dy * silu(gate) in one pass
 //                   (decomposed: about ten elementwise nodes, each a pass over the tensors);
-//   RMSNormGrad     RMSNorm's dx per row, 1/rms recomputed in float32: one pass over x and dy;
+//   RMSNormGrad     RMSNorm's dx per row, 1/rms recomputed in float32, and the weight's gradient
+//                   (a float32 sum over the rows): one pass over x and dy;
 //   RopeCacheWrite  rotate the new key rows and write them into the KV cache in place, one pass
 //                   instead of Rope + CacheWrite (the rotated rows never go through memory).
 #include <algorithm>
@@ -126,6 +127,7 @@ constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
 constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+constexpr auto FP32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;  // float32 whatever T is (dweight)
 
 class SwiGLUCpu : public Kernel {
  public:
@@ -269,7 +271,10 @@ class SwiGLUGradCpu : public Kernel {
 #endif
 };
 
-// dx = r * gx - x * r^3 * mean(gx * x) per row, r = 1 / sqrt(mean(x^2) + eps), gx = dy * weight.
+// dx = r * gx - x * r^3 * mean(gx * x) per row, r = 1 / sqrt(mean(x^2) + eps), gx = dy * weight; and,
+// when the node has its second output, dweight = sum over rows of dy * x * r (float32): each chunk of
+// rows adds into its own float32 partial row, then the partials are summed in chunk order. The chunks
+// depend on the shape only, so the sum is the same for every thread count (deterministic).
 class RMSNormGradCpu : public Kernel {
  public:
   explicit RMSNormGradCpu(float eps) : eps_(eps) {}
@@ -287,31 +292,44 @@ class RMSNormGradCpu : public Kernel {
     MN_RETURN_IF(CheckRMSNormGrad(x, w, dy));
     void* dx = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, x.shape, &dx));
+    float* dw = nullptr;
+    MN_RETURN_IF(RMSNormGradWeightOutput(ctx, w.shape, &dw));
     const int64_t rows = x.shape[0], n = x.shape[1];
-    return DispatchFloat(x.type, [&](auto tag) {
+    Chunks ch(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n)), 256);
+    std::vector<float> partial(dw != nullptr ? static_cast<size_t>(ch.count * n) : 0, 0.0f);
+    OrtStatus* st = DispatchFloat(x.type, [&](auto tag) {
       using T = decltype(tag);
       const T *xs = static_cast<const T*>(x.data), *ws = static_cast<const T*>(w.data), *ds = static_cast<const T*>(dy.data);
       T* out = static_cast<T*>(dx);
       std::vector<float> wf(n);
       ToFloatRow(ws, wf.data(), n);
-      Chunks ch(rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n)), 256);
       return ParallelFor(ctx, ch.count, [&](size_t c) {
         std::vector<float> buf(std::is_same<T, float>::value ? 0 : 3 * n);  // half types: the row in float32
-        for (int64_t r = ch.begin(c); r < ch.end(c); ++r) Row(xs + r * n, wf.data(), ds + r * n, out + r * n, n, buf.data());
+        float* acc = dw != nullptr ? partial.data() + c * n : nullptr;
+        for (int64_t r = ch.begin(c); r < ch.end(c); ++r) Row(xs + r * n, wf.data(), ds + r * n, out + r * n, acc, n, buf.data());
       });
     });
+    if (st != nullptr || dw == nullptr) return st;
+    std::fill(dw, dw + n, 0.0f);
+    for (int64_t c = 0; c < ch.count; ++c) {
+      const float* p = partial.data() + c * n;
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) dw[i] += p[i];
+    }
+    return nullptr;
   }
 
  private:
-  void Row(const float* x, const float* w, const float* dy, float* dx, int64_t n, float*) const { RowF(x, w, dy, dx, n); }
+  void Row(const float* x, const float* w, const float* dy, float* dx, float* acc, int64_t n, float*) const { RowF(x, w, dy, dx, acc, n); }
   template <class T>
-  void Row(const T* x, const float* w, const T* dy, T* dx, int64_t n, float* buf) const {
+  void Row(const T* x, const float* w, const T* dy, T* dx, float* acc, int64_t n, float* buf) const {
     ToFloatRow(x, buf, n);
     ToFloatRow(dy, buf + n, n);
-    RowF(buf, w, buf + n, buf + 2 * n, n);
+    RowF(buf, w, buf + n, buf + 2 * n, acc, n);
     FromFloatRow(buf + 2 * n, dx, n);
   }
-  void RowF(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ dy, float* __restrict__ dx, int64_t n) const {
+  void RowF(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ dy, float* __restrict__ dx,
+            float* __restrict__ acc, int64_t n) const {
     float ss = 0.0f, gxx = 0.0f;
 #pragma omp simd reduction(+ : ss, gxx)
     for (int64_t i = 0; i < n; ++i) {
@@ -323,6 +341,9 @@ class RMSNormGradCpu : public Kernel {
     const float c = r * r * r * gxx * inv_n;
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) dx[i] = r * (dy[i] * w[i]) - x[i] * c;
+    if (acc == nullptr) return;
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) acc[i] += dy[i] * (x[i] * r);
   }
   float eps_;
 };
@@ -375,7 +396,8 @@ void AddCpuFusedOps(std::vector<OpDef*>* ops) {
   const char* ep = "CPUExecutionProvider";
   for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
     ops->push_back(new OpDef("SwiGLU", ep, {T, T}, {T}, {false, false}, {false, false}, SwiGLUCpu::Create, 0));
-    ops->push_back(new OpDef("RMSNormGrad", ep, {T, T, T}, {T}, {false, false, false}, {false, false, false}, RMSNormGradCpu::Create, 0));
+    ops->push_back(NewRMSNormGradOpDef(
+        new OpDef("RMSNormGrad", ep, {T, T, T}, {T, FP32}, {false, false, false}, {false, false, false}, RMSNormGradCpu::Create, 0)));
     ops->push_back(new OpDef("SwiGLUGrad", ep, {T, T, T}, {T, T}, {false, false, false}, {false, false, false}, SwiGLUGradCpu::Create, 0));
     ops->push_back(new OpDef("RopeCacheWrite", ep, {T, T, ANY}, {T}, {false, false, false}, {false, false, false},
                              RopeCacheWriteCpu::Create, 1, /*cache_inplace=*/true));

@@ -12,7 +12,7 @@
 //
 // One warp owns 16 rows (its "row operand" X1, X2 kept as raw A fragments in registers); the block's
 // warps stream the other operand through shared memory in tiles of BC rows (cp.async, double
-// buffered: StreamTiles). Per tile, two GEMMs into float32 (one Gemm<T, D, BC> serves every kernel):
+// buffered: NextTile). Per tile, two GEMMs into float32 (one Gemm<T, D, BC> serves every kernel):
 //   forward (rows = queries of one head, tiles = keys of its KV head):
 //     S = Q K^T; online softmax (running max and sum per row);  Y += P V;  LSE = max + log(sum)
 //   dQ kernel (rows = queries of one head, tiles = keys of its KV head):
@@ -59,7 +59,10 @@ __global__ void __launch_bounds__(32 * W) GradQ(const T* __restrict__ q, const T
     LoadTileAsync<T, D, BC, NT>(Vs[n & 1], v, b, p.S, p.KVH, kh, p.hd, int64_t(n) * BC, kend);
     CpAsyncCommit();
   };
-  StreamTiles(int((kend + BC - 1) / BC), issue, [&](int n) {
+  const int n_tiles = int((kend + BC - 1) / BC);
+  if (n_tiles > 0) issue(0);
+  for (int n = 0; n < n_tiles; ++n) {
+    NextTile(n, n_tiles, issue);
     float s[BC / 8][4], dp[BC / 8][4];
     G::RowsTileT(s, qa, Ks[n & 1]);
     G::RowsTileT(dp, da, Vs[n & 1]);
@@ -73,7 +76,8 @@ __global__ void __launch_bounds__(32 * W) GradQ(const T* __restrict__ q, const T
         s[nt][e] = pr * (dp[nt][e] - di[e >> 1]);  // dS
       }
     G::AccTile(acc, s, Ks[n & 1]);
-  });
+    __syncthreads();  // the next issue overwrites this buffer
+  }
   StoreRows<T, D>(dq, acc, b, p.T, p.H, h, p.hd, r0, p.T, p.scale);
 }
 
@@ -113,7 +117,10 @@ __global__ void __launch_bounds__(32 * W) GradKV(const T* __restrict__ q, const 
       Ds[n & 1][c] = i < p.T ? dsum[row] : 0.f;
     }
   };
-  StreamTiles(per_head * int(heads), issue, [&](int n) {
+  const int n_tiles = per_head * int(heads);
+  if (n_tiles > 0) issue(0);
+  for (int n = 0; n < n_tiles; ++n) {
+    NextTile(n, n_tiles, issue);
     const T *Qt = Qs[n & 1], *dOt = dOs[n & 1];
     const float *Lt = Ls[n & 1], *Dt = Ds[n & 1];
     const int64_t c0 = istart + int64_t(n % per_head) * BC;
@@ -133,7 +140,8 @@ __global__ void __launch_bounds__(32 * W) GradKV(const T* __restrict__ q, const 
       }
     G::AccTile(dva, s, dOt);
     G::AccTile(dka, dp, Qt);
-  });
+    __syncthreads();  // the next issue overwrites this buffer
+  }
   if (partial == nullptr) {
     StoreRows<T, D>(dk, dka, b, p.S, p.KVH, kh, p.hd, r0, p.S, p.scale);
     StoreRows<T, D>(dv, dva, b, p.S, p.KVH, kh, p.hd, r0, p.S, 1.f);
@@ -184,7 +192,10 @@ __global__ void __launch_bounds__(32 * W) Forward(const T* __restrict__ q, const
     LoadTileAsync<T, D, BC, NT>(Vs[n & 1], v, b, p.S, p.KVH, kh, p.hd, int64_t(n) * BC, kend);
     CpAsyncCommit();
   };
-  StreamTiles(int((kend + BC - 1) / BC), issue, [&](int n) {
+  const int n_tiles = int((kend + BC - 1) / BC);
+  if (n_tiles > 0) issue(0);
+  for (int n = 0; n < n_tiles; ++n) {
+    NextTile(n, n_tiles, issue);
     float s[BC / 8][4], mx[2] = {m[0], m[1]};
     G::RowsTileT(s, qa, Ks[n & 1]);
 #pragma unroll
@@ -215,7 +226,8 @@ __global__ void __launch_bounds__(32 * W) Forward(const T* __restrict__ q, const
         l[e >> 1] += s[nt][e];
       }
     G::AccTile(acc, s, Vs[n & 1]);
-  });
+    __syncthreads();  // the next issue overwrites this buffer
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);

@@ -1,7 +1,7 @@
 // The templated tensor-core tile of the FlashAttention kernels (cuda_flash_mma.cuh; included by
 // cuda_flash.cu inside its anonymous namespace, no includes of its own): per element type the MMA
 // and how operands enter it (Op<T>), sizes (Tiles<T, D>), the loads of a warp's row fragments and of
-// the streamed shared tiles (cp.async), the double-buffered pipeline (StreamTiles), the two GEMMs of
+// the streamed shared tiles (cp.async), the double-buffered pipeline (NextTile), the two GEMMs of
 // a warp's 16 rows with a tile (Gemm<T, D, BC>) and the stores of the accumulators.
 #pragma once
 
@@ -239,22 +239,20 @@ __device__ __forceinline__ void LoadTileAsync(T* tile, const T* x, int64_t b, in
   }
 }
 
-// The block's pipeline: issue(n) starts the copies of tile n into buffer n & 1 (and commits them),
-// body(n) consumes it while tile n + 1 arrives; the barrier after it frees the buffer for issue(n + 2).
-template <typename Issue, typename Body>
-__device__ __forceinline__ void StreamTiles(int n_tiles, Issue issue, Body body) {
-  if (n_tiles > 0) issue(0);
-  for (int n = 0; n < n_tiles; ++n) {
-    if (n + 1 < n_tiles) {
-      issue(n + 1);
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
-    __syncthreads();
-    body(n);
-    __syncthreads();
+// The block's pipeline, at the top of step n of a loop over n_tiles tiles (issue(0) before the loop;
+// issue(n) starts the copies of tile n into buffer n & 1 and commits them): starts tile n + 1, waits
+// for tile n, and makes it visible to the block. The step ends with __syncthreads(), which frees the
+// buffer for issue(n + 2). (A loop body passed as a lambda instead made the compiler spill in the
+// half types' head_dim-128 dK/dV kernel.)
+template <typename Issue>
+__device__ __forceinline__ void NextTile(int n, int n_tiles, Issue& issue) {
+  if (n + 1 < n_tiles) {
+    issue(n + 1);
+    CpAsyncWait<1>();
+  } else {
+    CpAsyncWait<0>();
   }
+  __syncthreads();
 }
 
 // The two GEMMs of a warp's 16 rows with a shared tile of BC rows, for every element type.
@@ -263,18 +261,32 @@ struct Gemm {
   using O = Op<T>;
   static constexpr int KS = Tiles<T, D>::KS, LD = Tiles<T, D>::LD;
   // c[nt] (16 x 8 per n-tile, BC / 8 n-tiles) = A (16 x D, raw fragments) . tile^T (tile rows are the columns).
-  // k-steps outside: each A fragment is prepared (split, for float32) once per tile.
+  // float32: k-steps outside, so each A fragment is split once per tile; the half types keep n-tiles
+  // outside, with the addressing of the kernels before float32 joined them (other forms spill in
+  // their head_dim-128 dK/dV kernel). Each c[nt] sums its k-steps in order either way.
   __device__ static __forceinline__ void RowsTileT(float (&c)[BC / 8][4], const uint32_t (&a)[KS][4], const T* tile) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const uint32_t* rows = reinterpret_cast<const uint32_t*>(tile + g * LD) + t;  // word t of row g; n-tile nt: + 8 nt rows
+    constexpr int RW = LD * sizeof(T) / 4;  // words per shared row
 #pragma unroll
     for (int nt = 0; nt < BC / 8; ++nt) c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.f;
+    if constexpr (sizeof(T) == 4) {
 #pragma unroll
-    for (int kc = 0; kc < KS; ++kc) {
-      const typename O::A ak = O::Prep(a[kc]);
+      for (int kc = 0; kc < KS; ++kc) {
+        const typename O::A ak = O::Prep(a[kc]);
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; ++nt) O::Mma(c[nt], ak, rows[8 * nt * RW + 8 * kc], rows[8 * nt * RW + 8 * kc + 4]);
+      }
+    } else {
 #pragma unroll
       for (int nt = 0; nt < BC / 8; ++nt) {
-        const uint32_t* row = reinterpret_cast<const uint32_t*>(tile + (8 * nt + g) * LD) + 8 * kc + t;
-        O::Mma(c[nt], ak, row[0], row[4]);
+        const T* row = tile + (8 * nt + g) * LD + 2 * t;
+#pragma unroll
+        for (int kc = 0; kc < KS; ++kc) {
+          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(row + 16 * kc);
+          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(row + 16 * kc + 8);
+          Half<T>::Mma(c[nt], a[kc], b0, b1);
+        }
       }
     }
   }

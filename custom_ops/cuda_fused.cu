@@ -46,9 +46,15 @@ __global__ void SwiGLUGradKernel(const T* __restrict__ gate, const T* __restrict
   }
 }
 
-// RMSNorm's dx, one block of kRmsThreads per row: the row's sum(x^2) and sum(dy * w * x) in float32
-// (warp shuffles, then one warp over the warps' sums), then dx = r * dy * w - x * r^3 * mean(dy * w * x).
+// RMSNorm's backward, blocks of kRmsThreads over `rows_per_block` consecutive rows each: per row, sum(x^2) and
+// sum(dy * w * x) in float32 (warp shuffles, then one warp over the warps' sums), then dx = r * dy * w - x * r^3 *
+// mean(dy * w * x). With `partial` (dweight wanted), thread t also adds dy * x * r of its columns t, t + kRmsThreads,
+// ... into its block's partial row (shared memory when `smem`, else the block's row of `partial` itself; a column
+// is only ever touched by one thread, so no synchronisation), written to partial[block] at the end; RMSNormGradColumns
+// then sums the blocks' rows in a fixed order. The split depends on the shape only: deterministic, no atomics.
 constexpr int kRmsThreads = 256;
+constexpr int64_t kRmsMaxBlocks = 512;             // partial rows of dweight (rows_per_block = ceil(rows / 512))
+constexpr int64_t kRmsSmemCols = 48 * 1024 / 4;    // widest row whose partial sums fit the default 48 KB of shared memory
 
 __device__ __forceinline__ float2 BlockSum2(float2 v) {
   __shared__ float2 warp_sums[kRmsThreads / 32];
@@ -60,6 +66,7 @@ __device__ __forceinline__ float2 BlockSum2(float2 v) {
   if (lane == 0) warp_sums[warp] = v;
   __syncthreads();
   v = lane < kRmsThreads / 32 ? warp_sums[lane] : make_float2(0.0f, 0.0f);
+  __syncthreads();  // every warp has read warp_sums before the next row's sums overwrite it
   for (int o = 16; o > 0; o >>= 1) {
     v.x += __shfl_xor_sync(0xffffffffu, v.x, o);
     v.y += __shfl_xor_sync(0xffffffffu, v.y, o);
@@ -68,23 +75,55 @@ __device__ __forceinline__ float2 BlockSum2(float2 v) {
 }
 
 template <class T>
-__global__ void __launch_bounds__(kRmsThreads) RMSNormGradKernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ dy,
-                                                                 T* __restrict__ dx, int64_t n, float eps) {
-  const T* xr = x + blockIdx.x * n;
-  const T* dr = dy + blockIdx.x * n;
-  float2 acc = make_float2(0.0f, 0.0f);
-  for (int64_t i = threadIdx.x; i < n; i += kRmsThreads) {
-    const float xi = Elem<T>::ToF(xr[i]);
-    acc.x += xi * xi;
-    acc.y += Elem<T>::ToF(dr[i]) * Elem<T>::ToF(w[i]) * xi;
-  }
-  acc = BlockSum2(acc);
+__global__ void __launch_bounds__(kRmsThreads)
+    RMSNormGradKernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ dy, T* __restrict__ dx,
+                      float* __restrict__ partial, int64_t rows, int64_t n, int64_t rows_per_block, float eps, bool smem) {
+  extern __shared__ float smem_acc[];
+  float* acc = partial == nullptr ? nullptr : smem ? smem_acc : partial + blockIdx.x * n;
+  if (acc != nullptr)
+    for (int64_t i = threadIdx.x; i < n; i += kRmsThreads) acc[i] = 0.0f;
+  const int64_t first = blockIdx.x * rows_per_block, last = min(rows, first + rows_per_block);
   const float inv_n = 1.0f / static_cast<float>(n);
-  const float r = rsqrtf(acc.x * inv_n + eps);
-  const float c = r * r * r * acc.y * inv_n;
-  T* out = dx + blockIdx.x * n;
-  for (int64_t i = threadIdx.x; i < n; i += kRmsThreads)  // the second read of the row hits L1/L2
-    out[i] = Elem<T>::FromF(r * (Elem<T>::ToF(dr[i]) * Elem<T>::ToF(w[i])) - Elem<T>::ToF(xr[i]) * c);
+  for (int64_t row = first; row < last; ++row) {
+    const T* xr = x + row * n;
+    const T* dr = dy + row * n;
+    float2 sums = make_float2(0.0f, 0.0f);
+    for (int64_t i = threadIdx.x; i < n; i += kRmsThreads) {
+      const float xi = Elem<T>::ToF(xr[i]);
+      sums.x += xi * xi;
+      sums.y += Elem<T>::ToF(dr[i]) * Elem<T>::ToF(w[i]) * xi;
+    }
+    sums = BlockSum2(sums);
+    const float r = rsqrtf(sums.x * inv_n + eps);
+    const float c = r * r * r * sums.y * inv_n;
+    T* out = dx + row * n;
+    for (int64_t i = threadIdx.x; i < n; i += kRmsThreads) {  // the second read of the row hits L1/L2
+      const float xi = Elem<T>::ToF(xr[i]), di = Elem<T>::ToF(dr[i]);
+      out[i] = Elem<T>::FromF(r * (di * Elem<T>::ToF(w[i])) - xi * c);
+      if (acc != nullptr) acc[i] += di * (xi * r);
+    }
+  }
+  if (acc != nullptr && smem)
+    for (int64_t i = threadIdx.x; i < n; i += kRmsThreads) partial[blockIdx.x * n + i] = acc[i];
+}
+
+// dweight[col] = sum over b < blocks of partial[b][col]: a block per 32 columns, its 8 thread rows each sum
+// the partial rows y, y + 8, ... in order, then thread row 0 adds the 8 sums in order (a fixed tree).
+__global__ void __launch_bounds__(256) RMSNormGradColumns(const float* __restrict__ partial, float* __restrict__ dw, int64_t blocks,
+                                                          int64_t n) {
+  __shared__ float sums[8][33];
+  const int64_t col = blockIdx.x * 32 + threadIdx.x;
+  float s = 0.0f;
+  if (col < n)
+    for (int64_t b = threadIdx.y; b < blocks; b += 8) s += partial[b * n + col];
+  sums[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < n) {
+    float total = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) total += sums[k][threadIdx.x];
+    dw[col] = total;
+  }
 }
 
 struct FusedInvFreq {
@@ -134,10 +173,26 @@ int SwiGLUGrad(const void* gate, const void* up, const void* dy, void* dgate, vo
 }
 
 template <class T>
-int RMSNormGrad(const void* x, const void* w, const void* dy, void* dx, int64_t rows, int64_t n, float eps, cudaStream_t s) {
-  RMSNormGradKernel<T><<<static_cast<unsigned>(rows), kRmsThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(w),
-                                                                           static_cast<const T*>(dy), static_cast<T*>(dx), n, eps);
-  return cudaGetLastError();
+int RMSNormGrad(const void* x, const void* w, const void* dy, void* dx, float* dw, int64_t rows, int64_t n, float eps, cudaStream_t s) {
+  const T *xs = static_cast<const T*>(x), *ws = static_cast<const T*>(w), *ds = static_cast<const T*>(dy);
+  if (dw == nullptr) {  // dx only: one block per row
+    RMSNormGradKernel<T><<<static_cast<unsigned>(rows), kRmsThreads, 0, s>>>(xs, ws, ds, static_cast<T*>(dx), nullptr, rows, n, 1, eps,
+                                                                             false);
+    return cudaGetLastError();
+  }
+  const int64_t per_block = (rows + kRmsMaxBlocks - 1) / kRmsMaxBlocks, blocks = (rows + per_block - 1) / per_block;
+  float* partial = nullptr;
+  if (int e = ScratchAlloc(reinterpret_cast<void**>(&partial), sizeof(float) * blocks * n, s)) return e;
+  const bool smem = n <= kRmsSmemCols;
+  RMSNormGradKernel<T><<<static_cast<unsigned>(blocks), kRmsThreads, smem ? sizeof(float) * n : 0, s>>>(
+      xs, ws, ds, static_cast<T*>(dx), partial, rows, n, per_block, eps, smem);
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) {
+    RMSNormGradColumns<<<static_cast<unsigned>((n + 31) / 32), dim3(32, 8), 0, s>>>(partial, dw, blocks, n);
+    e = cudaGetLastError();
+  }
+  const cudaError_t freed = cudaFreeAsync(partial, s);
+  return e ? e : freed;
 }
 
 template <class T>
@@ -175,15 +230,16 @@ int mn_cuda_swiglu_grad(int dtype, const void* gate, const void* up, const void*
   return SwiGLUGrad<float>(gate, up, dy, dgate, dup, n, s);
 }
 
-int mn_cuda_rms_norm_grad(int dtype, const void* x, const void* w, const void* dy, void* dx, int64_t rows, int64_t n, float eps,
-                          void* stream) {
-  if (rows == 0 || n == 0) return 0;
-  if (rows > 0x7fffffff) return cudaErrorInvalidValue;  // one block per row
-  if (int e = UseDeviceOf(x)) return e;
+int mn_cuda_rms_norm_grad(int dtype, const void* x, const void* w, const void* dy, void* dx, float* dw, int64_t rows, int64_t n,
+                          float eps, void* stream) {
+  if (n == 0) return 0;
+  if (rows > 0x7fffffff) return cudaErrorInvalidValue;  // at most one block per row
+  if (int e = UseDeviceOf(dx != nullptr && rows > 0 ? dx : dw)) return e;
   cudaStream_t s = S(stream);
-  if (dtype == MN_F16) return RMSNormGrad<__half>(x, w, dy, dx, rows, n, eps, s);
-  if (dtype == MN_BF16) return RMSNormGrad<__nv_bfloat16>(x, w, dy, dx, rows, n, eps, s);
-  return RMSNormGrad<float>(x, w, dy, dx, rows, n, eps, s);
+  if (rows == 0) return dw != nullptr ? cudaMemsetAsync(dw, 0, sizeof(float) * n, s) : 0;  // an empty sum
+  if (dtype == MN_F16) return RMSNormGrad<__half>(x, w, dy, dx, dw, rows, n, eps, s);
+  if (dtype == MN_BF16) return RMSNormGrad<__nv_bfloat16>(x, w, dy, dx, dw, rows, n, eps, s);
+  return RMSNormGrad<float>(x, w, dy, dx, dw, rows, n, eps, s);
 }
 
 int mn_cuda_rope_cache_write(int dtype, const void* new_rows, const void* cache, void* out, int64_t T, int64_t dim, int64_t max_seq,

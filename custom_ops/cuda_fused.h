@@ -19,9 +19,11 @@ int mn_cuda_swiglu(int dtype, const void* gate, const void* up, void* out, int64
 int mn_cuda_swiglu_grad(int dtype, const void* gate, const void* up, const void* dy, void* dgate, void* dup, int64_t n, void* stream);
 
 // RMSNorm's dx per row of x [rows, n] (w [n], dy [rows, n]): with r = 1 / sqrt(mean(x^2) + eps) and gx = dy * w,
-// dx = r * gx - x * r^3 * mean(gx * x); float32 math, one block per row.
-int mn_cuda_rms_norm_grad(int dtype, const void* x, const void* w, const void* dy, void* dx, int64_t rows, int64_t n, float eps,
-                          void* stream);
+// dx = r * gx - x * r^3 * mean(gx * x); float32 math. dw (float32 [n], or nullptr for dx alone): the weight's
+// gradient, sum over rows of dy * x * r, reduced in two fixed-order stages (deterministic, no atomics; a
+// stream-ordered float32 scratch of at most 512 x n).
+int mn_cuda_rms_norm_grad(int dtype, const void* x, const void* w, const void* dy, void* dx, float* dw, int64_t rows, int64_t n,
+                          float eps, void* stream);
 
 // out = cache [max_seq, dim] with rows [kv_pos, kv_pos + T) = rotate-half RoPE of new_rows [T, dim] (row r
 // at position kv_pos + r, head_dim wide heads, inv_freq: hd/2 host values); copies the cache first when

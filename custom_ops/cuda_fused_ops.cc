@@ -1,4 +1,4 @@
-// CUDAExecutionProvider registrations of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad and RopeCacheWrite (ORT API
+// CUDAExecutionProvider registrations of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad (dx and dweight) and RopeCacheWrite (ORT API
 // code only; the kernels are in cuda_fused.cu). kv_pos is in device memory and read by the kernel; it is
 // read back and checked here as on the CPU unless check_positions = 0 or under CUDA-graph capture (see
 // cuda_ops.cc).
@@ -15,6 +15,7 @@ constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
 constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+constexpr auto FP32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;  // float32 whatever T is (dweight)
 
 class SwiGLUCuda : public Kernel {
  public:
@@ -65,9 +66,12 @@ class RMSNormGradCuda : public Kernel {
     MN_RETURN_IF(CheckRMSNormGrad(x, w, dy));
     void* dx = nullptr;
     MN_RETURN_IF(GetOutput(ctx, 0, x.shape, &dx));
+    float* dw = nullptr;
+    MN_RETURN_IF(RMSNormGradWeightOutput(ctx, w.shape, &dw));
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
-    return Cuda("RMSNormGrad", mn_cuda_rms_norm_grad(DType(x.type), x.data, w.data, dy.data, dx, x.shape[0], x.shape[1], eps_, stream));
+    return Cuda("RMSNormGrad",
+                mn_cuda_rms_norm_grad(DType(x.type), x.data, w.data, dy.data, dx, dw, x.shape[0], x.shape[1], eps_, stream));
   }
 
  private:
@@ -101,7 +105,8 @@ void AddCudaFusedOps(std::vector<OpDef*>* ops) {
   const char* ep = "CUDAExecutionProvider";
   for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
     ops->push_back(new OpDef("SwiGLU", ep, {T, T}, {T}, {false, false}, {false, false}, SwiGLUCuda::Create, 0));
-    ops->push_back(new OpDef("RMSNormGrad", ep, {T, T, T}, {T}, {false, false, false}, {false, false, false}, RMSNormGradCuda::Create, 0));
+    ops->push_back(NewRMSNormGradOpDef(
+        new OpDef("RMSNormGrad", ep, {T, T, T}, {T, FP32}, {false, false, false}, {false, false, false}, RMSNormGradCuda::Create, 0)));
     ops->push_back(new OpDef("SwiGLUGrad", ep, {T, T, T}, {T, T}, {false, false, false}, {false, false, false}, SwiGLUGradCuda::Create, 0));
     ops->push_back(new OpDef("RopeCacheWrite", ep, {T, T, ANY}, {T}, {false, false, false}, {false, false, false},
                              RopeCacheWriteCuda::Create, 1, /*cache_inplace=*/true));

@@ -15,10 +15,19 @@ OrtStatus* CheckSwiGLU(const Tensor& gate, const Tensor& up);
 // of one shape and float type.
 OrtStatus* CheckSwiGLUGrad(const Tensor& gate, const Tensor& up, const Tensor& dy);
 
-// RMSNormGrad: dx of RMSNorm per row of x [M, N] (weight [N], dy [M, N], one float type; float32 math);
-// attribute epsilon > 0.
+// RMSNormGrad: dx of RMSNorm per row of x [M, N] (weight [N], dy [M, N], one float type; float32 math)
+// and, as the optional second output, dweight [N] = sum over rows of dy * xhat in float32; attribute epsilon > 0.
 OrtStatus* ReadRMSNormGradAttrs(const OrtKernelInfo* info, float* epsilon);
 OrtStatus* CheckRMSNormGrad(const Tensor& x, const Tensor& weight, const Tensor& dy);
+// The registration row's OpDef with dweight (output 1) optional: a node written with dx alone still runs.
+inline OpDef* NewRMSNormGradOpDef(OpDef* def) { return OptionalOutputs(def, {false, true}); }
+// dweight's float32 buffer (shape of weight), or nullptr when the node has no second output.
+inline OrtStatus* RMSNormGradWeightOutput(OrtKernelContext* ctx, const std::vector<int64_t>& shape, float** dw) {
+  void* p = nullptr;
+  MN_RETURN_IF(GetOptionalOutput(ctx, 1, shape, &p));
+  *dw = static_cast<float*>(p);
+  return nullptr;
+}
 
 // RopeCacheWrite: the cache with rows [kv_pos, kv_pos + T) = rotate-half RoPE of new_kv's rows at
 // positions kv_pos + r (what Rope(offset_dyn = kv_pos) followed by CacheWrite does, in one pass).

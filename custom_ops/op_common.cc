@@ -86,6 +86,16 @@ OrtStatus* GetOutput(OrtKernelContext* ctx, size_t index, const std::vector<int6
   return g_api->GetTensorMutableData(v, data);
 }
 
+OrtStatus* GetOptionalOutput(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape, void** data) {
+  *data = nullptr;
+  size_t count = 0;
+  MN_RETURN_IF(g_api->KernelContext_GetOutputCount(ctx, &count));
+  if (index >= count) return nullptr;
+  OrtValue* v = nullptr;
+  MN_RETURN_IF(g_api->KernelContext_GetOutput(ctx, index, shape.data(), shape.size(), &v));
+  return v == nullptr ? nullptr : g_api->GetTensorMutableData(v, data);  // nullptr: optional and absent
+}
+
 OrtStatus* CheckFloatTensor(const char* op, const char* arg, const Tensor& t, size_t rank) {
   if (!t.present) return MN_INVALID("%s: input '%s' is missing", op, arg);
   if (!IsFloatType(t.type))
@@ -210,6 +220,8 @@ OrtStatus* ReadRopeAttrs(const OrtKernelInfo* info, RopeAttrs* a) {
   MN_RETURN_IF(AttrInt(info, "Rope", "offset", &a->offset, &zero));
   MN_RETURN_IF(AttrInt(info, "Rope", "check_positions", &a->check_positions, &one));
   MN_RETURN_IF(CheckPositionsFlag("Rope", a->check_positions));
+  MN_RETURN_IF(AttrInt(info, "Rope", "inverse", &a->inverse, &zero));
+  if (a->inverse != 0 && a->inverse != 1) return MN_INVALID("Rope: attribute inverse must be 0 or 1, got %lld", (long long)a->inverse);
   if (a->head_dim <= 0 || a->head_dim % 2 != 0 || a->head_dim > 1024)
     return MN_INVALID("Rope: attribute head_dim must be even and in [2, 1024], got %lld", (long long)a->head_dim);
   if (!(a->theta > 0.0f) || !std::isfinite(a->theta))
@@ -550,7 +562,10 @@ OpDef::OpDef(const char* name_, const char* ep_, std::vector<ONNXTensorElementDa
   GetInputCharacteristic = [](const OrtCustomOp* op, size_t i) {
     return Self(op)->in_optional[i] ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
   };
-  GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
+  GetOutputCharacteristic = [](const OrtCustomOp* op, size_t i) {
+    const auto& opt = Self(op)->out_optional;
+    return i < opt.size() && opt[i] ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+  };
   GetInputMemoryType = [](const OrtCustomOp* op, size_t i) {
     return Self(op)->in_cpu[i] ? OrtMemTypeCPUInput : OrtMemTypeDefault;
   };
@@ -570,6 +585,11 @@ OpDef::OpDef(const char* name_, const char* ep_, std::vector<ONNXTensorElementDa
   ReleaseMayInplace = ReleaseIndexPair;
   GetAliasMap = NoPairs;
   ReleaseAliasMap = ReleaseIndexPair;
+}
+
+OpDef* OptionalOutputs(OpDef* def, std::vector<bool> optional) {
+  def->out_optional = std::move(optional);
+  return def;
 }
 
 void OpDef::UseKvCacheOutputs() {

@@ -62,6 +62,8 @@ OrtStatus* GetInput(OrtKernelContext* ctx, size_t index, Tensor* out);
 // Allocates output `index` with `shape` and returns its data pointer.
 OrtStatus* GetOutput(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape, float** data);
 OrtStatus* GetOutput(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape, void** data);
+// An optional output: *data = nullptr when the node does not have it (fewer outputs, or an empty name).
+OrtStatus* GetOptionalOutput(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& shape, void** data);
 
 // Checks the element type and rank of an input, naming op/argument/shape on failure.
 OrtStatus* CheckTensor(const char* op, const char* arg, const Tensor& t, ONNXTensorElementDataType type, size_t rank);
@@ -93,6 +95,7 @@ struct RopeAttrs {
   float theta;
   int64_t head_dim, offset;
   int64_t check_positions = 1;
+  int64_t inverse = 0;  // 1: rotate by the negated angle (rope's VJP; default 0)
 };
 OrtStatus* ReadRopeAttrs(const OrtKernelInfo* info, RopeAttrs* a);
 // X is [S, D] (one sequence) or [B, S, D]; offset_dyn is [1] or [B]: row s of sequence b has position
@@ -164,6 +167,7 @@ struct OpDef : OrtCustomOp {
   bool cache_inplace;  // output 0 may reuse input 1 (CacheWrite)
   // Output 0's type/shape: that of input `shape_from` (>= 0), or ScatterAdd's [num_rows, src.shape[1]] (-1).
   int shape_from;
+  std::vector<bool> out_optional;  // empty: every output required (see OptionalOutputs)
   // RopeCachedAttention: outputs 1 and 2 are inputs 3 and 4 (the K and V caches), with their shapes; each
   // may reuse its cache's buffer (written in place). Set by UseKvCacheOutputs after construction.
   bool kv_cache_outputs = false;
@@ -172,6 +176,9 @@ struct OpDef : OrtCustomOp {
         std::vector<ONNXTensorElementDataType> out, std::vector<bool> optional, std::vector<bool> cpu_inputs,
         KernelFactory factory, int shape_from, bool cache_inplace = false);
 };
+
+// `def` with the outputs flagged in `optional` declared optional (a node may leave them out); returns `def`.
+OpDef* OptionalOutputs(OpDef* def, std::vector<bool> optional);
 
 // Number of times a CacheWrite kernel had to copy the whole cache because ORT gave it an
 // output buffer distinct from the cache input (exported for tests as MeganeuraCacheWriteFullCopies).

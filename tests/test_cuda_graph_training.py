@@ -17,7 +17,7 @@ import pytest
 
 import meganeura_onnx
 from meganeura_onnx.init import default_parameters
-from meganeura_onnx.runtime.session import _check_capturable
+from meganeura_onnx.runtime.ort_session import check_capturable
 from meganeura_onnx.runtime.training import build_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
@@ -81,7 +81,7 @@ def _fake_session(placement):
 
 def test_capture_check_names_compute_nodes_on_the_cpu_and_host_copies():
     ok = _fake_session([("mm", "MatMul", "CUDAExecutionProvider"), ("shape", "Shape", "CPUExecutionProvider")])
-    _check_capturable(ok)  # shape computations on the CPU run once, outside the graph
+    check_capturable(ok)  # shape computations on the CPU run once, outside the graph
     bad = _fake_session(
         [
             ("mm", "MatMul", "CUDAExecutionProvider"),
@@ -90,7 +90,7 @@ def test_capture_check_names_compute_nodes_on_the_cpu_and_host_copies():
         ]
     )
     with pytest.raises(ValueError, match=r"on the CPU: \['Softmax sm'\], host copies: \['MemcpyToHost copy'\]"):
-        _check_capturable(bad)
+        check_capturable(bad)
 
 
 @pytest.mark.skipif(meganeura_onnx.custom_op_library("cpu") is None, reason="custom-op library not built (make -C custom_ops cpu)")
@@ -99,7 +99,7 @@ def test_in_place_updates_apply_once_although_the_first_graph_run_executes_the_m
     (regular runs, capture, replay): simulated here on the CPU, where the in-place AdamUpdate would
     apply its update three times unless the session restores the state and replays once."""
     g, batches, feed = _mlp()
-    plain, want = _train_cpu(g, batches, feed)
+    plain, want = _train(g, batches, feed, "cpu")
     s = build_session(g, optimizer="adamw", parameters=default_parameters(g, 0))
     assert s.inplace_state, "the fused Adam kernel updates parameters and moments in place"
     s._cuda_graph = True  # the session's graph path, without a GPU
@@ -111,28 +111,27 @@ def test_in_place_updates_apply_once_although_the_first_graph_run_executes_the_m
             real(binding, options)
 
     s._ort.run_with_iobinding = like_graph_capture
-    s.set_adamw(3e-3, weight_decay=0.05)
-    got = []
-    for b in batches:
-        feed(s, b)
-        s.step()
-        got.append(s.read_loss())
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(_run_steps(s, batches, feed), want)
     for name in plain.parameter_names():
         np.testing.assert_array_equal(s.read_param(name), plain.read_param(name), err_msg=name)
     for m in plain._prog.moments:
         np.testing.assert_array_equal(s._values[m].numpy(), plain._values[m].numpy(), err_msg=m)
 
 
-def _train_cpu(g, batches, feed):
-    s = build_session(g, optimizer="adamw", parameters=default_parameters(g, 0))
+def _run_steps(s, batches, feed) -> np.ndarray:
+    """AdamW steps of ``s`` over ``batches`` (``feed`` sets a batch's inputs); the losses."""
     s.set_adamw(3e-3, weight_decay=0.05)
     losses = []
     for b in batches:
         feed(s, b)
         s.step()
         losses.append(s.read_loss())
-    return s, np.array(losses)
+    return np.array(losses)
+
+
+def _train(g, batches, feed, device="cuda", **kw):
+    s = build_session(g, device, optimizer="adamw", parameters=default_parameters(g, 0), **kw)
+    return s, _run_steps(s, batches, feed)
 
 
 def _cuda() -> bool:
@@ -157,17 +156,6 @@ def _llama():
         ids = rng.integers(0, LLAMA["vocab"], (BATCH, SEQ + 1))
         batches.append({"ids": ids[:, :-1].reshape(-1).astype(np.uint32), "labels": ids[:, 1:].reshape(-1).astype(np.uint32)})
     return g, batches, lambda s, b: (s.set_input_u32("input_ids", b["ids"]), s.set_input_u32("labels", b["labels"]))
-
-
-def _train(g, batches, feed, **kw):
-    s = build_session(g, "cuda", optimizer="adamw", parameters=default_parameters(g, 0), **kw)
-    s.set_adamw(3e-3, weight_decay=0.05)
-    losses = []
-    for b in batches:
-        feed(s, b)
-        s.step()
-        losses.append(s.read_loss())
-    return s, np.array(losses)
 
 
 @pytest.mark.gpu

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dist_worker
 import numpy as np
+import onnx
 import pytest
 from cli_launch import meganeura
 
@@ -239,3 +240,25 @@ def test_two_gpus_over_nccl_give_the_parameters_of_one_gpu(tmp_path):
     ref, ref_losses = _one_process(case, "cuda")
     _assert_close(params[0], ref, 1e-5)
     np.testing.assert_allclose(ranks[0]["losses"], ref_losses, rtol=1e-5)
+
+
+def test_token_ids_are_checked_on_upload_so_the_kernels_skip_their_read_back():
+    """As Session: the token ids (embedding, and its ScatterAdd gradient) are validated when
+    uploaded, so no kernel of the gradient model keeps ``check_positions=1``."""
+    sys.path.insert(0, str(ROOT / "models"))
+    import tiny_llama
+
+    g = tiny_llama.build(vocab=32, hidden=32, heads=4, kv_heads=2, intermediate=64, layers=1, seq=8, batch=1)
+    s = DataParallelSession(g, optimizer="sgd", context=DistContext(0, 1, 0, "gloo"))
+    with pytest.raises(ValueError, match=r"set_input_u32: 'input_ids' = 32 is out of range: it must be <= 31"):
+        s.set_input_u32("input_ids", np.full(8, 32))
+    grad_model = s.onnx_models()[0]
+    flags = {
+        n.op_type: onnx.helper.get_attribute_value(a) for n in grad_model.graph.node for a in n.attribute if a.name == "check_positions"
+    }
+    assert "ScatterAdd" in flags and set(flags.values()) == {0}, flags
+    s.set_input_u32("input_ids", np.arange(8) % 32)
+    s.set_input_u32("labels", np.arange(1, 9) % 32)
+    s.set_learning_rate(0.1)
+    s.step()
+    assert np.isfinite(s.read_loss())

@@ -1,13 +1,15 @@
 """SwiGLU's and RMSNorm's backward as fused ops (``swiglu_grad`` / ``com.meganeura.SwiGLUGrad``,
-``rms_norm_grad`` / ``com.meganeura.RMSNormGrad``): the table's references against float64 finite
-differences, the CPU kernels against numpy and the function bodies (float32 and the half types), bad
-input, and both ops in a LLaMA train step."""
+``rms_norm_grad`` / ``com.meganeura.RMSNormGrad`` with dx and dweight): the table's references against
+float64 finite differences, the CPU kernels against numpy and the function bodies (float32 and the half
+types), bad input, RMSNormGrad without its optional dweight output and its deterministic dweight, and
+both ops in a LLaMA train step."""
 
 from __future__ import annotations
 
 import fused_backward_cases as sg
 import kernel_cases as kc
 import numpy as np
+import onnx
 import pytest
 from meganeura_onnx.cli.model_file import load_module
 from onnx import TensorProto, helper
@@ -52,22 +54,40 @@ def test_swiglu_vjp_is_one_swiglu_grad_pair_sharing_its_inputs():
     assert [(n.op, n.attrs["index"], tuple(n.inputs)) for n in pair] == [("swiglu_grad", k, (gate, up, dy)) for k in (0, 1)]
 
 
-def test_rms_norm_grad_reference_matches_float64_finite_differences():
+def test_rms_norm_grad_reference_matches_float64_finite_differences_for_dx_and_dweight():
     rng = np.random.default_rng(1)
     x, w, dy = rng.standard_normal((3, 7)), rng.uniform(0.5, 1.5, 7), rng.standard_normal((3, 7))
     x[0] *= 1e-2  # eps is not negligible in this row
     eps = 1e-3
 
-    def loss(v):
-        return float(np.sum(dy * v / np.sqrt(np.mean(v * v, axis=-1, keepdims=True) + eps) * w))
+    def loss(v, wv):
+        return float(np.sum(dy * v / np.sqrt(np.mean(v * v, axis=-1, keepdims=True) + eps) * wv))
 
     h = 1e-6
-    fd = np.zeros_like(x)
+    fd_x, fd_w = np.zeros_like(x), np.zeros_like(w)
     for idx in np.ndindex(x.shape):
         e = np.zeros_like(x)
         e[idx] = h
-        fd[idx] = (loss(x + e) - loss(x - e)) / (2 * h)
-    np.testing.assert_allclose(rms_norm_grad_ref(x, w, dy, eps), fd, rtol=1e-6, atol=1e-7)
+        fd_x[idx] = (loss(x + e, w) - loss(x - e, w)) / (2 * h)
+    for j in range(w.size):
+        e = np.zeros_like(w)
+        e[j] = h
+        fd_w[j] = (loss(x, w + e) - loss(x, w - e)) / (2 * h)
+    dx, dw = rms_norm_grad_ref(x, w, dy, eps)
+    np.testing.assert_allclose(dx, fd_x, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(dw, fd_w, rtol=1e-6, atol=1e-7)
+
+
+def test_rms_norm_vjp_is_one_rms_norm_grad_pair_and_no_recomputed_xhat():
+    g = Graph()
+    x, w, dy = g.input("x", [4, 6]), g.input("w", [6]), g.input("dy", [4, 6])
+    node = g.node(g.rms_norm(x, w, 1e-5))
+    before = len(g)
+    dx, dw = OPS["rms_norm"].vjp_rule(g, node, dy)
+    pair = [g.node(dx), g.node(dw)]
+    assert [(n.op, n.attrs["index"], tuple(n.inputs)) for n in pair] == [("rms_norm_grad", k, (x, w, dy)) for k in (0, 1)]
+    assert len(g) == before + 2  # nothing else: xhat is not recomputed by other nodes
+    assert g.node(dw).ty.shape == (6,)
 
 
 CASES = [("SwiGLUGrad", s) for s in SHAPES] + [("RMSNormGrad", s) for s in [(1, 1), (7, 33), (64, 576), (3, 5000)]]
@@ -125,6 +145,24 @@ def test_rms_norm_grad_kernel_names_a_mismatched_weight():
     kc.assert_ort_error(lambda: kc.session(m.SerializeToString(), library=LIB).run(None, feeds), "RMSNormGrad", ["[4]", "[2, 4]", "[5]"])
 
 
+@needs_lib
+def test_rms_norm_grad_kernel_without_its_dweight_output_still_writes_dx():
+    feeds, (want_dx, _) = sg.case("RMSNormGrad", (7, 33))
+    m = onnx.load_from_string(sg.model("RMSNormGrad", feeds))
+    del m.graph.node[0].output[1:]
+    del m.graph.output[1:]
+    (got,) = kc.session(m.SerializeToString(), library=LIB).run(None, feeds)
+    np.testing.assert_allclose(got, want_dx, rtol=1e-5, atol=1e-5)
+
+
+@needs_lib
+def test_rms_norm_grad_kernel_dweight_is_the_same_for_every_thread_count():
+    feeds, _ = sg.case("RMSNormGrad", (300, 40))  # several chunks of rows
+    m = sg.model("RMSNormGrad", feeds)
+    runs = [kc.session(m, library=LIB, threads=t).run(None, feeds)[1] for t in (1, 2, 3)]
+    assert all(np.array_equal(r.view(np.uint32), runs[0].view(np.uint32)) for r in runs)
+
+
 def test_swiglu_grad_shape_rule_names_the_mismatched_argument():
     g = Graph()
     a, b = g.input("gate", [2, 4]), g.input("up", [2, 4])
@@ -154,6 +192,9 @@ def test_tiny_llama_train_step_runs_the_fused_backward_kernels_and_matches_the_f
     assert len(nodes) == cfg.num_hidden_layers and all(len(n.output) == 2 for n in nodes)
     norms = [n for n in kernel.onnx_model().graph.node if n.op_type == "RMSNormGrad"]
     assert len(norms) == 2 * cfg.num_hidden_layers + 1  # two per layer and the final norm
+    assert all(len(n.output) == 2 for n in norms)  # dx and dweight from the one kernel
+    types = [n.op_type for n in kernel.onnx_model().graph.node]
+    assert types.count("Reciprocal") == 0 and types.count("Sqrt") == len(norms)  # the forward norms' only: no xhat recomputed
     for op in ("SwiGLUGrad", "RMSNormGrad"):
         assert kernel.plan().kernels()[op] == "kernel" and runs[False][0].plan().kernels()[op] == "function"
     np.testing.assert_allclose(runs[True][1], runs[False][1], rtol=1e-5)

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 from meganeura_onnx.runtime import custom_ops
 from meganeura_onnx.runtime.custom_ops import custom_op_library
 from meganeura_onnx.runtime.liveness import depth_first_order, liveness, memory_order, without_recompute
-from meganeura_onnx.runtime.session import apply_session_options
+from meganeura_onnx.runtime.ort_session import apply_session_options
 from meganeura_onnx.runtime.training import TRAIN_SESSION_OPTIONS, build_session, compile_program
 from meganeura_onnx.transforms.optimizer import OptimizerSpec
 
@@ -74,7 +74,8 @@ def test_liveness_refuses_an_order_that_is_not_topological():
 
 
 def _train_model() -> onnx.ModelProto:
-    g = tiny_llama.build(vocab=2048, hidden=32, heads=4, kv_heads=2, intermediate=64, layers=2, seq=16, batch=2)
+    # batch 4: intermediates past the first arena extension (3 MB), so a second block shows
+    g = tiny_llama.build(vocab=2048, hidden=32, heads=4, kv_heads=2, intermediate=64, layers=2, seq=16, batch=4)
     return compile_program(g, OptimizerSpec("adamw", fused=True, device_step=True)).model
 
 

@@ -98,15 +98,78 @@ def to_model(
     ctx = LoweringContext(opset)
     ctx.graph = graph
     spec = ExportSpec()
+    names, expands, g_inputs = _lower_nodes(
+        graph, ctx, spec, parameters=parameters, params_as_inputs=params_as_inputs, deferred=deferred, int64_indices=int64_indices
+    )
+
+    outputs: list[tuple[str, NodeId]] = list(graph.named_outputs().items())
+    if with_state:
+        outputs += _state_outputs(graph, spec)
+    outputs += list((extra_outputs or {}).items())
+    _check_output_names([name for name, _ in outputs], spec.inputs + spec.parameters)
+    _check_generated_names(ctx, [name for name, _ in outputs], spec.parameters)
+    g_outputs = [_value_info(graph, name, nid) for name, nid in outputs]
+    spec.outputs += [name for name, _ in outputs]
+    _bind_outputs(ctx, [(name, names[nid]) for name, nid in outputs])
+    _drop_unused(ctx, expands.values(), {o.name for o in g_outputs})
+    _drop_folded_reshapes(ctx, {o.name for o in g_outputs})
+
+    value_info = _declared(ctx)
+    noted = {v.name for v in value_info}
+    value_info += [v for v in _custom_output_types(graph, ctx, names, {o.name for o in g_outputs}) if v.name not in noted]
+    onnx_graph = helper.make_graph(ctx.nodes, model_name, g_inputs, g_outputs, ctx.initializers, value_info=value_info)
+    opsets = [helper.make_opsetid("", opset)]
+    if ctx.functions:
+        opsets.append(helper.make_opsetid(CUSTOM_DOMAIN, 1))
+    model = helper.make_model(
+        onnx_graph, opset_imports=opsets, functions=list(ctx.functions.values()), producer_name="meganeura-onnx", ir_version=IR_VERSION
+    )
+    model.doc_string = "Exported by meganeura-onnx from a Graph."
+    helper.set_model_props(model, {"meganeura.parameters": json.dumps(spec.parameters), "meganeura.graph_nodes": str(len(graph))})
+    return model, spec
+
+
+def _value_info(graph: GraphCore, name: str, nid: NodeId, elem_type: int | None = None) -> onnx.ValueInfoProto:
+    ty = graph.node(nid).ty
+    # A symbolic dim is written as dim_param (its name, or the canonical expression "batch*seq").
+    return helper.make_tensor_value_info(name, elem_type or ONNX_DTYPE[ty.dtype], list(ty.shape))
+
+
+def _custom_output_types(
+    graph: GraphCore, ctx: LoweringContext, names: Mapping[NodeId, str], graph_outputs: set[str]
+) -> list[onnx.ValueInfoProto]:
+    """Type and shape of every ``com.meganeura`` node output that a Graph node computes (not a graph
+    output: those are declared already). ONNX's shape inference and ORT's cannot see through the
+    custom ops to all of their outputs (ORT's kernels infer output 0 at most); declared, every
+    output has its type for ``onnx.shape_inference``, ORT's memory planner and Netron."""
+    custom = {o for n in ctx.nodes if n.domain == CUSTOM_DOMAIN for o in n.output if o and o not in graph_outputs}
+    types: dict[str, set] = {}
+    for nid, name in names.items():
+        if name in custom:
+            types.setdefault(name, set()).add(nid)
+    infos = []
+    for name, nids in types.items():
+        if len({graph.node(nid).ty for nid in nids}) == 1:  # one Graph type per ONNX value
+            infos.append(_value_info(graph, name, next(iter(nids))))
+    return infos
+
+
+def _lower_nodes(
+    graph: GraphCore,
+    ctx: LoweringContext,
+    spec: ExportSpec,
+    *,
+    parameters: Mapping[str, np.ndarray] | None,
+    params_as_inputs: bool,
+    deferred: dict[str, np.ndarray] | None,
+    int64_indices: bool,
+) -> tuple[dict[NodeId, str], dict[NodeId, tuple[int, int]], list[onnx.ValueInfoProto]]:
+    """Declares the graph's inputs and parameters (in ``spec``) and lowers every other node into
+    ``ctx`` (see :func:`to_model` for the arguments). Returns the ONNX name of each node's value,
+    the ``[start, end)`` range of ONNX nodes each ``broadcast_to`` lowered to, and the graph inputs."""
     names: dict[NodeId, str] = {}
-    expands: dict[NodeId, tuple[int, int]] = {}  # broadcast_to node -> the ONNX nodes it lowered to
+    expands: dict[NodeId, tuple[int, int]] = {}
     g_inputs: list[onnx.ValueInfoProto] = []
-
-    def vinfo(name: str, nid: NodeId, elem_type: int | None = None) -> onnx.ValueInfoProto:
-        ty = graph.node(nid).ty
-        # A symbolic dim is written as dim_param (its name, or the canonical expression "batch*seq").
-        return helper.make_tensor_value_info(name, elem_type or ONNX_DTYPE[ty.dtype], list(ty.shape))
-
     for n in graph.nodes():  # where lowerings read each symbolic size (Shape of the first input naming it)
         for axis, d in enumerate(n.ty.shape if n.op in ("input", "input_u32") else ()):
             if isinstance(d, str):
@@ -114,31 +177,19 @@ def to_model(
     for n in graph.nodes():
         if n.op == "input_u32" and int64_indices:
             names[n.id] = ctx.op("Cast", n.attrs["name"], to=TensorProto.UINT32)
-            g_inputs.append(vinfo(n.attrs["name"], n.id, TensorProto.INT64))
+            g_inputs.append(_value_info(graph, n.attrs["name"], n.id, TensorProto.INT64))
             spec.inputs.append(n.attrs["name"])
         elif n.op in ("input", "input_u32"):
             names[n.id] = n.attrs["name"]
-            g_inputs.append(vinfo(n.attrs["name"], n.id))
+            g_inputs.append(_value_info(graph, n.attrs["name"], n.id))
             spec.inputs.append(n.attrs["name"])
         elif n.op == "parameter":
-            name = n.attrs["name"]
-            names[n.id] = name
-            spec.parameters.append(name)
+            names[n.id] = n.attrs["name"]
+            spec.parameters.append(n.attrs["name"])
             if params_as_inputs:
-                g_inputs.append(vinfo(name, n.id))
+                g_inputs.append(_value_info(graph, n.attrs["name"], n.id))
             else:
-                if parameters is None or name not in parameters:
-                    raise ValueError(f"export: no value for parameter {name!r}")
-                value = parameters[name]
-                if not (isinstance(value, np.ndarray) and value.dtype == np.float32):  # memory maps stay maps
-                    value = np.asarray(value, dtype=np.float32)
-                if value.shape != n.ty.shape:
-                    raise ValueError(f"export: parameter {name!r} has shape {list(value.shape)}, expected {list(n.ty.shape)}")
-                if deferred is None:
-                    ctx.initializers.append(numpy_helper.from_array(value, name))
-                else:
-                    deferred[name] = value
-                    ctx.initializers.append(TensorProto(name=name, data_type=TensorProto.FLOAT, dims=value.shape))
+                ctx.initializers.append(_parameter_initializer(n, parameters, deferred))
         elif n.op == "constant":
             names[n.id] = f"const_{n.id}"
             ctx.initializers.append(numpy_helper.from_array(n.attrs["value"].astype(np.float32), names[n.id]))
@@ -150,28 +201,24 @@ def to_model(
             if n.op == "broadcast_to":
                 expands[n.id] = (start, len(ctx.nodes))
     ctx.prefix, ctx.doc = "", ""
+    return names, expands, g_inputs
 
-    outputs: list[tuple[str, NodeId]] = list(graph.named_outputs().items())
-    if with_state:
-        outputs += _state_outputs(graph, spec)
-    outputs += list((extra_outputs or {}).items())
-    _check_output_names([name for name, _ in outputs], spec.inputs + spec.parameters)
-    _check_generated_names(ctx, [name for name, _ in outputs], spec.parameters)
-    g_outputs = [vinfo(name, nid) for name, nid in outputs]
-    spec.outputs += [name for name, _ in outputs]
-    _bind_outputs(ctx, [(name, names[nid]) for name, nid in outputs])
-    _drop_unused(ctx, expands.values(), {o.name for o in g_outputs})
 
-    onnx_graph = helper.make_graph(ctx.nodes, model_name, g_inputs, g_outputs, ctx.initializers)
-    opsets = [helper.make_opsetid("", opset)]
-    if ctx.functions:
-        opsets.append(helper.make_opsetid(CUSTOM_DOMAIN, 1))
-    model = helper.make_model(
-        onnx_graph, opset_imports=opsets, functions=list(ctx.functions.values()), producer_name="meganeura-onnx", ir_version=IR_VERSION
-    )
-    model.doc_string = "Exported by meganeura-onnx from a Graph."
-    helper.set_model_props(model, {"meganeura.parameters": json.dumps(spec.parameters), "meganeura.graph_nodes": str(len(graph))})
-    return model, spec
+def _parameter_initializer(node, parameters: Mapping[str, np.ndarray] | None, deferred: dict[str, np.ndarray] | None) -> TensorProto:
+    """The initializer of parameter ``node`` from ``parameters``; without data (its array put in
+    ``deferred``) when ``deferred`` is given."""
+    name = node.attrs["name"]
+    if parameters is None or name not in parameters:
+        raise ValueError(f"export: no value for parameter {name!r}")
+    value = parameters[name]
+    if not (isinstance(value, np.ndarray) and value.dtype == np.float32):  # memory maps stay maps
+        value = np.asarray(value, dtype=np.float32)
+    if value.shape != node.ty.shape:
+        raise ValueError(f"export: parameter {name!r} has shape {list(value.shape)}, expected {list(node.ty.shape)}")
+    if deferred is None:
+        return numpy_helper.from_array(value, name)
+    deferred[name] = value
+    return TensorProto(name=name, data_type=TensorProto.FLOAT, dims=value.shape)
 
 
 _BROADCASTING = frozenset({"add", "sub", "mul", "div"})  # their ONNX ops broadcast (multidirectional)
@@ -212,6 +259,31 @@ def _drop_unused(ctx: LoweringContext, ranges, graph_outputs: set[str]) -> None:
         still = {i for node in ctx.nodes for i in node.input} | graph_outputs
         # their shape constants too (ORT would log each unused initializer it removes)
         ctx.initializers[:] = [t for t in ctx.initializers if t.name not in freed or t.name in still]
+
+
+def _drop_folded_reshapes(ctx: LoweringContext, graph_outputs: set[str]) -> None:
+    """Remove the Reshapes ``ctx.reshape`` emitted that nothing reads any more (their readers were
+    folded onto the Reshape's input), and the shape constants only they read."""
+    while True:
+        read = {i for node in ctx.nodes for i in node.input} | graph_outputs
+        dead = [
+            k
+            for k, node in enumerate(ctx.nodes)
+            if node.op_type == "Reshape" and node.output[0] in ctx.reshape_sources and node.output[0] not in read
+        ]
+        if not dead:
+            break
+        freed = {i for k in dead for i in ctx.nodes[k].input}
+        drop = set(dead)
+        ctx.nodes[:] = [node for k, node in enumerate(ctx.nodes) if k not in drop]
+        still = {i for node in ctx.nodes for i in node.input} | graph_outputs
+        ctx.initializers[:] = [t for t in ctx.initializers if t.name not in freed or t.name in still]
+
+
+def _declared(ctx: LoweringContext) -> list[onnx.ValueInfoProto]:
+    """value_info of the custom-op outputs whose static shapes the lowerings noted (still node outputs)."""
+    produced = {o for node in ctx.nodes for o in node.output}
+    return [helper.make_tensor_value_info(t, TensorProto.FLOAT, list(s)) for t, s in ctx.float_shapes.items() if t in produced]
 
 
 def _state_outputs(graph: GraphCore, spec: ExportSpec) -> list[tuple[str, NodeId]]:

@@ -37,6 +37,14 @@ class LoweringContext:
         self.symbols: dict[str, tuple[str, int]] = {}
         """Symbolic dim name -> (graph input, axis) whose runtime size it is (read with ``Shape``)."""
         self._sizes: dict[Dim, str] = {}
+        # Reshape folding (main graph only, see :meth:`reshape`): static shapes of ONNX values where
+        # known, the source of each Reshape :meth:`reshape` emitted, and its Reshapes by (source, shape).
+        self.static_shapes: dict[str, tuple[int, ...]] = {}
+        self.float_shapes: dict[str, tuple[int, ...]] = {}
+        """Float custom-op outputs of known static shape (:meth:`note_shape`): the exporter declares them
+        in ``value_info`` (ONNX shape inference cannot see through the function bodies)."""
+        self.reshape_sources: dict[str, str] = {}
+        self._reshapes: dict[tuple[str, tuple[int, ...]], str] = {}
 
     def input_types(self, node: Any) -> list:
         """TensorTypes of a Graph node's inputs (lowerings that need static sizes read them here)."""
@@ -127,15 +135,43 @@ class LoweringContext:
             return self.ints(shape)
         return self.op("Concat", *(self.size(d) for d in shape), axis=0)
 
+    def note_shape(self, x: str, shape: Any) -> None:
+        """Record that ``x``, a float (float32 at export) output of a custom op, has ``shape`` when it
+        is static: :meth:`reshape` folds against it and the exporter declares it."""
+        if shape is not None and all(isinstance(d, int) and d >= 0 for d in shape):
+            self.static_shapes[x] = self.float_shapes[x] = tuple(shape)
+
     def reshape(self, x: str, shape: list[Dim] | tuple[Dim, ...]) -> str:
         """Reshape to ``shape`` (ints, -1 or symbolic dims). A single symbolic dim becomes -1, so
-        the shape stays a constant; more are computed from the inputs' ``Shape``."""
+        the shape stays a constant; more are computed from the inputs' ``Shape``.
+
+        In the main graph the reshapes that lowerings chain fold: a Reshape of a Reshape this method
+        made reads the first one's input instead, a reshape to the shape ``x`` already has is ``x``
+        itself, and one (input, static shape) pair is reshaped once. (A ``0`` in ``shape`` copies a
+        dimension of the input, so such a reshape is never moved to another input.) The Reshapes
+        left unread are dropped by the exporter."""
+        fold = not self.in_function and 0 not in shape
+        if fold:
+            x = self.reshape_sources.get(x, x)
+            if all(isinstance(d, int) and d > 0 for d in shape):
+                if self.static_shapes.get(x) == tuple(shape):
+                    return x
+                if (x, tuple(shape)) in self._reshapes:
+                    return self._reshapes[(x, tuple(shape))]
         symbolic = [k for k, d in enumerate(shape) if not isinstance(d, int)]
         if len(symbolic) == 1 and -1 not in shape:
             shape = [-1 if k == symbolic[0] else d for k, d in enumerate(shape)]
         elif symbolic:
-            return self.op("Reshape", x, self.shape_tensor(shape))
-        return self.op("Reshape", x, self.ints(shape))
+            return self._folded(x, self.op("Reshape", x, self.shape_tensor(shape)), None, fold)
+        return self._folded(x, self.op("Reshape", x, self.ints(shape)), shape, fold)
+
+    def _folded(self, x: str, out: str, shape: Any, fold: bool) -> str:
+        if fold:
+            self.reshape_sources[out] = x
+            if shape is not None and -1 not in shape:
+                self._reshapes[(x, tuple(shape))] = out
+                self.static_shapes[out] = tuple(shape)
+        return out
 
     def cast(self, x: str, to: int) -> str:
         return self.op("Cast", x, to=to)
@@ -157,7 +193,10 @@ def function_body(schema: CustomOp, build: Any, opset: int, arity: int = 1) -> o
     name = schema.name
     inputs = schema.input_names(arity)
     outputs = schema.output_names(arity)
-    attributes = [a.name for a in schema.attrs]
+    # An optional attribute with a default is declared with it (FunctionProto.attribute_proto), so a
+    # node may leave it out and the body still reads a value.
+    defaults = [helper.make_attribute(a.name, a.default) for a in schema.attrs if not a.required and a.default is not None]
+    attributes = [a.name for a in schema.attrs if a.required or a.default is None]
     ctx = LoweringContext(opset, in_function=True, prefix=f"{name}_")
     results = build(ctx, *inputs)
     if isinstance(results, str):
@@ -172,4 +211,5 @@ def function_body(schema: CustomOp, build: Any, opset: int, arity: int = 1) -> o
         ctx.nodes,
         opset_imports=[helper.make_opsetid("", opset)],
         attributes=attributes,
+        attribute_protos=defaults,
     )

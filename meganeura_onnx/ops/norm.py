@@ -6,7 +6,7 @@ import numpy as np
 
 from ..ir import NodeId, TensorType
 from .lowering import CUSTOM_DOMAIN, function_body
-from .table import CustomOp, TensorArg, dims, examples, float_attr, op, rank, require, static_shape
+from .table import CustomOp, TensorArg, dims, examples, float_attr, int_attr, op, optional, rank, require, static_shape
 
 # eps > 0: with eps = 0 a constant row divides by zero (the numpy reference and ORT give inf/NaN).
 EPS = float_attr("eps", 0, lo_open=True, doc="added to the variance")
@@ -143,24 +143,27 @@ def _rows_backward(g, xhat: NodeId, r: NodeId, gx: NodeId, center: bool) -> Node
 @rms_norm.vjp
 def _(g, node, dy):
     x, w = node.inputs
-    xhat, _r = _normalize_rows(g, x, node.attrs["eps"], center=False)
-    dx = g.apply("rms_norm_grad", x, w, dy, eps=node.attrs["eps"])
-    return [dx, g.col_sum(g.mul(dy, xhat))]
+    eps = node.attrs["eps"]
+    return [g.apply("rms_norm_grad", x, w, dy, eps=eps, index=k) for k in (0, 1)]
 
 
-# rms_norm's dx as one com.meganeura.RMSNormGrad row kernel: with r = 1 / sqrt(mean(x^2) + eps)
+# rms_norm's backward as one com.meganeura.RMSNormGrad kernel with two outputs: with r = 1 / sqrt(mean(x^2) + eps)
 # recomputed per row (float32 math in every element type) and gx = dy * weight,
-#   dx = r * gx - x * r^3 * mean(gx * x)
-# (the _rows_backward formula without centring), one pass over x and dy instead of about ten nodes.
+#   dx = r * gx - x * r^3 * mean(gx * x)          (the _rows_backward formula without centring)
+#   dweight = sum over rows of dy * x * r          (= dy * xhat, the weight's gradient)
+# from one pass over x and dy instead of about fifteen nodes that recompute xhat. dweight is a
+# reduction over every row, accumulated and written in float32 whatever type the op runs in (the
+# kernels reduce in two fixed-order stages: deterministic, no atomics). As swiglu_grad, one IR node
+# per output (``index`` 0: dx, 1: dweight) sharing their inputs, lowered to the single ONNX node.
 rms_norm_grad = op(
     "rms_norm_grad",
     ("x", "weight", "dy"),
     differentiable=False,
-    attrs=(EPS,),
+    attrs=(EPS, optional(int_attr("index", 0, 1, doc="0: dx, 1: dweight (sum over rows of dy * xhat)"), 0)),
     custom=CustomOp(
         "RMSNormGrad",
         (TensorArg("x"), TensorArg("weight"), TensorArg("dy")),
-        (TensorArg("dx"),),
+        (TensorArg("dx"), TensorArg("dweight", "float32", optional=True)),
         (float_attr("epsilon", 0, lo_open=True, doc="added to the mean square"),),
     ),
     half_types=frozenset({"float16", "bfloat16"}),
@@ -168,20 +171,20 @@ rms_norm_grad = op(
 
 
 @rms_norm_grad.shape
-def _(x: TensorType, weight: TensorType, dy: TensorType, *, eps: float) -> TensorType:
+def _(x: TensorType, weight: TensorType, dy: TensorType, *, eps: float, index: int = 0) -> TensorType:
     _row_params("rms_norm_grad", x, eps, weight=weight)
     require(dy.shape == x.shape, "rms_norm_grad", f"dy must have the shape of x {list(x.shape)}, got {list(dy.shape)}")
-    return x
+    return x if index == 0 else weight
 
 
-def rms_norm_grad_ref(x: np.ndarray, w: np.ndarray, dy: np.ndarray, eps: float) -> np.ndarray:
-    """dx of ``rms_norm(x, w, eps)`` for the cotangent dy."""
+def rms_norm_grad_ref(x: np.ndarray, w: np.ndarray, dy: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """(dx, dweight) of ``rms_norm(x, w, eps)`` for the cotangent dy."""
     r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
     gx = dy * w
-    return r * gx - x * r**3 * np.mean(gx * x, axis=-1, keepdims=True)
+    return r * gx - x * r**3 * np.mean(gx * x, axis=-1, keepdims=True), np.sum(dy * x * r, axis=0)
 
 
-rms_norm_grad.numpy(lambda x, w, dy, *, eps: rms_norm_grad_ref(x, w, dy, eps).astype(x.dtype))
+rms_norm_grad.numpy(lambda x, w, dy, *, eps, index=0: rms_norm_grad_ref(x, w, dy, eps)[index].astype(x.dtype))
 
 
 @rms_norm_grad.function_body
@@ -193,23 +196,28 @@ def rms_norm_grad_function(opset: int):
         gx = ctx.op("Mul", dy, w)
         m = ctx.op("ReduceMean", ctx.op("Mul", gx, x), axis, keepdims=1)
         r3m = ctx.op("Mul", ctx.op("Mul", ctx.op("Mul", r, r), r), m)
-        return ctx.op("Sub", ctx.op("Mul", r, gx), ctx.op("Mul", x, r3m))
+        dx = ctx.op("Sub", ctx.op("Mul", r, gx), ctx.op("Mul", x, r3m))
+        dw = ctx.op("ReduceSum", ctx.op("Mul", dy, ctx.op("Mul", x, r)), ctx.ints([0]), keepdims=0)
+        return [dx, dw]  # function bodies run in float32 (the precision pass casts around them)
 
     return function_body(rms_norm_grad.custom, body, opset)
 
 
 @rms_norm_grad.onnx
 def _(ctx, node, x, w, dy):
-    ctx.use_function(rms_norm_grad_function(ctx.opset))
-    return ctx.op("RMSNormGrad", x, w, dy, domain=CUSTOM_DOMAIN, epsilon=float(node.attrs["eps"]))
+    key = ("RMSNormGrad", x, w, dy, float(node.attrs["eps"]))
+    if key not in ctx.shared:  # the first of dx, dweight emits the one ONNX node
+        ctx.use_function(rms_norm_grad_function(ctx.opset))
+        ctx.shared[key] = ctx.op("RMSNormGrad", x, w, dy, domain=CUSTOM_DOMAIN, outputs=2, epsilon=float(node.attrs["eps"]))
+    return ctx.shared[key][node.attrs.get("index", 0)]
 
 
-def _ex_rms_grad(g, f, m, n, eps):
+def _ex_rms_grad(g, f, m, n, eps, index=0):
     x, w = f.param(g, "x", [m, n]), f.param(g, "weight", [n], 0.5, 1.5)
-    return g.apply("rms_norm_grad", x, w, f.input(g, "dy", [m, n]), eps=eps)
+    return g.apply("rms_norm_grad", x, w, f.input(g, "dy", [m, n]), eps=eps, index=index)
 
 
-examples(rms_norm_grad, _ex_rms_grad, {"m": 3, "n": 8, "eps": 1e-5}, {"m": 5, "n": 3, "eps": 1e-2})
+examples(rms_norm_grad, _ex_rms_grad, {"m": 3, "n": 8, "eps": 1e-5}, {"m": 5, "n": 3, "eps": 1e-2, "index": 1})
 
 
 @layer_norm.vjp

@@ -51,7 +51,9 @@ from ..transforms.optimizer import OptimizerSpec, append_update
 from ..transforms.rewrite import optimize as optimize_graph
 from . import custom_ops
 from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
-from .session import NUMPY, host_array, providers_for
+from .ort_session import providers_for
+from .positions import PositionChecks, position_rules, skip_kernel_position_checks
+from .session import NUMPY, host_array
 from .training import DEFAULT_HYPER, compile_program
 
 FLAT = "grads.flat"
@@ -112,6 +114,18 @@ def init_distributed(device: str = "cpu") -> DistContext:
             kw["device_id"] = torch.device("cuda", local_rank)  # binds the communicator (and barrier) to this GPU
         dist.init_process_group(backend, **kw)
     return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, dist.get_backend())
+
+
+def leave_distributed() -> None:
+    """Inside torchrun: wait for every rank, then leave the process group. A rank that exits while
+    another still talks to it (rank 0 writing a checkpoint), or a gloo group left to interpreter
+    shutdown, can end a process with "terminate called" from gloo's threads. Outside torchrun: nothing."""
+    if not launched_by_torchrun():
+        return
+    dist = _torch().distributed
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 @dataclass(frozen=True)
@@ -243,6 +257,11 @@ class DataParallelSession:
             per_host = int(os.environ.get("LOCAL_WORLD_SIZE", self.context.world_size))
             self._opts.intra_op_num_threads = max(1, (os.cpu_count() or 1) // per_host)
         self.custom_op_library_path = custom_ops.register(self._opts, self._device) if use_custom_ops else None
+        # As Session: U32 inputs read as positions or row indices (token ids: the embedding and its
+        # ScatterAdd gradient) are checked on upload, so the kernels do not read them back.
+        rules = position_rules(forward)
+        self._positions = PositionChecks(rules, list(prog.inputs))
+        skip_kernel_position_checks(prog.model, rules)
         self._grad_sess = self._session(prog.model)
         values = self._broadcast({n: values[n] for n in prog.params})
         trainable = set(prog.trainable)
@@ -351,8 +370,10 @@ class DataParallelSession:
         if name not in self._inputs:
             raise KeyError(f"{what}: no input named {name!r}; the session has {list(self._inputs)}")
         shape, dt = self._prog.inputs[name]
-
-        self._inputs[name].update_inplace(host_array(name, data, TensorType(tuple(shape), DType(dt)), dtype, what))
+        arr = host_array(name, data, TensorType(tuple(shape), DType(dt)), dtype, what)
+        if dtype is DType.U32:
+            self._positions.upload(name, arr, what)
+        self._inputs[name].update_inplace(arr)
 
     def set_input(self, name: str, data: object) -> None:
         """Upload this rank's shard of F32 input ``name``."""

@@ -16,8 +16,8 @@ import onnxruntime as ort
 
 from ..ir import DType, TensorType
 from ..ops import OPS
-from . import custom_ops
 from .half import HalfBuffers, is_half
+from .ort_session import check_capturable, open_ort_session, providers_for
 from .plan import Buffer, ExecutionPlan, MemorySummary
 from .positions import PositionChecks, PositionRule, skip_kernel_position_checks
 from .sizes import SymbolSizes
@@ -80,61 +80,6 @@ def first_non_finite(arr: np.ndarray) -> str | None:
     return f"{flat[bad[0]]} at flat index {int(bad[0])}" if bad.size else None
 
 
-def providers_for(device: str, providers: Sequence | None = None, cuda_graph: bool = False, tf32: bool = False) -> tuple[list, str]:
-    """ORT provider list and OrtValue device type for ``device`` ("cpu" or "cuda"); ``tf32``: let
-    float32 MatMul/Conv use TF32 tensor cores (CUDA)."""
-    if providers is not None:
-        names = [p if isinstance(p, str) else p[0] for p in providers]
-        return list(providers), "cuda" if names and names[0] == "CUDAExecutionProvider" else "cpu"
-    if device == "cpu":
-        return ["CPUExecutionProvider"], "cpu"
-    if device == "cuda":
-        if "CUDAExecutionProvider" not in ort.get_available_providers():
-            raise RuntimeError(
-                f"device='cuda' needs onnxruntime-gpu with CUDAExecutionProvider; this onnxruntime {ort.__version__} has {ort.get_available_providers()}"
-            )
-        # Strict fp32 MatMul (as PyTorch by default): TF32 is opt-in (precision="tf32" or providers=).
-        # The arena grows by what is asked, not to the next power of two: with a train step's
-        # gigabytes of activations, doubling reserves up to twice the peak (shapes are static, so
-        # after the first step nothing is allocated again either way).
-        options = {"use_tf32": "1" if tf32 else "0", "arena_extend_strategy": "kSameAsRequested"}
-        if cuda_graph:
-            options["enable_cuda_graph"] = "1"
-        return [("CUDAExecutionProvider", options), "CPUExecutionProvider"], "cuda"
-    raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-
-
-def _check_capturable(sess: ort.InferenceSession) -> None:
-    """Refuse (ValueError naming the nodes) what a CUDA graph cannot replay: nodes placed on the
-    CPU (other than ORT's shape computations, which it runs once) and host copies (Memcpy nodes).
-    Older ORT versions only log this and silently run without a graph."""
-    placement = [(n.name, n.op_type, sub.ep_name) for sub in sess.get_provider_graph_assignment_info() for n in sub.get_nodes()]
-    memcpy = [f"{op} {name}" for name, op, _ in placement if op.startswith("Memcpy")]
-    on_cpu = [f"{op} {name}" for name, op, ep in placement if ep == "CPUExecutionProvider" and op not in _SHAPE_OPS]
-    if memcpy or on_cpu:
-        raise ValueError(
-            "cuda_graph=True needs every node on CUDAExecutionProvider with no host copy; "
-            f"on the CPU: {on_cpu[:8]}, host copies: {memcpy[:8]} (is the CUDA custom-op library built?)"
-        )
-
-
-def apply_session_options(opts: ort.SessionOptions, options: Mapping[str, object]) -> None:
-    """Set ``ort.SessionOptions`` attributes by name (``execution_order`` by its enum member's name,
-    e.g. ``"PRIORITY_BASED"``); an unknown name is a ValueError naming it."""
-    for key, value in options.items():
-        if key.startswith("_") or not hasattr(opts, key):
-            raise ValueError(f"session_options: ort.SessionOptions has no attribute {key!r}")
-        if key == "execution_order" and isinstance(value, str):
-            if value not in ort.ExecutionOrder.__members__:
-                raise ValueError(f"session_options: execution_order must be one of {list(ort.ExecutionOrder.__members__)}, got {value!r}")
-            value = ort.ExecutionOrder.__members__[value]
-        setattr(opts, key, value)
-
-
-# ORT places these on the CPU when they compute shapes only; they do not run inside the graph.
-_SHAPE_OPS = frozenset({"Shape", "Size", "Gather", "Concat", "Unsqueeze", "Squeeze", "Slice", "Reshape", "Cast", "ConstantOfShape"})
-
-
 class Session:
     """A compiled model with device-resident buffers. Build it with :func:`build_inference_session`
     (or ``build_session`` for training) rather than directly."""
@@ -173,12 +118,6 @@ class Session:
         self._providers, self._device = providers_for(device, providers, cuda_graph, tf32=precision == "tf32")
         kinds = set(self._half.values())
         self._halfbuf = HalfBuffers(kinds.pop(), self._device, self._providers) if kinds else None
-        opts = ort.SessionOptions()
-        opts.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-        for key, value in (session_config or {}).items():  # ORT session config entries, e.g. thread spinning
-            opts.add_session_config_entry(key, value)
-        apply_session_options(opts, session_options or {})
-        lib = custom_ops.register(opts, self._device) if use_custom_ops else None
         # U32 inputs read as positions (runtime/positions.py): checked here, on upload against the
         # static shapes' limit (set_input_u32: input name, value and limit) and before each step with
         # symbolic shapes against that step's; so the kernels need not read them back (a stream sync
@@ -187,37 +126,16 @@ class Session:
         self._positions = PositionChecks(rules, [n for n, ty in inputs.items() if ty.is_static()])
         skip_kernel_position_checks(model, rules)
         self._model = model
-        try:
-            # ORT fuses a Cast from bfloat16 into its SimplifiedLayerNormalization, a type mix that
-            # no ORT kernel implements (the session then fails to load on CUDA).
-            disabled = ["SimplifiedLayerNormFusion"] if precision == "bf16" else None
-            self._ort = ort.InferenceSession(model.SerializeToString(), opts, providers=self._providers, disabled_optimizers=disabled)
-        except Exception as e:
-            if cuda_graph and "graph capture" in str(e).lower():
-                raise ValueError(f"cuda_graph=True: ONNX Runtime cannot capture this model as a CUDA graph: {e}") from e
-            raise
+        self._ort, self.custom_op_library_path = open_ort_session(
+            model, self._providers, self._device, precision, cuda_graph, use_custom_ops, session_config, session_options
+        )
         self._cuda_graph = bool(cuda_graph)
         if cuda_graph:
-            _check_capturable(self._ort)
-        self._types: dict[str, TensorType] = {}
-        self._values: dict[str, ort.OrtValue] = {}
-        self._kinds: dict[str, str] = {}
+            check_capturable(self._ort)
         self._inputs = dict(inputs)
         self._parameter_names = list(parameter_names)
         self._pairs = {name: out for name, (out, _) in state.items()}
-        # With our in-place CacheWrite kernel running, a KV cache is ONE buffer bound as input and
-        # output (a decode step writes one row, never copies the cache). Otherwise two buffers swap.
-        # ``inplace_kernels``: more (domain, op) kernels that may write their outputs over their inputs
-        # (training: AdamUpdate, when the caller checked it runs after every other reader).
-        inplace_ops = {
-            (d.custom.domain, d.custom.name) for d in OPS.values() if d.custom and (d.custom.inplace_input or d.custom.inplace_pairs)
-        }
-        inplace_ops |= set(inplace_kernels)
-        inplace_kernel = any(
-            (n.domain, n.op_type) in inplace_ops for sub in self._ort.get_provider_graph_assignment_info() for n in sub.get_nodes()
-        )
-        self._aliased = {n for n in inplace_state if n in self._pairs} if inplace_kernel else set()
-        self._spare: dict[str, ort.OrtValue] = {}
+        self._aliased = self._aliased_state(inplace_state, inplace_kernels)
         # Inputs with symbolic dims get their buffer at set_input; outputs whose shape depends on
         # them are (re)allocated when a step runs with sizes that differ from the last ones.
         symbolic = {name: ty for name, ty in inputs.items() if not ty.is_static()}
@@ -226,6 +144,48 @@ class Session:
         self._rebind = False
         if symbolic and cuda_graph:
             raise ValueError(f"cuda_graph=True replays fixed buffer shapes; inputs {sorted(symbolic)} have symbolic dimensions")
+        self._output_names = list(outputs)
+        self._allocate(inputs, symbolic, persistent, state, output_types)
+        self._bind()
+        # A captured CUDA graph replays fixed addresses. State buffers that are swapped after each
+        # step (parameters and optimizer state in training) alternate between two IOBindings, so
+        # each binding gets its own graph (ORT's ``gpu_graph_id``): both replay fixed addresses.
+        self._run_options: list[ort.RunOptions | None] = [None, None]
+        if cuda_graph:
+            for parity in (0, 1):
+                self._run_options[parity] = ort.RunOptions()
+                self._run_options[parity].add_run_config_entry("gpu_graph_id", str(parity + 1))
+        self._runs = [0, 0]  # runs per binding: ORT captures a binding's graph on a run after the first
+
+    def _aliased_state(self, inplace_state: Sequence[str], inplace_kernels: Collection[tuple[str, str]]) -> set[str]:
+        """The state inputs bound as ONE buffer for input and output. With our in-place CacheWrite
+        kernel running, a KV cache is such a buffer (a decode step writes one row, never copies the
+        cache); otherwise two buffers swap. ``inplace_kernels``: more (domain, op) kernels that may
+        write their outputs over their inputs (training: AdamUpdate, when the caller checked it runs
+        after every other reader)."""
+        inplace_ops = {
+            (d.custom.domain, d.custom.name) for d in OPS.values() if d.custom and (d.custom.inplace_input or d.custom.inplace_pairs)
+        }
+        inplace_ops |= set(inplace_kernels)
+        inplace_kernel = any(
+            (n.domain, n.op_type) in inplace_ops for sub in self._ort.get_provider_graph_assignment_info() for n in sub.get_nodes()
+        )
+        return {n for n in inplace_state if n in self._pairs} if inplace_kernel else set()
+
+    def _allocate(
+        self,
+        inputs: Mapping[str, TensorType],
+        symbolic: Mapping[str, TensorType],
+        persistent: Mapping[str, np.ndarray],
+        state: Mapping[str, tuple[str, np.ndarray]],
+        output_types: Mapping[str, TensorType],
+    ) -> None:
+        """Device buffers of the static inputs, parameters, constants, state (and its spares) and
+        static outputs; symbolic inputs only get their type here."""
+        self._types: dict[str, TensorType] = {}
+        self._values: dict[str, ort.OrtValue] = {}
+        self._kinds: dict[str, str] = {}
+        self._spare: dict[str, ort.OrtValue] = {}
         for name, ty in inputs.items():
             if name in symbolic:
                 self._types[name], self._kinds[name] = ty, "input"
@@ -238,23 +198,11 @@ class Session:
             kind = "parameter" if name in self._parameter_names else "state"
             self._alloc(name, ty, kind, value)
             self._spare[name] = self._values[name] if name in self._aliased else self._new_value(name, np.zeros(value.shape, value.dtype))
-        self._output_names = list(outputs)
         self._outputs: dict[str, ort.OrtValue] = {}
         for name, ty in output_types.items():
             if name not in self._pairs.values() and ty.is_static():
                 self._outputs[name] = self._device_value(np.zeros(ty.shape, NUMPY[ty.dtype]))
         self._output_types = dict(output_types)
-        self._bind()
-        # A captured CUDA graph replays fixed addresses. State buffers that are swapped after each
-        # step (parameters and optimizer state in training) alternate between two IOBindings, so
-        # each binding gets its own graph (ORT's ``gpu_graph_id``): both replay fixed addresses.
-        self._run_options: list[ort.RunOptions | None] = [None, None]
-        if cuda_graph:
-            for parity in (0, 1):
-                self._run_options[parity] = ort.RunOptions()
-                self._run_options[parity].add_run_config_entry("gpu_graph_id", str(parity + 1))
-        self._runs = [0, 0]  # runs per binding: ORT captures a binding's graph on a run after the first
-        self.custom_op_library_path = lib
 
     # -- buffers ----------------------------------------------------------------------------------
     def _device_value(self, arr: np.ndarray) -> ort.OrtValue:

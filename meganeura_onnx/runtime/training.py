@@ -51,7 +51,7 @@ from .schedules import LossScaler
 from .session import Session, checked_parameters, parameter_array
 
 DEFAULT_HYPER = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01, "max_grad_norm": 1.0}
-CACHE_FORMAT = "meganeura-train-model-3"  # 3: nodes in the memory-aware order, SwiGLU recomputed
+CACHE_FORMAT = "meganeura-train-model-4"  # 4: RMSNormGrad with dweight, reshapes folded; 3: memory-aware order, SwiGLU recomputed
 TRAIN_SESSION_OPTIONS = {
     # ORT runs the nodes in the model's order (reorder_for_memory) instead of its own depth-first
     # order, which computes every weight gradient after the whole backward pass and so keeps every
