@@ -120,7 +120,7 @@ class RopeCpu : public Kernel {
           sn = sn_row.data();
         }
         float* out = OutRow(y + r * p.D, y_row.data());
-        RotateHeads(FloatRow(xs + r * p.D, p.D, x_row.data()), out, cs, sn, heads, p.head_dim);
+        RotateHeads(FloatRow(xs + r * p.D, p.D, x_row.data()), out, cs, sn, heads, p.head_dim, a_.inverse != 0);
         StoreRow(out, y + r * p.D, p.D);
       }
     });

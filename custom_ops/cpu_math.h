@@ -29,17 +29,20 @@ inline float ExpNeg(float x) {
 
 // Rotary embedding of one token row of `heads` heads: each head's halves (a, b) rotated by the angles
 // whose cos / sin are cs / sn (head_dim / 2 each): (a cos - b sin, b cos + a sin).
+// inverse: rotate by the negated angle (sin negated; exact).
 inline void RotateHeads(const float* __restrict__ x, float* __restrict__ y, const float* __restrict__ cs,
-                        const float* __restrict__ sn, int64_t heads, int64_t head_dim) {
+                        const float* __restrict__ sn, int64_t heads, int64_t head_dim, bool inverse = false) {
   const int64_t half = head_dim / 2;
+  const float sign = inverse ? -1.0f : 1.0f;
   for (int64_t h = 0; h < heads; ++h) {
     const float* xi = x + h * head_dim;
     float* yo = y + h * head_dim;
 #pragma omp simd
     for (int64_t j = 0; j < half; ++j) {
       const float a = xi[j], b = xi[j + half];
-      yo[j] = a * cs[j] - b * sn[j];
-      yo[j + half] = b * cs[j] + a * sn[j];
+      const float s = sign * sn[j];
+      yo[j] = a * cs[j] - b * s;
+      yo[j + half] = b * cs[j] + a * s;
     }
   }
 }

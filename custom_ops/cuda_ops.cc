@@ -32,7 +32,11 @@ constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 
 class RopeCuda : public Kernel {
  public:
-  explicit RopeCuda(const RopeAttrs& a) : a_(a), inv_freq_(a.head_dim / 2) { RopeInvFreq(a.theta, a.head_dim, inv_freq_.data()); }
+  explicit RopeCuda(const RopeAttrs& a) : a_(a), inv_freq_(a.head_dim / 2) {
+    RopeInvFreq(a.theta, a.head_dim, inv_freq_.data());
+    if (a.inverse)  // the negated angle: sincosf is odd in its argument, so cos stays and sin is negated
+      for (float& f : inv_freq_) f = -f;
+  }
   static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
     RopeAttrs a;
     MN_RETURN_IF(ReadRopeAttrs(info, &a));

@@ -220,6 +220,8 @@ OrtStatus* ReadRopeAttrs(const OrtKernelInfo* info, RopeAttrs* a) {
   MN_RETURN_IF(AttrInt(info, "Rope", "offset", &a->offset, &zero));
   MN_RETURN_IF(AttrInt(info, "Rope", "check_positions", &a->check_positions, &one));
   MN_RETURN_IF(CheckPositionsFlag("Rope", a->check_positions));
+  MN_RETURN_IF(AttrInt(info, "Rope", "inverse", &a->inverse, &zero));
+  if (a->inverse != 0 && a->inverse != 1) return MN_INVALID("Rope: attribute inverse must be 0 or 1, got %lld", (long long)a->inverse);
   if (a->head_dim <= 0 || a->head_dim % 2 != 0 || a->head_dim > 1024)
     return MN_INVALID("Rope: attribute head_dim must be even and in [2, 1024], got %lld", (long long)a->head_dim);
   if (!(a->theta > 0.0f) || !std::isfinite(a->theta))

@@ -95,6 +95,7 @@ struct RopeAttrs {
   float theta;
   int64_t head_dim, offset;
   int64_t check_positions = 1;
+  int64_t inverse = 0;  // 1: rotate by the negated angle (rope's VJP; default 0)
 };
 OrtStatus* ReadRopeAttrs(const OrtKernelInfo* info, RopeAttrs* a);
 // X is [S, D] (one sequence) or [B, S, D]; offset_dyn is [1] or [B]: row s of sequence b has position

@@ -15,6 +15,8 @@ pytest.importorskip("onnx")
 
 import kernel_cases as kc  # noqa: E402
 
+from meganeura_onnx.ops.rope import rope_ref as rope_table_ref  # noqa: E402
+
 LIB = kc.kernel_library("cpu")
 pytestmark = pytest.mark.skipif(LIB is None, reason="custom-op library not built (make -C custom_ops)")
 
@@ -59,6 +61,10 @@ ATTN_CASES = [  # (T, H, KVH, head_dim, max_seq, kv_pos)
 BATCH_ROPE_CASES = [  # (B, S, D, head_dim, static offset, dynamic offsets)
     (3, 1, 4 * 64, 64, 0, (7, 0, 4095)),
     (2, 5, 2 * 128, 128, 3, (11, 2)),
+]
+INVERSE_ROPE_CASES = [  # (B, S, D, head_dim, static offset, shared dynamic offset): the train step's backward form
+    (8, 7, 3 * 64, 64, 0, 0),
+    (2, 5, 2 * 128, 128, 3, 40),
 ]
 BATCH_CACHE_WRITE_CASES = [  # (B, max_seq, dim, T, kv_pos per sequence)
     (3, 16, 2 * 64, 1, (0, 15, 7)),
@@ -107,6 +113,14 @@ def batch_rope_case(B, S, D, hd, off, dyns, dtype=np.float32):
     return {"X": x, "offset_dyn": np.array(dyns, np.int64)}, dict(theta=10000.0, head_dim=hd, offset=off), None, ref
 
 
+def inverse_rope_case(B, S, D, hd, off, dyn):
+    """Rope with inverse=1 (rotation by the negated angle) over [B, S, D], one shared offset; the op
+    table's numpy reference rotates each sequence by -angle."""
+    x = f32(B, S, D)
+    ref = np.stack([rope_table_ref(xb, off + dyn + np.arange(S), 10000.0, hd, inverse=True) for xb in x])
+    return {"X": x, "offset_dyn": np.array([dyn], np.int64)}, dict(theta=10000.0, head_dim=hd, offset=off, inverse=1), None, ref
+
+
 def batch_cache_write_case(B, max_seq, dim, T, kv_pos, dtype=np.float32):
     inputs = {"new": f32(B, T, dim).astype(dtype), "cache": f32(B, max_seq, dim).astype(dtype), "kv_pos": np.array(kv_pos, np.int64)}
     return inputs, {}, None, kc.batched(kc.cache_write_ref, (inputs["new"], inputs["cache"]), kv_pos)
@@ -133,6 +147,7 @@ ALL = (
     + [("CachedAttention", attn_case, c, ATTN_TOL) for c in ATTN_CASES]
     + [("ScatterAdd", scatter_case, c, RTOL) for c in SCATTER_CASES]
     + [("Rope", batch_rope_case, c, RTOL) for c in BATCH_ROPE_CASES]
+    + [("Rope", inverse_rope_case, c, RTOL) for c in INVERSE_ROPE_CASES]
     + [("CacheWrite", batch_cache_write_case, c, 0.0) for c in BATCH_CACHE_WRITE_CASES]
     + [("CachedAttention", batch_attn_case, c, ATTN_TOL) for c in BATCH_ATTN_CASES]
 )
@@ -176,6 +191,14 @@ def test_results_do_not_depend_on_thread_count(threads):
     sinputs, sattrs, _, sref = scatter_case(300, 40, 7, np.int64)
     _, got = run(kc.make_model("ScatterAdd", sinputs, sattrs), sinputs, library=LIB, threads=threads)
     np.testing.assert_allclose(got, sref, rtol=RTOL, atol=RTOL)
+
+
+def test_inverse_rope_kernel_undoes_rope():
+    inputs, attrs, _, _ = batch_rope_case(*BATCH_ROPE_CASES[1])
+    _, rotated = run(kc.make_model("Rope", inputs, attrs), inputs, library=LIB)
+    back = {**inputs, "X": rotated}
+    _, got = run(kc.make_model("Rope", back, {**attrs, "inverse": 1}), back, library=LIB)
+    np.testing.assert_allclose(got, inputs["X"], rtol=RTOL, atol=RTOL)
 
 
 def test_index_inputs_accept_int64_int32_uint32():

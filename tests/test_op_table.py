@@ -94,6 +94,9 @@ def test_custom_ops_are_exported_in_the_meganeura_domain_with_their_declared_fun
     group = len(d.custom.variadic_inputs)
     arity = (len(custom[0].input) - len(d.custom.inputs)) // group if group else 1
     assert list(fn.input) == d.custom.input_names(arity) and list(fn.output) == d.custom.output_names(arity)
-    assert list(fn.attribute) == [a.name for a in d.custom.attrs]
+    # required attributes by name, optional ones with their defaults (a node may leave them out)
+    assert sorted([*fn.attribute, *(a.name for a in fn.attribute_proto)]) == sorted(a.name for a in d.custom.attrs)
+    defaults = {a.name: a.default for a in d.custom.attrs if not a.required and a.default is not None}
+    assert {a.name: onnx.helper.get_attribute_value(a) for a in fn.attribute_proto} == defaults
     assert any(o.domain == "com.meganeura" and o.version == 1 for o in model.opset_import)
     assert all(n.domain in ("", None) for n in fn.node), "function bodies must be standard ONNX"

@@ -193,7 +193,10 @@ def function_body(schema: CustomOp, build: Any, opset: int, arity: int = 1) -> o
     name = schema.name
     inputs = schema.input_names(arity)
     outputs = schema.output_names(arity)
-    attributes = [a.name for a in schema.attrs]
+    # An optional attribute with a default is declared with it (FunctionProto.attribute_proto), so a
+    # node may leave it out and the body still reads a value.
+    defaults = [helper.make_attribute(a.name, a.default) for a in schema.attrs if not a.required and a.default is not None]
+    attributes = [a.name for a in schema.attrs if a.required or a.default is None]
     ctx = LoweringContext(opset, in_function=True, prefix=f"{name}_")
     results = build(ctx, *inputs)
     if isinstance(results, str):
@@ -208,4 +211,5 @@ def function_body(schema: CustomOp, build: Any, opset: int, arity: int = 1) -> o
         ctx.nodes,
         opset_imports=[helper.make_opsetid("", opset)],
         attributes=attributes,
+        attribute_protos=defaults,
     )

@@ -53,7 +53,12 @@ rope = op(
         "Rope",
         (TensorArg("X"), TensorArg("offset_dyn", "index", optional=True)),
         (TensorArg("Y"),),
-        (THETA, HEAD_DIM, optional(int_attr("offset", 0, MAX_POSITION), 0)),
+        (
+            THETA,
+            HEAD_DIM,
+            optional(int_attr("offset", 0, MAX_POSITION), 0),
+            optional(int_attr("inverse", 0, 1, doc="1: rotate by the negated angle (the transpose: rope's VJP)"), 0),
+        ),
     ),
     positions=(Position("offset", max_value=MAX_POSITION),),
     half_types=frozenset({"float16", "bfloat16"}),
@@ -124,11 +129,12 @@ def _(x, offset=None, *, theta, head_dim, offset_static, inverse=False, period=N
     return rope_ref(x, offset_static + int(dyn[0]) + rows, theta, head_dim, inverse)
 
 
-def rotate_body(ctx, x: str, starts: str) -> str:
+def rotate_body(ctx, x: str, starts: str, inverse: str | None = None) -> str:
     """Function-body nodes rotating x ``[S, D]`` or ``[B, S, D]`` (the caller's ``theta`` and
     ``head_dim`` attributes), row s of sequence b at position ``starts[b] + s`` (``starts`` int64
     ``[n]``, n = 1 or B, broadcast against x seen as ``[(B,) S, heads, hd]``). Angles are float32 (as
-    in the kernels); cos/sin take x's element type. Shared with ``rope_cached_attention``'s body."""
+    in the kernels); cos/sin take x's element type. ``inverse``: an int64 scalar, 1 negates the angle.
+    Shared with ``rope_cached_attention``'s body."""
     hd = ctx.attr_ref("head_dim", "int")
     half = ctx.op("Div", hd, ctx.const(2, np.int64))
     rows = arange(ctx, dim(ctx, x, -2))  # [S]
@@ -143,6 +149,9 @@ def rotate_body(ctx, x: str, starts: str) -> str:
         return ctx.op("CastLike", ctx.op("Unsqueeze", ctx.op("Concat", t, t, axis=2), ctx.ints([2])), x)
 
     cos, sin = table("Cos"), table("Sin")
+    if inverse is not None:  # sin(-a) = -sin(a): sin times 1 - 2 * inverse
+        sign = ctx.op("Sub", ctx.const(1, np.int64), ctx.op("Mul", ctx.const(2, np.int64), inverse))
+        sin = ctx.op("Mul", sin, ctx.op("CastLike", sign, sin))
     xh = ctx.op("Reshape", x, ctx.op("Concat", ctx.op("Shape", x, end=-1), dims(ctx, -1, hd), axis=0))  # [(B,) S, heads, hd]
     x1 = ctx.op("Slice", xh, dims(ctx, 0), dims(ctx, half), ctx.ints([-1]))
     x2 = ctx.op("Slice", xh, dims(ctx, half), dims(ctx, hd), ctx.ints([-1]))
@@ -156,7 +165,7 @@ def rope_function(opset: int):
     # Rank-generic: x [S, D] or [B, S, D]; the starts [n] (n = 1 or B) = offset + offset_dyn.
     def body(ctx, x, offset_dyn):
         starts = ctx.op("Add", ctx.attr_ref("offset", "int"), ctx.op("Reshape", ctx.to_int64(offset_dyn), ctx.ints([-1])))  # [n]
-        return rotate_body(ctx, x, starts)
+        return rotate_body(ctx, x, starts, ctx.attr_ref("inverse", "int"))
 
     return function_body(rope.custom, body, opset)
 
@@ -180,30 +189,12 @@ def _(ctx, node, x, offset=None):
 
 
 def _rope_node(ctx, x, dyn, a, width: Dim) -> str:
-    if not a.get("inverse", False):
-        return ctx.op("Rope", x, dyn, domain=CUSTOM_DOMAIN, theta=float(a["theta"]), head_dim=a["head_dim"], offset=a["offset_static"])
-    # Negated angle through the same Rope op: per (i, i + hd/2) pair, R(-a) = S R(a) S with
-    # S = diag(1, -1) (negate the second half of every head), so the custom kernel serves both.
-    half = a["head_dim"] // 2
-    if not isinstance(width, int):  # a symbolic number of blocks: signs per head, x seen as [rows, heads, hd]
-        signs = ctx.const(np.r_[np.ones(half), -np.ones(half)].astype(np.float32))
-
-        def flip(t: str) -> str:
-            return ctx.op("Reshape", ctx.op("Mul", ctx.reshape(t, [0, -1, a["head_dim"]]), signs), ctx.op("Shape", t))
-
-        y = ctx.op("Rope", flip(x), dyn, domain=CUSTOM_DOMAIN, theta=float(a["theta"]), head_dim=a["head_dim"], offset=a["offset_static"])
-        return flip(y)
-    signs = ctx.const(np.tile(np.r_[np.ones(half), -np.ones(half)], width // a["head_dim"]).astype(np.float32))
-    y = ctx.op(
-        "Rope",
-        ctx.op("Mul", x, signs),
-        dyn,
-        domain=CUSTOM_DOMAIN,
-        theta=float(a["theta"]),
-        head_dim=a["head_dim"],
-        offset=a["offset_static"],
+    # The negated angle (rope's VJP) is the kernels' `inverse` attribute. Written on every node: the
+    # function body's default serves ORT, but onnx's checker (1.16) does not apply it when inlining.
+    inverse = int(bool(a.get("inverse", False)))
+    return ctx.op(
+        "Rope", x, dyn, domain=CUSTOM_DOMAIN, theta=float(a["theta"]), head_dim=a["head_dim"], offset=a["offset_static"], inverse=inverse
     )
-    return ctx.op("Mul", y, signs)
 
 
 @rope.vjp
