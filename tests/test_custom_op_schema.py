@@ -33,7 +33,9 @@ KERNEL_DIR = Path(__file__).resolve().parent.parent / "custom_ops"
 # Each execution provider's registration rows, spread over the files that hold its kernel classes.
 REGISTRY_FILES = {
     "CPU": ("cpu_kernels.cc", "cpu_fused.cc", "cpu_rope_attention.cc", "cpu_flash.cc", "cpu_decode_linear.cc", "cpu_losses.cc"),
-    "CUDA": ("cuda_ops.cc", "cuda_fused_ops.cc", "cuda_flash_ops.cc", "cuda_decode_linear_ops.cc", "cuda_losses_ops.cc"),
+    # cpu_losses.cc: the sparse cross entropy's one registration (AddCrossEntropyOps), which both
+    # libraries call with their kernels' factories.
+    "CUDA": ("cuda_ops.cc", "cuda_fused_ops.cc", "cuda_flash_ops.cc", "cuda_decode_linear_ops.cc", "cuda_losses_ops.cc", "cpu_losses.cc"),
 }
 ATTR_FILES = (
     "op_common.cc",
@@ -58,7 +60,7 @@ TYPE_LOOP = re.compile(r"for \(const auto T : \{(?P<types>[^}]*)\}\) \{(?P<body>
 
 ROW = re.compile(
     r"new OpDef\(\"(?P<name>\w+)\",\s*ep,\s*\{(?P<ins>[^}]*)\},\s*\{(?P<outs>[^}]*)\},\s*\{(?P<opt>[^}]*)\},\s*"
-    r"\{(?P<cpu>[^}]*)\},\s*\w+::Create,\s*(?P<shape_from>-?\d+)(?:,\s*/\*cache_inplace=\*/(?P<inplace>true|false))?\)"
+    r"\{(?P<cpu>[^}]*)\},\s*[\w:]+,\s*(?P<shape_from>-?\d+)(?:,\s*/\*cache_inplace=\*/(?P<inplace>true|false))?\)"
 )
 # A row followed by this call registers outputs 1 and 2 as inputs 3 and 4 written in place (op_common.h).
 KV_CACHE_OUTPUTS = re.compile(r"\)\);\s*ops->back\(\)->UseKvCacheOutputs\(\);")
@@ -89,7 +91,7 @@ def registry_disagreements(
     kv_outputs = {m["name"] for m in ROW.finditer(source) if KV_CACHE_OUTPUTS.match(source, m.end() - 1)}
     element_types = registered_element_types(source)
     problems = (
-        [f"{where}: registers {sorted(set(rows) - set(schemas))}, which the op table does not declare"] if set(rows) - set(schemas) else []
+        [f"{where}: registers {sorted(set(rows) - set(SCHEMAS))}, which the op table does not declare"] if set(rows) - set(SCHEMAS) else []
     )
     for name, schema in schemas.items():
         if name not in rows:

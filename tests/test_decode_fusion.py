@@ -189,3 +189,16 @@ def test_a_residual_product_fuses_only_with_a_full_size_residual_a_leaf_weight_a
     assert residual_products(2, 11776)["linear_residual"] == 1
     assert residual_products(2, 11777)["linear_residual"] == 0  # more than the CUDA kernel's shared-memory tile holds
     assert residual_products(17, 8)["linear_residual"] == 0
+
+
+def test_a_norm_wider_than_the_cuda_kernels_tile_is_left_to_gemm():
+    from meganeura_onnx import Graph
+
+    def fused(k: int) -> dict[str, int]:
+        g = Graph()
+        n = g.rms_norm(g.input("x", [1, k]), g.parameter("norm", [k]), 1e-5)
+        g.set_outputs({"q": g.matmul_bt(n, g.parameter("wq", [4, k]))})
+        return fused_ops(g)
+
+    assert fused(11776)["rms_norm_linear"] == 1
+    assert fused(11777) == {"rms_norm_linear": 0, "rms_norm_swiglu": 0, "rms_norm": 1, "linear_residual": 0, "gemm": 0}

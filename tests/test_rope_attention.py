@@ -147,3 +147,17 @@ def test_batched_fused_decode_session_updates_its_caches_in_place_and_matches_th
     assert lib.MeganeuraCacheWriteFullCopies() == before
     for name in fused.inplace_state:
         np.testing.assert_allclose(fused.read_state(name), plain.read_state(name), rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_optimizing_a_fused_graph_again_keeps_its_cache_writes():
+    """The fused graph's cache nodes are read by no output; a second optimize (a session built with
+    optimize=True from it) must not rebuild the graph from its outputs and lose them."""
+    from meganeura_onnx.models import llama
+
+    from meganeura_onnx.transforms.rewrite import optimize
+
+    g = llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 16)
+    once, _ = optimize(g, stage="inference")
+    twice, report = optimize(once, stage="inference")
+    assert twice is once and report.kept_input
+    assert sum(n.op == "rope_cached_attention" for n in twice.nodes()) == 3 * llama.PRESETS["tiny"].num_hidden_layers

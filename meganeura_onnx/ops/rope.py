@@ -189,11 +189,11 @@ def _(ctx, node, x, offset=None):
 
 
 def _rope_node(ctx, x, dyn, a, width: Dim) -> str:
-    # The negated angle (rope's VJP) is the kernels' `inverse` attribute, written only where set (the
-    # function body's default is 0), so forward Rope nodes are as before.
-    inverse = {"inverse": 1} if a.get("inverse", False) else {}
+    # The negated angle (rope's VJP) is the kernels' `inverse` attribute. Written on every node: the
+    # function body's default serves ORT, but onnx's checker (1.16) does not apply it when inlining.
+    inverse = int(bool(a.get("inverse", False)))
     return ctx.op(
-        "Rope", x, dyn, domain=CUSTOM_DOMAIN, theta=float(a["theta"]), head_dim=a["head_dim"], offset=a["offset_static"], **inverse
+        "Rope", x, dyn, domain=CUSTOM_DOMAIN, theta=float(a["theta"]), head_dim=a["head_dim"], offset=a["offset_static"], inverse=inverse
     )
 
 

@@ -56,7 +56,7 @@ def build_inference_session(
     ``step()`` check its inputs and outputs and raise ``FloatingPointError`` naming the first
     non-finite one (it reads every buffer back: for debugging, not for speed). ``optimize`` (default
     True) runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`; on CUDA with the
-    decode-step norm + projection fusion); its report is the session's ``report`` attribute (``None``
+    decode-step fusions: norm + projections, residual adds, rope + cache writes + attention); its report is the session's ``report`` attribute (``None``
     with ``optimize=False``).
 
     ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or

@@ -24,7 +24,8 @@ set on CUDA only: on the CPU, ONNX Runtime's MLAS products outpace these GEMVs a
 Where it pays: the fused kernels are GEMVs that read each weight once for all rows (the CUDA kernel
 keeps up to 16 rows in registers), which beats a library GEMM only while the rows are few. The pass
 fuses only products with a static row count ``<= DECODE_ROWS_MAX`` (a decode step of up to 16 sequences);
-a prefill (its rows are a symbolic or large static count) keeps ``Gemm``/``MatMul`` (cuBLAS, MLAS).
+a prefill (its rows are a symbolic or large static count) keeps ``Gemm``/``MatMul`` (cuBLAS, MLAS). So
+does a product whose inner size is over ``DECODE_K_MAX`` (the CUDA kernels would refuse it).
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def _plan(graph: Graph) -> dict[int, tuple[str, tuple[int, ...], dict]]:
     users = _consumers(nodes)
     replace: dict[int, tuple[str, tuple[int, ...], dict]] = {}
     for n in nodes:
-        rows = n.ty.shape[0] if n.op == "rms_norm" else None
-        if not isinstance(rows, int) or rows > DECODE_ROWS_MAX or n.id in outputs:
+        rows, k = (n.ty.shape[0], n.ty.shape[-1]) if n.op == "rms_norm" else (None, None)
+        if not isinstance(rows, int) or rows > DECODE_ROWS_MAX or not isinstance(k, int) or k > DECODE_K_MAX or n.id in outputs:
             continue
         products = users.get(n.id, [])
         kinds = {p.op for p in products}

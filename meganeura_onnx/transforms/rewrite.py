@@ -254,6 +254,9 @@ def optimize(
     attention (:mod:`.rope_attention_fusion`)."""
     t0 = time.perf_counter()
     nodes = graph.nodes()
+    if _state_writers_off_the_outputs(graph):  # already fused: a rebuild from the outputs would drop them
+        live = len(_live(nodes, graph.outputs()))
+        return graph, OptimizeReport(stage=stage, nodes_before=live, nodes_after=live, stop_reason="already fused", kept_input=True)
     sat = saturate(nodes, table_rules(), limits or Limits())
     t1 = time.perf_counter()
     live = _live(nodes, graph.outputs())
@@ -311,6 +314,14 @@ def _fuse_rope_attention(graph: Graph, report: OptimizeReport, ops_after: Counte
     report.rules_fired = {**report.rules_fired, "fuse_rope_cached_attention": made}
     report.seconds = time.perf_counter() - t0
     return out, Counter(n.op for n in live if not OPS[n.op].leaf)
+
+
+def _state_writers_off_the_outputs(graph: Graph) -> bool:
+    """Whether a node writing state in place is read by no output (``rope_cached_attention``'s cache
+    nodes after :mod:`.rope_attention_fusion`): a graph this optimizer already ran on."""
+    nodes = graph.nodes()
+    live = {n.id for n in _live(nodes, graph.outputs())}
+    return any(n.id not in live and OPS[n.op].written_input(n.attrs) is not None for n in nodes)
 
 
 def _live(nodes: list[Node], outputs: list[int]) -> list[Node]:
