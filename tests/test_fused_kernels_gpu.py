@@ -72,16 +72,16 @@ def test_bad_input_raises_an_ort_error_on_cuda(op, inputs, attrs, match):
 
 
 def test_tiny_llama_fp16_decode_runs_the_fused_kernels_in_half_on_cuda():
-    """precision="fp16": RopeCacheWrite, RMSNormLinear, RMSNormSwiGLU and LinearResidual run in half on CUDA with both KV
+    """precision="fp16": RopeCachedAttention, RMSNormLinear, RMSNormSwiGLU and LinearResidual run in half on CUDA with both KV
     caches stored in half; the logits follow the fp32 step on the CPU to half precision's rounding."""
     g = llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 32)
     params = default_parameters(g, 3)
     half = build_inference_session(g, "cuda", parameters=params, precision="fp16", cuda_graph=True)
     (plain,) = decode_sessions(("cpu", False, False))
     plan = half.plan()
-    fused = ("RopeCacheWrite", "RMSNormLinear", "RMSNormSwiGLU", "LinearResidual", "CachedAttention")
+    fused = ("RopeCachedAttention", "RMSNormLinear", "RMSNormSwiGLU", "LinearResidual")
     assert {plan.kernels()[op] for op in fused} == {"kernel"}
-    for op in (*fused, "CacheWrite"):
+    for op in fused:
         assert plan.precision_of(op, "com.meganeura") == {"float16"}, (op, plan.precision_of(op, "com.meganeura"))
     assert not [p for p in plan.placement if "Memcpy" in p[2]], plan.placement
     for step, (got, want) in enumerate(feed_steps(half, plain, steps=6)):
@@ -89,10 +89,10 @@ def test_tiny_llama_fp16_decode_runs_the_fused_kernels_in_half_on_cuda():
 
 
 def test_tiny_llama_fused_decode_step_replays_as_a_cuda_graph_and_matches_the_cpu():
-    """The optimized decode step (RMSNormLinear, RopeCacheWrite, RMSNormSwiGLU, LinearResidual) captured once and replayed:
+    """The optimized decode step (RMSNormLinear, RopeCachedAttention, RMSNormSwiGLU, LinearResidual) captured once and replayed:
     every node on CUDA, the same logits as the unoptimized step on the CPU, step after step."""
     gpu, cpu_plain = decode_sessions(("cuda", True, True), ("cpu", False, False))
-    assert {gpu.plan().kernels()[op] for op in ("RopeCacheWrite", "RMSNormLinear", "RMSNormSwiGLU", "LinearResidual")} == {"kernel"}
+    assert {gpu.plan().kernels()[op] for op in ("RopeCachedAttention", "RMSNormLinear", "RMSNormSwiGLU", "LinearResidual")} == {"kernel"}
     assert {ep for *_, ep in gpu.plan().placement} == {"CUDAExecutionProvider"}, gpu.plan().placement
     for step, (got, want) in enumerate(feed_steps(gpu, cpu_plain, steps=6)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"step {step}")
