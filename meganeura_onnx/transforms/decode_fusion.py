@@ -107,17 +107,18 @@ def _plan_residual_products(graph: Graph) -> dict[int, tuple[str, tuple[int, ...
     return replace
 
 
-def fuse_norm_projections(graph: Graph) -> tuple[Graph, dict[str, int]]:
-    """``graph`` with the decode-step fusions applied (norms into their projections, residual adds into
-    theirs), and how many of each fused op it made (``graph`` itself when nothing matched). Leaves and
-    outputs are kept, in their order."""
-    replace = {**_plan(graph), **_plan_residual_products(graph)}
-    if not replace:
-        return graph, {}
+Replacement = tuple[str, tuple[int, ...], dict]
+"""A node rebuilt as ``(op, input ids of the old graph, attrs)``."""
+
+
+def rebuild(graph: Graph, replace: dict[int, Replacement]) -> tuple[Graph, dict[int, int]]:
+    """A copy of ``graph`` in which node ``i`` is built as ``replace[i]``, and the map from old node ids
+    to new ones. Leaves are copied first, in creation order (sessions feed them by name); the other
+    nodes are built from the named outputs, so nodes only the replaced ones read are left out."""
     nodes = graph.nodes()
     out = Graph()
     new_id: dict[int, int] = {}
-    for n in nodes:  # every leaf, in creation order (sessions feed them by name)
+    for n in nodes:
         if OPS[n.op].leaf:
             new_id[n.id] = out.add_node(n.op, (), n.ty, n.attrs)
 
@@ -138,6 +139,17 @@ def fuse_norm_projections(graph: Graph) -> tuple[Graph, dict[str, int]]:
         return new_id[root]
 
     out.set_outputs({name: build(nid) for name, nid in graph.named_outputs().items()})
+    return out, new_id
+
+
+def fuse_norm_projections(graph: Graph) -> tuple[Graph, dict[str, int]]:
+    """``graph`` with the decode-step fusions applied (norms into their projections, residual adds into
+    theirs), and how many of each fused op it made (``graph`` itself when nothing matched). Leaves and
+    outputs are kept, in their order."""
+    replace = {**_plan(graph), **_plan_residual_products(graph)}
+    if not replace:
+        return graph, {}
+    out, _ = rebuild(graph, replace)
     made: dict[str, int] = {}
     for n in out.nodes():
         if n.op in ("rms_norm_swiglu", "rms_norm_linear", "linear_residual") and n.attrs.get("index", 0) == 0:

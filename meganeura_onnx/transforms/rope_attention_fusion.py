@@ -26,8 +26,7 @@ from __future__ import annotations
 
 from ..graph import Graph
 from ..ir import Node
-from ..ops import OPS
-from .decode_fusion import DECODE_ROWS_MAX
+from .decode_fusion import DECODE_ROWS_MAX, rebuild
 
 PLAIN_ROPE = {"offset_static": 0, "inverse": False, "period": None}
 
@@ -88,32 +87,8 @@ def fuse_rope_attention(graph: Graph) -> tuple[Graph, int]:
             plan[n.id] = (ins, {**n.attrs, "theta": theta}, n.inputs[1], n.inputs[2])
     if not plan:
         return graph, 0
-    out = Graph()
-    new_id: dict[int, int] = {}
-    for n in nodes:  # every leaf, in creation order (sessions feed them by name)
-        if OPS[n.op].leaf:
-            new_id[n.id] = out.add_node(n.op, (), n.ty, n.attrs)
-
-    def build(root: int) -> int:
-        stack = [root]
-        while stack:  # iterative post-order: decoder stacks are deep
-            i = stack[-1]
-            if i in new_id:
-                stack.pop()
-                continue
-            if i in plan:
-                op, inputs, attrs = "rope_cached_attention", plan[i][0], {**plan[i][1], "index": 0}
-            else:
-                op, inputs, attrs = nodes[i].op, nodes[i].inputs, nodes[i].attrs
-            todo = [k for k in inputs if k not in new_id]
-            if todo:
-                stack.extend(todo)
-                continue
-            stack.pop()
-            new_id[i] = out.apply(op, *(new_id[k] for k in inputs), **attrs)
-        return new_id[root]
-
-    out.set_outputs({name: build(nid) for name, nid in graph.named_outputs().items()})
+    replace = {i: ("rope_cached_attention", ins, {**attrs, "index": 0}) for i, (ins, attrs, _, _) in plan.items()}
+    out, new_id = rebuild(graph, replace)
     for attn, (ins, attrs, k_id, v_id) in plan.items():  # the caches' next values: state, read by no node
         if attn in new_id:
             for index, old in ((1, k_id), (2, v_id)):
