@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
-import platform
-import subprocess
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -81,6 +78,7 @@ def decode_layer_nodes(cfg, *, optimize: bool, device: str = "cpu", decode_fusio
 
 def main(argv: list[str] | None = None) -> dict:
     import onnxruntime as ort
+    import run_info  # beside this script (tests import the module without benchmarks/ on the path)
     from meganeura_onnx.models import llama
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -97,16 +95,10 @@ def main(argv: list[str] | None = None) -> dict:
         "note": "inference sessions fuse the RMSNorms and the residual adds into their projections on CUDA only ('optimized'); "
         "CPU sessions run 'optimized_without_norm_fusion' (ONNX Runtime's MLAS products outpace our GEMV kernels there); "
         "ort.cuda_kernels counts a Gemm with a C input as two launches (ORT's CUDA Gemm copies C first)",
-        "machine": platform.node(),
-        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip(),
+        "machine": run_info.stamp(),
         "onnxruntime": ort.__version__,
-        "load_average": os.getloadavg(),
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return result
+    return run_info.report(result, args.out)
 
 
 if __name__ == "__main__":

@@ -13,12 +13,11 @@ repeat so that load drift hits both alike.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
+
+import run_info
 
 
 def _session(g, params, rope_attention: bool):
@@ -64,15 +63,9 @@ def main(argv: list[str] | None = None) -> dict:
         "what": f"CPU decode step of {args.preset}, positions {args.start}..{args.start + args.steps - 1}, {args.repeats} repeats",
         "ms_per_step": {k: {"median": 1e3 * statistics.median(v), "mean": 1e3 * statistics.fmean(v)} for k, v in times.items()},
         "onnx_nodes": {k: len(s.onnx_model().graph.node) for k, s in sessions.items()},
-        "machine": platform.node(),
-        "cpus": os.cpu_count(),
-        "load_average": os.getloadavg(),
+        "machine": run_info.stamp(),
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return result
+    return run_info.report(result, args.out)
 
 
 if __name__ == "__main__":

@@ -64,3 +64,17 @@ def write_stamped(out_dir: Path, prefix: str, result: dict) -> Path:
     path = out_dir / f"{prefix}-{socket.gethostname()}-{stamp}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     return path
+
+
+def stamp() -> dict:
+    """What every result JSON records about its run: host, commit (and whether it was dirty), load."""
+    return {**host(), "commit": git_commit(), "dirty": git_dirty(), "load_average": load_average(), "date": utc_now()}
+
+
+def report(result: dict, out: Path | None) -> dict:
+    """Prints ``result`` as JSON and writes it to ``out`` when given; returns it."""
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")
+    return result
