@@ -42,7 +42,8 @@ block's 48 KB of shared memory: ``MN_NORM_LINEAR_MAX_K`` in ``custom_ops/cuda_de
 PRODUCTS = {"matmul_bt": True, "matmul": False}  # op -> trans_b of the fused op
 
 
-def _consumers(nodes: list[Node]) -> dict[int, list[Node]]:
+def consumers(nodes: list[Node]) -> dict[int, list[Node]]:
+    """Node id -> the nodes that read it (each reader once)."""
     users: dict[int, list[Node]] = {}
     for n in nodes:
         for i in dict.fromkeys(n.inputs):
@@ -53,7 +54,7 @@ def _consumers(nodes: list[Node]) -> dict[int, list[Node]]:
 def _plan(graph: Graph) -> dict[int, tuple[str, tuple[int, ...], dict]]:
     """Node id -> (fused op, inputs, attributes) that replaces it."""
     nodes, outputs = graph.nodes(), set(graph.outputs())
-    users = _consumers(nodes)
+    users = consumers(nodes)
     replace: dict[int, tuple[str, tuple[int, ...], dict]] = {}
     for n in nodes:
         rows, k = (n.ty.shape[0], n.ty.shape[-1]) if n.op == "rms_norm" else (None, None)

@@ -26,17 +26,9 @@ from __future__ import annotations
 
 from ..graph import Graph
 from ..ir import Node
-from .decode_fusion import DECODE_ROWS_MAX, rebuild
+from .decode_fusion import DECODE_ROWS_MAX, consumers, rebuild
 
 PLAIN_ROPE = {"offset_static": 0, "inverse": False, "period": None}
-
-
-def _users(nodes: list[Node]) -> dict[int, list[Node]]:
-    users: dict[int, list[Node]] = {}
-    for n in nodes:
-        for i in dict.fromkeys(n.inputs):
-            users.setdefault(i, []).append(n)
-    return users
 
 
 def _plain_rope(n: Node, pos: int) -> dict | None:
@@ -76,7 +68,7 @@ def fuse_rope_attention(graph: Graph) -> tuple[Graph, int]:
     """``graph`` with each matching decode attention fused (see the module doc), and how many were
     (``graph`` itself when none). Leaves and outputs are kept, in their order."""
     nodes, outputs = graph.nodes(), set(graph.outputs())
-    users = _users(nodes)
+    users = consumers(nodes)
     plan: dict[int, tuple[tuple[int, ...], dict, int, int]] = {}  # attention id -> (inputs, attrs, K id, V id)
     for n in nodes:
         if n.op != "cached_attention":
