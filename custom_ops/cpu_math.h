@@ -6,6 +6,15 @@
 #include <cstdint>
 #include <cstring>
 
+// A loop function compiled twice, for the x86-64-v2 baseline and for AVX2, with the CPU picking one
+// when the library loads (GCC/Clang function multi-versioning through an ELF ifunc). AVX2 alone,
+// not FMA: the compiler may not contract a*b+c into fma, so both versions give the same bits.
+#if defined(__x86_64__) && defined(__ELF__) && (defined(__GNUC__) || defined(__clang__))
+#define MN_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MN_AVX2_CLONES
+#endif
+
 namespace mn {
 
 // exp(x) for x <= 0 (Cephes expf: range reduction + degree-6 polynomial, ~1 ulp). Plain

