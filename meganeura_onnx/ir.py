@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -235,6 +236,8 @@ class TensorType:
 
     def elements(self) -> Dim:
         """The element count as a :data:`Dim` (an int when static, else e.g. ``"784*batch"``)."""
+        if self.is_static():  # plain ints (set_input checks this per call): no polynomial parsing
+            return math.prod(self.shape)
         return dim_prod(self.shape)
 
     def num_elements(self) -> int:

@@ -39,6 +39,28 @@ def test_step_computes_the_graph_with_set_inputs_and_parameters():
     np.testing.assert_allclose(s.read_param("w2"), params["w2"], rtol=1e-7)
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda x: x,  # float32 of the input's shape: set_input's direct copy
+        lambda x: np.asfortranarray(x),  # not C-contiguous: converted
+        lambda x: x.astype(np.float64),  # another dtype: converted
+        lambda x: x.astype(">f4"),  # big-endian float32: converted
+    ],
+    ids=["exact", "fortran", "float64", "big-endian"],
+)
+def test_set_input_copies_any_layout_and_later_changes_to_the_array_do_not_leak_in(make):
+    g = mlp()
+    s = build_inference_session(g)
+    x = np.random.default_rng(1).normal(size=(4, 6)).astype(np.float32)
+    data = make(x.copy())
+    s.set_input("x", data)
+    data[...] = 7.0  # the session holds its own copy
+    s.step()
+    want = evaluate(g, {"x": x, **{n: s.read_param(n) for n in ("w1", "b1", "w2")}}, np.float64)
+    np.testing.assert_allclose(s.read_output_by_index(0), want[0], rtol=1e-5, atol=1e-5)
+
+
 def test_default_init_is_seeded_ones_zeros_and_scaled_uniform():
     g = Graph()
     x = g.input("x", [2, 8])

@@ -442,7 +442,7 @@ class TrainingSession(Session):
         (with the in-place Adam update, :attr:`inplace_state`, unless the update kernel itself fails:
         it runs last; ``check_finite=True`` keeps two buffers per tensor and the guarantee whole).
         """
-        if self._wanted != self._spec:
+        if self._wanted is not self._spec and self._wanted != self._spec:  # (_compile makes them the same object)
             self._compile(self._wanted)
         apply = self._spec is not None and (not self._spec.accumulate or (self._micro + 1) % self._accum == 0)
         values = {**self._hyper_values, "step": float(self._opt_steps + 1)}
