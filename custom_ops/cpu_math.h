@@ -7,9 +7,10 @@
 #include <cstring>
 
 // A loop function compiled twice, for the x86-64-v2 baseline and for AVX2, with the CPU picking one
-// when the library loads (GCC/Clang function multi-versioning through an ELF ifunc). AVX2 alone,
-// not FMA: the compiler may not contract a*b+c into fma, so both versions give the same bits.
-#if defined(__x86_64__) && defined(__ELF__) && (defined(__GNUC__) || defined(__clang__))
+// when the library loads (GCC function multi-versioning, as cpu_flash.cc; not under ASan, whose
+// runtime is not up when ifunc resolvers run). AVX2 alone, not FMA: the compiler may not contract
+// a*b+c into an fma, so both versions give the same bits.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #define MN_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define MN_AVX2_CLONES

@@ -90,6 +90,22 @@ def test_tied_embeddings_serve_as_the_lm_head(tmp_path):
     np.testing.assert_array_equal(params["lm_head.weight"], params["model.embed_tokens.weight"])
 
 
+def test_tied_lm_head_of_a_cpu_runner_is_the_embedding_transposed_after_building_and_after_load_weights(tmp_path):
+    """On the CPU the runner's LM head reads its own ``[hidden, vocab]`` copy of the tied table
+    (``lm_head.weight``): filled from the embedding when built and again by ``load_weights``."""
+    model, path = _save_hf(tmp_path, seed=2, tie_word_embeddings=True)
+    cfg = llama.LlamaConfig.from_json(tmp_path / "config.json")
+    want = _hf_greedy(model, PROMPT, 16)
+    built = llama.LlamaRunner(cfg, path, max_seq=64, prefill_chunk=4)
+    table = built.decoder.read_param("model.embed_tokens.weight")
+    np.testing.assert_array_equal(built.decoder.read_param("lm_head.weight"), table.T)
+    assert list(generate(built, PROMPT, 16)) == want
+    loaded = llama.LlamaRunner(cfg, None, max_seq=64, prefill_chunk=4)  # random init first
+    loaded.load_weights(path)
+    np.testing.assert_array_equal(loaded.prefiller.read_param("lm_head.weight"), table.T)
+    assert list(generate(loaded, PROMPT, 16)) == want
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_precision_checkpoints_load_as_float32(tmp_path, dtype):
     model, _ = _save_hf(tmp_path / "f32", seed=2)

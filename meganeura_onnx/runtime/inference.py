@@ -56,7 +56,8 @@ def build_inference_session(
     ``step()`` check its inputs and outputs and raise ``FloatingPointError`` naming the first
     non-finite one (it reads every buffer back: for debugging, not for speed). ``optimize`` (default
     True) runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`; on CUDA with the
-    decode-step fusions: norm + projections, residual adds, rope + cache writes + attention); its report is the session's ``report`` attribute (``None``
+    decode-step fusions: norm + projections, residual adds, rope + cache writes + attention; on the CPU
+    with our kernel library, rope + cache writes + attention); its report is the session's ``report`` attribute (``None``
     with ``optimize=False``).
 
     ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or
@@ -72,7 +73,14 @@ def build_inference_session(
     check_precision(precision, device, providers, "build_inference_session")
     # The decode-step RMSNorm + projection GEMVs pay where launches dominate (CUDA); on the CPU, MLAS's
     # products are faster than our GEMV kernels (README, decode-layer fusions), so CPU sessions keep them.
-    compiled, report = optimize_graph(graph, stage="inference", decode_fusion=device == "cuda") if optimize else (graph, None)
+    # The rope + cache writes + attention fusion pays on the CPU too when our kernel runs it (one node
+    # for four: less ORT dispatch and thread-pool work per layer); without the library it stays unfused.
+    on_cpu = device == "cpu" and providers is None
+    rope_attention = device == "cuda" or (on_cpu and use_custom_ops and custom_op_library("cpu") is not None)
+    if optimize:
+        compiled, report = optimize_graph(graph, stage="inference", decode_fusion=device == "cuda", rope_attention=rope_attention)
+    else:
+        compiled, report = graph, None
     model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
     half_storage: dict[str, str] = {}
     precisions: list = []
