@@ -13,8 +13,9 @@ Configurations (``--sides``, ``--precisions``, ``--batches``):
 - ``ours``: our ``LlamaRunner`` in each precision; on CUDA with the decode step replayed as a CUDA
   graph and without (``ours-graph`` / ``ours``). fp16/bf16 need ``precision=`` on the runner; where the
   branch has none the JSON says "not available". Batch > 1 uses ``LlamaBatchRunner``.
-- ``ours-nospin`` (CPU): the same without ONNX Runtime's threads spinning between ops
-  (``thread_spinning=False``, see ``LlamaRunner``: better on a machine shared with other work).
+- ``ours-spin`` / ``ours-nospin`` / ``ours-1thread`` (CPU): the same with ONNX Runtime's threads
+  spinning between ops (``thread_spinning=True``; the runner's default is off, see ``LlamaRunner``),
+  without (the default, named), or on one thread (``threads=1``: the least CPU time per token).
 - ``hf-eager``: ``generate`` with ``attn_implementation="eager"``, in each precision.
 - ``hf-static``: ``generate`` with ``cache_implementation="static"`` (SDPA attention; on CUDA
   transformers compiles the decode step with ``torch.compile``), in each precision.
@@ -52,8 +53,16 @@ import run_info
 
 ROOT = Path(__file__).resolve().parent.parent
 SIDES_SCRIPT = Path(__file__).resolve().with_name("llama_sides.py")
+OURS_THREADING = {"spin": {"spin": True}, "nospin": {"spin": False}, "1thread": {"threads": 1}}
+"""``ours-<mode>`` sides: the LlamaRunner threading arguments (``spin``: ``thread_spinning``)."""
 DEFAULTS = {  # per device: what the issue asks to be shown
-    "cpu": {"sides": "ours,ours-nospin,genai,hf-eager", "precisions": "fp32", "batches": "1", "new_tokens": 64, "interleave": True},
+    "cpu": {
+        "sides": "ours,ours-spin,ours-1thread,genai,hf-eager",
+        "precisions": "fp32",
+        "batches": "1",
+        "new_tokens": 64,
+        "interleave": True,
+    },
     "cuda": {
         "sides": "ours,genai,hf-eager,hf-static",
         "precisions": "fp32,fp16,bf16",
@@ -190,7 +199,7 @@ class Worker:
 
 def finish(entry: dict, spec: dict) -> dict:
     """Medians and spreads (min-max) of the runs, in the units of the JSON."""
-    entry["config"] = {k: spec[k] for k in ("side", "hf_mode", "nospin", "precision", "batch", "cuda_graph")}
+    entry["config"] = {k: spec[k] for k in ("side", "hf_mode", "nospin", "spin", "threads", "precision", "batch", "cuda_graph")}
     runs = entry.pop("runs", [])
     if not runs:
         entry.setdefault("error", "no run finished")
@@ -223,23 +232,16 @@ def configurations(a: argparse.Namespace) -> list[dict]:
             else:
                 precisions = a.precisions.split(",")
             for precision in precisions:
-                graphs = [False, True] if cuda and side in ("ours", "ours-nospin", "genai") else [False]
+                graphs = [False, True] if cuda and (side.startswith("ours") or side == "genai") else [False]
                 for graph in graphs:
                     name = f"{side}{'-graph' if graph else ''}-{precision}-b{batch}"
                     kind, mode = (side.split("-") + [None])[:2]
-                    nospin = mode == "nospin"
-                    mode = None if nospin else mode
-                    out.append(
-                        {
-                            "name": name,
-                            "side": kind,
-                            "hf_mode": mode,
-                            "nospin": nospin,
-                            "precision": precision,
-                            "batch": batch,
-                            "cuda_graph": graph,
-                        }
-                    )
+                    if kind == "ours" and mode is not None and mode not in OURS_THREADING:
+                        raise SystemExit(f"--sides: unknown side {side!r}; ours takes -{', -'.join(OURS_THREADING)}")
+                    threading = OURS_THREADING.get(mode, {}) if kind == "ours" else {}
+                    mode = None if kind == "ours" else mode
+                    spec = {"name": name, "side": kind, "hf_mode": mode, "spin": None, "threads": None, **threading}
+                    out.append({**spec, "nospin": spec["spin"] is False, "precision": precision, "batch": batch, "cuda_graph": graph})
     return out
 
 
@@ -254,7 +256,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--preset", default="smollm2-135m")
-    ap.add_argument("--sides", default=None, help="comma-separated: ours, ours-nospin, genai, hf-eager, hf-static [default: per device]")
+    ap.add_argument(
+        "--sides",
+        default=None,
+        help="comma-separated: ours, ours-spin, ours-nospin, ours-1thread, genai, hf-eager, hf-static [default: per device]",
+    )
     ap.add_argument("--precisions", default=None, help="comma-separated: fp32, fp16, bf16 [CPU: fp32; CUDA: all]")
     ap.add_argument("--batches", default=None, help="comma-separated batch sizes [CPU: 1; CUDA: 1,8]")
     ap.add_argument("--prompt-len", type=int, default=128)

@@ -12,8 +12,9 @@ machine a change of load then hits every side alike).
 Sides (``spec["side"]``), all over the same Hugging Face folder (``config.json`` + ``model.safetensors``)
 and the same prompts (``B`` rows of one length), greedy, end-of-sequence ignored:
 
-- ``ours``: ``LlamaRunner`` (batch 1) or ``LlamaBatchRunner`` of ``models/llama.py`` (``ours-nospin``:
-  with ``thread_spinning=False``);
+- ``ours``: ``LlamaRunner`` (batch 1) or ``LlamaBatchRunner`` of ``models/llama.py`` with its default
+  threads (``ours-spin``: with ``thread_spinning=True``, ``ours-nospin``: ``False``, ``ours-1thread``:
+  ``threads=1``);
 - ``hf``: ``transformers`` ``generate``, ``eager`` (``DynamicCache``, ``attn_implementation="eager"``)
   or ``static`` (``cache_implementation="static"``, SDPA: on CUDA, transformers compiles the step);
 - ``genai``: onnxruntime-genai's ``Generator`` over the folder its model builder wrote.
@@ -81,8 +82,10 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
     cfg = llama.LlamaConfig.from_json(folder / "config.json")
     rows, plen = len(prompts), len(prompts[0])
     kw = dict(max_seq=plen + n, prefill_chunk=spec.get("prefill_chunk") or plen, device=spec["device"], cuda_graph=spec["cuda_graph"])
-    if spec.get("nospin"):
-        kw["thread_spinning"] = False
+    if spec.get("spin") is not None:
+        kw["thread_spinning"] = spec["spin"]
+    if spec.get("threads"):
+        kw["threads"] = spec["threads"]
     cls = llama.LlamaRunner if rows == 1 else getattr(llama, "LlamaBatchRunner", None)
     if cls is None:
         raise NotAvailable("models/llama.py has no LlamaBatchRunner (batch > 1 decode)")

@@ -40,6 +40,7 @@ export``), and ``load_generator(...)`` (``meganeura generate``).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -232,10 +233,15 @@ class LlamaRunner:
     """Prefill + KV-cache decode on ONNX Runtime; see the module docstring for the design.
 
     ``weights``: a HF safetensors file, or a name -> array dict; None gives the default random init.
-    ``thread_spinning``: let ONNX Runtime's CPU threads busy-wait for work between ops (its default).
-    On an idle 2-core VM SmolLM2-135M decodes at 26.7 tokens/s with it and 23.0 without; on the same
-    VM under other work (load average ~10) spinning threads take the cores the computing ones need:
-    4.2 tokens/s with it, 6.4 without. ``False`` suits a machine shared with other work.
+    ``threads``: ONNX Runtime's intra-op threads; None: on the CPU one per CPU this process may run on
+    (``os.sched_getaffinity``), set explicitly because ORT's own default pins its threads to cores,
+    which a machine shared with other work punishes (SmolLM2-135M on the 2-core VM at load ~2: 62-65 ms
+    per token pinned, 42-54 ms not); on CUDA ORT's default. ``thread_spinning``: let the threads
+    busy-wait for work between ops (ORT's default, off here). A decode step is bound by memory
+    bandwidth, so a spinning thread rarely gains time and burns a core: on the 2-core VM at load ~2,
+    44-45 ms per token with spinning and 86-88 ms of CPU time, 42 ms and 74 ms without; under other
+    work (load 4-8) spinning threads take the cores the computing ones need (109-300 ms per token
+    against 62-120). ``threads=1`` spends the least CPU per token (~50 ms, 48-58 ms wall).
     """
 
     batch: int | None = None
@@ -254,9 +260,14 @@ class LlamaRunner:
         use_custom_ops: bool = True,
         cuda_graph: bool | None = None,
         precision: str = "fp32",
-        thread_spinning: bool = True,
+        threads: int | None = None,
+        thread_spinning: bool = False,
     ) -> None:
         self.cfg, self.max_seq, self.device = cfg, int(max_seq), device
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"LlamaRunner: threads must be a positive int or None, got {threads!r}")
+        if threads is None and device == "cpu":
+            threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         if cuda_graph is None:  # default: replay the steps as CUDA graphs wherever the CUDA kernels make that possible
             from meganeura_onnx import custom_op_library
 
@@ -285,6 +296,7 @@ class LlamaRunner:
             use_custom_ops=use_custom_ops,
             precision=precision,
             session_config={"session.intra_op.allow_spinning": "1" if thread_spinning else "0"},
+            session_options={} if threads is None else {"intra_op_num_threads": threads},
         )
         self.decoder = build_inference_session(decode_graph, device, cuda_graph=cuda_graph, **common)
         prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq, self.batch, self.in_out)

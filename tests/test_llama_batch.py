@@ -106,3 +106,25 @@ def test_the_runner_passes_its_thread_spinning_choice_to_both_sessions(tiny, spi
     for session in runner.sessions:
         options = session._ort.get_session_options()
         assert options.get_session_config_entry("session.intra_op.allow_spinning") == ("1" if spinning else "0")
+
+
+@pytest.mark.parametrize("threads", [None, 1])
+def test_the_runner_sets_its_threads_explicitly_on_the_cpu(tiny, threads):
+    """None: one intra-op thread per CPU the process may use, set explicitly (ORT's own default, 0,
+    pins its threads to cores); spinning off by default."""
+    import os
+
+    _, path, cfg = tiny
+    runner = llama.LlamaRunner(cfg, path, max_seq=16, prefill_chunk=4, threads=threads)
+    want = len(os.sched_getaffinity(0)) if threads is None else threads
+    for session in runner.sessions:
+        options = session._ort.get_session_options()
+        assert options.intra_op_num_threads == want
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True])
+def test_the_runner_refuses_a_thread_count_that_is_not_a_positive_int(tiny, threads):
+    _, path, cfg = tiny
+    with pytest.raises(ValueError, match=f"threads must be a positive int or None, got {threads!r}"):
+        llama.LlamaRunner(cfg, path, max_seq=16, prefill_chunk=4, threads=threads)

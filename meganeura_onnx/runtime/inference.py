@@ -42,6 +42,7 @@ def build_inference_session(
     optimize: bool = True,
     precision: str = "fp32",
     session_config: Mapping[str, str] | None = None,
+    session_options: Mapping[str, object] | None = None,
 ) -> Session:
     """Compile ``graph`` for inference on ``device`` ("cpu" or "cuda").
 
@@ -68,7 +69,8 @@ def build_inference_session(
     ``set_parameter`` and ``read_param`` still take and give float32 arrays.
 
     ``session_config``: ONNX Runtime session config entries (``SessionOptions.add_session_config_entry``),
-    e.g. ``{"session.intra_op.allow_spinning": "0"}``.
+    e.g. ``{"session.intra_op.allow_spinning": "0"}``; ``session_options``: ``ort.SessionOptions``
+    attributes by name, e.g. ``{"intra_op_num_threads": 1}``.
     """
     check_precision(precision, device, providers, "build_inference_session")
     # The decode-step RMSNorm + projection GEMVs pay where launches dominate (CUDA); on the CPU, MLAS's
@@ -113,6 +115,7 @@ def build_inference_session(
         precision=precision,
         precisions=precisions,
         session_config=session_config,
+        session_options=session_options,
     )
     session.report = report
     return session
