@@ -56,10 +56,9 @@ def build_inference_session(
     checked like ``set_parameter`` (name, shape, dtype, finite). ``check_finite=True`` makes every
     ``step()`` check its inputs and outputs and raise ``FloatingPointError`` naming the first
     non-finite one (it reads every buffer back: for debugging, not for speed). ``optimize`` (default
-    True) runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`; on CUDA with the
-    decode-step fusions: norm + projections, residual adds, rope + cache writes + attention; on the CPU
-    with our kernel library, rope + cache writes + attention); its report is the session's ``report`` attribute (``None``
-    with ``optimize=False``).
+    True) runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`; decode-step fusions
+    on CUDA: norm + projections, residual adds, rope + cache writes + attention; on the CPU with our
+    kernels the last); its report is the session's ``report`` attribute (``None`` with ``optimize=False``).
 
     ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or
     ``"fp16"``: MatMul/Gemm compute in half with float32 accumulation, the weights they alone read
@@ -68,21 +67,11 @@ def build_inference_session(
     (:mod:`meganeura_onnx.export.precision`; ``session.plan()`` lists each op's precision).
     ``set_parameter`` and ``read_param`` still take and give float32 arrays.
 
-    ``session_config``: ONNX Runtime session config entries (``SessionOptions.add_session_config_entry``),
-    e.g. ``{"session.intra_op.allow_spinning": "0"}``; ``session_options``: ``ort.SessionOptions``
-    attributes by name, e.g. ``{"intra_op_num_threads": 1}``.
+    ``session_config``: ORT session config entries, e.g. ``{"session.intra_op.allow_spinning": "0"}``;
+    ``session_options``: ``ort.SessionOptions`` attributes by name, e.g. ``{"intra_op_num_threads": 1}``.
     """
     check_precision(precision, device, providers, "build_inference_session")
-    # The decode-step RMSNorm + projection GEMVs pay where launches dominate (CUDA); on the CPU, MLAS's
-    # products are faster than our GEMV kernels (README, decode-layer fusions), so CPU sessions keep them.
-    # The rope + cache writes + attention fusion pays on the CPU too when our kernel runs it (one node
-    # for four: less ORT dispatch and thread-pool work per layer); without the library it stays unfused.
-    on_cpu = device == "cpu" and providers is None
-    rope_attention = device == "cuda" or (on_cpu and use_custom_ops and custom_op_library("cpu") is not None)
-    if optimize:
-        compiled, report = optimize_graph(graph, stage="inference", decode_fusion=device == "cuda", rope_attention=rope_attention)
-    else:
-        compiled, report = graph, None
+    compiled, report = _optimized(graph, device, providers, use_custom_ops) if optimize else (graph, None)
     model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
     half_storage: dict[str, str] = {}
     precisions: list = []
@@ -119,6 +108,17 @@ def build_inference_session(
     )
     session.report = report
     return session
+
+
+def _optimized(graph: Graph, device: str, providers, use_custom_ops: bool):
+    """(graph, report) after the inference optimizer, with the decode fusions that pay on ``device``."""
+    # The decode-step RMSNorm + projection GEMVs pay where launches dominate (CUDA); on the CPU, MLAS's
+    # products are faster than our GEMV kernels (README, decode-layer fusions), so CPU sessions keep them.
+    # The rope + cache writes + attention fusion pays on the CPU too when our kernel runs it (one node
+    # for four: less ORT dispatch and thread-pool work per layer); without the library it stays unfused.
+    on_cpu = device == "cpu" and providers is None
+    rope_attention = device == "cuda" or (on_cpu and use_custom_ops and custom_op_library("cpu") is not None)
+    return optimize_graph(graph, stage="inference", decode_fusion=device == "cuda", rope_attention=rope_attention)
 
 
 def _lower_to_half(model, spec, precision: str, device: str, providers, use_custom_ops: bool):
