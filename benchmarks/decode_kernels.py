@@ -31,7 +31,9 @@ GEMM_C_COPY = "copy of Gemm's C (CUDA)"
 """Pseudo op counted beside each ORT ``Gemm`` with a C input: on CUDA it is a copy kernel of its own."""
 
 
-def _model_nodes(cfg, layers: int, optimize: bool, device: str, decode_fusion: bool = True) -> tuple[Counter, Counter]:
+def _model_nodes(
+    cfg, layers: int, optimize: bool, device: str, decode_fusion: bool = True, rope_attention: bool | None = None
+) -> tuple[Counter, Counter]:
     """(op type -> count) of the exported decode step and of the graph ORT runs (with ``GEMM_C_COPY``)."""
     import onnx
     import onnxruntime as ort
@@ -43,7 +45,7 @@ def _model_nodes(cfg, layers: int, optimize: bool, device: str, decode_fusion: b
 
     g = llama.build_graph(dataclasses.replace(cfg, num_hidden_layers=layers), "decode", 1, 256)
     if optimize:
-        g, _ = optimize_graph(g, stage="inference", decode_fusion=decode_fusion)
+        g, _ = optimize_graph(g, stage="inference", decode_fusion=decode_fusion, rope_attention=rope_attention)
     model, _ = to_model(g, params_as_inputs=True, with_state=True)
     ours = Counter(n.op_type for n in model.graph.node)
     with tempfile.TemporaryDirectory() as tmp:
@@ -61,11 +63,13 @@ def _model_nodes(cfg, layers: int, optimize: bool, device: str, decode_fusion: b
     return ours, ran
 
 
-def decode_layer_nodes(cfg, *, optimize: bool, device: str = "cpu", decode_fusion: bool = True) -> dict:
+def decode_layer_nodes(cfg, *, optimize: bool, device: str = "cpu", decode_fusion: bool = True, rope_attention: bool | None = None) -> dict:
     """One decoder layer's ONNX nodes by op type: ``exported`` (our file) and ``ort`` (what ORT runs, with
     ``cuda_kernels``: its nodes plus the C copy of each Gemm with a C input, the launches on CUDA).
-    ``decode_fusion=False``: without the decode-step fusions (what CPU sessions run)."""
-    one, two = _model_nodes(cfg, 1, optimize, device, decode_fusion), _model_nodes(cfg, 2, optimize, device, decode_fusion)
+    ``decode_fusion=False``: without the decode-step fusions; ``rope_attention`` (default: as
+    ``decode_fusion``): the rope + cache writes + attention fusion (CPU sessions run ``decode_fusion=False,
+    rope_attention=True`` where our kernel library is loaded)."""
+    one, two = (_model_nodes(cfg, n, optimize, device, decode_fusion, rope_attention) for n in (1, 2))
     out = {}
     for key, a, b in (("exported", one[0], two[0]), ("ort", one[1], two[1])):
         copies = b.pop(GEMM_C_COPY, 0) - a.pop(GEMM_C_COPY, 0)
@@ -92,8 +96,10 @@ def main(argv: list[str] | None = None) -> dict:
         "unoptimized": decode_layer_nodes(cfg, optimize=False, device=args.device),
         "optimized": decode_layer_nodes(cfg, optimize=True, device=args.device),
         "optimized_without_norm_fusion": decode_layer_nodes(cfg, optimize=True, device=args.device, decode_fusion=False),
+        "cpu_session": decode_layer_nodes(cfg, optimize=True, device=args.device, decode_fusion=False, rope_attention=True),
         "note": "inference sessions fuse the RMSNorms and the residual adds into their projections on CUDA only ('optimized'); "
-        "CPU sessions run 'optimized_without_norm_fusion' (ONNX Runtime's MLAS products outpace our GEMV kernels there); "
+        "CPU sessions with our kernel library run 'cpu_session' (the rope + cache writes + attention fusion, no norm + projection "
+        "fusion: ONNX Runtime's MLAS products outpace our GEMV kernels there), without it 'optimized_without_norm_fusion'; "
         "ort.cuda_kernels counts a Gemm with a C input as two launches (ORT's CUDA Gemm copies C first)",
         "machine": run_info.stamp(),
         "onnxruntime": ort.__version__,

@@ -146,7 +146,8 @@ def build_graph(
     a prefill's ``last_row [B]`` holds flat row indexes (``b*seq + row``) and its logits are ``[B, vocab]``.
 
     ``in_out_weights`` (``prefill``/``decode``): projection weights stored ``[in, out]`` under their HF
-    names (:func:`to_in_out` converts HF-layout arrays); :class:`LlamaRunner` uses it on the CPU.
+    names (:func:`to_in_out` converts HF-layout arrays), and a tied model's LM head reads a parameter of
+    its own, ``lm_head.weight`` (the embedding transposed); :class:`LlamaRunner` uses it on the CPU.
     """
     if batch is not None and (mode not in ("prefill", "decode") or not isinstance(batch, int) or batch < 1 or not isinstance(seq, int)):
         raise ValueError(

@@ -81,6 +81,20 @@ def test_cpu_sessions_keep_the_products_and_cuda_sessions_fuse_the_norms():
     assert "RMSNormLinear" not in cpu.plan().kernels() and not cpu.report.rules_fired.get("fuse_rms_norm_swiglu")
 
 
+def test_cpu_sessions_fuse_rope_and_attention_only_where_our_kernel_runs_it():
+    g = llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 16)
+    layers = llama.PRESETS["tiny"].num_hidden_layers
+    bodies = build_inference_session(g, "cpu", use_custom_ops=False)
+    assert "RopeCachedAttention" not in bodies.plan().kernels() and "fuse_rope_cached_attention" not in bodies.report.rules_fired
+    if custom_op_library("cpu") is None:
+        pytest.skip("custom-op library not built (make -C custom_ops cpu)")
+    (cpu,) = decode_sessions(("cpu", True, False))
+    assert cpu.report.rules_fired.get("fuse_rope_cached_attention") == layers, cpu.report.summary()
+    assert cpu.plan().kernels().get("RopeCachedAttention") == "kernel"
+    layer = decode_layer_nodes(llama.PRESETS["smollm2-135m"], optimize=True, decode_fusion=False, rope_attention=True)["ort"]
+    assert layer["total"] == 11 and layer["by_op"].get("RopeCachedAttention") == 1, layer
+
+
 def test_optimized_decode_step_gives_the_logits_and_caches_of_the_plain_one():
     g = llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 32)
     params = default_parameters(g, 3)
