@@ -1,6 +1,8 @@
 // The split-K decode kernel of com.meganeura CachedAttention (AttnSplit) and its pieces; included by
 // cuda_attention.cu, whose launcher picks the tile configuration and the workspace.
 #pragma once
+#include <type_traits>
+
 #include "cuda_common.cuh"
 
 namespace {
@@ -21,10 +23,13 @@ int g_attn_waves = 1;           // split-K grid = waves x resident blocks (tunin
 bool g_attn_skip_merge = false;  // attn_check times the split pass alone (output then invalid)
 int g_attn_last_splits = 0;      // the split count of the last launch (reported by attn_check)
 bool g_attn_pdl = true;          // programmatic dependent launch where the GPU has it (attn_check compares)
+bool g_attn_prefetch = true;     // L2 prefetch before the grid dependency, with PDL (attn_check compares)
+int g_attn_blocks_per_sm = 0;    // > 0: at most this many blocks per SM in the grid (tuning knob for attn_check)
 
-template <class T, int HD, int NW_, int NST_, int STB_>
+template <class T, int HD, int NW_, int NST_, int STB_, bool MMA_ = false>
 struct AttnCfg {
   static constexpr int NW = NW_, NST = NST_, STB = STB_;
+  static constexpr bool MMA = MMA_;                // tensor-core warp work (attn_mma.cuh), 16-bit types
   static constexpr int EPC = Elem<T>::EPC;
   static constexpr int C16 = HD / EPC;             // 16-byte chunks per row
   static constexpr int C = 16 / EPC;               // QK: chunks per lane (16 elements)
@@ -60,6 +65,7 @@ struct AttnArgs {
   float2* ws_ml;         // [B*T*H][splits] (m, l)
   unsigned* counters;    // [B*T][KVH*ngroups] finished splits, reset to 0 by the last one
   int skip_merge;        // timing only (attn_check): stop after the split pass
+  int64_t prefetch_rows;  // > 0: L2 prefetch of the first rows of each block's slice before the grid dependency
 };
 
 // What one block works on: a KV head's head group of one (sequence, row) and a slice of its cache rows.
@@ -86,6 +92,12 @@ struct RopeIn {
 };
 template <class T, int HD>
 struct RopeIn<T, HD, false> {};
+
+}  // namespace
+
+#include "attn_mma.cuh"
+
+namespace {
 
 // The pieces of the split-K kernel, for one element type, head_dim, head-group size GB and tile shape.
 template <class T, int HD, int GB, class Cfg>
@@ -368,13 +380,8 @@ struct AttnBlock {
     }
   }
 
-  // Merges the warps through shared memory (the stage buffers are free now) into the block's partial
-  // per head: the output itself when there is one split, else this split's (m, l, acc) in the workspace.
-  __device__ static void MergeWarps(const Warp& w, const AttnSlice& s, const AttnArgs& a, T* out, uint4* smem) {
-    __syncthreads();
-    float* sm_acc = reinterpret_cast<float*>(smem);  // [NW][GB][HD]
-    float* sm_ml = sm_acc + NW * GB * HD;            // [NW][GB][2]
-    static_assert((NW * GB * HD + NW * GB * 2) * 4 <= Cfg::SMEM, "merge area");
+  // The warp's partial (acc over head_dim, m, l per head) into the block's merge area.
+  __device__ static void StorePartial(const Warp& w, float* sm_acc, float* sm_ml) {
     if (w.rv == 0) {
 #pragma unroll
       for (int g = 0; g < GB; ++g) {
@@ -388,6 +395,12 @@ struct AttnBlock {
         }
       }
     }
+  }
+
+  // Merges the warps' partials (StorePartial, in shared memory: the stage buffers are free now) into
+  // the block's partial per head: the output itself when there is one split, else this split's
+  // (m, l, acc) in the workspace.
+  __device__ static void FoldWarps(const AttnSlice& s, const AttnArgs& a, T* out, const float* sm_acc, const float* sm_ml) {
     __syncthreads();
     for (int e = threadIdx.x; e < GB * HD; e += blockDim.x) {
       const int g = e / HD, d = e % HD;
@@ -414,6 +427,22 @@ struct AttnBlock {
         if (d == 0) a.ws_ml[th * a.splits + blockIdx.y] = make_float2(M, lt);
       }
     }
+  }
+
+  // L2 prefetch of the first a.prefetch_rows rows of the block's slice, before the grid dependency: the
+  // position read here may be stale or torn (the previous kernel may still write it), so it only
+  // steers prefetches, always within the cache (Rows clamps an invalid position to no rows); the data
+  // itself is read after the dependency, through L2, the point of coherence.
+  __device__ static void PrefetchL2(const T* k, const T* v, const AttnArgs& a, AttnSlice s) {
+    Rows(a, s);
+    const int64_t hi = min(s.end, s.start + a.prefetch_rows);
+    const int64_t kvw = (int64_t)a.KVH * HD, base = (int64_t)s.b * a.max_seq * kvw + (int64_t)s.kvh * HD;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    for (int64_t r = s.start + threadIdx.x; r < hi; r += blockDim.x) {
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(k + base + r * kvw), "n"(HD * (int)sizeof(T)) : "memory");
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(v + base + r * kvw), "n"(HD * (int)sizeof(T)) : "memory");
+    }
+#endif
   }
 
   // Counts this block's split done; true in the last block of its group to finish, which then sees
@@ -470,36 +499,73 @@ struct AttnBlock {
   }
 };
 
+// The warps' streaming (scalar or tensor-core form), then their partials in shared memory.
+template <class T, int HD, int GB, class Cfg, bool ROPE>
+__device__ __forceinline__ void AttnWarps(const T* __restrict__ q, const T* k, const T* v, const AttnArgs& a, AttnSlice& s,
+                                          const RopeIn<T, HD, ROPE>& rope, uint4* smem, float* sm_acc, float* sm_ml) {
+  using A = AttnBlock<T, HD, GB, Cfg>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if constexpr (Cfg::MMA) {
+    using M = AttnMma<T, HD, GB, Cfg>;
+    typename M::Warp w;
+    w.warp = warp;
+    w.lane = lane;
+    w.g = lane / 4;
+    w.t = lane % 4;
+    uint32_t raw[M::KS][2];
+    M::LoadQuery(q, s, a.G, w.g, w.t, raw);  // in flight together with the position
+    A::Rows(a, s);
+    if constexpr (ROPE) A::WriteNewRows(rope, s, a);
+    const auto pipe = A::MakePipe(k, v, s, a, smem, warp, lane);
+    if constexpr (ROPE) {
+      const float pos = static_cast<float>(s.kv_pos + s.bt % a.T);  // the query row's position
+      M::Stream(w, pipe, a.qscale, [&] { M::StartWarpRope(w, raw, pos, rope.inv); });
+    } else {
+      M::Stream(w, pipe, a.qscale, [&] { M::StartWarp(w, raw); });
+    }
+    __syncthreads();
+    M::StorePartial(w, sm_acc, sm_ml);
+  } else {
+    typename A::Warp w;
+    w.warp = warp;
+    w.lane = lane;
+    w.sub = lane / Cfg::LPR;
+    w.sl = lane % Cfg::LPR;
+    w.rv = lane / Cfg::PL;
+    w.pl = lane % Cfg::PL;
+    uint4 raw[GB][Cfg::C];
+    A::LoadQuery(q, s, a.G, w.sl, raw);  // in flight together with the position
+    if constexpr (ROPE) {
+      uint4 partner[GB][Cfg::C];
+      A::LoadPartner(q, s, a.G, w.sl, partner);
+      A::Rows(a, s);
+      A::WriteNewRows(rope, s, a);
+      const float pos = static_cast<float>(s.kv_pos + s.bt % a.T);  // the query row's position
+      A::Stream(w, A::MakePipe(k, v, s, a, smem, warp, lane), [&] { A::StartWarpRope(w, raw, partner, a.qscale, pos, rope.inv); });
+    } else {
+      A::Rows(a, s);
+      A::Stream(w, A::MakePipe(k, v, s, a, smem, warp, lane), [&] { A::StartWarp(w, raw, a.qscale); });
+    }
+    __syncthreads();
+    A::StorePartial(w, sm_acc, sm_ml);
+  }
+}
+
 // k and v are read through cp.async only (no __restrict__: the ROPE form writes its new rows into them).
 template <class T, int HD, int GB, class Cfg, bool ROPE = false>
 __global__ void __launch_bounds__(Cfg::NW * 32)
     AttnSplit(const T* __restrict__ q, const T* k, const T* v, T* __restrict__ out, AttnArgs a, RopeIn<T, HD, ROPE> rope) {
   using A = AttnBlock<T, HD, GB, Cfg>;
   extern __shared__ uint4 smem[];
-  typename A::Warp w;
-  w.warp = threadIdx.x / 32;
-  w.lane = threadIdx.x % 32;
-  w.sub = w.lane / Cfg::LPR;
-  w.sl = w.lane % Cfg::LPR;
-  w.rv = w.lane / Cfg::PL;
-  w.pl = w.lane % Cfg::PL;
   AttnSlice s = A::Heads(a);
+  if (a.prefetch_rows > 0) A::PrefetchL2(k, v, a, s);
   GridDependencyWait();  // q, the caches and the positions may come from the previous kernel
   GridDependentsRelease();
-  uint4 raw[GB][Cfg::C];
-  A::LoadQuery(q, s, a.G, w.sl, raw);  // in flight together with the position
-  if constexpr (ROPE) {
-    uint4 partner[GB][Cfg::C];
-    A::LoadPartner(q, s, a.G, w.sl, partner);
-    A::Rows(a, s);
-    A::WriteNewRows(rope, s, a);
-    const float pos = static_cast<float>(s.kv_pos + s.bt % a.T);  // the query row's position
-    A::Stream(w, A::MakePipe(k, v, s, a, smem, w.warp, w.lane), [&] { A::StartWarpRope(w, raw, partner, a.qscale, pos, rope.inv); });
-  } else {
-    A::Rows(a, s);
-    A::Stream(w, A::MakePipe(k, v, s, a, smem, w.warp, w.lane), [&] { A::StartWarp(w, raw, a.qscale); });
-  }
-  A::MergeWarps(w, s, a, out, smem);
+  float* sm_acc = reinterpret_cast<float*>(smem);      // [NW][GB][HD]
+  float* sm_ml = sm_acc + Cfg::NW * GB * HD;            // [NW][GB][2]
+  static_assert((Cfg::NW * GB * HD + Cfg::NW * GB * 2) * 4 <= Cfg::SMEM, "merge area");
+  AttnWarps<T, HD, GB, Cfg, ROPE>(q, k, v, a, s, rope, smem, sm_acc, sm_ml);
+  A::FoldWarps(s, a, out, sm_acc, sm_ml);
   if (a.splits == 1 || a.skip_merge) return;  // skip_merge: attn_check times the split pass alone
   if (A::ArriveLast(s, a)) A::MergeSplits(s, a, out);
 }

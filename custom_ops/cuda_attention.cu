@@ -121,7 +121,7 @@ __global__ void AttnGeneric(const T* __restrict__ q, const T* __restrict__ k, co
 // benchmarks/results/attn_check_h200_sweep_20261123.json.
 template <class T, int HD>
 struct DefaultCfgOf {
-  using type = AttnCfg<T, HD, 8, 3, 4096>;
+  using type = AttnCfg<T, HD, 8, 3, (HD == 64 || HD == 128) ? 8192 : 4096, HD == 64 || HD == 128>;
 };
 template <int HD>
 struct DefaultCfgOf<float, HD> {
@@ -147,6 +147,17 @@ int AttnOccupancy() {
   return occ;
 }
 
+// The device's L2 size in bytes (asked once per device).
+inline int64_t L2Bytes() {
+  static int cached[64] = {};
+  int dev = 0, n = 0;
+  cudaGetDevice(&dev);
+  if (dev >= 0 && dev < 64 && cached[dev] > 0) return cached[dev];
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrL2CacheSize, dev) != cudaSuccess || n <= 0) n = 4 << 20;
+  if (dev >= 0 && dev < 64) cached[dev] = n;
+  return n;
+}
+
 // The split-K workspace in `scratch`: partials [B*T*H][splits] (acc[hd], then (m, l)) and a counter
 // per (sequence, row, block column). Counters start at 0 in a new buffer; every launch leaves them at 0.
 int AttnWorkspace(AttnArgs* args, int hd, size_t heads, size_t ncount, MnScratch* scratch, cudaStream_t s) {
@@ -167,7 +178,8 @@ int AttnWorkspace(AttnArgs* args, int hd, size_t heads, size_t ncount, MnScratch
 template <class T, int HD, int GB, class Cfg, bool ROPE = false>
 int LaunchAttn(const T* q, const T* k, const T* v, T* out, int B, int T_, int H, int KVH, int64_t max_seq, MnPos pos,
                MnScratch* scratch, cudaStream_t s, int waves, const RopeIn<T, HD, ROPE>& rope = {}) {
-  const int occ = AttnOccupancy<T, HD, GB, Cfg, ROPE>();
+  const int fit = AttnOccupancy<T, HD, GB, Cfg, ROPE>();
+  const int occ = g_attn_blocks_per_sm > 0 ? std::min(fit, g_attn_blocks_per_sm) : fit;
   const int G = H / KVH;
   const int ngroups = (G + GB - 1) / GB;
   const int64_t gx = (int64_t)KVH * ngroups;  // (KV head, head group) pairs: blocks per (sequence, row, split)
@@ -181,7 +193,12 @@ int LaunchAttn(const T* q, const T* k, const T* v, T* out, int B, int T_, int H,
   if (splits > 65535 || gx > 0x7fffffff || (int64_t)B * T_ > 65535) return cudaErrorInvalidConfiguration;
   AttnArgs args{T_, H, KVH, G, ngroups, static_cast<int>(splits), pos, max_seq,
                 1.4426950408889634f / sqrtf(static_cast<float>(HD)),  // log2(e) / sqrt(hd)
-                nullptr, nullptr, nullptr, g_attn_skip_merge ? 1 : 0};
+                nullptr, nullptr, nullptr, g_attn_skip_merge ? 1 : 0, 0};
+  const bool use_pdl = g_attn_pdl && HasPdl();
+  if (use_pdl && g_attn_prefetch) {  // half of L2 over the blocks: what the blocks prefetch must survive until they read it
+    const int64_t blocks = base_blocks * splits, row_bytes = 2 * HD * (int64_t)sizeof(T);
+    args.prefetch_rows = std::max<int64_t>(1, L2Bytes() / 2 / blocks / row_bytes);
+  }
   g_attn_last_splits = static_cast<int>(splits);
   if (splits > 1)
     if (int e = AttnWorkspace(&args, HD, (size_t)B * T_ * H, (size_t)B * T_ * gx, scratch, s)) return e;
@@ -195,7 +212,7 @@ int LaunchAttn(const T* q, const T* k, const T* v, T* out, int B, int T_, int H,
   pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &pdl;
-  cfg.numAttrs = g_attn_pdl && HasPdl() ? 1 : 0;
+  cfg.numAttrs = use_pdl ? 1 : 0;
   if (cudaError_t e = cudaLaunchKernelEx(&cfg, AttnSplit<T, HD, GB, Cfg, ROPE>, q, k, v, out, args, rope)) return e;
   return cudaGetLastError();
 }
