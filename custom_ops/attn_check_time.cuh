@@ -19,6 +19,21 @@ __global__ void ReadAll(const uint4* __restrict__ k, const uint4* __restrict__ v
   if (acc == 0x12345u) sink[blockIdx.x] = 1.f;  // keeps the loads alive
 }
 
+// The attention's read pattern without its compute: block (KV head, split) reads its slice of rows,
+// one head's HD elements (16-byte loads) of each row of KVH heads.
+template <int C16>
+__global__ void ReadHeads(const uint4* __restrict__ k, const uint4* __restrict__ v, int kvh_count, int64_t rows, float* sink) {
+  const int64_t chunk = (rows + gridDim.y - 1) / gridDim.y, r0 = blockIdx.y * chunk, r1 = min(rows, r0 + chunk);
+  const int64_t stride = (int64_t)kvh_count * C16;
+  uint32_t acc = 0;
+  for (int64_t i = r0 * C16 + threadIdx.x; i < r1 * C16; i += blockDim.x) {
+    const int64_t at = (i / C16) * stride + blockIdx.x * C16 + i % C16;
+    const uint4 x = __ldcs(k + at), y = __ldcs(v + at);
+    acc ^= x.x ^ x.y ^ x.z ^ x.w ^ y.x ^ y.y ^ y.z ^ y.w;
+  }
+  if (acc == 0x12345u) sink[blockIdx.x] = 1.f;  // keeps the loads alive
+}
+
 // The launch floor: the attention grid's shape, shared memory and PDL, no work but one store.
 __global__ void EmptyLaunch(float* sink) {
   GridDependencyWait();
@@ -133,23 +148,27 @@ static void TimeAttnConfig(Timer& tm, const char* name, int dt, const void* q, c
   g_attn_skip_merge = false;
   std::snprintf(cfg, sizeof cfg, "%s hd%d", name, HD);
   Record("attention", kTypeName[dt], cfg, B, L, bytes, graph, stream, peak, &kv);
-  std::printf("     regs %d spill %zu occ %d splits %d; split pass alone %.2f us (%.0f%%)\n", fa.numRegs, (size_t)fa.localSizeBytes, occ,
-              g_attn_last_splits, split_only, 100.0 * bytes / split_only / 1e3 / peak);
+  std::printf("     regs %d spill %zu occ %d splits %d cluster %d; split pass alone %.2f us (%.0f%%)\n", fa.numRegs,
+              (size_t)fa.localSizeBytes, occ, g_attn_last_splits, g_attn_last_cluster, split_only, 100.0 * bytes / split_only / 1e3 / peak);
 }
 
 // The library's configuration with the launch options the tuning compares: programmatic dependent
-// launch and the L2 prefetch before the grid dependency (both on by default), blocks per SM.
+// launch, the splits' merge through a cluster (both on by default), the number of splits.
 template <class T, int HD>
 static void TimeDefaultVariants(Timer& tm, int dt, const void* q, const CacheSets& kv, void* o, int B, int L, int max_seq, MnPos pos,
                                 double peak) {
   using Cfg = DefaultCfg<T, HD>;
   TimeAttnConfig<T, HD, 4, Cfg>(tm, "default", dt, q, kv, o, B, L, max_seq, pos, peak);
-  if (L < 4096) return;
-  g_attn_prefetch = false;
-  TimeAttnConfig<T, HD, 4, Cfg>(tm, "default no-prefetch", dt, q, kv, o, B, L, max_seq, pos, peak);
+  if (L != 1 && L < 4096) return;
+  g_attn_cluster_max = 0;  // the workspace and atomic-counter merge
+  TimeAttnConfig<T, HD, 4, Cfg>(tm, "default no-cluster", dt, q, kv, o, B, L, max_seq, pos, peak);
+  g_attn_cluster_max = 16;
+  g_attn_splits_cap = 8;
+  TimeAttnConfig<T, HD, 4, Cfg>(tm, "default splits<=8", dt, q, kv, o, B, L, max_seq, pos, peak);
+  g_attn_splits_cap = 0;
   g_attn_pdl = false;  // no overlap with the previous launch at all
   TimeAttnConfig<T, HD, 4, Cfg>(tm, "default no-PDL", dt, q, kv, o, B, L, max_seq, pos, peak);
-  g_attn_pdl = g_attn_prefetch = true;
+  g_attn_pdl = true;
 }
 
 // Decode with 32 query heads over 8 KV heads: batch 1 up to 16384 cached, batch 8 up to 4096; the
@@ -191,6 +210,15 @@ static void TimeAttention(Timer& tm, int dt, bool sweep, double peak) {
     };
     Record("plain-read-kv", kTypeName[dt], "grid-stride 16B", B, max_seq, 2.0 * n16 * 16, tm.Graph(read, kv.GraphLaunches()),
            tm.Stream(read), peak, &kv);
+    for (int blocks_y : {16, 32}) {  // the attention's pattern: 8 KV heads x 16 (32) splits of 256 threads
+      auto heads = [&](cudaStream_t s) {
+        ReadHeads<HD * sizeof(T) / 16><<<dim3(KVH, blocks_y), 256, 0, s>>>(static_cast<const uint4*>(kv.K(it)),
+                                                                           static_cast<const uint4*>(kv.V(it)), KVH, (int64_t)B * max_seq, sink);
+        ++it;
+      };
+      Record("plain-read-heads", kTypeName[dt], blocks_y == 16 ? "8x16 blocks" : "8x32 blocks", B, max_seq, 2.0 * n16 * 16,
+             tm.Graph(heads, kv.GraphLaunches()), tm.Stream(heads), peak, &kv);
+    }
     for (void* p : {dq, dout, static_cast<void*>(sink)}) cudaFree(p);
   }
 }

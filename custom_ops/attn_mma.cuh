@@ -113,7 +113,7 @@ struct AttnMma {
 
   // ROPE: the query rotated at `pos` first (the Rope kernel's arithmetic, rounded to T as its output
   // is). Dimension d pairs with d +- HD/2, which is k-step kk +- KS/2 of the same lane: no exchange.
-  __device__ static void StartWarpRope(Warp& w, const uint32_t (&raw)[KS][2], float pos, const float* inv) {
+  __device__ static void StartWarpRope(Warp& w, const uint32_t (&raw)[KS][2], const float2* angles) {
     uint32_t rot[KS][2];
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
@@ -123,9 +123,7 @@ struct AttnMma {
       for (int e = 0; e < 2; ++e) {
         const float2 x = UnpackPair<T>(raw[kk][e]), y = UnpackPair<T>(raw[kp][e]);
         const int j = (16 * kk + 8 * e + 2 * w.t) % (HD / 2);
-        float s0, c0, s1, c1;
-        sincosf(pos * inv[j], &s0, &c0);
-        sincosf(pos * inv[j + 1], &s1, &c1);
+        const float c0 = angles[j].x, s0 = angles[j].y, c1 = angles[j + 1].x, s1 = angles[j + 1].y;
         const float r0 = first ? x.x * c0 - y.x * s0 : x.x * c0 + y.x * s0;
         const float r1 = first ? x.y * c1 - y.y * s1 : x.y * c1 + y.y * s1;
         rot[kk][e] = PackPair<T>(r0, r1);
@@ -214,6 +212,7 @@ struct AttnMma {
       Issue(pipe, i + NST - 1);
       CpAsyncWait<NST - 1>();
       __syncwarp();
+      pipe.template Patch<true>(i);
       const uint4* Ks = pipe.Stage(i);
       const int64_t row0 = pipe.Row0(i);
 #pragma unroll

@@ -1,6 +1,8 @@
 // The split-K decode kernel of com.meganeura CachedAttention (AttnSplit) and its pieces; included by
 // cuda_attention.cu, whose launcher picks the tile configuration and the workspace.
 #pragma once
+#include <cooperative_groups.h>
+
 #include <type_traits>
 
 #include "cuda_common.cuh"
@@ -23,8 +25,10 @@ int g_attn_waves = 1;           // split-K grid = waves x resident blocks (tunin
 bool g_attn_skip_merge = false;  // attn_check times the split pass alone (output then invalid)
 int g_attn_last_splits = 0;      // the split count of the last launch (reported by attn_check)
 bool g_attn_pdl = true;          // programmatic dependent launch where the GPU has it (attn_check compares)
-bool g_attn_prefetch = true;     // L2 prefetch before the grid dependency, with PDL (attn_check compares)
 int g_attn_blocks_per_sm = 0;    // > 0: at most this many blocks per SM in the grid (tuning knob for attn_check)
+int g_attn_cluster_max = 16;     // splits merged through a thread-block cluster when there are at most this many (0: never)
+int g_attn_last_cluster = 0;     // the cluster size of the last launch (0: the atomic-counter merge)
+int g_attn_splits_cap = 0;       // > 0: at most this many splits (tuning knob for attn_check)
 
 template <class T, int HD, int NW_, int NST_, int STB_, bool MMA_ = false>
 struct AttnCfg {
@@ -65,7 +69,7 @@ struct AttnArgs {
   float2* ws_ml;         // [B*T*H][splits] (m, l)
   unsigned* counters;    // [B*T][KVH*ngroups] finished splits, reset to 0 by the last one
   int skip_merge;        // timing only (attn_check): stop after the split pass
-  int64_t prefetch_rows;  // > 0: L2 prefetch of the first rows of each block's slice before the grid dependency
+  int cluster;            // the splits of a (sequence, row, head group) form one thread-block cluster (DSMEM merge)
 };
 
 // What one block works on: a KV head's head group of one (sequence, row) and a slice of its cache rows.
@@ -180,15 +184,18 @@ struct AttnBlock {
 
   // ROPE: StartWarp with the query rotated first, at position `pos` (the Rope kernel's arithmetic), and
   // rounded to T as the unfused Rope's output is. One angle per element of the slice, shared by the heads.
-  __device__ static void StartWarpRope(Warp& w, const uint4 (&raw)[GB][C], const uint4 (&partner)[GB][C], float qscale, float pos,
-                                       const float* inv) {
+  __device__ static void StartWarpRope(Warp& w, const uint4 (&raw)[GB][C], const uint4 (&partner)[GB][C], float qscale,
+                                       const float2* angles) {
     StartWarp(w, raw, 1.f);
     float cs[QE], sn[QE];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const int j0 = ((c * LPR + w.sl) % (C16 / 2)) * EPC;  // the pair index of the chunk's first element
 #pragma unroll
-      for (int e = 0; e < EPC; ++e) sincosf(pos * inv[j0 + e], &sn[c * EPC + e], &cs[c * EPC + e]);
+      for (int e = 0; e < EPC; ++e) {
+        cs[c * EPC + e] = angles[j0 + e].x;
+        sn[c * EPC + e] = angles[j0 + e].y;
+      }
     }
 #pragma unroll
     for (int g = 0; g < GB; ++g) {
@@ -210,7 +217,11 @@ struct AttnBlock {
 
   // ROPE: this step's rows inside the block's slice, [max(start, kv_pos), end), written into the caches
   // (the KV head's columns: rotated k_new, v_new as is) and made visible to the block's cp.async loads.
-  __device__ static void WriteNewRows(const RopeIn<T, HD, true>& r, const AttnSlice& s, const AttnArgs& a) {
+  // angles: (cos, sin) at the query row's position qpos (computed once per block). patch (T == 1, one
+  // new row): the row's K and V are also kept there, for the warp that streams the row to put into its
+  // stage (Pipe::Patch) instead of reading it back: no fence before the streaming.
+  __device__ static void WriteNewRows(const RopeIn<T, HD, true>& r, const AttnSlice& s, const AttnArgs& a, const float2* angles,
+                                      int64_t qpos, T* patch) {
     const int64_t lo = max(s.start, s.kv_pos), hi = s.end;
     if (lo >= hi) return;  // block-uniform
     constexpr int HALF = HD / 2;
@@ -221,14 +232,26 @@ struct AttnBlock {
       const int64_t src = ((int64_t)s.b * a.T + (row - s.kv_pos)) * kvw + (int64_t)s.kvh * HD + j;
       const int64_t dst = ((int64_t)s.b * a.max_seq + row) * kvw + (int64_t)s.kvh * HD + j;
       float sn, cs;
-      sincosf(static_cast<float>(row) * r.inv[j], &sn, &cs);
+      if (row == qpos) {
+        cs = angles[j].x;
+        sn = angles[j].y;
+      } else {
+        sincosf(static_cast<float>(row) * r.inv[j], &sn, &cs);
+      }
       const float x = E::ToF(r.k_new[src]), y = E::ToF(r.k_new[src + HALF]);
-      r.k[dst] = E::FromF(x * cs - y * sn);
-      r.k[dst + HALF] = E::FromF(y * cs + x * sn);
-      r.v[dst] = r.v_new[src];
-      r.v[dst + HALF] = r.v_new[src + HALF];
+      const T k0 = E::FromF(x * cs - y * sn), k1 = E::FromF(y * cs + x * sn), v0 = r.v_new[src], v1 = r.v_new[src + HALF];
+      r.k[dst] = k0;
+      r.k[dst + HALF] = k1;
+      r.v[dst] = v0;
+      r.v[dst + HALF] = v1;
+      if (patch != nullptr) {
+        patch[j] = k0;
+        patch[j + HALF] = k1;
+        patch[HD + j] = v0;
+        patch[HD + j + HALF] = v1;
+      }
     }
-    __threadfence();  // the rows reach L2, where cp.async.cg reads them
+    if (patch == nullptr) __threadfence();  // the rows reach L2, where cp.async.cg reads them
     __syncthreads();
   }
 
@@ -238,6 +261,23 @@ struct AttnBlock {
     const uint4 *kb, *vb;   // row 0 of the KV head's K and V (16-byte chunks)
     int64_t kvw16, start, end;
     int warp, lane, tiles;  // tiles: how many this warp streams
+    int64_t patch_row;      // ROPE, T == 1: the new row (-1: none in this slice), its K then V at `patch`
+    const uint4* patch;
+
+    // The new row into tile i's stage, once the tile's copies are complete (SWZ: the tensor-core layout).
+    template <bool SWZ>
+    __device__ void Patch(int i) const {
+      const int64_t row0 = Row0(i);
+      if (patch_row < row0 || patch_row >= row0 + TR) return;  // warp-uniform
+      const int r = static_cast<int>(patch_row - row0);
+      uint4* st = wsm + (i % NST) * Cfg::STAGE16;
+      for (int c = lane; c < C16; c += 32) {
+        const int dc = SWZ ? (c ^ (r & 7)) : c;
+        st[r * C16 + dc] = patch[c];
+        st[TR * C16 + r * C16 + dc] = patch[C16 + c];
+      }
+      __syncwarp();
+    }
 
     __device__ int64_t Row0(int i) const { return start + (int64_t)(warp + i * NW) * TR; }
     __device__ const uint4* Stage(int i) const { return wsm + (i % NST) * Cfg::STAGE16; }
@@ -273,6 +313,8 @@ struct AttnBlock {
     p.warp = warp;
     p.lane = lane;
     p.tiles = ntiles > warp ? (ntiles - warp + NW - 1) / NW : 0;
+    p.patch_row = -1;
+    p.patch = nullptr;
     return p;
   }
 
@@ -360,6 +402,7 @@ struct AttnBlock {
       pipe.Issue(i + NST - 1);  // into the stage consumed in iteration i - 1
       CpAsyncWait<NST - 1>();
       __syncwarp();
+      pipe.template Patch<false>(i);
       const uint4* Ks = pipe.Stage(i);
       const int64_t row0 = pipe.Row0(i);
       float s[STEPS][GB], p[STEPS][GB];
@@ -399,8 +442,9 @@ struct AttnBlock {
 
   // Merges the warps' partials (StorePartial, in shared memory: the stage buffers are free now) into
   // the block's partial per head: the output itself when there is one split, else this split's
-  // (m, l, acc) in the workspace.
-  __device__ static void FoldWarps(const AttnSlice& s, const AttnArgs& a, T* out, const float* sm_acc, const float* sm_ml) {
+  // (m, l, acc): in shared memory `part` ([GB][HD] acc, then [GB] (m, l)) when the splits form a
+  // cluster, else in the workspace.
+  __device__ static void FoldWarps(const AttnSlice& s, const AttnArgs& a, T* out, const float* sm_acc, const float* sm_ml, float* part) {
     __syncthreads();
     for (int e = threadIdx.x; e < GB * HD; e += blockDim.x) {
       const int g = e / HD, d = e % HD;
@@ -422,6 +466,9 @@ struct AttnBlock {
       const int64_t th = s.head0 + g;
       if (a.splits == 1) {  // split 0 covers every row
         out[th * HD + d] = E::FromF(s.valid ? at / lt : __int_as_float(0x7fc00000));
+      } else if (a.cluster) {
+        part[g * HD + d] = at;
+        if (d == 0) reinterpret_cast<float2*>(part + GB * HD)[g] = make_float2(M, lt);
       } else {
         a.ws_acc[(th * a.splits + blockIdx.y) * HD + d] = at;
         if (d == 0) a.ws_ml[th * a.splits + blockIdx.y] = make_float2(M, lt);
@@ -429,20 +476,34 @@ struct AttnBlock {
     }
   }
 
-  // L2 prefetch of the first a.prefetch_rows rows of the block's slice, before the grid dependency: the
-  // position read here may be stale or torn (the previous kernel may still write it), so it only
-  // steers prefetches, always within the cache (Rows clamps an invalid position to no rows); the data
-  // itself is read after the dependency, through L2, the point of coherence.
-  __device__ static void PrefetchL2(const T* k, const T* v, const AttnArgs& a, AttnSlice s) {
-    Rows(a, s);
-    const int64_t hi = min(s.end, s.start + a.prefetch_rows);
-    const int64_t kvw = (int64_t)a.KVH * HD, base = (int64_t)s.b * a.max_seq * kvw + (int64_t)s.kvh * HD;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    for (int64_t r = s.start + threadIdx.x; r < hi; r += blockDim.x) {
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(k + base + r * kvw), "n"(HD * (int)sizeof(T)) : "memory");
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(v + base + r * kvw), "n"(HD * (int)sizeof(T)) : "memory");
+  // The cluster's splits merged through distributed shared memory: after the cluster barrier (release/
+  // acquire: every block's `part` is complete), block r of the cluster computes its share of the
+  // group's GB * HD outputs from the CL partials; a second barrier keeps each block's shared memory
+  // alive until the others have read it. Replaces the workspace, the fence and the atomic counter.
+  __device__ static void MergeCluster(const AttnSlice& s, const AttnArgs& a, T* out, float* part) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    const int CL = a.splits, r = static_cast<int>(cluster.block_rank());
+    const int per = (GB * HD + CL - 1) / CL;
+    for (int e = r * per + threadIdx.x; e < min((r + 1) * per, GB * HD); e += blockDim.x) {
+      const int g = e / HD, d = e % HD;
+      if (s.g0 + g >= a.G) continue;
+      float M = -INFINITY, lsum = 0.f, acc = 0.f;
+      for (int x = 0; x < CL; ++x) {
+        const float* px = cluster.map_shared_rank(part, x);
+        const float2 ml = reinterpret_cast<const float2*>(px + GB * HD)[g];
+        const float y = px[g * HD + d];
+        const float mn = fmaxf(M, ml.x);
+        const float mu = mn == -INFINITY ? 0.f : mn;
+        const float old = exp2f(M - mu), wt = exp2f(ml.x - mu);
+        lsum = fmaf(lsum, old, ml.y * wt);
+        acc = fmaf(acc, old, y * wt);
+        M = mn;
+      }
+      out[(s.head0 + g) * HD + d] = E::FromF(s.valid ? acc / lsum : __int_as_float(0x7fc00000));
     }
-#endif
+    cluster.sync();
   }
 
   // Counts this block's split done; true in the last block of its group to finish, which then sees
@@ -499,12 +560,36 @@ struct AttnBlock {
   }
 };
 
+// ROPE: the block's rotation angles and its new rows (after Rows): (cos, sin) at the query row's
+// position into `angles`, computed once per block (sincosf is some 40 instructions); then the new rows
+// inside the slice into the caches (WriteNewRows), for T == 1 also into `patch`, which the pipeline puts
+// into the stage of the row (Pipe::Patch).
+template <class T, int HD, int GB, class Cfg>
+__device__ __forceinline__ void RopeBlock(const RopeIn<T, HD, true>& rope, const AttnSlice& s, const AttnArgs& a, float2* angles,
+                                          T* patch, typename AttnBlock<T, HD, GB, Cfg>::Pipe& pipe) {
+  const int64_t qpos = s.kv_pos + s.bt % a.T;
+  for (int j = threadIdx.x; j < HD / 2; j += blockDim.x) {
+    float sn, cs;
+    sincosf(static_cast<float>(qpos) * rope.inv[j], &sn, &cs);
+    angles[j] = make_float2(cs, sn);
+  }
+  __syncthreads();
+  const bool one_row = a.T == 1 && s.valid && s.kv_pos >= s.start && s.kv_pos < s.end;
+  AttnBlock<T, HD, GB, Cfg>::WriteNewRows(rope, s, a, angles, qpos, one_row ? patch : nullptr);
+  if (one_row) {
+    pipe.patch_row = s.kv_pos;
+    pipe.patch = reinterpret_cast<const uint4*>(patch);
+  }
+}
+
 // The warps' streaming (scalar or tensor-core form), then their partials in shared memory.
 template <class T, int HD, int GB, class Cfg, bool ROPE>
 __device__ __forceinline__ void AttnWarps(const T* __restrict__ q, const T* k, const T* v, const AttnArgs& a, AttnSlice& s,
                                           const RopeIn<T, HD, ROPE>& rope, uint4* smem, float* sm_acc, float* sm_ml) {
   using A = AttnBlock<T, HD, GB, Cfg>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ float2 angles[ROPE ? HD / 2 : 1];
+  __shared__ __align__(16) T patch[ROPE ? 2 * HD : 8];
   if constexpr (Cfg::MMA) {
     using M = AttnMma<T, HD, GB, Cfg>;
     typename M::Warp w;
@@ -515,11 +600,10 @@ __device__ __forceinline__ void AttnWarps(const T* __restrict__ q, const T* k, c
     uint32_t raw[M::KS][2];
     M::LoadQuery(q, s, a.G, w.g, w.t, raw);  // in flight together with the position
     A::Rows(a, s);
-    if constexpr (ROPE) A::WriteNewRows(rope, s, a);
-    const auto pipe = A::MakePipe(k, v, s, a, smem, warp, lane);
+    auto pipe = A::MakePipe(k, v, s, a, smem, warp, lane);
     if constexpr (ROPE) {
-      const float pos = static_cast<float>(s.kv_pos + s.bt % a.T);  // the query row's position
-      M::Stream(w, pipe, a.qscale, [&] { M::StartWarpRope(w, raw, pos, rope.inv); });
+      RopeBlock<T, HD, GB, Cfg>(rope, s, a, angles, patch, pipe);
+      M::Stream(w, pipe, a.qscale, [&] { M::StartWarpRope(w, raw, angles); });
     } else {
       M::Stream(w, pipe, a.qscale, [&] { M::StartWarp(w, raw); });
     }
@@ -539,9 +623,9 @@ __device__ __forceinline__ void AttnWarps(const T* __restrict__ q, const T* k, c
       uint4 partner[GB][Cfg::C];
       A::LoadPartner(q, s, a.G, w.sl, partner);
       A::Rows(a, s);
-      A::WriteNewRows(rope, s, a);
-      const float pos = static_cast<float>(s.kv_pos + s.bt % a.T);  // the query row's position
-      A::Stream(w, A::MakePipe(k, v, s, a, smem, warp, lane), [&] { A::StartWarpRope(w, raw, partner, a.qscale, pos, rope.inv); });
+      auto pipe = A::MakePipe(k, v, s, a, smem, warp, lane);
+      RopeBlock<T, HD, GB, Cfg>(rope, s, a, angles, patch, pipe);
+      A::Stream(w, pipe, [&] { A::StartWarpRope(w, raw, partner, a.qscale, angles); });
     } else {
       A::Rows(a, s);
       A::Stream(w, A::MakePipe(k, v, s, a, smem, warp, lane), [&] { A::StartWarp(w, raw, a.qscale); });
@@ -558,14 +642,18 @@ __global__ void __launch_bounds__(Cfg::NW * 32)
   using A = AttnBlock<T, HD, GB, Cfg>;
   extern __shared__ uint4 smem[];
   AttnSlice s = A::Heads(a);
-  if (a.prefetch_rows > 0) A::PrefetchL2(k, v, a, s);
   GridDependencyWait();  // q, the caches and the positions may come from the previous kernel
   GridDependentsRelease();
   float* sm_acc = reinterpret_cast<float*>(smem);      // [NW][GB][HD]
   float* sm_ml = sm_acc + Cfg::NW * GB * HD;            // [NW][GB][2]
-  static_assert((Cfg::NW * GB * HD + Cfg::NW * GB * 2) * 4 <= Cfg::SMEM, "merge area");
   AttnWarps<T, HD, GB, Cfg, ROPE>(q, k, v, a, s, rope, smem, sm_acc, sm_ml);
-  A::FoldWarps(s, a, out, sm_acc, sm_ml);
+  float* part = sm_ml + Cfg::NW * GB * 2;  // this block's partial when the splits form a cluster
+  static_assert((Cfg::NW * GB * HD + Cfg::NW * GB * 2 + GB * HD + GB * 2) * 4 <= Cfg::SMEM, "merge area");
+  A::FoldWarps(s, a, out, sm_acc, sm_ml, part);
+  if (a.cluster && !a.skip_merge) {
+    A::MergeCluster(s, a, out, part);
+    return;
+  }
   if (a.splits == 1 || a.skip_merge) return;  // skip_merge: attn_check times the split pass alone
   if (A::ArriveLast(s, a)) A::MergeSplits(s, a, out);
 }

@@ -147,15 +147,31 @@ int AttnOccupancy() {
   return occ;
 }
 
-// The device's L2 size in bytes (asked once per device).
-inline int64_t L2Bytes() {
-  static int cached[64] = {};
-  int dev = 0, n = 0;
-  cudaGetDevice(&dev);
-  if (dev >= 0 && dev < 64 && cached[dev] > 0) return cached[dev];
-  if (cudaDeviceGetAttribute(&n, cudaDevAttrL2CacheSize, dev) != cudaSuccess || n <= 0) n = 4 << 20;
-  if (dev >= 0 && dev < 64) cached[dev] = n;
-  return n;
+// Whether `clusters` clusters of `cl` blocks (the splits of one head group) are resident at once
+// (cudaOccupancyMaxActiveClusters: a cluster's blocks share a GPC), asked once per cluster size.
+template <class T, int HD, int GB, class Cfg, bool ROPE>
+bool AttnClustersFit(int cl, int64_t clusters) {
+  static int fit[17] = {};  // per cluster size: clusters resident at once (-1: refused)
+  if (cl < 2 || cl > 16 || !HasPdl()) return false;  // clusters: compute capability 9.0
+  if (fit[cl] == 0) {
+    auto kernel = AttnSplit<T, HD, GB, Cfg, ROPE>;
+    if (cl > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1;
+    attr.val.clusterDim.y = static_cast<unsigned>(cl);
+    attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, static_cast<unsigned>(cl), 1);
+    cfg.blockDim = dim3(Cfg::NW * 32);
+    cfg.dynamicSmemBytes = Cfg::SMEM;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    fit[cl] = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) == cudaSuccess && n > 0 ? n : -1;
+    cudaGetLastError();  // clear a refusal
+  }
+  return fit[cl] >= clusters;
 }
 
 // The split-K workspace in `scratch`: partials [B*T*H][splits] (acc[hd], then (m, l)) and a counter
@@ -190,17 +206,18 @@ int LaunchAttn(const T* q, const T* k, const T* v, T* out, int B, int T_, int H,
   // its sequence's position; splits past the attended rows only count themselves done.
   int64_t splits = (int64_t)occ * NumSMs() * waves / base_blocks;  // at most `waves` waves (a partial second wave costs a whole one)
   splits = std::max<int64_t>(1, std::min<int64_t>(splits, (max_seq + rows_per_pass - 1) / rows_per_pass));
+  if (g_attn_splits_cap > 0) splits = std::min<int64_t>(splits, g_attn_splits_cap);
   if (splits > 65535 || gx > 0x7fffffff || (int64_t)B * T_ > 65535) return cudaErrorInvalidConfiguration;
   AttnArgs args{T_, H, KVH, G, ngroups, static_cast<int>(splits), pos, max_seq,
                 1.4426950408889634f / sqrtf(static_cast<float>(HD)),  // log2(e) / sqrt(hd)
                 nullptr, nullptr, nullptr, g_attn_skip_merge ? 1 : 0, 0};
   const bool use_pdl = g_attn_pdl && HasPdl();
-  if (use_pdl && g_attn_prefetch) {  // half of L2 over the blocks: what the blocks prefetch must survive until they read it
-    const int64_t blocks = base_blocks * splits, row_bytes = 2 * HD * (int64_t)sizeof(T);
-    args.prefetch_rows = std::max<int64_t>(1, L2Bytes() / 2 / blocks / row_bytes);
-  }
+  // The splits of a head group merge through a thread-block cluster's shared memory when every cluster
+  // is resident at once; else through the workspace (the last block to finish merges).
+  args.cluster = splits <= g_attn_cluster_max && AttnClustersFit<T, HD, GB, Cfg, ROPE>(static_cast<int>(splits), base_blocks);
   g_attn_last_splits = static_cast<int>(splits);
-  if (splits > 1)
+  g_attn_last_cluster = args.cluster ? static_cast<int>(splits) : 0;
+  if (splits > 1 && !args.cluster)
     if (int e = AttnWorkspace(&args, HD, (size_t)B * T_ * H, (size_t)B * T_ * gx, scratch, s)) return e;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(splits), static_cast<unsigned>(B * T_));
@@ -208,11 +225,15 @@ int LaunchAttn(const T* q, const T* k, const T* v, T* out, int B, int T_, int H,
   cfg.dynamicSmemBytes = Cfg::SMEM;
   cfg.stream = s;
   // The launch latency overlaps the previous kernel's last blocks (decode: the cache write before).
-  cudaLaunchAttribute pdl;
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &pdl;
-  cfg.numAttrs = use_pdl ? 1 : 0;
+  cudaLaunchAttribute attrs[2];
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = 1;
+  attrs[0].val.clusterDim.y = static_cast<unsigned>(splits);
+  attrs[0].val.clusterDim.z = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = args.cluster ? attrs : attrs + 1;
+  cfg.numAttrs = (args.cluster ? 1 : 0) + (use_pdl ? 1 : 0);
   if (cudaError_t e = cudaLaunchKernelEx(&cfg, AttnSplit<T, HD, GB, Cfg, ROPE>, q, k, v, out, args, rope)) return e;
   return cudaGetLastError();
 }
