@@ -19,21 +19,6 @@ __global__ void ReadAll(const uint4* __restrict__ k, const uint4* __restrict__ v
   if (acc == 0x12345u) sink[blockIdx.x] = 1.f;  // keeps the loads alive
 }
 
-// The attention's read pattern without its compute: block (KV head, split) reads its slice of rows,
-// one head's HD elements (16-byte loads) of each row of KVH heads.
-template <int C16>
-__global__ void ReadHeads(const uint4* __restrict__ k, const uint4* __restrict__ v, int kvh_count, int64_t rows, float* sink) {
-  const int64_t chunk = (rows + gridDim.y - 1) / gridDim.y, r0 = blockIdx.y * chunk, r1 = min(rows, r0 + chunk);
-  const int64_t stride = (int64_t)kvh_count * C16;
-  uint32_t acc = 0;
-  for (int64_t i = r0 * C16 + threadIdx.x; i < r1 * C16; i += blockDim.x) {
-    const int64_t at = (i / C16) * stride + blockIdx.x * C16 + i % C16;
-    const uint4 x = __ldcs(k + at), y = __ldcs(v + at);
-    acc ^= x.x ^ x.y ^ x.z ^ x.w ^ y.x ^ y.y ^ y.z ^ y.w;
-  }
-  if (acc == 0x12345u) sink[blockIdx.x] = 1.f;  // keeps the loads alive
-}
-
 // The launch floor: the attention grid's shape, shared memory and PDL, no work but one store.
 __global__ void EmptyLaunch(float* sink) {
   GridDependencyWait();
@@ -94,9 +79,13 @@ static void Record(const char* op, const char* type, const char* config, int B, 
 }
 
 // The tile configurations the sweep compares: (warps per block, pipeline stages, bytes per stage, query
-// heads per block, tensor-core form); the tensor-core ones for 16-bit types only.
+// heads per block, tensor-core form, splits merged through a cluster where they fit); the tensor-core
+// ones for 16-bit types only. Two blocks of 96 KiB fit an SM: at 16 splits (one block per SM) their
+// splits form a 16-block cluster, which one block of 192 KiB per SM cannot.
 // (the results of a wider sweep, GB 2 included, are in the library's comment on DefaultCfg)
-#define ATTN_SWEEP(X) X(8, 3, 4096, 4, false) X(8, 3, 8192, 4, false) X(8, 6, 4096, 4, false) X(8, 3, 8192, 4, true) X(4, 3, 8192, 4, true) X(4, 6, 8192, 4, true)
+#define ATTN_SWEEP(X)                                                                                                        \
+  X(8, 3, 4096, 4, false, 0) X(8, 3, 8192, 4, false, 1) X(8, 3, 4096, 4, false, 1) X(8, 3, 8192, 4, true, 1) \
+  X(4, 3, 8192, 4, true, 0) X(4, 3, 8192, 4, true, 1)
 
 template <class T, bool MMA>
 constexpr bool kSweepable = !MMA || sizeof(T) == 2;
@@ -115,11 +104,13 @@ static int CheckSweep(int dt, std::mt19937& rng) {
   const AttnCase cases[] = {{1, 1, 32, 8, HD, 8192, {8190}}, {2, 1, 32, 8, HD, 3001, {0, 3000}}, {2, 1, 8, 2, HD, 700, {-1, 333}}};
   int bad = 0;
   char name[64];
-#define ATTN_CHECK_ONE(nw, st, stb, gb, mma)                                                                      \
+#define ATTN_CHECK_ONE(nw, st, stb, gb, mma, cap)                                                                 \
   if constexpr (kSweepable<T, mma>) {                                                                            \
-    std::snprintf(name, sizeof name, "nw%d st%d %dK gb%d%s", nw, st, stb / 1024, gb, mma ? " mma" : "");          \
+    std::snprintf(name, sizeof name, "nw%d st%d %dK gb%d%s clu%d", nw, st, stb / 1024, gb, mma ? " mma" : "", cap); \
+    g_attn_cluster_max = cap ? 16 : 0;                                                                                     \
     for (const AttnCase& c : cases)                                                                              \
       bad += !CheckAttention(c, dt, rng, ConfigAttention<T, HD, gb, AttnCfg<T, HD, nw, st, stb, mma>>, name);     \
+    g_attn_cluster_max = 16;                                                                                       \
   }
   ATTN_SWEEP(ATTN_CHECK_ONE)
 #undef ATTN_CHECK_ONE
@@ -163,9 +154,6 @@ static void TimeDefaultVariants(Timer& tm, int dt, const void* q, const CacheSet
   g_attn_cluster_max = 0;  // the workspace and atomic-counter merge
   TimeAttnConfig<T, HD, 4, Cfg>(tm, "default no-cluster", dt, q, kv, o, B, L, max_seq, pos, peak);
   g_attn_cluster_max = 16;
-  g_attn_splits_cap = 8;
-  TimeAttnConfig<T, HD, 4, Cfg>(tm, "default splits<=8", dt, q, kv, o, B, L, max_seq, pos, peak);
-  g_attn_splits_cap = 0;
   g_attn_pdl = false;  // no overlap with the previous launch at all
   TimeAttnConfig<T, HD, 4, Cfg>(tm, "default no-PDL", dt, q, kv, o, B, L, max_seq, pos, peak);
   g_attn_pdl = true;
@@ -187,11 +175,14 @@ static void TimeAttention(Timer& tm, int dt, bool sweep, double peak) {
       int64_t* dpos = nullptr;
       const MnPos pos = DevPositions(std::vector<int64_t>(B, L - 1), &dpos);
       TimeDefaultVariants<T, HD>(tm, dt, dq, kv, dout, B, L, max_seq, pos, peak);
-      if (sweep && L >= 4096) {
-#define ATTN_TIME_ONE(nw, st, stb, gb, mma)                                                                                 \
-  if constexpr (kSweepable<T, mma>)                                                                                        \
-    TimeAttnConfig<T, HD, gb, AttnCfg<T, HD, nw, st, stb, mma>>(tm, "nw" #nw " st" #st " " #stb " gb" #gb "" #mma, dt, dq, kv, dout, \
-                                                                B, L, max_seq, pos, peak);
+      if (sweep && (L == 1 || L >= 4096)) {
+#define ATTN_TIME_ONE(nw, st, stb, gb, mma, cap)                                                                              \
+  if constexpr (kSweepable<T, mma>) {                                                                                        \
+    g_attn_cluster_max = cap ? 16 : 0;                                                                                                 \
+    TimeAttnConfig<T, HD, gb, AttnCfg<T, HD, nw, st, stb, mma>>(tm, "nw" #nw " st" #st " " #stb " " #mma " clu" #cap, dt, dq, kv, \
+                                                                dout, B, L, max_seq, pos, peak);                             \
+    g_attn_cluster_max = 16;                                                                                                   \
+  }
         ATTN_SWEEP(ATTN_TIME_ONE)
 #undef ATTN_TIME_ONE
       }
@@ -210,15 +201,6 @@ static void TimeAttention(Timer& tm, int dt, bool sweep, double peak) {
     };
     Record("plain-read-kv", kTypeName[dt], "grid-stride 16B", B, max_seq, 2.0 * n16 * 16, tm.Graph(read, kv.GraphLaunches()),
            tm.Stream(read), peak, &kv);
-    for (int blocks_y : {16, 32}) {  // the attention's pattern: 8 KV heads x 16 (32) splits of 256 threads
-      auto heads = [&](cudaStream_t s) {
-        ReadHeads<HD * sizeof(T) / 16><<<dim3(KVH, blocks_y), 256, 0, s>>>(static_cast<const uint4*>(kv.K(it)),
-                                                                           static_cast<const uint4*>(kv.V(it)), KVH, (int64_t)B * max_seq, sink);
-        ++it;
-      };
-      Record("plain-read-heads", kTypeName[dt], blocks_y == 16 ? "8x16 blocks" : "8x32 blocks", B, max_seq, 2.0 * n16 * 16,
-             tm.Graph(heads, kv.GraphLaunches()), tm.Stream(heads), peak, &kv);
-    }
     for (void* p : {dq, dout, static_cast<void*>(sink)}) cudaFree(p);
   }
 }

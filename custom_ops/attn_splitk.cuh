@@ -539,16 +539,24 @@ struct AttnBlock {
       const float4* src = reinterpret_cast<const float4*>(a.ws_acc + th * a.splits * HD) + c;
       float M = -INFINITY, lsum = 0.f;
       float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-      for (int sp = 0; sp < a.splits; ++sp) {
-        const float2 x = __ldcg(ml + sp);
-        const float4 y = __ldcg(src + (int64_t)sp * COLS);
-        const float mn = fmaxf(M, x.x);
-        const float mu = mn == -INFINITY ? 0.f : mn;
-        const float old = exp2f(M - mu), wt = exp2f(x.x - mu);
-        lsum = fmaf(lsum, old, x.y * wt);
-        s4 = make_float4(fmaf(s4.x, old, y.x * wt), fmaf(s4.y, old, y.y * wt), fmaf(s4.z, old, y.z * wt), fmaf(s4.w, old, y.w * wt));
-        M = mn;
+      for (int sp0 = 0; sp0 < a.splits; sp0 += 16) {  // 16 splits' loads in flight at once: one round trip to L2
+        float2 x[16];
+        float4 y[16];
+#pragma unroll
+        for (int u = 0; u < 16; ++u) {
+          x[u] = sp0 + u < a.splits ? __ldcg(ml + sp0 + u) : make_float2(-INFINITY, 0.f);
+          y[u] = sp0 + u < a.splits ? __ldcg(src + (int64_t)(sp0 + u) * COLS) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < 16; ++u) {
+          const float mn = fmaxf(M, x[u].x);
+          const float mu = mn == -INFINITY ? 0.f : mn;
+          const float old = exp2f(M - mu), wt = exp2f(x[u].x - mu);
+          lsum = fmaf(lsum, old, x[u].y * wt);
+          s4 = make_float4(fmaf(s4.x, old, y[u].x * wt), fmaf(s4.y, old, y[u].y * wt), fmaf(s4.z, old, y[u].z * wt),
+                           fmaf(s4.w, old, y[u].w * wt));
+          M = mn;
+        }
       }
       const float inv = s.valid ? 1.f / lsum : __int_as_float(0x7fc00000);
       T* o = out + th * HD + c * 4;
