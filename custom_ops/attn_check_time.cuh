@@ -80,12 +80,11 @@ static void Record(const char* op, const char* type, const char* config, int B, 
 
 // The tile configurations the sweep compares: (warps per block, pipeline stages, bytes per stage, query
 // heads per block, tensor-core form, splits merged through a cluster where they fit); the tensor-core
-// ones for 16-bit types only. Two blocks of 96 KiB fit an SM: at 16 splits (one block per SM) their
-// splits form a 16-block cluster, which one block of 192 KiB per SM cannot.
+// ones for 16-bit types only: the library's float32 default, the float32 default before, the 16-bit
+// default (tensor cores) and the scalar one it replaced. Cluster merges of 16 splits (two 96 KiB
+// blocks per SM) and 4-warp blocks were slower (benchmarks/results/attn_check_h200_sweep_20261127.json).
 // (the results of a wider sweep, GB 2 included, are in the library's comment on DefaultCfg)
-#define ATTN_SWEEP(X)                                                                                                        \
-  X(8, 3, 4096, 4, false, 0) X(8, 3, 8192, 4, false, 1) X(8, 3, 4096, 4, false, 1) X(8, 3, 8192, 4, true, 1) \
-  X(4, 3, 8192, 4, true, 0) X(4, 3, 8192, 4, true, 1)
+#define ATTN_SWEEP(X) X(8, 3, 4096, 4, false, 1) X(8, 3, 8192, 4, false, 1) X(8, 3, 8192, 4, true, 1)
 
 template <class T, bool MMA>
 constexpr bool kSweepable = !MMA || sizeof(T) == 2;
@@ -107,10 +106,10 @@ static int CheckSweep(int dt, std::mt19937& rng) {
 #define ATTN_CHECK_ONE(nw, st, stb, gb, mma, cap)                                                                 \
   if constexpr (kSweepable<T, mma>) {                                                                            \
     std::snprintf(name, sizeof name, "nw%d st%d %dK gb%d%s clu%d", nw, st, stb / 1024, gb, mma ? " mma" : "", cap); \
-    g_attn_cluster_max = cap ? 16 : 0;                                                                                     \
+    g_attn_cluster_max = cap ? 8 : 0;                                                                                     \
     for (const AttnCase& c : cases)                                                                              \
       bad += !CheckAttention(c, dt, rng, ConfigAttention<T, HD, gb, AttnCfg<T, HD, nw, st, stb, mma>>, name);     \
-    g_attn_cluster_max = 16;                                                                                       \
+    g_attn_cluster_max = 8;                                                                                       \
   }
   ATTN_SWEEP(ATTN_CHECK_ONE)
 #undef ATTN_CHECK_ONE
@@ -153,7 +152,10 @@ static void TimeDefaultVariants(Timer& tm, int dt, const void* q, const CacheSet
   if (L != 1 && L < 4096) return;
   g_attn_cluster_max = 0;  // the workspace and atomic-counter merge
   TimeAttnConfig<T, HD, 4, Cfg>(tm, "default no-cluster", dt, q, kv, o, B, L, max_seq, pos, peak);
-  g_attn_cluster_max = 16;
+  g_attn_cluster_max = 8;
+  g_attn_blocks_per_sm = 0;  // as many blocks per SM as fit (more splits where two fit)
+  TimeAttnConfig<T, HD, 4, Cfg>(tm, "default all-resident", dt, q, kv, o, B, L, max_seq, pos, peak);
+  g_attn_blocks_per_sm = 1;
   g_attn_pdl = false;  // no overlap with the previous launch at all
   TimeAttnConfig<T, HD, 4, Cfg>(tm, "default no-PDL", dt, q, kv, o, B, L, max_seq, pos, peak);
   g_attn_pdl = true;
@@ -178,10 +180,10 @@ static void TimeAttention(Timer& tm, int dt, bool sweep, double peak) {
       if (sweep && (L == 1 || L >= 4096)) {
 #define ATTN_TIME_ONE(nw, st, stb, gb, mma, cap)                                                                              \
   if constexpr (kSweepable<T, mma>) {                                                                                        \
-    g_attn_cluster_max = cap ? 16 : 0;                                                                                                 \
+    g_attn_cluster_max = cap ? 8 : 0;                                                                                                 \
     TimeAttnConfig<T, HD, gb, AttnCfg<T, HD, nw, st, stb, mma>>(tm, "nw" #nw " st" #st " " #stb " " #mma " clu" #cap, dt, dq, kv, \
                                                                 dout, B, L, max_seq, pos, peak);                             \
-    g_attn_cluster_max = 16;                                                                                                   \
+    g_attn_cluster_max = 8;                                                                                                   \
   }
         ATTN_SWEEP(ATTN_TIME_ONE)
 #undef ATTN_TIME_ONE

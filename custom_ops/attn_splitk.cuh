@@ -25,8 +25,8 @@ int g_attn_waves = 1;           // split-K grid = waves x resident blocks (tunin
 bool g_attn_skip_merge = false;  // attn_check times the split pass alone (output then invalid)
 int g_attn_last_splits = 0;      // the split count of the last launch (reported by attn_check)
 bool g_attn_pdl = true;          // programmatic dependent launch where the GPU has it (attn_check compares)
-int g_attn_blocks_per_sm = 0;    // > 0: at most this many blocks per SM in the grid (tuning knob for attn_check)
-int g_attn_cluster_max = 16;     // splits merged through a thread-block cluster when there are at most this many (0: never)
+int g_attn_blocks_per_sm = 1;    // > 0: at most this many blocks per SM in the grid, 0: as many as fit (attn_check compares)
+int g_attn_cluster_max = 8;      // splits merged through a thread-block cluster when there are at most this many (0: never)
 int g_attn_last_cluster = 0;     // the cluster size of the last launch (0: the atomic-counter merge)
 int g_attn_splits_cap = 0;       // > 0: at most this many splits (tuning knob for attn_check)
 
@@ -481,6 +481,7 @@ struct AttnBlock {
   // group's GB * HD outputs from the CL partials; a second barrier keeps each block's shared memory
   // alive until the others have read it. Replaces the workspace, the fence and the atomic counter.
   __device__ static void MergeCluster(const AttnSlice& s, const AttnArgs& a, T* out, float* part) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // clusters are launched on compute capability 9.0 only
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
@@ -504,6 +505,7 @@ struct AttnBlock {
       out[(s.head0 + g) * HD + d] = E::FromF(s.valid ? acc / lsum : __int_as_float(0x7fc00000));
     }
     cluster.sync();
+#endif
   }
 
   // Counts this block's split done; true in the last block of its group to finish, which then sees

@@ -112,20 +112,22 @@ __global__ void AttnGeneric(const T* __restrict__ q, const T* __restrict__ k, co
   }
 }
 
-// The configuration per element type: 8 warps, 3 stages of 4 KiB for 16-bit caches (96 KiB per block;
-// the registers of 4 heads' query slices and sums leave one block per SM) and of 8 KiB for float32
-// (192 KiB: one block per SM; with 4 KiB stages float32 fits two blocks per SM, which doubles the
-// splits and the merge and was 5-20% slower). attn_check --sweep on an H200 (decode, 32/8 heads,
-// head_dim 64 and 128, batch 1 and 8) compared these with 4 stages, 16 warps, and two blocks of 2
-// query heads per KV head (fewer registers, more warps per SM; they read K/V twice and lost 30-40%):
-// benchmarks/results/attn_check_h200_sweep_20261123.json.
+// The configuration per element type: 8 warps, 3 stages per warp, one block per SM (g_attn_blocks_per_sm).
+// float16/bfloat16 with head_dim 64 or 128: the tensor-core form (attn_mma.cuh), stages of 8 KiB (16
+// rows of head_dim 128; 192 KiB per block); the scalar form spent ~475 instructions per 4 KiB and
+// capped near 3 TB/s (25-30% slower at 8192-16384 cached rows). float32 (and the other head_dims):
+// the scalar form, stages of 4 KiB (96 KiB per block), 2-6% faster than 8 KiB stages at 4096-16384
+// cached rows. Measured with attn_check --sweep on an H200, caches rotated past L2:
+// benchmarks/results/attn_check_h200_sweep_20261127.json (and _20261123.json for the older sweep:
+// 4 stages, 16 warps, two blocks of 2 query heads per KV head, which read K/V twice and lost 30-40%).
 template <class T, int HD>
 struct DefaultCfgOf {
-  using type = AttnCfg<T, HD, 8, 3, (HD == 64 || HD == 128) ? 8192 : 4096, HD == 64 || HD == 128>;
+  static constexpr bool kMma = HD == 64 || HD == 128;
+  using type = AttnCfg<T, HD, 8, 3, kMma ? 8192 : 4096, kMma>;
 };
 template <int HD>
 struct DefaultCfgOf<float, HD> {
-  using type = AttnCfg<float, HD, 8, 3, 8192>;
+  using type = AttnCfg<float, HD, 8, 3, 4096>;
 };
 template <class T, int HD>
 using DefaultCfg = typename DefaultCfgOf<T, HD>::type;
@@ -206,12 +208,6 @@ int LaunchAttn(const T* q, const T* k, const T* v, T* out, int B, int T_, int H,
   // its sequence's position; splits past the attended rows only count themselves done.
   int64_t splits = (int64_t)occ * NumSMs() * waves / base_blocks;  // at most `waves` waves (a partial second wave costs a whole one)
   splits = std::max<int64_t>(1, std::min<int64_t>(splits, (max_seq + rows_per_pass - 1) / rows_per_pass));
-  // Where two blocks fit an SM, a split count of one block per SM whose splits form a cluster beats
-  // twice as many merged through the workspace (attn_check --sweep).
-  const int cmax = g_attn_cluster_max;
-  if (cmax > 1 && splits > cmax && base_blocks * cmax * 16 >= (int64_t)NumSMs() * 15 &&
-      AttnClustersFit<T, HD, GB, Cfg, ROPE>(cmax, base_blocks))
-    splits = cmax;
   if (g_attn_splits_cap > 0) splits = std::min<int64_t>(splits, g_attn_splits_cap);
   if (splits > 65535 || gx > 0x7fffffff || (int64_t)B * T_ > 65535) return cudaErrorInvalidConfiguration;
   AttnArgs args{T_, H, KVH, G, ngroups, static_cast<int>(splits), pos, max_seq,
