@@ -10,17 +10,21 @@
 namespace {
 
 // ------------------------------------------------------------------ CachedAttention
-// Split-K ("flash decoding"). Grid (KV head x head group, split, sequence x query row): a block streams
-// its slice [start, end) of the cache rows of one KV head of one sequence once, for all query heads of
-// the group (GQA: K/V are read once per group), and keeps a partial (m, l, acc[hd]) per head. The last
-// block of a (sequence, row, KV head, group) to finish (an atomic counter per group, reset by that
-// block) merges the splits' partials and writes the output: one kernel, no combine launch.
+// Split-K ("flash decoding"). Grid (KV head x head group, split, sequence x query row), one block per
+// SM: a block streams its slice [start, end) of the cache rows of one KV head of one sequence once, for
+// all query heads of the group (GQA: K/V are read once per group), and keeps a partial (m, l, acc[hd])
+// per head. The splits' partials are merged in the same launch: where there are at most 8 splits and
+// their clusters fit (batch > 1), the splits of a group form a thread-block cluster and merge through
+// distributed shared memory (MergeCluster); else the last block of a (sequence, row, KV head, group)
+// to finish (an atomic counter per group, reset by that block) merges them from a workspace.
 // Inside a block each warp runs its own cp.async pipeline: NST stages of TR rows of K and V (STB bytes
-// per stage) in shared memory, 16-byte loads, no block barrier in the main loop.
+// per stage) in shared memory, 16-byte loads, no block barrier in the main loop. The warp's work:
+//   scalar form (float32, and other head_dims):
 //   QK: lanes (sub, sl) = (row of the step, 16-byte slice): C chunks (16 elements) per lane, LPR lanes
 //       per row, shuffle-reduced dots; online softmax per tile in base 2 (q pre-scaled by log2(e)/sqrt(hd)).
 //   PV: lanes over head_dim (PL lanes per row), p broadcast by shuffle, acc in float registers.
-// float16/bfloat16 caches are read as such (half the bytes) and computed in float32.
+//   tensor-core form (Cfg::MMA: float16/bfloat16, head_dim 64 and 128): attn_mma.cuh.
+// float16/bfloat16 caches are read as such (half the bytes); sums in float32.
 int g_attn_waves = 1;           // split-K grid = waves x resident blocks (tuning knob for attn_check)
 bool g_attn_skip_merge = false;  // attn_check times the split pass alone (output then invalid)
 int g_attn_last_splits = 0;      // the split count of the last launch (reported by attn_check)

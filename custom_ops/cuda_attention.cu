@@ -115,9 +115,10 @@ __global__ void AttnGeneric(const T* __restrict__ q, const T* __restrict__ k, co
 // The configuration per element type: 8 warps, 3 stages per warp, one block per SM (g_attn_blocks_per_sm).
 // float16/bfloat16 with head_dim 64 or 128: the tensor-core form (attn_mma.cuh), stages of 8 KiB (16
 // rows of head_dim 128; 192 KiB per block); the scalar form spent ~475 instructions per 4 KiB and
-// capped near 3 TB/s (25-30% slower at 8192-16384 cached rows). float32 (and the other head_dims):
-// the scalar form, stages of 4 KiB (96 KiB per block), 2-6% faster than 8 KiB stages at 4096-16384
-// cached rows. Measured with attn_check --sweep on an H200, caches rotated past L2:
+// capped near 3 TB/s (25-30% slower at 8192-16384 cached rows). float32 (and 16-bit head_dims other
+// than 64 and 128): the scalar form; float32 head_dim 128 with stages of 4 KiB (96 KiB per block),
+// 1-5% faster than 8 KiB stages at 4096-16384 cached rows, the others with 8 KiB (head_dim 64: 4 KiB
+// stages lost 5% at batch 8). Measured with attn_check --sweep on an H200, caches rotated past L2:
 // benchmarks/results/attn_check_h200_sweep_20261127.json (and _20261123.json for the older sweep:
 // 4 stages, 16 warps, two blocks of 2 query heads per KV head, which read K/V twice and lost 30-40%).
 template <class T, int HD>
@@ -127,7 +128,7 @@ struct DefaultCfgOf {
 };
 template <int HD>
 struct DefaultCfgOf<float, HD> {
-  using type = AttnCfg<float, HD, 8, 3, 4096>;
+  using type = AttnCfg<float, HD, 8, 3, HD == 128 ? 4096 : 8192>;
 };
 template <class T, int HD>
 using DefaultCfg = typename DefaultCfgOf<T, HD>::type;
