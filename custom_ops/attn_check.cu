@@ -6,9 +6,10 @@
 // Checks every element type (float32, float16, bfloat16) against a double-precision host reference
 // computed from the same (rounded) inputs: batches with a position per sequence, GQA, T > 1, every
 // head_dim path, an invalid position (NaN for that sequence only, nothing written out of bounds).
-// Then times the kernels with CUDA events: "graph" replays N launches captured in a CUDA graph (GPU
-// time only, no host launch cost), "stream" launches back to back (GPU time, or the launcher's host
-// work where that is longer). Bandwidth = bytes the op must move / time.
+// Then times the kernels with CUDA events (attn_check_time.cuh): "graph" replays N launches captured
+// in a CUDA graph (GPU time only, no host launch cost), "stream" launches back to back (GPU time, or
+// the launcher's host work where that is longer); consecutive launches read different K/V caches,
+// >= 3x the L2 size in rotation, so the K/V come from DRAM. Bandwidth = bytes the op must move / time.
 #include <cuda_runtime.h>
 
 #include <cmath>

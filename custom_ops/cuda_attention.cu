@@ -209,7 +209,6 @@ int LaunchAttn(const T* q, const T* k, const T* v, T* out, int B, int T_, int H,
   // its sequence's position; splits past the attended rows only count themselves done.
   int64_t splits = (int64_t)occ * NumSMs() * waves / base_blocks;  // at most `waves` waves (a partial second wave costs a whole one)
   splits = std::max<int64_t>(1, std::min<int64_t>(splits, (max_seq + rows_per_pass - 1) / rows_per_pass));
-  if (g_attn_splits_cap > 0) splits = std::min<int64_t>(splits, g_attn_splits_cap);
   if (splits > 65535 || gx > 0x7fffffff || (int64_t)B * T_ > 65535) return cudaErrorInvalidConfiguration;
   AttnArgs args{T_, H, KVH, G, ngroups, static_cast<int>(splits), pos, max_seq,
                 1.4426950408889634f / sqrtf(static_cast<float>(HD)),  // log2(e) / sqrt(hd)
