@@ -118,7 +118,7 @@ __global__ void AttnGeneric(const T* __restrict__ q, const T* __restrict__ k, co
 // capped near 3 TB/s (25-30% slower at 8192-16384 cached rows). float32 (and 16-bit head_dims other
 // than 64 and 128): the scalar form; float32 head_dim 128 with stages of 4 KiB (96 KiB per block),
 // 1-5% faster than 8 KiB stages at 4096-16384 cached rows, the others with 8 KiB (head_dim 64: 4 KiB
-// stages lost 5% at batch 8). Measured with attn_check --sweep on an H200, caches rotated past L2:
+// stages gained 3-5% at batch 1 x 4096-8192 rows but lost 1% at 16384 and 5% at batch 8). Measured with attn_check --sweep on an H200, caches rotated past L2:
 // benchmarks/results/attn_check_h200_sweep_20261127.json (and _20261123.json for the older sweep:
 // 4 stages, 16 warps, two blocks of 2 query heads per KV head, which read K/V twice and lost 30-40%).
 template <class T, int HD>
