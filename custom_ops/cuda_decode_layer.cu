@@ -80,15 +80,26 @@ __device__ void MergeHeads(const Params& p, const Seqs& sq, float* act) {
     const int64_t base = static_cast<int64_t>(bh) * p.max_splits;
     float M = -INFINITY, ls = 0.f;
     float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int sp = 0; sp < sq.splits; ++sp) {
-      const float2 x = __ldcg(p.ml + base + sp);
-      const float4 y = __ldcg(reinterpret_cast<const float4*>(p.part + (base + sp) * HD) + c);
-      const float mn = fmaxf(M, x.x);
-      const float mu = mn == -INFINITY ? 0.f : mn;
-      const float old = exp2f(M - mu), wt = exp2f(x.x - mu);
-      ls = fmaf(ls, old, x.y * wt);
-      s4 = make_float4(fmaf(s4.x, old, y.x * wt), fmaf(s4.y, old, y.y * wt), fmaf(s4.z, old, y.z * wt), fmaf(s4.w, old, y.w * wt));
-      M = mn;
+    for (int s0 = 0; s0 < sq.splits; s0 += 8) {  // 8 splits' loads in flight together
+      float2 x[8];
+      float4 y[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u)
+        if (s0 + u < sq.splits) {
+          x[u] = __ldcg(p.ml + base + s0 + u);
+          y[u] = __ldcg(reinterpret_cast<const float4*>(p.part + (base + s0 + u) * HD) + c);
+        }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        if (s0 + u >= sq.splits) break;
+        const float mn = fmaxf(M, x[u].x);
+        const float mu = mn == -INFINITY ? 0.f : mn;
+        const float old = exp2f(M - mu), wt = exp2f(x[u].x - mu);
+        ls = fmaf(ls, old, x[u].y * wt);
+        s4 = make_float4(fmaf(s4.x, old, y[u].x * wt), fmaf(s4.y, old, y[u].y * wt), fmaf(s4.z, old, y[u].z * wt),
+                         fmaf(s4.w, old, y[u].w * wt));
+        M = mn;
+      }
     }
     const float inv = sq.valid[bt / p.S] ? 1.f / ls : __int_as_float(0x7fc00000);
     float* o = act + bh * HD + c * 4;  // bh * HD = bt * (H * HD) + head * HD
@@ -100,64 +111,131 @@ __device__ void MergeHeads(const Params& p, const Seqs& sq, float* act) {
   __syncthreads();
 }
 
+// The kernel's shared state: the activation rows (attention: its merge area), the gammas, the sequences.
+struct Shared {
+  float* act;
+  float *gamma1, *gamma2;  // attn_norm, mlp_norm (loaded at the start with x)
+  Seqs* sq;
+  float* red;
+  unsigned epoch;  // this launch's number (use_cg 2's barrier targets)
+};
+
+// Phase 1's prologue: x's rows and both gammas into shared memory, x normalised, the positions.
+template <class T>
+__device__ void LoadRows(const Params& p, const Shared& sh, int64_t pos) {
+  using E = Elem<T>;
+  const int RD = p.R * p.D;
+  const T* x = static_cast<const T*>(p.x);
+  const T* g1 = static_cast<const T*>(p.attn_norm);
+  const T* g2 = static_cast<const T*>(p.mlp_norm);
+  BlockLoad([&](int i) { return E::ToF(i < RD ? x[i] : i < RD + p.D ? g1[i - RD] : g2[i - RD - p.D]); }, RD + 2 * p.D,
+            [&](int i, float v) {
+              if (i < RD) sh.act[i] = v;
+              else sh.gamma1[i - RD] = v;  // then gamma2, which follows gamma1
+            });
+  Trace(p, 1);
+  NormRows(sh.gamma1, p.R, p.D, p.eps, sh.act, sh.red);
+  SetSeqs(p, pos, sh.sq);
+  Trace(p, 2);
+}
+
+template <class T, int HD>
+__device__ void AttentionPrefetch(const Params& p, const Seqs& sq) {
+  using A = Attn<T, HD>;
+  const int units = p.R * p.KVH * ((p.H / p.KVH + kGmax - 1) / kGmax) * sq.splits;
+#pragma unroll 1
+  for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    typename A::Unit un;
+    if (A::Locate(p, sq, u, &un)) A::PrefetchRows(p, un);
+  }
+}
+
+// The phases' bits in Params::phases (decode_layer_check's breakdown; every bit set otherwise).
+enum { kPhase1 = 1, kPhase2 = 2, kPhase3 = 4, kPhase4 = 8, kPhase5 = 16, kPhaseBarriers = 32, kPrefetch = 64, kAllPhases = 127 };
+
+__device__ __forceinline__ void Barrier(const Params& p, const Shared& sh, int k, int trace) {
+  if (p.phases & kPhaseBarriers) GridBarrier(p, sh.epoch, k);
+  Trace(p, trace);
+}
+
 template <class T, int HD>
 __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(Params p) {
   using E = Elem<T>;
   extern __shared__ float4 smem4[];
-  float* act = reinterpret_cast<float*>(smem4);  // the phase's activation rows as float32 (attention: its merge area)
   __shared__ Seqs sq;
   __shared__ float red[kWarps * kMaxRows + kMaxRows];
+  Trace(p, 0);
+  float* act = reinterpret_cast<float*>(smem4);
+  const Shared sh{act, act + p.act_floats, act + p.act_floats + p.D, &sq, red, p.use_cg == 2 ? __ldcg(p.bar + 96) : 0u};
+  if ((p.phases & (kPhaseBarriers - 1)) == 0) {  // decode_layer_check's floor: the launch (and the barriers) alone
+#pragma unroll 1
+    for (int k = 0; k < kBarriers; ++k) Barrier(p, sh, k, 16);
+    if (p.use_cg == 2 && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;
+    return;
+  }
   const Items<T, HD> it{p};
   auto qkv = [&](int i, Rows<T, 2>& r) { it.QkvRows(i, r); };
   auto orow = [&](int i, Rows<T, 1>& r) { it.ORow(i, r); };
   auto gateup = [&](int i, Rows<T, 2>& r) { it.GateUpRows(i, r); };
   auto down = [&](int i, Rows<T, 1>& r) { it.DownRow(i, r); };
+  auto none = [](int, int) { return 0.f; };
   const T* x = static_cast<const T*>(p.x);
-  const unsigned epoch = p.use_cg == 2 ? __ldcg(p.bar + 96) : 0u;  // this launch's number (use_cg 2's barrier targets)
-
+  // 1: q | k | v, rope, cache rows (the weights' loads first: their latency overlaps the norm)
   Rows<T, 2> pair;
-  LoadFirst(pair, it.Qkv(), qkv);  // weights first: their latency overlaps everything up to the products
-  LoadSeqs(p, &sq);
-  PrefetchItems<T, 1>(p.D, orow);
-  PrefetchItems<T, 2>(p.I, gateup);
-  PrefetchItems<T, 1>(p.D, down);
-  {
-    using A = Attn<T, HD>;
-    const int units = p.R * p.KVH * ((p.H / p.KVH + kGmax - 1) / kGmax) * sq.splits;
-    for (int u = blockIdx.x; u < units; u += gridDim.x) {
-      typename A::Unit un;
-      if (A::Locate(p, sq, u, &un)) A::PrefetchRows(p, un);
-    }
+  LoadFirst(pair, it.Qkv(), qkv);
+  const int64_t pos = PosOf(p);
+  if (p.phases & kPrefetch) {
+    PrefetchItems<T, 1>(p.D, orow);
+    PrefetchItems<T, 2>(p.I, gateup);
+    PrefetchItems<T, 1>(p.D, down);
   }
-  // 1: q | k | v, rope, cache rows
-  NormRows<T>([&](int i) { return E::ToF(x[i]); }, static_cast<const T*>(p.attn_norm), p.R, p.D, p.eps, act, red);
-  ItemLoop<T, 2>(pair, it.Qkv(), act, p.R, qkv, [&](int i, int m, const float(&g)[2]) { QkvEpilogue<T, HD>(p, sq, i, m, g); });
+  LoadRows<T>(p, sh, pos);
+  if (p.phases & kPrefetch) AttentionPrefetch<T, HD>(p, sq);
+  if (p.phases & kPhase1)
+    ItemLoop<T, 2>(pair, it.Qkv(), act, p.R, qkv, none,
+                   [&](int i, int m, const float(&g)[2], float) { QkvEpilogue<T, HD>(p, sq, i, m, g); });
+  Trace(p, 3);
+  Barrier(p, sh, 0, 4);
+  // 2: attention partials (then the first w_o rows into registers: loaded while the barrier waits)
+  if (p.phases & kPhase2) Attn<T, HD>::Run(p, sq, act);
   Rows<T, 1> one;
   LoadFirst(one, p.D, orow);
-  GridBarrier(p, epoch, 0);
-  // 2: attention partials
-  Attn<T, HD>::Run(p, sq, act);
-  GridBarrier(p, epoch, 1);
+  Trace(p, 6);
+  Barrier(p, sh, 1, 7);
   // 3: x1 = a @ w_o^T + x
-  MergeHeads<T, HD>(p, sq, act);
-  ItemLoop<T, 1>(one, p.D, act, p.R, orow, [&](int n, int m, const float(&g)[1]) {
-    p.x1[m * p.D + n] = E::ToF(E::FromF(g[0] + E::ToF(x[m * p.D + n])));
-  });
+  if (p.phases & kPhase3) {
+    MergeHeads<T, HD>(p, sq, act);
+    Trace(p, 8);
+    ItemLoop<T, 1>(
+        one, p.D, act, p.R, orow, [&](int n, int m) { return E::ToF(x[m * p.D + n]); },
+        [&](int n, int m, const float(&g)[1], float res) { p.x1[m * p.D + n] = E::ToF(E::FromF(g[0] + res)); });
+  }
   LoadFirst(pair, p.I, gateup);
-  GridBarrier(p, epoch, 2);
+  Trace(p, 9);
+  Barrier(p, sh, 2, 10);
   // 4: h = silu(rmsnorm(x1) @ w_gate^T) * (rmsnorm(x1) @ w_up^T)
-  NormRows<T>([&](int i) { return __ldcg(p.x1 + i); }, static_cast<const T*>(p.mlp_norm), p.R, p.D, p.eps, act, red);
-  ItemLoop<T, 2>(pair, p.I, act, p.R, gateup,
-                 [&](int n, int m, const float(&g)[2]) { p.h[m * p.I + n] = E::ToF(E::FromF(Silu(g[0]) * g[1])); });
+  if (p.phases & kPhase4) {
+    BlockLoad([&](int i) { return __ldcg(p.x1 + i); }, p.R * p.D, [&](int i, float v) { act[i] = v; });
+    Trace(p, 11);
+    NormRows(sh.gamma2, p.R, p.D, p.eps, act, red);
+    Trace(p, 12);
+    ItemLoop<T, 2>(pair, p.I, act, p.R, gateup, none,
+                   [&](int n, int m, const float(&g)[2], float) { p.h[m * p.I + n] = E::ToF(E::FromF(Silu(g[0]) * g[1])); });
+  }
   LoadFirst(one, p.D, down);
-  GridBarrier(p, epoch, 3);
+  Trace(p, 13);
+  Barrier(p, sh, 3, 14);
   // 5: y = h @ w_down^T + x1
-  for (int i = threadIdx.x; i < p.R * p.I; i += kThreads) act[i] = __ldcg(p.h + i);
-  __syncthreads();
-  ItemLoop<T, 1>(one, p.D, act, p.R, down, [&](int n, int m, const float(&g)[1]) {
-    static_cast<T*>(p.y)[m * p.D + n] = E::FromF(g[0] + __ldcg(p.x1 + m * p.D + n));
-  });
-  if (p.use_cg == 2 && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = epoch + 1;  // every block read it before barrier 0
+  if (p.phases & kPhase5) {
+    BlockLoad([&](int i) { return __ldcg(p.h + i); }, p.R * p.I, [&](int i, float v) { act[i] = v; });
+    __syncthreads();
+    Trace(p, 15);
+    ItemLoop<T, 1>(
+        one, p.D, act, p.R, down, [&](int n, int m) { return __ldcg(p.x1 + m * p.D + n); },
+        [&](int n, int m, const float(&g)[1], float res) { static_cast<T*>(p.y)[m * p.D + n] = E::FromF(g[0] + res); });
+  }
+  if (p.use_cg == 2 && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;  // every block read it before barrier 0
+  Trace(p, 16);
 }
 
 }  // namespace dl
@@ -174,8 +252,11 @@ struct MnDecodeLayerState {
   MnScratch* attn = nullptr;  // the five-kernel path's RopeCachedAttention scratch
   MnScratch* rope = nullptr;
   int path = MN_DECODE_LAYER_AUTO, last = 0;
-  int use_cg = 0;            // grid barrier (dl::GridBarrier): 0, 1 (cooperative_groups) or 2; the harness compares
+  int use_cg = 2;            // grid barrier (dl::GridBarrier): 2 or 0; the harness compares
   int split_rows_tiles = 1;  // a split covers at least this many attention tiles (the harness tunes it)
+  int cooperative = 1;       // 0: a plain launch (the harness measures what the cooperative attribute costs)
+  int phases = 127;          // dl::Params::phases: which phases run (the harness's breakdown; all of them otherwise)
+  unsigned long long* trace = nullptr;  // decode_layer_check's phase stamps (dl::Params::trace)
 };
 
 namespace {
@@ -217,17 +298,22 @@ int DeviceAttr(cudaDeviceAttr attr) {
   return v;
 }
 
+// Shared memory: the activation rows (or the attention's merge area), then the two norms' gammas.
+template <int HD>
+int64_t ActFloats(const MnDecodeLayer& a) {
+  const int64_t R = a.B * a.S, K = std::max({a.D, a.H * a.head_dim, a.I});
+  return (std::max<int64_t>(R * K, int64_t(dl::kWarps) * dl::kGmax * (HD + 2)) + 3) / 4 * 4;
+}
 template <int HD>
 size_t FusedSmem(const MnDecodeLayer& a) {
-  const int64_t R = a.B * a.S, K = std::max({a.D, a.H * a.head_dim, a.I});
-  return sizeof(float) * std::max<int64_t>(R * K, int64_t(dl::kWarps) * dl::kGmax * (HD + 2));
+  return sizeof(float) * (ActFloats<HD>(a) + 2 * a.D);
 }
 
 // Whether the one-launch kernel takes this call (see cuda_decode_layer.h).
 bool FusedApplies(const MnDecodeLayer& a, size_t esize) {
   const int64_t R = a.B * a.S;
   if (!a.trans_b || (a.head_dim != 64 && a.head_dim != 128) || R < 1 || R > MN_DECODE_LAYER_MAX_ROWS) return false;
-  if (a.D > (1 << 20) || a.I > (1 << 20) || a.H * a.head_dim > (1 << 20) || a.head_dim / 2 > 64) return false;
+  if (a.D > (1 << 20) || a.I > (1 << 20) || a.H * a.head_dim > (1 << 20) || a.head_dim / 2 > 64 || a.max_seq > (1 << 30)) return false;
   if ((a.D * esize) % 16 || (a.I * esize) % 16) return false;
   const void* ptrs[] = {a.w_q, a.w_k, a.w_v, a.w_o, a.w_gate, a.w_up, a.w_down, a.k_out, a.v_out};
   for (const void* q : ptrs)
@@ -251,7 +337,7 @@ int LaunchFused(const MnDecodeLayer& a, MnDecodeLayerState* st, cudaStream_t s) 
   if (occ < 1) return cudaErrorNotSupported;
   const int blocks = NumSMs();
   const int64_t R = a.B * a.S, G = a.H / a.KVH, NG = (G + dl::kGmax - 1) / dl::kGmax;
-  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>(blocks / (R * a.KVH * NG), a.max_seq));
+  const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>({blocks / (R * a.KVH * NG), a.max_seq, dl::kMaxSplits}));
   dl::Params p{};
   p.x = a.x, p.attn_norm = a.attn_norm, p.w_q = a.w_q, p.w_k = a.w_k, p.w_v = a.w_v, p.w_o = a.w_o;
   p.mlp_norm = a.mlp_norm, p.w_gate = a.w_gate, p.w_up = a.w_up, p.w_down = a.w_down;
@@ -264,6 +350,9 @@ int LaunchFused(const MnDecodeLayer& a, MnDecodeLayerState* st, cudaStream_t s) 
   constexpr int lpr = dl::Attn<T, HD>::LPR;
   p.min_split_rows = dl::kWarps * (32 / lpr) * dl::kRT * std::max(1, st->split_rows_tiles);
   p.use_cg = st->use_cg;
+  p.act_floats = static_cast<int>(ActFloats<HD>(a));
+  p.trace = st->trace;
+  p.phases = st->phases;
   for (int j = 0; j < HD / 2; ++j) p.inv[j] = a.inv_freq[j];
   // workspace: barrier | q [R][H*HD] | partials [R*H][max_splits][HD] | (m, l) [R*H][max_splits] | x1 [R][D] | h [R][I]
   const size_t q_b = Align16(sizeof(float) * R * a.H * HD), part_b = Align16(sizeof(float) * R * a.H * max_splits * HD);
@@ -286,7 +375,7 @@ int LaunchFused(const MnDecodeLayer& a, MnDecodeLayerState* st, cudaStream_t s) 
   coop.id = cudaLaunchAttributeCooperative;
   coop.val.cooperative = 1;
   cfg.attrs = &coop;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = st->cooperative ? 1 : 0;
   if (cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p)) return e;
   return cudaGetLastError();
 }

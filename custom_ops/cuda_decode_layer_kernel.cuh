@@ -17,8 +17,6 @@
 // of phases 3-5 are prefetched into L2 at the start, and each phase's first rows are loaded into
 // registers before the barrier that precedes it, so the barrier's wait overlaps the loads.
 #pragma once
-#include <cooperative_groups.h>
-
 #include "cuda_common.cuh"
 
 namespace dl {
@@ -26,9 +24,11 @@ namespace dl {
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxRows = 16;  // R = B * S rows at most (one block holds them all)
-constexpr int kGmax = 4;      // query heads of one KV head per attention unit
+constexpr int kGmax = 2;      // query heads of one KV head per attention unit (more: more registers and code per unit)
 constexpr int kRT = 4;        // cache rows per lane slot and attention tile
+constexpr int kMaxSplits = 16;  // attention splits per (row, head) at most: phase 3 merges them in two batches of loads
 constexpr int kHold = 6;      // 16-byte weight chunks per lane and row held in registers
+constexpr int kTracePoints = 17;  // Params::trace: globaltimer stamps per block
 
 struct Params {
   const void *x, *attn_norm, *w_q, *w_k, *w_v, *w_o, *mlp_norm, *w_gate, *w_up, *w_down;
@@ -39,12 +39,37 @@ struct Params {
   float eps, qscale;
   int max_splits;      // the workspace's partials per head
   int min_split_rows;  // a split covers at least this many cache rows
+  int act_floats;      // shared memory: act rows (or the attention merge area), then the two gammas
   int use_cg;          // which grid barrier (GridBarrier)
   unsigned* bar;       // use_cg 0: [0] arrivals, [32] generation; use_cg 2: [64] arrivals, [96] epoch
   float *q, *part, *x1, *h;
   float2* ml;
+  unsigned long long* trace;  // nullptr, or [blocks][kTracePoints] stamps (decode_layer_check's phase breakdown)
+  int phases;                 // which phases run (bits kPhase1.. in cuda_decode_layer.cu; all of them but in timing breakdowns)
   float inv[64];  // rope frequencies (head_dim / 2)
 };
+
+__device__ __forceinline__ void Trace(const Params& p, int k) {
+  if (p.trace != nullptr && threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    p.trace[blockIdx.x * kTracePoints + k] = t;
+  }
+}
+
+// dst(i, src(i)), i < n: batches of 8 loads per thread in flight together (one round trip per batch).
+template <class Src, class Dst>
+__device__ void BlockLoad(Src src, int n, Dst dst) {
+#pragma unroll 1
+  for (int i0 = threadIdx.x; i0 < n; i0 += kThreads * 8) {
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = i0 + u * kThreads < n ? src(i0 + u * kThreads) : 0.f;
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      if (i0 + u * kThreads < n) dst(i0 + u * kThreads, v[u]);
+  }
+}
 
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
@@ -57,19 +82,15 @@ __device__ __forceinline__ void PrefetchL2(const void* p) { asm volatile("prefet
 constexpr int kBarriers = 4;  // grid barriers per launch
 
 // Grid barriers, valid only because the launch is cooperative (every block resident); nothing needs
-// resetting between launches or CUDA-graph replays. use_cg 0: an arrival count that the last block
-// resets and a generation it advances (each block waits for the generation to move: two round trips,
-// the arrival's and the poll's). 2: a count that only grows (arrivals are fire-and-forget reductions)
-// and an epoch per launch, read at the start and advanced by block 0 at the end: barrier k of launch e
-// is passed when the count reaches (e * kBarriers + k + 1) * blocks (modulo 2^32). 1: cooperative_groups.
+// resetting between launches or CUDA-graph replays. use_cg 2 (the default): a count that only grows
+// (arrivals are fire-and-forget reductions) and an epoch per launch, read at the start and advanced by
+// block 0 at the end: barrier k of launch e is passed when the count reaches (e * kBarriers + k + 1) *
+// blocks (modulo 2^32; one round trip, the poll's). 0: an arrival count that the last block resets and a
+// generation it advances (two round trips: the arrival's atomic, then the poll).
 __device__ __forceinline__ void GridBarrier(const Params& p, unsigned epoch, int k) {
-  if (p.use_cg == 1) {
-    cooperative_groups::this_grid().sync();
-    return;
-  }
-  if (p.use_cg == 2) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (p.use_cg == 2) {
       unsigned* count = p.bar + 64;
       const unsigned target = (epoch * kBarriers + k + 1) * gridDim.x;
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
@@ -77,26 +98,22 @@ __device__ __forceinline__ void GridBarrier(const Params& p, unsigned epoch, int
       do {
         asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(cur) : "l"(count) : "memory");
       } while (static_cast<int>(cur - target) < 0);
-    }
-    __syncthreads();
-    return;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned* count = p.bar;
-    unsigned* gen = p.bar + 32;
-    unsigned g, old;
-    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(g) : "l"(gen) : "memory");
-    __threadfence();  // the block's writes (ordered before this thread by the __syncthreads) before the arrival
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(count) : "memory");
-    if (old == gridDim.x - 1) {
-      asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(count), "r"(0u) : "memory");
-      asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(gen), "r"(g + 1) : "memory");
     } else {
-      unsigned cur;
-      do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(cur) : "l"(gen) : "memory");
-      } while (cur == g);
+      unsigned* count = p.bar;
+      unsigned* gen = p.bar + 32;
+      unsigned g, old;
+      asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(g) : "l"(gen) : "memory");
+      __threadfence();  // the block's writes (ordered before this thread by the __syncthreads) before the arrival
+      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(count) : "memory");
+      if (old == gridDim.x - 1) {
+        asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(count), "r"(0u) : "memory");
+        asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(gen), "r"(g + 1) : "memory");
+      } else {
+        unsigned cur;
+        do {
+          asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(cur) : "l"(gen) : "memory");
+        } while (cur == g);
+      }
     }
   }
   __syncthreads();
@@ -109,9 +126,11 @@ struct Seqs {
   int splits;  // attention splits per (row, head): from the longest attended length
 };
 
-__device__ void LoadSeqs(const Params& p, Seqs* s) {
+// Thread b's sequence position (loaded early: SetSeqs uses it after other loads are issued).
+__device__ __forceinline__ int64_t PosOf(const Params& p) { return threadIdx.x < p.B ? LoadPos(p.pos, threadIdx.x) : 0; }
+
+__device__ void SetSeqs(const Params& p, int64_t v, Seqs* s) {
   if (threadIdx.x < p.B) {
-    const int64_t v = LoadPos(p.pos, threadIdx.x);
     const bool ok = v >= 0 && v <= p.max_seq - p.S;
     s->valid[threadIdx.x] = ok;
     s->pos[threadIdx.x] = ok ? v : 0;
@@ -127,37 +146,28 @@ __device__ void LoadSeqs(const Params& p, Seqs* s) {
   __syncthreads();
 }
 
-// act[m][k] (k < K, row stride K) = x / sqrt(mean(x^2) + eps) * gamma for the R rows, float32;
-// src(i) gives element i of the rows as float.
-template <class T, class Src>
-__device__ void NormRows(Src src, const T* __restrict__ gamma, int R, int K, float eps, float* act, float* red) {
-  float ss[kMaxRows];
-#pragma unroll
-  for (int m = 0; m < kMaxRows; ++m) ss[m] = 0.f;
-  for (int k = threadIdx.x; k < K; k += kThreads) {
-#pragma unroll
-    for (int m = 0; m < kMaxRows; ++m)
-      if (m < R) {
-        const float v = src(m * K + k);
-        act[m * K + k] = v;
-        ss[m] += v * v;
-      }
-  }
+// act[m][k] (k < K, row stride K) = x / sqrt(mean(x^2) + eps) * gamma for the R rows, float32, where
+// act holds x already (BlockLoad) and gamma is in shared memory. Rolled loops: code size is latency here.
+__device__ void NormRows(const float* gamma, int R, int K, float eps, float* act, float* red) {
+  __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int m = 0; m < kMaxRows; ++m)
-    if (m < R) {
-      const float t = WarpSum(ss[m]);
-      if (lane == 0) red[warp * kMaxRows + m] = t;
-    }
-  __syncthreads();
-  if (threadIdx.x < R) {
-    float t = 0.f;
-    for (int w = 0; w < kWarps; ++w) t += red[w * kMaxRows + threadIdx.x];
-    red[kWarps * kMaxRows + threadIdx.x] = sqrtf(t / static_cast<float>(K) + eps);
+#pragma unroll 1
+  for (int m = 0; m < R; ++m) {
+    float ss = 0.f;
+#pragma unroll 1
+    for (int k = threadIdx.x; k < K; k += kThreads) ss += act[m * K + k] * act[m * K + k];
+    ss = WarpSum(ss);
+    if (lane == 0) red[warp * kMaxRows + m] = ss;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < R * K; i += kThreads) act[i] = act[i] / red[kWarps * kMaxRows + i / K] * Elem<T>::ToF(gamma[i % K]);
+#pragma unroll 1
+  for (int i = threadIdx.x; i < R * K; i += kThreads) {
+    const int m = i / K;
+    float t = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) t += red[w * kMaxRows + m];  // one order for every thread: one rms per row
+    act[i] = act[i] / sqrtf(t / static_cast<float>(K) + eps) * gamma[i % K];
+  }
   __syncthreads();
 }
 
@@ -177,7 +187,9 @@ struct Rows {
         if (lane + 32 * j < chunks) held[r][j] = __ldg(w[r] + lane + 32 * j);
   }
   __device__ void Prefetch(int lane) const {  // the rows' 128-byte lines into L2
+#pragma unroll 1
     for (int r = 0; r < NR; ++r)
+#pragma unroll 1
       for (int c = lane * 8; c < chunks; c += 32 * 8) PrefetchL2(w[r] + c);
   }
   __device__ static void Dot(const uint4& u, const float* x, float& acc) {
@@ -189,62 +201,53 @@ struct Rows {
       acc += f[4 * q] * v.x + f[4 * q + 1] * v.y + f[4 * q + 2] * v.z + f[4 * q + 3] * v.w;
     }
   }
-  // out[r] (in lane i, for row m0 + i, i < 4) = dot(weight row r, act row m0 + i); act rows of stride K.
-  __device__ void Products(const float* act, int m0, int R, int lane, float (&out)[NR]) const {
-    float acc[NR][4];
+  // out[r] (every lane) = dot(weight row r, act row m); act rows of stride K.
+  __device__ void Products(const float* act, int m, int lane, float (&out)[NR]) const {
+    float acc[NR];
 #pragma unroll
-    for (int r = 0; r < NR; ++r)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[r][i] = 0.f;
-    const int K = chunks * EPC;
+    for (int r = 0; r < NR; ++r) acc[r] = 0.f;
+    const float* xr = act + m * chunks * EPC;
 #pragma unroll
     for (int j = 0; j < kHold; ++j) {
       const int c = lane + 32 * j;
       if (c < chunks)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          if (m0 + i < R)
-#pragma unroll
-            for (int r = 0; r < NR; ++r) Dot(held[r][j], act + (m0 + i) * K + c * EPC, acc[r][i]);
+        for (int r = 0; r < NR; ++r) Dot(held[r][j], xr + c * EPC, acc[r]);
     }
+#pragma unroll 1
     for (int c = lane + 32 * kHold; c < chunks; c += 32) {
       uint4 u[NR];
 #pragma unroll
       for (int r = 0; r < NR; ++r) u[r] = __ldg(w[r] + c);
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (m0 + i < R)
-#pragma unroll
-          for (int r = 0; r < NR; ++r) Dot(u[r], act + (m0 + i) * K + c * EPC, acc[r][i]);
+      for (int r = 0; r < NR; ++r) Dot(u[r], xr + c * EPC, acc[r]);
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      if (m0 + i < R)
-#pragma unroll
-        for (int r = 0; r < NR; ++r) {
-          const float s = WarpSum(acc[r][i]);
-          if (lane == i) out[r] = s;
-        }
+    for (int r = 0; r < NR; ++r) out[r] = WarpSum(acc[r]);
   }
 };
 
 // A grid-wide loop over `items` weight-row items: item i is set up by setup(i, rows), its products
-// with every act row computed, and epi(i, m, out) called by lane m % 4 for row m. `first` holds the
-// warp's first item, already set up and loaded (before the barrier that precedes the phase).
-template <class T, int NR, class Setup, class Epi>
-__device__ void ItemLoop(Rows<T, NR>& first, int items, const float* act, int R, Setup setup, Epi epi) {
+// with every act row computed, and epi(i, m, out, pre(i, m)) called by lane 0 for row m (pre: the
+// epilogue's global load, issued before the products). `first` holds the warp's first item, already
+// set up and loaded (before the barrier that precedes the phase).
+template <class T, int NR, class Setup, class Pre, class Epi>
+__device__ void ItemLoop(Rows<T, NR>& first, int items, const float* act, int R, Setup setup, Pre pre, Epi epi) {
   const int lane = threadIdx.x & 31;
   const int tw = gridDim.x * kWarps;
   int i = (threadIdx.x >> 5) * gridDim.x + blockIdx.x;
+#pragma unroll 1
   for (bool held = true; i < items; i += tw, held = false) {
     if (!held) {
       setup(i, first);
       first.Load(lane);
     }
-    for (int m0 = 0; m0 < R; m0 += 4) {
+#pragma unroll 1
+    for (int m = 0; m < R; ++m) {
+      const float extra = lane == 0 ? pre(i, m) : 0.f;
       float out[NR];
-      first.Products(act, m0, R, lane, out);
-      if (lane < 4 && m0 + lane < R) epi(i, m0 + lane, out);
+      first.Products(act, m, lane, out);
+      if (lane == 0) epi(i, m, out, extra);
     }
   }
 }
@@ -263,6 +266,7 @@ __device__ void LoadFirst(Rows<T, NR>& rows, int items, Setup setup) {
 template <class T, int NR, class Setup>
 __device__ void PrefetchItems(int items, Setup setup) {
   const int tw = gridDim.x * kWarps;
+#pragma unroll 1
   for (int i = (threadIdx.x >> 5) * gridDim.x + blockIdx.x; i < items; i += tw) {
     Rows<T, NR> rows;
     setup(i, rows);
@@ -272,7 +276,7 @@ __device__ void PrefetchItems(int items, Setup setup) {
 
 // ------------------------------------------------------------------ phase 2: attention split-K
 // Lanes over head_dim: LPR lanes per cache row (one 16-byte chunk each), RS = 32 / LPR row slots per
-// warp, each slot streaming kRT rows per tile with its own online softmax (base 2: q carries
+// warp, each slot streaming kRT rows per tile with its own online softmax (base 2: the scores carry
 // log2(e) / sqrt(hd)); the slots and then the warps are merged at the end.
 template <class T, int HD>
 struct Attn {
@@ -282,7 +286,7 @@ struct Attn {
 
   struct Unit {
     int bt, b, kvh, h0, ng, split;
-    int64_t start, end;  // cache rows [start, end) of this split
+    int start, end;  // cache rows [start, end) of this split (max_seq < 2^30: the host checks)
   };
 
   __device__ static bool Locate(const Params& p, const Seqs& sq, int u, Unit* un) {
@@ -297,9 +301,9 @@ struct Attn {
     un->h0 = un->kvh * G + grp * kGmax;
     un->ng = min(kGmax, G - grp * kGmax);
     if (!sq.valid[un->b]) return false;
-    const int64_t L = sq.pos[un->b] + un->bt % p.S + 1;
-    const int64_t chunk = (L + splits - 1) / splits;
-    un->start = min(L, static_cast<int64_t>(un->split) * chunk);
+    const int L = static_cast<int>(sq.pos[un->b]) + un->bt % p.S + 1;
+    const int chunk = (L + splits - 1) / splits;
+    un->start = min(L, un->split * chunk);
     un->end = min(L, un->start + chunk);
     return true;
   }
@@ -312,8 +316,9 @@ struct Attn {
   // The unit's K and V rows into L2: a thread per (row, 128-byte line of the head's slice).
   __device__ static void PrefetchRows(const Params& p, const Unit& un) {
     constexpr int LINES = (C16 + 7) / 8;
-    for (int64_t i = threadIdx.x; i < (un.end - un.start) * LINES; i += kThreads) {
-      const int64_t c = ChunkAt(p, un, un.start + i / LINES, static_cast<int>(i % LINES) * 8);
+#pragma unroll 1
+    for (int i = threadIdx.x; i < (un.end - un.start) * LINES; i += kThreads) {
+      const int64_t c = ChunkAt(p, un, un.start + i / LINES, (i % LINES) * 8);
       PrefetchL2(static_cast<const uint4*>(p.k) + c);
       PrefetchL2(static_cast<const uint4*>(p.v) + c);
     }
@@ -324,7 +329,7 @@ struct Attn {
   };
 
   // One tile: kRT rows of this lane's slot, scored for every head, folded into the online softmax.
-  __device__ static void Tile(const Params& p, const Unit& un, Lane& s, int64_t row0, int sl) {
+  __device__ static void Tile(const Params& p, const Unit& un, Lane& s, int row0, int sl) {
     uint4 kk[kRT], vv[kRT];
 #pragma unroll
     for (int r = 0; r < kRT; ++r)
@@ -344,7 +349,7 @@ struct Attn {
         for (int e = 0; e < EPC; ++e) d = fmaf(s.q[g][e], kf[e], d);
 #pragma unroll
         for (int o = LPR / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-        sc[r][g] = row0 + r < un.end ? d : -INFINITY;
+        sc[r][g] = row0 + r < un.end ? d * p.qscale : -INFINITY;
       }
     }
 #pragma unroll
@@ -435,12 +440,12 @@ struct Attn {
       for (int g = 0; g < kGmax; ++g) {
         const float4* qp = reinterpret_cast<const float4*>(p.q + (static_cast<int64_t>(un.bt) * p.H + un.h0 + min(g, un.ng - 1)) * HD + sl * EPC);
 #pragma unroll
-        for (int e = 0; e < EPC / 4; ++e) {
+        for (int e = 0; e < EPC / 4; ++e) {  // raw: the scale multiplies the scores, so the first K/V loads need not wait for q
           const float4 v = __ldcg(qp + e);
-          s.q[g][4 * e] = v.x * p.qscale;
-          s.q[g][4 * e + 1] = v.y * p.qscale;
-          s.q[g][4 * e + 2] = v.z * p.qscale;
-          s.q[g][4 * e + 3] = v.w * p.qscale;
+          s.q[g][4 * e] = v.x;
+          s.q[g][4 * e + 1] = v.y;
+          s.q[g][4 * e + 2] = v.z;
+          s.q[g][4 * e + 3] = v.w;
         }
 #pragma unroll
         for (int e = 0; e < EPC; ++e) s.acc[g][e] = 0.f;
@@ -448,8 +453,9 @@ struct Attn {
         s.l[g] = 0.f;
       }
       constexpr int kTileRows = kWarps * RS * kRT;
-      for (int64_t t0 = un.start; t0 < un.end; t0 += kTileRows)
-        Tile(p, un, s, t0 + static_cast<int64_t>(warp * RS + slot) * kRT, sl);
+#pragma unroll 1
+      for (int t0 = un.start; t0 < un.end; t0 += kTileRows) Tile(p, un, s, t0 + (warp * RS + slot) * kRT, sl);
+      Trace(p, 5);
       MergeSlots(s);
       MergeWarps(p, un, s, sl, sm);
     }

@@ -166,11 +166,13 @@ struct Stack {
   void Run(cudaStream_t s, int layers) {
     for (int l = 0; l < layers; ++l) Launch(Args(p, L[l], l ? y[l - 1] : x0, y[l], kc[l], vc[l], pos, inv), st[l], s);
   }
-  void SetPath(int path, int use_cg, int split_tiles) {
+  void SetPath(int path, int use_cg, int split_tiles, int cooperative, int phases) {
     for (auto* s : st) {
       mn_cuda_decode_layer_set_path(s, path);
       s->use_cg = use_cg;
       s->split_rows_tiles = split_tiles;
+      s->cooperative = cooperative;
+      s->phases = phases;
     }
   }
   std::vector<unsigned char> Last() const { return Download(y.back(), p.d.D * ElemBytes(p.dt)); }
@@ -218,13 +220,62 @@ static double LmHeadUs(int dt, Timer& tm) {
 
 struct Variant {
   const char* name;
-  int path, use_cg, split_tiles;
+  int path, use_cg, split_tiles, cooperative, phases;
 };
+
+// The one-launch kernel's phase stamps (dl::Trace points) over one graph replay of the stack: per
+// point, when the last block reached it (from the first block's start; mean over the layers), how long
+// each barrier took from its last arrival to its last departure, the blocks' start skew, and the gap
+// from a layer's last block to the next layer's first.
+static const char* kPointNames[dl::kTracePoints] = {
+    "start", "x loaded", "x normalised", "qkv done", "barrier0 out", "attention tiles done", "attention done", "barrier1 out",
+    "heads merged", "o_proj done", "barrier2 out", "x1 loaded", "x1 normalised", "gate_up done", "barrier3 out", "h loaded", "end"};
+
+static std::string TracePhases(Stack& sk, const Variant& v, Timer& tm) {
+  const int n = static_cast<int>(sk.L.size()), blocks = NumSMs(), P = dl::kTracePoints;
+  std::vector<unsigned long long*> bufs(n);
+  for (int l = 0; l < n; ++l) {
+    CK(cudaMalloc(&bufs[l], sizeof(unsigned long long) * blocks * P));
+    CK(cudaMemset(bufs[l], 0, sizeof(unsigned long long) * blocks * P));
+    sk.st[l]->trace = bufs[l];
+  }
+  tm.Graph([&](cudaStream_t s) { sk.Run(s, n); }, 1, 1);
+  std::vector<double> at(P, 0.0), bar(4, 0.0);
+  double gap = 0, prev_end = 0, skew = 0;
+  const int arrive[4] = {3, 6, 9, 13};
+  for (int l = 0; l < n; ++l) {
+    std::vector<unsigned long long> t(static_cast<size_t>(blocks) * P);
+    CK(cudaMemcpy(t.data(), bufs[l], t.size() * sizeof(t[0]), cudaMemcpyDeviceToHost));
+    auto lo = [&](int k) { unsigned long long m = ~0ull; for (int b = 0; b < blocks; ++b) if (t[b * P + k]) m = std::min(m, t[b * P + k]); return (double)m; };
+    auto hi = [&](int k) { unsigned long long m = 0; for (int b = 0; b < blocks; ++b) m = std::max(m, t[b * P + k]); return (double)m; };
+    const double t0 = lo(0);
+    for (int k = 1; k < P; ++k) at[k] += hi(k) > 0 ? (hi(k) - t0) / n : 0.0;
+    for (int j = 0; j < 4; ++j) bar[j] += (hi(arrive[j] + 1) - hi(arrive[j])) / n;
+    skew += (hi(0) - t0) / n;
+    if (l > 0) gap += (t0 - prev_end) / (n - 1);
+    prev_end = hi(P - 1);
+    sk.st[l]->trace = nullptr;
+    CK(cudaFree(bufs[l]));
+  }
+  std::string pts;
+  for (int k = 1; k < P; ++k) {
+    char b[96];
+    std::snprintf(b, sizeof b, "%s\"%s\": %.2f", k > 1 ? ", " : "", kPointNames[k], at[k] / 1e3);
+    pts += b;
+  }
+  char buf[1536];
+  std::snprintf(buf, sizeof buf,
+                "{\"trace\": \"%s\", \"dtype\": \"%s\", \"cache_len\": %lld, \"last_block_at_us\": {%s}, "
+                "\"barrier_last_arrival_to_last_departure_us\": [%.2f, %.2f, %.2f, %.2f], \"start_skew_us\": %.2f, \"gap_between_layers_us\": %.2f}",
+                v.name, kTypeName[sk.p.dt], (long long)sk.p.pos[0] + 1, pts.c_str(), bar[0] / 1e3, bar[1] / 1e3, bar[2] / 1e3,
+                bar[3] / 1e3, skew / 1e3, gap / 1e3);
+  return buf;
+}
 
 // Per-layer times of one variant: back-to-back launches of layer 0, and the graph of the whole stack.
 static bool TimeVariant(Stack& sk, const Variant& v, int64_t len, double lm_us, int replays, Timer& tm, std::vector<std::string>* json) {
   const int n = static_cast<int>(sk.L.size());
-  sk.SetPath(v.path, v.use_cg, v.split_tiles);
+  sk.SetPath(v.path, v.use_cg, v.split_tiles, v.cooperative, v.phases);
   sk.Run(tm.s, n);
   CK(cudaStreamSynchronize(tm.s));
   const std::vector<unsigned char> direct = sk.Last();
@@ -241,23 +292,31 @@ static bool TimeVariant(Stack& sk, const Variant& v, int64_t len, double lm_us, 
                 moved ? "true" : "false");
   std::printf("%s%s\n", buf, same && moved ? "" : "   <-- FAILED");
   json->push_back(buf);
+  if (v.path == MN_DECODE_LAYER_FUSED && v.use_cg != 1) {
+    json->push_back(TracePhases(sk, v, tm));
+    std::printf("%s\n", json->back().c_str());
+  }
   return same && moved;
 }
 
 static bool RunTimings(int replays, std::vector<std::string>* json) {
   Timer tm;
   bool ok = true;
-  const Variant variants[] = {{"one-launch", MN_DECODE_LAYER_FUSED, 0, 1},
-                              {"one-launch cg grid sync", MN_DECODE_LAYER_FUSED, 1, 1},
-                              {"one-launch grow-only barrier", MN_DECODE_LAYER_FUSED, 2, 1},
-                              {"one-launch 2-tile splits", MN_DECODE_LAYER_FUSED, 0, 2},
-                              {"five-kernels", MN_DECODE_LAYER_FIVE_KERNELS, 0, 1}};
+  const int F = MN_DECODE_LAYER_FUSED;
+  const Variant variants[] = {{"one-launch", F, 2, 1, 1, 127},
+                              {"one-launch generation barrier", F, 0, 1, 1, 127},
+                              {"one-launch 2-tile splits", F, 2, 2, 1, 127},
+                              {"one-launch without L2 prefetch", F, 2, 1, 1, 63},
+                              {"launch only (no phase, no barrier)", F, 2, 1, 1, 0},
+                              {"launch + 4 barriers", F, 2, 1, 1, 32},
+                              {"five-kernels", MN_DECODE_LAYER_FIVE_KERNELS, 2, 1, 1, 127}};
   for (int dt : {MN_F32, MN_F16, MN_BF16}) {
     const double lm = LmHeadUs(dt, tm);
     for (int64_t len : {128, 1024, 4096}) {
       Stack sk(dt, len, 30);
       for (const Variant& v : variants)
-        if (dt != MN_BF16 || (v.use_cg == 0 && v.split_tiles == 1)) ok &= TimeVariant(sk, v, len, lm, replays, tm, json);
+        if ((dt != MN_BF16 || (v.use_cg == 2 && v.split_tiles == 1 && v.phases == 127)) && (v.phases >= 63 || len == 128))
+          ok &= TimeVariant(sk, v, len, lm, replays, tm, json);
     }
   }
   return ok;
