@@ -170,7 +170,8 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(Params p) {
   if ((p.phases & (kPhaseBarriers - 1)) == 0) {  // decode_layer_check's floor: the launch (and the barriers) alone
 #pragma unroll 1
     for (int k = 0; k < kBarriers; ++k) Barrier(p, sh, k, 16);
-    if (p.use_cg == 2 && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;
+    // the epoch moves only with the barriers' arrivals (else later launches' targets would run ahead of the count)
+    if ((p.phases & kPhaseBarriers) && p.use_cg == 2 && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;
     return;
   }
   const Items<T, HD> it{p};

@@ -75,6 +75,7 @@ static bool RunCheck(const char* name, const Problem& p, int expect, std::mt1993
                 name, kTypeName[p.dt], p.B, p.S, (long long)p.max_seq, (long long)p.pos[0], (int)p.trans_b, PathName(a.took), a.err_y,
                 a.err_k, a.err_v, f.err_y, f.err_k, f.err_v, between, ok ? "true" : "false");
   std::printf("%s%s\n", buf, ok ? "" : "   <-- FAILED");
+  std::fflush(stdout);
   json->push_back(buf);
   FreeLayer(dl);
   CK(cudaFree(dx));
@@ -291,10 +292,12 @@ static bool TimeVariant(Stack& sk, const Variant& v, int64_t len, double lm_us, 
                 v.name, kTypeName[sk.p.dt], (long long)len, n, one, graph, lm_us, 1e6 / (n * graph + lm_us), same ? "true" : "false",
                 moved ? "true" : "false");
   std::printf("%s%s\n", buf, same && moved ? "" : "   <-- FAILED");
+  std::fflush(stdout);
   json->push_back(buf);
   if (v.path == MN_DECODE_LAYER_FUSED && v.use_cg != 1) {
     json->push_back(TracePhases(sk, v, tm));
     std::printf("%s\n", json->back().c_str());
+    std::fflush(stdout);
   }
   return same && moved;
 }
