@@ -2,6 +2,7 @@
 // cuda_decode_layer_kernel.cuh), its workspace and launch, and the five-kernel path for the shapes it
 // does not take.
 #include "cuda_decode_layer.h"
+#include "cuda_decode_layer_attn.cuh"
 #include "cuda_decode_layer_kernel.cuh"
 #include "cuda_decode_linear.h"
 
@@ -14,7 +15,7 @@ struct Items {
   const Params& p;
   static constexpr int EPC = Elem<T>::EPC;
   __device__ int Qkv() const { return (p.H + 2 * p.KVH) * (HD / 2); }
-  __device__ void QkvRows(int i, Rows<T, 2>& r) const {
+  __device__ void QkvRows(int i, Pair<T>& r) const {
     const int hh = i / (HD / 2), j = i % (HD / 2);
     const T* w = static_cast<const T*>(hh < p.H ? p.w_q : hh < p.H + p.KVH ? p.w_k : p.w_v);
     const int row = (hh < p.H ? hh : hh < p.H + p.KVH ? hh - p.H : hh - p.H - p.KVH) * HD + j;
@@ -22,16 +23,16 @@ struct Items {
     r.w[1] = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(row + HD / 2) * p.D);
     r.chunks = p.D / EPC;
   }
-  __device__ void ORow(int n, Rows<T, 1>& r) const {
+  __device__ void ORow(int n, Single<T>& r) const {
     r.w[0] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.w_o) + static_cast<int64_t>(n) * p.H * HD);
     r.chunks = p.H * HD / EPC;
   }
-  __device__ void GateUpRows(int n, Rows<T, 2>& r) const {
+  __device__ void GateUpRows(int n, Pair<T>& r) const {
     r.w[0] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.w_gate) + static_cast<int64_t>(n) * p.D);
     r.w[1] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.w_up) + static_cast<int64_t>(n) * p.D);
     r.chunks = p.D / EPC;
   }
-  __device__ void DownRow(int n, Rows<T, 1>& r) const {
+  __device__ void DownRow(int n, Single<T>& r) const {
     r.w[0] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.w_down) + static_cast<int64_t>(n) * p.I);
     r.chunks = p.I / EPC;
   }
@@ -72,7 +73,7 @@ __device__ void QkvEpilogue(const Params& p, const Seqs& sq, int i, int m, const
 // Phase 3's prologue: act [R][H * HD] = every head's attention output, its splits' partials merged
 // (a thread per 4 columns folds the splits in with a running maximum) and rounded to T.
 template <class T, int HD>
-__device__ void MergeHeads(const Params& p, const Seqs& sq, float* act) {
+__device__ void MergeHeads(const Params& p, const Seqs& sq, int splits, float* act) {
   using E = Elem<T>;
   constexpr int COLS = HD / 4;
   for (int i = threadIdx.x; i < p.R * p.H * COLS; i += kThreads) {
@@ -80,18 +81,18 @@ __device__ void MergeHeads(const Params& p, const Seqs& sq, float* act) {
     const int64_t base = static_cast<int64_t>(bh) * p.max_splits;
     float M = -INFINITY, ls = 0.f;
     float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s0 = 0; s0 < sq.splits; s0 += 8) {  // 8 splits' loads in flight together
+    for (int s0 = 0; s0 < splits; s0 += 8) {  // 8 splits' loads in flight together
       float2 x[8];
       float4 y[8];
 #pragma unroll
       for (int u = 0; u < 8; ++u)
-        if (s0 + u < sq.splits) {
+        if (s0 + u < splits) {
           x[u] = __ldcg(p.ml + base + s0 + u);
           y[u] = __ldcg(reinterpret_cast<const float4*>(p.part + (base + s0 + u) * HD) + c);
         }
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
-        if (s0 + u >= sq.splits) break;
+        if (s0 + u >= splits) break;
         const float mn = fmaxf(M, x[u].x);
         const float mu = mn == -INFINITY ? 0.f : mn;
         const float old = exp2f(M - mu), wt = exp2f(x[u].x - mu);
@@ -116,39 +117,9 @@ struct Shared {
   float* act;
   float *gamma1, *gamma2;  // attn_norm, mlp_norm (loaded at the start with x)
   Seqs* sq;
-  float* red;
+  float* rms;      // this warp's slot of the rows' rms (WarpRms)
   unsigned epoch;  // this launch's number (use_cg 2's barrier targets)
 };
-
-// Phase 1's prologue: x's rows and both gammas into shared memory, x normalised, the positions.
-template <class T>
-__device__ void LoadRows(const Params& p, const Shared& sh, int64_t pos) {
-  using E = Elem<T>;
-  const int RD = p.R * p.D;
-  const T* x = static_cast<const T*>(p.x);
-  const T* g1 = static_cast<const T*>(p.attn_norm);
-  const T* g2 = static_cast<const T*>(p.mlp_norm);
-  BlockLoad([&](int i) { return E::ToF(i < RD ? x[i] : i < RD + p.D ? g1[i - RD] : g2[i - RD - p.D]); }, RD + 2 * p.D,
-            [&](int i, float v) {
-              if (i < RD) sh.act[i] = v;
-              else sh.gamma1[i - RD] = v;  // then gamma2, which follows gamma1
-            });
-  Trace(p, 1);
-  NormRows(sh.gamma1, p.R, p.D, p.eps, sh.act, sh.red);
-  SetSeqs(p, pos, sh.sq);
-  Trace(p, 2);
-}
-
-template <class T, int HD>
-__device__ void AttentionPrefetch(const Params& p, const Seqs& sq) {
-  using A = Attn<T, HD>;
-  const int units = p.R * p.KVH * ((p.H / p.KVH + kGmax - 1) / kGmax) * sq.splits;
-#pragma unroll 1
-  for (int u = blockIdx.x; u < units; u += gridDim.x) {
-    typename A::Unit un;
-    if (A::Locate(p, sq, u, &un)) A::PrefetchRows(p, un);
-  }
-}
 
 // The phases' bits in Params::phases (decode_layer_check's breakdown; every bit set otherwise).
 enum { kPhase1 = 1, kPhase2 = 2, kPhase3 = 4, kPhase4 = 8, kPhase5 = 16, kPhaseBarriers = 32, kPrefetch = 64, kAllPhases = 127 };
@@ -158,15 +129,47 @@ __device__ __forceinline__ void Barrier(const Params& p, const Shared& sh, int k
   Trace(p, trace);
 }
 
+// Phase 1's prologue: x's rows and both gammas into shared memory. The first batch of their loads goes
+// out before anything else (x is the critical path), then the q|k|v weights' and the position's.
+template <class T, int HD>
+__device__ void LoadRows(const Params& p, const Shared& sh, Pair<T>& pair) {
+  using E = Elem<T>;
+  const int RD = p.R * p.D, n = RD + 2 * p.D;
+  const T* x = static_cast<const T*>(p.x);
+  const T* g1 = static_cast<const T*>(p.attn_norm);
+  const T* g2 = static_cast<const T*>(p.mlp_norm);
+  auto src = [&](int i) { return E::ToF(i < RD ? x[i] : i < RD + p.D ? g1[i - RD] : g2[i - RD - p.D]); };
+  auto dst = [&](int i, float v) {
+    if (i < RD) sh.act[i] = v;
+    else sh.gamma1[i - RD] = v;  // then gamma2, which follows gamma1
+  };
+  float v[8];
+#pragma unroll
+  for (int u = 0; u < 8; ++u) v[u] = threadIdx.x + u * kThreads < n ? src(threadIdx.x + u * kThreads) : 0.f;
+  const Items<T, HD> it{p};
+  LoadItem(pair, FirstItem(), it.Qkv(), [&](int i, Pair<T>& r) { it.QkvRows(i, r); });
+  const int64_t pos = PosOf(p);
+#pragma unroll
+  for (int u = 0; u < 8; ++u)
+    if (threadIdx.x + u * kThreads < n) dst(threadIdx.x + u * kThreads, v[u]);
+  BlockLoad([&](int i) { return src(i + 8 * kThreads); }, n - 8 * kThreads, [&](int i, float f) { dst(i + 8 * kThreads, f); });
+  SetSeqs(p, pos, sh.sq);
+  __syncthreads();
+  Trace(p, 1);
+  WarpRms(sh.act, p.R, p.D, p.eps, sh.rms);
+  Trace(p, 2);
+}
+
 template <class T, int HD>
 __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(Params p) {
   using E = Elem<T>;
   extern __shared__ float4 smem4[];
   __shared__ Seqs sq;
-  __shared__ float red[kWarps * kMaxRows + kMaxRows];
+  __shared__ float red[kWarps * kMaxRows];
   Trace(p, 0);
   float* act = reinterpret_cast<float*>(smem4);
-  const Shared sh{act, act + p.act_floats, act + p.act_floats + p.D, &sq, red, p.use_cg == 2 ? __ldcg(p.bar + 96) : 0u};
+  const Shared sh{act, act + p.act_floats, act + p.act_floats + p.D, &sq, red + (threadIdx.x >> 5) * kMaxRows,
+                  p.use_cg == 2 ? __ldcg(p.bar + 96) : 0u};
   if ((p.phases & (kPhaseBarriers - 1)) == 0) {  // decode_layer_check's floor: the launch (and the barriers) alone
 #pragma unroll 1
     for (int k = 0; k < kBarriers; ++k) Barrier(p, sh, k, 16);
@@ -175,55 +178,56 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(Params p) {
     return;
   }
   const Items<T, HD> it{p};
-  auto qkv = [&](int i, Rows<T, 2>& r) { it.QkvRows(i, r); };
-  auto orow = [&](int i, Rows<T, 1>& r) { it.ORow(i, r); };
-  auto gateup = [&](int i, Rows<T, 2>& r) { it.GateUpRows(i, r); };
-  auto down = [&](int i, Rows<T, 1>& r) { it.DownRow(i, r); };
+  auto qkv = [&](int i, Pair<T>& r) { it.QkvRows(i, r); };
+  auto orow = [&](int i, Single<T>& r) { it.ORow(i, r); };
+  auto gateup = [&](int i, Pair<T>& r) { it.GateUpRows(i, r); };
+  auto down = [&](int i, Single<T>& r) { it.DownRow(i, r); };
   auto none = [](int, int) { return 0.f; };
   const T* x = static_cast<const T*>(p.x);
-  // 1: q | k | v, rope, cache rows (the weights' loads first: their latency overlaps the norm)
-  Rows<T, 2> pair;
-  LoadFirst(pair, it.Qkv(), qkv);
-  const int64_t pos = PosOf(p);
-  if (p.phases & kPrefetch) {
-    PrefetchItems<T, 1>(p.D, orow);
-    PrefetchItems<T, 2>(p.I, gateup);
-    PrefetchItems<T, 1>(p.D, down);
-  }
-  LoadRows<T>(p, sh, pos);
-  if (p.phases & kPrefetch) AttentionPrefetch<T, HD>(p, sq);
+  Pair<T> pair, pair2;
+  Single<T> one, one2;
+  // 1: q | k | v (rms-normalised x), rope, cache rows
+  LoadRows<T, HD>(p, sh, pair);
+  const int splits = Splits(p, sq);
+  if (p.phases & kPrefetch) Attn<T, HD>::Prefetch(p, sq, splits);
   if (p.phases & kPhase1)
-    ItemLoop<T, 2>(pair, it.Qkv(), act, p.R, qkv, none,
+    ItemLoop<true>(pair, pair2, false, it.Qkv(), act, sh.gamma1, sh.rms, p.R, qkv, none,
                    [&](int i, int m, const float(&g)[2], float) { QkvEpilogue<T, HD>(p, sq, i, m, g); });
+  if (p.phases & kPrefetch) {  // the later phases' weights into L2, now that phase 1's loads are served
+    PrefetchItems<Single<T>>(p.D, orow);
+    PrefetchItems<Pair<T>>(p.I, gateup);
+    PrefetchItems<Single<T>>(p.D, down);
+  }
   Trace(p, 3);
   Barrier(p, sh, 0, 4);
   // 2: attention partials (then the first w_o rows into registers: loaded while the barrier waits)
-  if (p.phases & kPhase2) Attn<T, HD>::Run(p, sq, act);
-  Rows<T, 1> one;
-  LoadFirst(one, p.D, orow);
+  if (p.phases & kPhase2) Attn<T, HD>::Run(p, sq, splits, act);
+  LoadItem(one, FirstItem(), p.D, orow);
   Trace(p, 6);
   Barrier(p, sh, 1, 7);
   // 3: x1 = a @ w_o^T + x
   if (p.phases & kPhase3) {
-    MergeHeads<T, HD>(p, sq, act);
+    MergeHeads<T, HD>(p, sq, splits, act);
     Trace(p, 8);
-    ItemLoop<T, 1>(
-        one, p.D, act, p.R, orow, [&](int n, int m) { return E::ToF(x[m * p.D + n]); },
+    ItemLoop<false>(
+        one, one2, false, p.D, act, nullptr, nullptr, p.R, orow, [&](int n, int m) { return E::ToF(x[m * p.D + n]); },
         [&](int n, int m, const float(&g)[1], float res) { p.x1[m * p.D + n] = E::ToF(E::FromF(g[0] + res)); });
   }
-  LoadFirst(pair, p.I, gateup);
+  LoadItem(pair, FirstItem(), p.I, gateup);
   Trace(p, 9);
   Barrier(p, sh, 2, 10);
   // 4: h = silu(rmsnorm(x1) @ w_gate^T) * (rmsnorm(x1) @ w_up^T)
   if (p.phases & kPhase4) {
+    LoadItem(pair2, FirstItem() + gridDim.x * kWarps, p.I, gateup);  // the second round's rows, while x1 loads
     BlockLoad([&](int i) { return __ldcg(p.x1 + i); }, p.R * p.D, [&](int i, float v) { act[i] = v; });
+    __syncthreads();
     Trace(p, 11);
-    NormRows(sh.gamma2, p.R, p.D, p.eps, act, red);
+    WarpRms(act, p.R, p.D, p.eps, sh.rms);
     Trace(p, 12);
-    ItemLoop<T, 2>(pair, p.I, act, p.R, gateup, none,
+    ItemLoop<true>(pair, pair2, true, p.I, act, sh.gamma2, sh.rms, p.R, gateup, none,
                    [&](int n, int m, const float(&g)[2], float) { p.h[m * p.I + n] = E::ToF(E::FromF(Silu(g[0]) * g[1])); });
   }
-  LoadFirst(one, p.D, down);
+  LoadItem(one, FirstItem(), p.D, down);
   Trace(p, 13);
   Barrier(p, sh, 3, 14);
   // 5: y = h @ w_down^T + x1
@@ -231,8 +235,8 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(Params p) {
     BlockLoad([&](int i) { return __ldcg(p.h + i); }, p.R * p.I, [&](int i, float v) { act[i] = v; });
     __syncthreads();
     Trace(p, 15);
-    ItemLoop<T, 1>(
-        one, p.D, act, p.R, down, [&](int n, int m) { return __ldcg(p.x1 + m * p.D + n); },
+    ItemLoop<false>(
+        one, one2, false, p.D, act, nullptr, nullptr, p.R, down, [&](int n, int m) { return __ldcg(p.x1 + m * p.D + n); },
         [&](int n, int m, const float(&g)[1], float res) { static_cast<T*>(p.y)[m * p.D + n] = E::FromF(g[0] + res); });
   }
   if (p.use_cg == 2 && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;  // every block read it before barrier 0

@@ -27,7 +27,6 @@ constexpr int kMaxRows = 16;  // R = B * S rows at most (one block holds them al
 constexpr int kGmax = 2;      // query heads of one KV head per attention unit (more: more registers and code per unit)
 constexpr int kRT = 4;        // cache rows per lane slot and attention tile
 constexpr int kMaxSplits = 16;  // attention splits per (row, head) at most: phase 3 merges them in two batches of loads
-constexpr int kHold = 6;      // 16-byte weight chunks per lane and row held in registers
 constexpr int kTracePoints = 17;  // Params::trace: globaltimer stamps per block
 
 struct Params {
@@ -123,343 +122,169 @@ __device__ __forceinline__ void GridBarrier(const Params& p, unsigned epoch, int
 struct Seqs {
   int64_t pos[kMaxRows];
   bool valid[kMaxRows];
-  int splits;  // attention splits per (row, head): from the longest attended length
 };
 
-// Thread b's sequence position (loaded early: SetSeqs uses it after other loads are issued).
+// Thread b's sequence position (loaded early: SetSeqs stores it once other loads are in flight).
 __device__ __forceinline__ int64_t PosOf(const Params& p) { return threadIdx.x < p.B ? LoadPos(p.pos, threadIdx.x) : 0; }
 
-__device__ void SetSeqs(const Params& p, int64_t v, Seqs* s) {
+// Before a __syncthreads that publishes it.
+__device__ __forceinline__ void SetSeqs(const Params& p, int64_t v, Seqs* s) {
   if (threadIdx.x < p.B) {
     const bool ok = v >= 0 && v <= p.max_seq - p.S;
     s->valid[threadIdx.x] = ok;
     s->pos[threadIdx.x] = ok ? v : 0;
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int64_t L = 1;
-    for (int b = 0; b < p.B; ++b)
-      if (s->valid[b]) L = max(L, s->pos[b] + p.S);
-    const int64_t want = (L + p.min_split_rows - 1) / p.min_split_rows;
-    s->splits = static_cast<int>(want < 1 ? 1 : want > p.max_splits ? p.max_splits : want);
-  }
-  __syncthreads();
 }
 
-// act[m][k] (k < K, row stride K) = x / sqrt(mean(x^2) + eps) * gamma for the R rows, float32, where
-// act holds x already (BlockLoad) and gamma is in shared memory. Rolled loops: code size is latency here.
-__device__ void NormRows(const float* gamma, int R, int K, float eps, float* act, float* red) {
-  __syncthreads();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// Attention splits per (row, head), from the longest attended length (every thread computes the same).
+__device__ int Splits(const Params& p, const Seqs& sq) {
+  int64_t L = 1;
+#pragma unroll 1
+  for (int b = 0; b < p.B; ++b)
+    if (sq.valid[b]) L = max(L, sq.pos[b] + p.S);
+  const int64_t want = (L + p.min_split_rows - 1) / p.min_split_rows;
+  return static_cast<int>(want < 1 ? 1 : want > p.max_splits ? p.max_splits : want);
+}
+
+// The RMSNorm is folded into the products: a normalised row's product is dot(w, x * gamma) / rms(x),
+// rms(x) = sqrt(mean(x^2) + eps) (the same float32 quantities as the unfused kernels' x / rms * gamma,
+// summed in another order), so x goes to shared memory as it is and no block-wide normalisation pass
+// (and its barriers) stands between the loads and the products. Each warp computes the rms of every
+// row itself (the same order in every warp: one value per row) into its slot of `red`.
+__device__ void WarpRms(const float* act, int R, int K, float eps, float* rms) {
+  const int lane = threadIdx.x & 31;
 #pragma unroll 1
   for (int m = 0; m < R; ++m) {
     float ss = 0.f;
-#pragma unroll 1
-    for (int k = threadIdx.x; k < K; k += kThreads) ss += act[m * K + k] * act[m * K + k];
+#pragma unroll 2
+    for (int k = lane * 4; k < K; k += 128) {  // K % 4 == 0 (whole 16-byte chunks)
+      const float4 v = *reinterpret_cast<const float4*>(act + m * K + k);
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
     ss = WarpSum(ss);
-    if (lane == 0) red[warp * kMaxRows + m] = ss;
+    if (lane == 0) rms[m] = sqrtf(ss / static_cast<float>(K) + eps);
   }
-  __syncthreads();
-#pragma unroll 1
-  for (int i = threadIdx.x; i < R * K; i += kThreads) {
-    const int m = i / K;
-    float t = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) t += red[w * kMaxRows + m];  // one order for every thread: one rms per row
-    act[i] = act[i] / sqrtf(t / static_cast<float>(K) + eps) * gamma[i % K];
-  }
-  __syncthreads();
+  __syncwarp();
 }
 
-// NR weight rows of K elements (16-byte chunks), the first kHold chunks per lane held in registers.
-template <class T, int NR>
+// NR weight rows of K elements (16-byte chunks), the first HOLD chunks per lane held in registers.
+template <class T, int NR, int HOLD>
 struct Rows {
-  static constexpr int EPC = Elem<T>::EPC;
+  static constexpr int EPC = Elem<T>::EPC, kRows = NR;
   const uint4* w[NR];
-  uint4 held[NR][kHold];
+  uint4 held[NR][HOLD];
   int chunks;
 
   __device__ void Load(int lane) {
 #pragma unroll
     for (int r = 0; r < NR; ++r)
 #pragma unroll
-      for (int j = 0; j < kHold; ++j)
+      for (int j = 0; j < HOLD; ++j)
         if (lane + 32 * j < chunks) held[r][j] = __ldg(w[r] + lane + 32 * j);
   }
   __device__ void Prefetch(int lane) const {  // the rows' 128-byte lines into L2
-#pragma unroll 1
+#pragma unroll
     for (int r = 0; r < NR; ++r)
 #pragma unroll 1
       for (int c = lane * 8; c < chunks; c += 32 * 8) PrefetchL2(w[r] + c);
   }
-  __device__ static void Dot(const uint4& u, const float* x, float& acc) {
+  // acc += dot(the chunk's weights, x) (x * gamma with NORM).
+  template <bool NORM>
+  __device__ static void Dot(const uint4& u, const float* x, const float* g, float& acc) {
     float f[EPC];
     Elem<T>::Unpack(u, f);
 #pragma unroll
     for (int q = 0; q < EPC / 4; ++q) {
-      const float4 v = reinterpret_cast<const float4*>(x)[q];
+      float4 v = reinterpret_cast<const float4*>(x)[q];
+      if (NORM) {
+        const float4 gv = reinterpret_cast<const float4*>(g)[q];
+        v = make_float4(v.x * gv.x, v.y * gv.y, v.z * gv.z, v.w * gv.w);
+      }
       acc += f[4 * q] * v.x + f[4 * q + 1] * v.y + f[4 * q + 2] * v.z + f[4 * q + 3] * v.w;
     }
   }
-  // out[r] (every lane) = dot(weight row r, act row m); act rows of stride K.
-  __device__ void Products(const float* act, int m, int lane, float (&out)[NR]) const {
+  // out[r] (every lane) = dot(weight row r, act row m) (act row * gamma with NORM); act rows of stride K.
+  template <bool NORM>
+  __device__ void Products(const float* act, const float* gamma, int m, int lane, float (&out)[NR]) const {
     float acc[NR];
 #pragma unroll
     for (int r = 0; r < NR; ++r) acc[r] = 0.f;
     const float* xr = act + m * chunks * EPC;
 #pragma unroll
-    for (int j = 0; j < kHold; ++j) {
+    for (int j = 0; j < HOLD; ++j) {
       const int c = lane + 32 * j;
       if (c < chunks)
 #pragma unroll
-        for (int r = 0; r < NR; ++r) Dot(held[r][j], xr + c * EPC, acc[r]);
+        for (int r = 0; r < NR; ++r) Dot<NORM>(held[r][j], xr + c * EPC, gamma + c * EPC, acc[r]);
     }
 #pragma unroll 1
-    for (int c = lane + 32 * kHold; c < chunks; c += 32) {
+    for (int c = lane + 32 * HOLD; c < chunks; c += 32) {
       uint4 u[NR];
 #pragma unroll
       for (int r = 0; r < NR; ++r) u[r] = __ldg(w[r] + c);
 #pragma unroll
-      for (int r = 0; r < NR; ++r) Dot(u[r], xr + c * EPC, acc[r]);
+      for (int r = 0; r < NR; ++r) Dot<NORM>(u[r], xr + c * EPC, gamma + c * EPC, acc[r]);
     }
 #pragma unroll
     for (int r = 0; r < NR; ++r) out[r] = WarpSum(acc[r]);
   }
 };
+// Chunks held per lane: for a 576-wide SmolLM2 row, 5 (float32) or 3 (16-bit) chunks; for its 1536-wide
+// w_down rows 12 or 6. More would cost registers the attention phase needs (and spill).
+template <class T>
+using Pair = Rows<T, 2, 24 / Elem<T>::EPC>;  // two rows (q|k|v rope pairs, gate/up): 6 (float32) or 3 chunks each
+template <class T>
+using Single = Rows<T, 1, 48 / Elem<T>::EPC>;  // one row (w_o, w_down): 12 or 6 chunks
 
-// A grid-wide loop over `items` weight-row items: item i is set up by setup(i, rows), its products
-// with every act row computed, and epi(i, m, out, pre(i, m)) called by lane 0 for row m (pre: the
-// epilogue's global load, issued before the products). `first` holds the warp's first item, already
-// set up and loaded (before the barrier that precedes the phase).
-template <class T, int NR, class Setup, class Pre, class Epi>
-__device__ void ItemLoop(Rows<T, NR>& first, int items, const float* act, int R, Setup setup, Pre pre, Epi epi) {
-  const int lane = threadIdx.x & 31;
-  const int tw = gridDim.x * kWarps;
-  int i = (threadIdx.x >> 5) * gridDim.x + blockIdx.x;
-#pragma unroll 1
-  for (bool held = true; i < items; i += tw, held = false) {
-    if (!held) {
-      setup(i, first);
-      first.Load(lane);
-    }
-#pragma unroll 1
-    for (int m = 0; m < R; ++m) {
-      const float extra = lane == 0 ? pre(i, m) : 0.f;
-      float out[NR];
-      first.Products(act, m, lane, out);
-      if (lane == 0) epi(i, m, out, extra);
-    }
-  }
-}
+// The warp's items of a phase: item i = warp * blocks + block + j * (blocks * warps), j = 0, 1, ...
+__device__ __forceinline__ int FirstItem() { return (threadIdx.x >> 5) * gridDim.x + blockIdx.x; }
 
-// The warp's first item of a phase with `items` items: set up and loaded (or nothing when it has none).
-template <class T, int NR, class Setup>
-__device__ void LoadFirst(Rows<T, NR>& rows, int items, Setup setup) {
-  const int i = (threadIdx.x >> 5) * gridDim.x + blockIdx.x;
+// Sets up and loads the warp's item `i` (nothing when i >= items).
+template <class R, class Setup>
+__device__ __forceinline__ void LoadItem(R& rows, int i, int items, Setup setup) {
   if (i < items) {
     setup(i, rows);
     rows.Load(threadIdx.x & 31);
   }
 }
 
+// A grid-wide loop over `items` weight-row items: item i set up by setup(i, rows), its products with
+// every act row computed (NORM: act * gamma, divided by the row's rms), and epi(i, m, out, pre(i, m))
+// called by lane 0 for row m (pre: the epilogue's global load, issued before the products). `cur` holds
+// the warp's first item (loaded before the barrier that precedes the phase); each next item is loaded
+// into `nxt` before the current one's products (already, when nxt_loaded), so its latency overlaps them.
+template <bool NORM, class R, class Setup, class Pre, class Epi>
+__device__ void ItemLoop(R& cur, R& nxt, bool nxt_loaded, int items, const float* act, const float* gamma, const float* rms, int rows,
+                         Setup setup, Pre pre, Epi epi) {
+  const int lane = threadIdx.x & 31;
+  const int tw = gridDim.x * kWarps;
+#pragma unroll 1
+  for (int i = FirstItem(); i < items; i += tw, nxt_loaded = false) {
+    const bool more = i + tw < items;
+    if (more && !nxt_loaded) LoadItem(nxt, i + tw, items, setup);
+#pragma unroll 1
+    for (int m = 0; m < rows; ++m) {
+      const float extra = lane == 0 ? pre(i, m) : 0.f;
+      float out[R::kRows];
+      cur.template Products<NORM>(act, gamma, m, lane, out);
+      if (NORM)
+        for (float& o : out) o /= rms[m];
+      if (lane == 0) epi(i, m, out, extra);
+    }
+    if (more) cur = nxt;
+  }
+}
+
 // L2 prefetch of every item of the warp in a phase.
-template <class T, int NR, class Setup>
+template <class R, class Setup>
 __device__ void PrefetchItems(int items, Setup setup) {
   const int tw = gridDim.x * kWarps;
 #pragma unroll 1
-  for (int i = (threadIdx.x >> 5) * gridDim.x + blockIdx.x; i < items; i += tw) {
-    Rows<T, NR> rows;
+  for (int i = FirstItem(); i < items; i += tw) {
+    R rows;
     setup(i, rows);
     rows.Prefetch(threadIdx.x & 31);
   }
 }
-
-// ------------------------------------------------------------------ phase 2: attention split-K
-// Lanes over head_dim: LPR lanes per cache row (one 16-byte chunk each), RS = 32 / LPR row slots per
-// warp, each slot streaming kRT rows per tile with its own online softmax (base 2: the scores carry
-// log2(e) / sqrt(hd)); the slots and then the warps are merged at the end.
-template <class T, int HD>
-struct Attn {
-  using E = Elem<T>;
-  static constexpr int EPC = E::EPC, C16 = HD / EPC, LPR = C16 < 32 ? C16 : 32, RS = 32 / LPR;
-  static_assert(C16 <= 32, "one chunk per lane and row");
-
-  struct Unit {
-    int bt, b, kvh, h0, ng, split;
-    int start, end;  // cache rows [start, end) of this split (max_seq < 2^30: the host checks)
-  };
-
-  __device__ static bool Locate(const Params& p, const Seqs& sq, int u, Unit* un) {
-    const int G = p.H / p.KVH, NG = (G + kGmax - 1) / kGmax, splits = sq.splits;
-    un->split = u % splits;
-    int rest = u / splits;
-    const int grp = rest % NG;
-    rest /= NG;
-    un->kvh = rest % p.KVH;
-    un->bt = rest / p.KVH;
-    un->b = un->bt / p.S;
-    un->h0 = un->kvh * G + grp * kGmax;
-    un->ng = min(kGmax, G - grp * kGmax);
-    if (!sq.valid[un->b]) return false;
-    const int L = static_cast<int>(sq.pos[un->b]) + un->bt % p.S + 1;
-    const int chunk = (L + splits - 1) / splits;
-    un->start = min(L, un->split * chunk);
-    un->end = min(L, un->start + chunk);
-    return true;
-  }
-
-  // The 16-byte chunk `sl` of cache row `row` of the unit's KV head.
-  __device__ static int64_t ChunkAt(const Params& p, const Unit& un, int64_t row, int sl) {
-    return ((static_cast<int64_t>(un.b) * p.max_seq + row) * p.KVH + un.kvh) * C16 + sl;
-  }
-
-  // The unit's K and V rows into L2: a thread per (row, 128-byte line of the head's slice).
-  __device__ static void PrefetchRows(const Params& p, const Unit& un) {
-    constexpr int LINES = (C16 + 7) / 8;
-#pragma unroll 1
-    for (int i = threadIdx.x; i < (un.end - un.start) * LINES; i += kThreads) {
-      const int64_t c = ChunkAt(p, un, un.start + i / LINES, (i % LINES) * 8);
-      PrefetchL2(static_cast<const uint4*>(p.k) + c);
-      PrefetchL2(static_cast<const uint4*>(p.v) + c);
-    }
-  }
-
-  struct Lane {
-    float q[kGmax][EPC], acc[kGmax][EPC], m[kGmax], l[kGmax];
-  };
-
-  // One tile: kRT rows of this lane's slot, scored for every head, folded into the online softmax.
-  __device__ static void Tile(const Params& p, const Unit& un, Lane& s, int row0, int sl) {
-    uint4 kk[kRT], vv[kRT];
-#pragma unroll
-    for (int r = 0; r < kRT; ++r)
-      if (row0 + r < un.end) {
-        kk[r] = __ldcg(static_cast<const uint4*>(p.k) + ChunkAt(p, un, row0 + r, sl));
-        vv[r] = __ldcg(static_cast<const uint4*>(p.v) + ChunkAt(p, un, row0 + r, sl));
-      }
-    float sc[kRT][kGmax];
-#pragma unroll
-    for (int r = 0; r < kRT; ++r) {
-      float kf[EPC];
-      E::Unpack(kk[r], kf);
-#pragma unroll
-      for (int g = 0; g < kGmax; ++g) {
-        float d = 0.f;
-#pragma unroll
-        for (int e = 0; e < EPC; ++e) d = fmaf(s.q[g][e], kf[e], d);
-#pragma unroll
-        for (int o = LPR / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-        sc[r][g] = row0 + r < un.end ? d * p.qscale : -INFINITY;
-      }
-    }
-#pragma unroll
-    for (int g = 0; g < kGmax; ++g) {
-      float mt = sc[0][g];
-#pragma unroll
-      for (int r = 1; r < kRT; ++r) mt = fmaxf(mt, sc[r][g]);
-      const float mn = fmaxf(s.m[g], mt);
-      if (mn == -INFINITY) continue;  // no row of this slot yet
-      const float corr = exp2f(s.m[g] - mn);  // 0 when m was -inf
-      s.l[g] *= corr;
-#pragma unroll
-      for (int e = 0; e < EPC; ++e) s.acc[g][e] *= corr;
-      s.m[g] = mn;
-#pragma unroll
-      for (int r = 0; r < kRT; ++r) {
-        if (!(row0 + r < un.end)) continue;
-        const float pr = exp2f(sc[r][g] - mn);
-        float vf[EPC];
-        E::Unpack(vv[r], vf);
-        s.l[g] += pr;
-#pragma unroll
-        for (int e = 0; e < EPC; ++e) s.acc[g][e] = fmaf(pr, vf[e], s.acc[g][e]);
-      }
-    }
-  }
-
-  // Folds the slots of the warp together (lanes sl of slot 0 end with the warp's sums).
-  __device__ static void MergeSlots(Lane& s) {
-#pragma unroll
-    for (int o = LPR; o < 32; o <<= 1)
-#pragma unroll
-      for (int g = 0; g < kGmax; ++g) {
-        const float mo = __shfl_xor_sync(0xffffffffu, s.m[g], o), lo = __shfl_xor_sync(0xffffffffu, s.l[g], o);
-        const float M = fmaxf(s.m[g], mo);
-        const float cs = s.m[g] == -INFINITY ? 0.f : exp2f(s.m[g] - M), co = mo == -INFINITY ? 0.f : exp2f(mo - M);
-        s.l[g] = s.l[g] * cs + lo * co;
-#pragma unroll
-        for (int e = 0; e < EPC; ++e) s.acc[g][e] = s.acc[g][e] * cs + __shfl_xor_sync(0xffffffffu, s.acc[g][e], o) * co;
-        s.m[g] = M;
-      }
-  }
-
-  // The warps' sums merged through shared memory into the unit's partial per head (workspace).
-  __device__ static void MergeWarps(const Params& p, const Unit& un, const Lane& s, int sl, float* sm) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float* sm_ml = sm + kWarps * kGmax * HD;  // [kWarps][kGmax][2]
-    if (lane < LPR) {
-#pragma unroll
-      for (int g = 0; g < kGmax; ++g) {
-#pragma unroll
-        for (int e = 0; e < EPC; ++e) sm[(warp * kGmax + g) * HD + sl * EPC + e] = s.acc[g][e];
-        if (lane == 0) {
-          sm_ml[(warp * kGmax + g) * 2] = s.m[g];
-          sm_ml[(warp * kGmax + g) * 2 + 1] = s.l[g];
-        }
-      }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < un.ng * HD; i += kThreads) {
-      const int g = i / HD, d = i % HD;
-      float M = -INFINITY;
-      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_ml[(w * kGmax + g) * 2]);
-      float lt = 0.f, at = 0.f;
-      if (M != -INFINITY)
-        for (int w = 0; w < kWarps; ++w) {
-          const float mw = sm_ml[(w * kGmax + g) * 2];
-          if (mw == -INFINITY) continue;
-          const float c = exp2f(mw - M);
-          lt += sm_ml[(w * kGmax + g) * 2 + 1] * c;
-          at += sm[(w * kGmax + g) * HD + d] * c;
-        }
-      const int64_t slot = (static_cast<int64_t>(un.bt) * p.H + un.h0 + g) * p.max_splits + un.split;
-      p.part[slot * HD + d] = at;
-      if (d == 0) p.ml[slot] = make_float2(M, lt);
-    }
-    __syncthreads();  // the shared memory is free for the next unit
-  }
-
-  __device__ static void Run(const Params& p, const Seqs& sq, float* sm) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = lane / LPR, sl = lane % LPR;
-    const int units = p.R * p.KVH * ((p.H / p.KVH + kGmax - 1) / kGmax) * sq.splits;
-    for (int u = blockIdx.x; u < units; u += gridDim.x) {
-      Unit un;
-      if (!Locate(p, sq, u, &un)) continue;  // block-uniform: an invalid position, phase 3 writes NaN
-      Lane s;
-#pragma unroll
-      for (int g = 0; g < kGmax; ++g) {
-        const float4* qp = reinterpret_cast<const float4*>(p.q + (static_cast<int64_t>(un.bt) * p.H + un.h0 + min(g, un.ng - 1)) * HD + sl * EPC);
-#pragma unroll
-        for (int e = 0; e < EPC / 4; ++e) {  // raw: the scale multiplies the scores, so the first K/V loads need not wait for q
-          const float4 v = __ldcg(qp + e);
-          s.q[g][4 * e] = v.x;
-          s.q[g][4 * e + 1] = v.y;
-          s.q[g][4 * e + 2] = v.z;
-          s.q[g][4 * e + 3] = v.w;
-        }
-#pragma unroll
-        for (int e = 0; e < EPC; ++e) s.acc[g][e] = 0.f;
-        s.m[g] = -INFINITY;
-        s.l[g] = 0.f;
-      }
-      constexpr int kTileRows = kWarps * RS * kRT;
-#pragma unroll 1
-      for (int t0 = un.start; t0 < un.end; t0 += kTileRows) Tile(p, un, s, t0 + (warp * RS + slot) * kRT, sl);
-      Trace(p, 5);
-      MergeSlots(s);
-      MergeWarps(p, un, s, sl, sm);
-    }
-  }
-};
 
 }  // namespace dl

@@ -229,8 +229,8 @@ struct Variant {
 // each barrier took from its last arrival to its last departure, the blocks' start skew, and the gap
 // from a layer's last block to the next layer's first.
 static const char* kPointNames[dl::kTracePoints] = {
-    "start", "x loaded", "x normalised", "qkv done", "barrier0 out", "attention tiles done", "attention done", "barrier1 out",
-    "heads merged", "o_proj done", "barrier2 out", "x1 loaded", "x1 normalised", "gate_up done", "barrier3 out", "h loaded", "end"};
+    "start", "x and gammas loaded", "rms done", "qkv done", "barrier0 out", "attention tiles done", "attention done", "barrier1 out",
+    "heads merged", "o_proj done", "barrier2 out", "x1 loaded", "x1 rms done", "gate_up done", "barrier3 out", "h loaded", "end"};
 
 static std::string TracePhases(Stack& sk, const Variant& v, Timer& tm) {
   const int n = static_cast<int>(sk.L.size()), blocks = NumSMs(), P = dl::kTracePoints;
@@ -308,8 +308,6 @@ static bool RunTimings(int replays, std::vector<std::string>* json) {
   const int F = MN_DECODE_LAYER_FUSED;
   const Variant variants[] = {{"one-launch", F, 2, 1, 1, 127},
                               {"one-launch generation barrier", F, 0, 1, 1, 127},
-                              {"one-launch 2-tile splits", F, 2, 2, 1, 127},
-                              {"one-launch without L2 prefetch", F, 2, 1, 1, 63},
                               {"launch only (no phase, no barrier)", F, 2, 1, 1, 0},
                               {"launch + 4 barriers", F, 2, 1, 1, 32},
                               {"five-kernels", MN_DECODE_LAYER_FIVE_KERNELS, 2, 1, 1, 127}};
@@ -318,7 +316,7 @@ static bool RunTimings(int replays, std::vector<std::string>* json) {
     for (int64_t len : {128, 1024, 4096}) {
       Stack sk(dt, len, 30);
       for (const Variant& v : variants)
-        if ((dt != MN_BF16 || (v.use_cg == 2 && v.split_tiles == 1 && v.phases == 127)) && (v.phases >= 63 || len == 128))
+        if ((dt != MN_BF16 || (v.use_cg == 2 && v.phases == 127)) && ((v.phases == 127 && v.use_cg == 2) || len == 128))
           ok &= TimeVariant(sk, v, len, lm, replays, tm, json);
     }
   }
