@@ -266,6 +266,18 @@ class Position:
     within: str | None = None
     max_value: int | None = None
     below: str | None = None
+    sequences: str | None = None
+    """With ``rows``: an input that, when 3-D, is one block per sequence (dimension 0: B sequences); the
+    rows of ``rows`` are then B sequences' rows stacked (``[B*S, width]``), S = rows / B per sequence
+    (``decode_layer``'s x beside its batched caches)."""
+
+    def rows_per_sequence(self, shapes: Mapping[str, tuple[Dim, ...]]) -> Dim:
+        """The rows each sequence writes: ``rows``' second-to-last dimension (divided by B with ``sequences``)."""
+        rows = shapes[self.rows][-2] if self.rows is not None else 1
+        blocks = shapes[self.sequences] if self.sequences is not None else ()
+        if len(blocks) == 3 and isinstance(rows, int) and isinstance(blocks[0], int) and blocks[0] > 0:
+            return rows // blocks[0]
+        return rows
 
     def limit(self, shapes: Mapping[str, tuple[Dim, ...]], attrs: Mapping[str, Any] | None = None) -> int | None:
         """The largest valid value, given the shapes of the op's inputs by name (and its attributes).
@@ -274,7 +286,7 @@ class Position:
         limits = [self.max_value] if self.max_value is not None else []
         if self.within is not None:
             within = shapes[self.within][-2]
-            rows = shapes[self.rows][-2] if self.rows is not None else 1
+            rows = self.rows_per_sequence(shapes)
             if isinstance(within, int):
                 limits.append(within - (rows if isinstance(rows, int) else 1))
         if self.below is not None and attrs is not None and isinstance(attrs.get(self.below), int):
