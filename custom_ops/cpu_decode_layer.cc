@@ -127,8 +127,9 @@ class DecodeLayerCpu : public Kernel {
 
 void AddCpuDecodeLayerOps(std::vector<OpDef*>* ops) {
   const char* ep = "CPUExecutionProvider";
-  for (const auto T : {F32, F16, BF16})  // one registration per element type (the table's half_types)
+  for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
     ops->push_back(NewDecodeLayerOpDef(ep, T, DecodeLayerCpu::Create));
+  }
 }
 
 }  // namespace mn
