@@ -42,6 +42,7 @@ def build_inference_session(
     optimize: bool = True,
     precision: str = "fp32",
     session_config: Mapping[str, str] | None = None,
+    decode_layer: bool | None = None,
 ) -> Session:
     """Compile ``graph`` for inference on ``device`` ("cpu" or "cuda").
 
@@ -56,8 +57,8 @@ def build_inference_session(
     ``step()`` check its inputs and outputs and raise ``FloatingPointError`` naming the first
     non-finite one (it reads every buffer back: for debugging, not for speed). ``optimize`` (default
     True) runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`; on CUDA with the
-    decode-step fusions: norm + projections, residual adds, rope + cache writes + attention); its report is the session's ``report`` attribute (``None``
-    with ``optimize=False``).
+    decode-step fusions: norm + projections, residual adds, rope + cache writes + attention, whole decoder
+    layers); its report is the session's ``report`` attribute (``None`` with ``optimize=False``).
 
     ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or
     ``"fp16"``: MatMul/Gemm compute in half with float32 accumulation, the weights they alone read
@@ -68,11 +69,21 @@ def build_inference_session(
 
     ``session_config``: ONNX Runtime session config entries (``SessionOptions.add_session_config_entry``),
     e.g. ``{"session.intra_op.allow_spinning": "0"}``.
+
+    ``decode_layer`` (with ``optimize``): whether each decoder layer of a decode step becomes one
+    ``DecodeLayer`` node (:mod:`meganeura_onnx.transforms.decode_layer_fusion`) instead of its five fused
+    kernels. None (default): on CUDA sessions, as the other decode-step fusions; False: off (to compare);
+    True: on, on any device (with the decode-step fusions it builds on, on the CPU too).
     """
     check_precision(precision, device, providers, "build_inference_session")
     # The decode-step RMSNorm + projection GEMVs pay where launches dominate (CUDA); on the CPU, MLAS's
     # products are faster than our GEMV kernels (README, decode-layer fusions), so CPU sessions keep them.
-    compiled, report = optimize_graph(graph, stage="inference", decode_fusion=device == "cuda") if optimize else (graph, None)
+    fused = device == "cuda" or decode_layer is True
+    compiled, report = (
+        optimize_graph(graph, stage="inference", decode_fusion=fused, decode_layer=decode_layer if decode_layer is not None else fused)
+        if optimize
+        else (graph, None)
+    )
     model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
     half_storage: dict[str, str] = {}
     precisions: list = []

@@ -21,7 +21,9 @@ still used elsewhere loses to the unfused node. The result is kept only if its t
 higher than the input graph's.
 
 With ``stage="inference"`` the decode-step fusion of RMSNorm into its projections follows
-(:mod:`.decode_fusion`, a plain pass: its q/k/v group is one node with three outputs).
+(:mod:`.decode_fusion`, a plain pass: its q/k/v group is one node with three outputs), then those of
+rope and the cache writes into the attention (:mod:`.rope_attention_fusion`) and of each whole decoder
+layer into one node (:mod:`.decode_layer_fusion`).
 
 Preserved: every leaf (inputs, parameters, constants, in creation order, reachable or not), the
 outputs (same order), and in-place ops (``cache_write``: never merged, never rewritten away).
@@ -39,6 +41,7 @@ from ..graph import Graph
 from ..ir import DType, Node, TensorType, postorder
 from ..ops import OPS
 from .decode_fusion import fuse_norm_projections
+from .decode_layer_fusion import fuse_decode_layers
 from .egraph import ENode, Limits, Saturated, saturate, table_rules
 from .rope_attention_fusion import fuse_rope_attention
 
@@ -245,13 +248,16 @@ def optimize(
     stage: str = "forward",
     decode_fusion: bool = True,
     rope_attention: bool | None = None,
+    decode_layer: bool | None = None,
 ) -> tuple[Graph, OptimizeReport]:
     """A new graph with the op table's rewrites applied, and the report. ``graph`` is not modified; it is
     returned itself when no rule matched or extraction finds nothing cheaper. Node counts in the
     report are of the nodes the outputs depend on. ``stage="inference"`` with ``decode_fusion`` (the
     default) also fuses decode-step norms into their projections (:mod:`.decode_fusion`), and with
     ``rope_attention`` (default: as ``decode_fusion``) a decode step's rope and cache writes into its
-    attention (:mod:`.rope_attention_fusion`)."""
+    attention (:mod:`.rope_attention_fusion`), and with ``decode_layer`` (default: as ``decode_fusion``)
+    each decoder layer those two passes left as five nodes into one ``decode_layer``
+    (:mod:`.decode_layer_fusion`)."""
     t0 = time.perf_counter()
     nodes = graph.nodes()
     if _state_writers_off_the_outputs(graph):  # already fused: a rebuild from the outputs would drop them
@@ -297,21 +303,23 @@ def optimize(
             report.rules_fired = {**report.rules_fired, **{f"fuse_{op}": k for op, k in made.items()}}
             report.seconds = time.perf_counter() - t0
     if stage == "inference" and (decode_fusion if rope_attention is None else rope_attention):
-        out, ops_after = _fuse_rope_attention(out, report, ops_after, t0)
+        out, ops_after = _plain_pass(fuse_rope_attention, "fuse_rope_cached_attention", out, report, ops_after, t0)
+    if stage == "inference" and (decode_fusion if decode_layer is None else decode_layer):
+        out, ops_after = _plain_pass(fuse_decode_layers, "fuse_decode_layer", out, report, ops_after, t0)
     report.fusions = {op: ops_after[op] - ops_before[op] for op in sorted(ops_after) if ops_after[op] > ops_before[op]}
     report.removed = {op: ops_before[op] - ops_after[op] for op in sorted(ops_before) if ops_before[op] > ops_after[op]}
     return out, report
 
 
-def _fuse_rope_attention(graph: Graph, report: OptimizeReport, ops_after: Counter, t0: float) -> tuple[Graph, Counter]:
-    """The decode attention's rope and cache writes fused into it (:mod:`.rope_attention_fusion`,
-    last: its cache nodes are read by no node); the report updated."""
-    out, made = fuse_rope_attention(graph)
+def _plain_pass(fuse, rule: str, graph: Graph, report: OptimizeReport, ops_after: Counter, t0: float) -> tuple[Graph, Counter]:
+    """``fuse(graph) -> (graph, count)``, a pass after the rope/attention fusion (:mod:`.rope_attention_fusion`,
+    :mod:`.decode_layer_fusion`: they keep the cache nodes no node reads), with the report updated (``rule``: its name there)."""
+    out, made = fuse(graph)
     if not made:
         return graph, ops_after
     live = _live(out.nodes(), out.outputs())
     report.nodes_after, report.kept_input = len(live), False
-    report.rules_fired = {**report.rules_fired, "fuse_rope_cached_attention": made}
+    report.rules_fired = {**report.rules_fired, rule: made}
     report.seconds = time.perf_counter() - t0
     return out, Counter(n.op for n in live if not OPS[n.op].leaf)
 
