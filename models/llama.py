@@ -243,6 +243,7 @@ class LlamaRunner:
         cuda_graph: bool | None = None,
         precision: str = "fp32",
         thread_spinning: bool = True,
+        decode_layer: bool | None = None,
     ) -> None:
         self.cfg, self.max_seq, self.device = cfg, int(max_seq), device
         if cuda_graph is None:  # default: replay the steps as CUDA graphs wherever the CUDA kernels make that possible
@@ -274,7 +275,8 @@ class LlamaRunner:
             precision=precision,
             session_config={"session.intra_op.allow_spinning": "1" if thread_spinning else "0"},
         )
-        self.decoder = build_inference_session(decode_graph, device, cuda_graph=cuda_graph, **common)
+        # decode_layer: each decoder layer of the decode step as one DecodeLayer kernel (default: on CUDA).
+        self.decoder = build_inference_session(decode_graph, device, cuda_graph=cuda_graph, decode_layer=decode_layer, **common)
         prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq, self.batch, self.in_out)
         self.prefiller = build_inference_session(prefill_graph, device, cuda_graph=cuda_graph, **common)
         self.prefiller.share_buffers(self.decoder, state=False)  # one copy of the weights on the device
