@@ -216,3 +216,21 @@ def test_the_cpu_kernel_gives_the_five_kernels_logits_bit_for_bit(precision, bat
             s.set_input_u32("kv_pos", [step + r for r in range(rows)])
             s.step()
         np.testing.assert_array_equal(layer.read_output_by_index(0), five.read_output_by_index(0), err_msg=f"step {step}")
+
+
+@pytest.mark.parametrize("batch", [None, 4], ids=["one-sequence", "batch-4"])
+def test_llama_runner_with_decode_layer_generates_the_plain_runners_greedy_tokens_on_cpu(batch):
+    """LlamaRunner(decode_layer=True) on the CPU: [in, out] weights (trans_b=0 DecodeLayer), the prefill
+    session's cache writes handed to the decode step's DecodeLayer and back; the greedy tokens of the
+    runner without the fusion."""
+    from meganeura_onnx.generation import generate, generate_batch
+
+    kw = {"max_seq": 48, "prefill_chunk": 8, "device": "cpu", "seed": 5, **({} if batch is None else {"batch": batch})}
+    cls = llama.LlamaRunner if batch is None else llama.LlamaBatchRunner
+    on, off = cls(TINY, decode_layer=True, **kw), cls(TINY, decode_layer=False, **kw)
+    assert "DecodeLayer" in on.decoder.plan().kernels() and "DecodeLayer" not in off.decoder.plan().kernels()
+    prompts = [[3, 17, 42, 7, 99], [5, 6], [200, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [42]][: batch or 1]
+    if batch is None:
+        assert list(generate(on, prompts[0], 24)) == list(generate(off, prompts[0], 24))
+    else:
+        assert generate_batch(on, prompts, 24) == generate_batch(off, prompts, 24)
