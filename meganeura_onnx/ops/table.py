@@ -267,17 +267,13 @@ class Position:
     max_value: int | None = None
     below: str | None = None
     sequences: str | None = None
-    """With ``rows``: an input that, when 3-D, is one block per sequence (dimension 0: B sequences); the
-    rows of ``rows`` are then B sequences' rows stacked (``[B*S, width]``), S = rows / B per sequence
-    (``decode_layer``'s x beside its batched caches)."""
+    """An input that, when 3-D, holds B sequences (dim 0): ``rows`` is then ``[B*S, width]``, S rows each (``decode_layer``)."""
 
     def rows_per_sequence(self, shapes: Mapping[str, tuple[Dim, ...]]) -> Dim:
-        """The rows each sequence writes: ``rows``' second-to-last dimension (divided by B with ``sequences``)."""
-        rows = shapes[self.rows][-2] if self.rows is not None else 1
-        blocks = shapes[self.sequences] if self.sequences is not None else ()
-        if len(blocks) == 3 and isinstance(rows, int) and isinstance(blocks[0], int) and blocks[0] > 0:
-            return rows // blocks[0]
-        return rows
+        """The rows each sequence writes: ``rows``' second-to-last dimension (over B with ``sequences``)."""
+        rows, blocks = shapes[self.rows][-2] if self.rows is not None else 1, shapes[self.sequences] if self.sequences else ()
+        ok = len(blocks) == 3 and isinstance(rows, int) and isinstance(blocks[0], int) and blocks[0] > 0
+        return rows // blocks[0] if ok else rows
 
     def limit(self, shapes: Mapping[str, tuple[Dim, ...]], attrs: Mapping[str, Any] | None = None) -> int | None:
         """The largest valid value, given the shapes of the op's inputs by name (and its attributes).

@@ -68,30 +68,19 @@ def build_inference_session(
     ``set_parameter`` and ``read_param`` still take and give float32 arrays.
 
     ``session_config``: ONNX Runtime session config entries (``SessionOptions.add_session_config_entry``),
-    e.g. ``{"session.intra_op.allow_spinning": "0"}``.
-
-    ``decode_layer`` (with ``optimize``): whether each decoder layer of a decode step becomes one
-    ``DecodeLayer`` node (:mod:`meganeura_onnx.transforms.decode_layer_fusion`) instead of its five fused
-    kernels. None (default): on CUDA sessions, as the other decode-step fusions; False: off (to compare);
-    True: on, on any device (with the decode-step fusions it builds on, on the CPU too).
+    e.g. ``{"session.intra_op.allow_spinning": "0"}``. ``decode_layer`` (with ``optimize``): each decoder
+    layer of a decode step as one ``DecodeLayer`` (:mod:`meganeura_onnx.transforms.decode_layer_fusion`);
+    None (default): on CUDA, as the other decode-step fusions; False: off (to compare); True: any device.
     """
     check_precision(precision, device, providers, "build_inference_session")
-    # The decode-step RMSNorm + projection GEMVs pay where launches dominate (CUDA); on the CPU, MLAS's
-    # products are faster than our GEMV kernels (README, decode-layer fusions), so CPU sessions keep them.
-    fused = device == "cuda" or decode_layer is True
-    compiled, report = (
-        optimize_graph(graph, stage="inference", decode_fusion=fused, decode_layer=decode_layer if decode_layer is not None else fused)
-        if optimize
-        else (graph, None)
-    )
+    compiled, report = _optimized(graph, device, decode_layer) if optimize else (graph, None)
     model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
     half_storage: dict[str, str] = {}
     precisions: list = []
     if precision in HALF_TYPE:
         model, half_storage, precisions = _lower_to_half(model, spec, precision, device, providers, use_custom_ops)
     given = checked_parameters(parameters, graph.parameters(), "build_inference_session")
-    values = default_parameters(graph, seed, skip=set(given))
-    values.update(given)
+    values = {**default_parameters(graph, seed, skip=set(given)), **given}
     types = {n.attrs["name"]: n.ty for n in graph.nodes() if n.op in ("input", "input_u32")}
     state = _zero_state(spec, types)
     outputs = graph.output_names()
@@ -119,6 +108,15 @@ def build_inference_session(
     )
     session.report = report
     return session
+
+
+def _optimized(graph: Graph, device: str, decode_layer: bool | None):
+    """(graph, report) after the inference optimizer. The decode-step fusions (RMSNorm + projection and
+    residual GEMVs, rope + attention, whole layers) pay where launches dominate (CUDA); on the CPU, MLAS's
+    products are faster than our GEMV kernels (README, decode-layer fusions), so CPU sessions keep the
+    products unless ``decode_layer=True`` asks for the layers, which those fusions make."""
+    fused = device == "cuda" or decode_layer is True
+    return optimize_graph(graph, stage="inference", decode_fusion=fused, decode_layer=fused if decode_layer is None else decode_layer)
 
 
 def _lower_to_half(model, spec, precision: str, device: str, providers, use_custom_ops: bool):
