@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import NodeId, TensorType
-from .decode_linear import HALF, ONNX_ATTRS, TRANS_B, _gemm, _normalized, _projection, linear_residual, rms_norm_linear, rms_norm_swiglu
+from .decode_linear import HALF, ONNX_ATTRS, TRANS_B, _gemm, _projection, linear_residual, rms_norm_linear, rms_norm_swiglu
 from .kv_cache import HEADS, cache_write_body, cached_attention_body
 from .lowering import CUSTOM_DOMAIN, function_body
 from .norm import EPS
@@ -149,7 +149,14 @@ def _(*inputs, index, **attrs):
 @decode_layer.function_body
 def decode_layer_function(opset: int):
     """``RMSNormLinear``'s, ``RopeCachedAttention``'s, ``LinearResidual``'s and ``RMSNormSwiGLU``'s bodies in
-    sequence; q/k/v reshaped to ``[B, S, width]`` for 3-D caches (their leading dimension), kept 2-D else."""
+    sequence; q/k/v reshaped to ``[B, S, width]`` for 3-D caches (their leading dimension), kept 2-D else.
+    The norms' epsilon takes x's element type (CastLike), so the body also runs on half tensors where the
+    runtime has half kernels for its ops (a kernel library without DecodeLayer under the precision pass)."""
+
+    def _normalized(ctx, x, weight):
+        ms = ctx.op("ReduceMean", ctx.op("Mul", x, x), ctx.ints([-1]), keepdims=1)
+        rms = ctx.op("Sqrt", ctx.op("Add", ms, ctx.op("CastLike", ctx.attr_ref("epsilon", "float"), ms)))
+        return ctx.op("Mul", ctx.op("Div", x, rms), weight)
 
     def body(ctx, x, attn_norm, w_q, w_k, w_v, w_o, mlp_norm, w_gate, w_up, w_down, k_cache, v_cache, kv_pos):
         xn = _normalized(ctx, x, attn_norm)
