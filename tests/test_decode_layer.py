@@ -75,6 +75,17 @@ def test_half_precision_kernel_matches_the_reference_rounded_as_the_unfused_ops(
         np.testing.assert_allclose(g, w, rtol=4 * HALF[dtype], atol=4 * HALF[dtype], err_msg=name)
 
 
+@pytest.mark.parametrize("k", [0, 4], ids=[IDS[0], IDS[4]])
+def test_function_body_runs_on_float16_tensors(k):
+    """Without a DecodeLayer kernel (a library that predates the op) the precision pass still hands the node
+    half tensors: the body computes in float16 (its epsilon cast to the rows' type), to half's precision."""
+    inputs, heads = case(k, seed=10)
+    exact = {n: v.astype(np.float16).astype(np.float32) if v.dtype == np.float32 else v for n, v in inputs.items()}
+    want = dc.reference(exact, *heads, rounding=lambda a: np.asarray(a).astype(np.float16).astype(np.float32))
+    for name, g, w in zip(dc.OUTPUTS, run(inputs, heads, None, np.float16), want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=4 * HALF[np.dtype(np.float16)], atol=4 * HALF[np.dtype(np.float16)], err_msg=name)
+
+
 @needs_library
 def test_kernel_writes_the_caches_in_place_when_bound_to_their_buffers():
     inputs, heads = case(4)
