@@ -87,7 +87,9 @@ KV_CACHE_OUTPUTS = re.compile(r"\)\);\s*ops->back\(\)->UseKvCacheOutputs\(\);")
 # Rows an op's descriptor function builds (DecodeLayer's 13 inputs: NewDecodeLayerOpDef in decode_layer.cc),
 # registered by a call per element type. Their element types are checked here, their in-place caches by
 # the descriptor's UseKvCacheOutputs call, their inputs and outputs by the library probes below.
-FACTORY_CALL = re.compile(r"New(?P<name>\w+)OpDef\(ep,\s*T,")
+FACTORY_CALL = re.compile(r"New(?P<name>\w+)OpDef\((?:ep|\"\w+ExecutionProvider\"),\s*T,")
+# A type loop whose body is one statement, without braces (cuda_decode_layer_ops.cc).
+TYPE_LOOP_ONE = re.compile(r"for \(const auto T : \{(?P<types>[^}]*)\}\)(?:\s*//[^\n]*)?\n(?P<body>[^\n]*\n?[^\n]*;)")
 DESCRIPTOR = re.compile(r"OpDef\* New(?P<name>\w+)OpDef\(const char\* ep,[^{]*\{(?P<body>.*?)\n\}", re.S)
 BUILT_IN_CODE = frozenset({"DecodeLayer"})
 ATTR_READ = re.compile(r"Attr(?P<kind>Int|Float)\(info,\s*\"(?P<op>\w+)\",\s*\"(?P<attr>\w+)\",\s*[^,]+,\s*(?P<dflt>nullptr|&\w+)\)")
@@ -100,7 +102,7 @@ def _items(text: str) -> list[str]:
 def registered_element_types(source: str) -> dict[str, set[str]]:
     """op name -> the float element types its rows in ``source`` are registered for."""
     types: dict[str, set[str]] = {}
-    for loop in TYPE_LOOP.finditer(source):
+    for loop in (*TYPE_LOOP.finditer(source), *TYPE_LOOP_ONE.finditer(source)):
         for m in (*ROW.finditer(loop["body"]), *FACTORY_CALL.finditer(loop["body"])):
             types[m["name"]] = {C_ELEMENT[t] for t in _items(loop["types"])}
     for m in ROW.finditer(source):
