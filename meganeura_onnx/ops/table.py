@@ -351,6 +351,11 @@ class OpDef:
     numpy_ref: NumpyRef | None = None
     lowering: Lowering | None = None
     vjp_rule: VjpRule | None = None
+    group_vjp_rule: Callable[..., list] | None = None
+    """For an op whose IR nodes are the outputs of one ONNX node (an ``index`` attribute): the VJP of
+    the nodes that share inputs and attributes but ``index``, all at once, ``fn(g, nodes, dys) ->
+    contributions to their inputs`` (``dys[k]`` None where ``nodes[k]`` gets no gradient). Autodiff
+    calls it instead of ``vjp_rule`` per node (``split``: one ``cat`` of the pieces' gradients)."""
     custom_function: Callable[[int], Any] | None = None
     """``fn(opset) -> onnx.FunctionProto``: the custom op's model-local function body."""
     examples: list[Callable] = field(default_factory=list)
@@ -376,6 +381,10 @@ class OpDef:
 
     def vjp(self, fn: VjpRule) -> VjpRule:
         self.vjp_rule = fn
+        return fn
+
+    def group_vjp(self, fn: Callable[..., list]) -> Callable[..., list]:
+        self.group_vjp_rule = fn
         return fn
 
     def function_body(self, fn: Callable[[int], Any]) -> Callable[[int], Any]:

@@ -42,6 +42,7 @@ def build_inference_session(
     optimize: bool = True,
     precision: str = "fp32",
     session_config: Mapping[str, str] | None = None,
+    merge_projections: bool = True,
 ) -> Session:
     """Compile ``graph`` for inference on ``device`` ("cpu" or "cuda").
 
@@ -57,7 +58,10 @@ def build_inference_session(
     non-finite one (it reads every buffer back: for debugging, not for speed). ``optimize`` (default
     True) runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`; on CUDA with the
     decode-step fusions: norm + projections, residual adds, rope + cache writes + attention); its report is the session's ``report`` attribute (``None``
-    with ``optimize=False``).
+    with ``optimize=False``). ``merge_projections`` (default True, with ``optimize``): products of more
+    than 16 rows (or symbolic rows: a prefill) that share their left operand, LLaMA's q/k/v and gate/up,
+    run as one product against their weights concatenated in the graph
+    (:mod:`meganeura_onnx.transforms.merge_projections`); decode steps keep theirs.
 
     ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or
     ``"fp16"``: MatMul/Gemm compute in half with float32 accumulation, the weights they alone read
@@ -72,7 +76,10 @@ def build_inference_session(
     check_precision(precision, device, providers, "build_inference_session")
     # The decode-step RMSNorm + projection GEMVs pay where launches dominate (CUDA); on the CPU, MLAS's
     # products are faster than our GEMV kernels (README, decode-layer fusions), so CPU sessions keep them.
-    compiled, report = optimize_graph(graph, stage="inference", decode_fusion=device == "cuda") if optimize else (graph, None)
+    if optimize:
+        compiled, report = optimize_graph(graph, stage="inference", decode_fusion=device == "cuda", merge_projections=merge_projections)
+    else:
+        compiled, report = graph, None
     model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
     half_storage: dict[str, str] = {}
     precisions: list = []
