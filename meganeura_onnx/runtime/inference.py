@@ -58,10 +58,8 @@ def build_inference_session(
     non-finite one (it reads every buffer back: for debugging, not for speed). ``optimize`` (default
     True) runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`; on CUDA with the
     decode-step fusions: norm + projections, residual adds, rope + cache writes + attention); its report is the session's ``report`` attribute (``None``
-    with ``optimize=False``). ``merge_projections`` (default True, with ``optimize``): products of more
-    than 16 rows (or symbolic rows: a prefill) that share their left operand, LLaMA's q/k/v and gate/up,
-    run as one product against their weights concatenated in the graph
-    (:mod:`meganeura_onnx.transforms.merge_projections`); decode steps keep theirs.
+    with ``optimize=False``). ``merge_projections`` (with ``optimize``): a prefill's (> 16 or symbolic rows)
+    q/k/v and gate/up run as one product each (:mod:`meganeura_onnx.transforms.merge_projections`).
 
     ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or
     ``"fp16"``: MatMul/Gemm compute in half with float32 accumulation, the weights they alone read
@@ -74,12 +72,7 @@ def build_inference_session(
     e.g. ``{"session.intra_op.allow_spinning": "0"}``.
     """
     check_precision(precision, device, providers, "build_inference_session")
-    # The decode-step RMSNorm + projection GEMVs pay where launches dominate (CUDA); on the CPU, MLAS's
-    # products are faster than our GEMV kernels (README, decode-layer fusions), so CPU sessions keep them.
-    if optimize:
-        compiled, report = optimize_graph(graph, stage="inference", decode_fusion=device == "cuda", merge_projections=merge_projections)
-    else:
-        compiled, report = graph, None
+    compiled, report = _optimized(graph, device, merge_projections) if optimize else (graph, None)
     model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
     half_storage: dict[str, str] = {}
     precisions: list = []
@@ -115,6 +108,12 @@ def build_inference_session(
     )
     session.report = report
     return session
+
+
+def _optimized(graph: Graph, device: str, merge_projections: bool):
+    # The decode-step RMSNorm + projection GEMVs pay where launches dominate (CUDA); on the CPU, MLAS's
+    # products are faster than our GEMV kernels (README, decode-layer fusions), so CPU sessions keep them.
+    return optimize_graph(graph, stage="inference", decode_fusion=device == "cuda", merge_projections=merge_projections)
 
 
 def _lower_to_half(model, spec, precision: str, device: str, providers, use_custom_ops: bool):
