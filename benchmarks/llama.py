@@ -257,7 +257,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--preset", default="smollm2-135m")
-    ap.add_argument("--sides", default=None, help="comma-separated: ours, ours-nospin, ours-separate, genai, hf-eager, hf-static [default: per device]")
+    ap.add_argument(
+        "--sides", default=None, help="comma-separated: ours, ours-nospin, ours-separate, genai, hf-eager, hf-static [default: per device]"
+    )
     ap.add_argument("--precisions", default=None, help="comma-separated: fp32, fp16, bf16 [CPU: fp32; CUDA: all]")
     ap.add_argument("--batches", default=None, help="comma-separated batch sizes [CPU: 1; CUDA: 1,8]")
     ap.add_argument("--prompt-len", type=int, default=128)
