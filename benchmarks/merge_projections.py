@@ -8,8 +8,8 @@ Builds the LLaMA-style decoder of ``models/tiny_llama.py`` with SmolLM2-135M's w
 two AdamW training sessions from the same weights: q/k/v and gate/up merged into one product each
 (the default) and kept separate (``merge_projections=False``). Reports each model's ONNX node counts
 by op type and the step time: ``--pairs`` rounds of ``--steps`` steps on A then B (interleaved, so a
-change in the machine's load hits both), the median per-step time of each and their ratio, and the
-first losses (equal up to float32 rounding). On the CUDA machine, for the full SmolLM2 shape::
+change in the machine's load hits both), the median per-step time of each, their ratio and the median
+of the rounds' ratios, and the first losses (equal up to float32 rounding). On the CUDA machine, for the full SmolLM2 shape::
 
     python benchmarks/merge_projections.py --device cuda --layers 30 --batch 8 --seq 256 --vocab 49152
 """
@@ -78,6 +78,8 @@ def main() -> None:
     for name in runs:
         result[name]["median_ms"] = statistics.median(result[name]["step_ms"])
     result["merged_over_separate"] = result["merged"]["median_ms"] / result["separate"]["median_ms"]
+    paired = [m / s for m, s in zip(result["merged"]["step_ms"], result["separate"]["step_ms"], strict=True)]
+    result["paired_ratio_median"] = statistics.median(paired)  # each round's merged / separate: robust to drifting load
     result["stamp"]["load_average_after"] = run_info.load_average()
     run_info.report(result, a.out)
 
