@@ -185,6 +185,10 @@ def test_prefill_merges_its_projections_and_its_logits_are_unchanged(in_out):
     counts = [Counter(n.op_type for n in s.onnx_model().graph.node) for s in sessions]
     products = [c["Gemm"] + c["MatMul"] for c in counts]
     assert products[1] == products[0] - 3 * layers and counts[1]["Split"] == counts[1]["Concat"] == 2 * layers, counts
+    # The Split's pieces go straight to the kernels that read the separate products' outputs.
+    nodes = list(merged.onnx_model().graph.node)
+    readers = Counter(u.op_type for n in nodes if n.op_type == "Split" for u in nodes if set(n.output) & set(u.input))
+    assert readers == Counter({"Rope": layers, "RopeCacheWrite": layers, "CacheWrite": layers, "SwiGLU": layers}), readers
 
 
 def test_decode_steps_and_prefills_of_up_to_16_rows_keep_separate_products_for_the_decode_fusions():
