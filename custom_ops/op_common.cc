@@ -4,6 +4,7 @@
 
 #include "fused_ops.h"
 #include "flash_ops.h"
+#include "decode_layer.h"
 #include "decode_linear.h"
 #include "losses_ops.h"
 
@@ -439,6 +440,7 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL Regist
     mn::AddCpuFusedOps(&ops);
     mn::AddCpuRopeAttentionOps(&ops);  // cpu_rope_attention.cc
     mn::AddCpuDecodeLinearOps(&ops);  // cpu_decode_linear.cc
+    mn::AddCpuDecodeLayerOps(&ops);   // cpu_decode_layer.cc
     mn::AddCpuFlashOps(&ops);  // cpu_flash.cc
     mn::AddCpuLossOps(&ops);   // cpu_losses.cc
     mn::AddCudaOps(&ops);
