@@ -118,7 +118,7 @@ struct Shared {
   float *gamma1, *gamma2;  // attn_norm, mlp_norm (loaded at the start with x)
   Seqs* sq;
   float* rms;      // this warp's slot of the rows' rms (WarpRms)
-  unsigned epoch;  // this launch's number (use_cg 2's barrier targets)
+  unsigned epoch;  // this launch's number (the grow-only barrier's targets)
 };
 
 // The phases' bits in Params::phases (decode_layer_check's breakdown; every bit set otherwise).
@@ -169,12 +169,12 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(Params p) {
   Trace(p, 0);
   float* act = reinterpret_cast<float*>(smem4);
   const Shared sh{act, act + p.act_floats, act + p.act_floats + p.D, &sq, red + (threadIdx.x >> 5) * kMaxRows,
-                  p.use_cg == 2 ? __ldcg(p.bar + 96) : 0u};
+                  p.barrier == kBarrierGrowOnly ? __ldcg(p.bar + 96) : 0u};
   if ((p.phases & (kPhaseBarriers - 1)) == 0) {  // decode_layer_check's floor: the launch (and the barriers) alone
 #pragma unroll 1
     for (int k = 0; k < kBarriers; ++k) Barrier(p, sh, k, 16);
     // the epoch moves only with the barriers' arrivals (else later launches' targets would run ahead of the count)
-    if ((p.phases & kPhaseBarriers) && p.use_cg == 2 && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;
+    if ((p.phases & kPhaseBarriers) && p.barrier == kBarrierGrowOnly && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;
     return;
   }
   const Items<T, HD> it{p};
@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(Params p) {
         one, one2, false, p.D, act, nullptr, nullptr, p.R, down, [&](int n, int m) { return __ldcg(p.x1 + m * p.D + n); },
         [&](int n, int m, const float(&g)[1], float res) { static_cast<T*>(p.y)[m * p.D + n] = E::FromF(g[0] + res); });
   }
-  if (p.use_cg == 2 && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;  // every block read it before barrier 0
+  if (p.barrier == kBarrierGrowOnly && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;  // every block read it before barrier 0
   Trace(p, 16);
 }
 
@@ -257,9 +257,7 @@ struct MnDecodeLayerState {
   MnScratch* attn = nullptr;  // the five-kernel path's RopeCachedAttention scratch
   MnScratch* rope = nullptr;
   int path = MN_DECODE_LAYER_AUTO, last = 0;
-  int use_cg = 2;            // grid barrier (dl::GridBarrier): 2 or 0; the harness compares
-  int split_rows_tiles = 1;  // a split covers at least this many attention tiles (the harness tunes it)
-  int cooperative = 1;       // 0: a plain launch (the harness measures what the cooperative attribute costs)
+  int barrier = dl::kBarrierGrowOnly;  // dl::GridBarrier's kind (the harness compares the generation barrier)
   int phases = 127;          // dl::Params::phases: which phases run (the harness's breakdown; all of them otherwise)
   unsigned long long* trace = nullptr;  // decode_layer_check's phase stamps (dl::Params::trace)
 };
@@ -353,8 +351,8 @@ int LaunchFused(const MnDecodeLayer& a, MnDecodeLayerState* st, cudaStream_t s) 
   p.qscale = 1.4426950408889634f / sqrtf(static_cast<float>(HD));  // log2(e) / sqrt(hd), as the attention kernels
   p.max_splits = static_cast<int>(max_splits);
   constexpr int lpr = dl::Attn<T, HD>::LPR;
-  p.min_split_rows = dl::kWarps * (32 / lpr) * dl::kRT * std::max(1, st->split_rows_tiles);
-  p.use_cg = st->use_cg;
+  p.min_split_rows = dl::kWarps * (32 / lpr) * dl::kRT;  // one tile per lane slot: a split takes one round of loads
+  p.barrier = st->barrier;
   p.act_floats = static_cast<int>(ActFloats<HD>(a));
   p.trace = st->trace;
   p.phases = st->phases;
@@ -380,7 +378,7 @@ int LaunchFused(const MnDecodeLayer& a, MnDecodeLayerState* st, cudaStream_t s) 
   coop.id = cudaLaunchAttributeCooperative;
   coop.val.cooperative = 1;
   cfg.attrs = &coop;
-  cfg.numAttrs = st->cooperative ? 1 : 0;
+  cfg.numAttrs = 1;
   if (cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, p)) return e;
   return cudaGetLastError();
 }

@@ -1,21 +1,22 @@
-// The DecodeLayer megakernel: one persistent cooperative launch per decoder layer (cuda_decode_layer.cu
-// launches it). Grid = one block per SM, all co-resident (cooperative launch); five phases separated by
-// four grid barriers:
-//   1. every block normalises x's rows into shared memory (redundantly: x is a few KB); warps take
+// The DecodeLayer megakernel's pieces: one persistent cooperative launch per decoder layer
+// (cuda_decode_layer.cu has the kernel and its launch, cuda_decode_layer_attn.cuh the attention). Grid =
+// one block per SM, all co-resident (cooperative launch); five phases separated by four grid barriers:
+//   1. every block loads x's rows and both gammas into shared memory (redundantly: a few KB); warps take
 //      pairs of q|k|v weight rows (j, j + hd/2 of one head, so RoPE is the epilogue) grid-wide; q is
 //      rotated into the workspace, k rotated and v written into the caches at row kv_pos[b] + t.
-//   2. attention split-K: a unit = (query row, KV head, group of <= 4 query heads, split of the
+//   2. attention split-K: a unit = (query row, KV head, group of <= kGmax query heads, split of the
 //      attended rows); a block per unit, lanes over head_dim, an online softmax per lane slot, the
 //      warps merged through shared memory into one (m, l, acc) partial per head in the workspace.
 //   3. every block merges all heads' partials into the attention output a (rounded to T) in shared
 //      memory, then warps take rows of w_o: x1 = a @ w_o^T + x (rounded to T) into the workspace.
-//   4. every block normalises x1; warps take (gate, up) row pairs: h = silu(g) * u into the workspace.
+//   4. every block loads x1; warps take (gate, up) row pairs: h = silu(g) * u into the workspace.
 //   5. every block loads h; warps take rows of w_down: y = h @ w_down^T + x1.
-// Rounding to T happens exactly where the five-op composition rounds (q, k, v; rotated q and k; a;
-// x1; h; y), accumulation in float32, so the result equals the composition within float rounding.
-// Latency, not bytes, is the cost (a layer's weights are ~7 MB at 16 bits): each warp's weight rows
-// of phases 3-5 are prefetched into L2 at the start, and each phase's first rows are loaded into
-// registers before the barrier that precedes it, so the barrier's wait overlaps the loads.
+// The RMSNorms are folded into the products (WarpRms). Rounding to T happens exactly where the five-op
+// composition rounds (q, k, v; rotated q and k; a; x1; h; y), accumulation in float32, so the result
+// equals the composition within float rounding. Latency, not bytes, is the cost (a layer's weights are
+// ~7 MB at 16 bits): each phase's first weight rows are loaded into registers before the barrier that
+// precedes it (so the barrier's wait overlaps the loads), the later phases' rows are prefetched into L2,
+// and loops stay rolled where unrolling buys nothing (the kernel's code is ~100 KB per instantiation).
 #pragma once
 #include "cuda_common.cuh"
 
@@ -39,8 +40,8 @@ struct Params {
   int max_splits;      // the workspace's partials per head
   int min_split_rows;  // a split covers at least this many cache rows
   int act_floats;      // shared memory: act rows (or the attention merge area), then the two gammas
-  int use_cg;          // which grid barrier (GridBarrier)
-  unsigned* bar;       // use_cg 0: [0] arrivals, [32] generation; use_cg 2: [64] arrivals, [96] epoch
+  int barrier;         // which grid barrier (GridBarrier: kBarrierGrowOnly or kBarrierGeneration)
+  unsigned* bar;       // generation barrier: [0] arrivals, [32] generation; grow-only: [64] arrivals, [96] epoch
   float *q, *part, *x1, *h;
   float2* ml;
   unsigned long long* trace;  // nullptr, or [blocks][kTracePoints] stamps (decode_layer_check's phase breakdown)
@@ -79,17 +80,18 @@ __device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
 __device__ __forceinline__ void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 constexpr int kBarriers = 4;  // grid barriers per launch
+enum { kBarrierGeneration = 0, kBarrierGrowOnly = 2 };  // Params::barrier
 
 // Grid barriers, valid only because the launch is cooperative (every block resident); nothing needs
-// resetting between launches or CUDA-graph replays. use_cg 2 (the default): a count that only grows
+// resetting between launches or CUDA-graph replays. kBarrierGrowOnly (the default): a count that only grows
 // (arrivals are fire-and-forget reductions) and an epoch per launch, read at the start and advanced by
 // block 0 at the end: barrier k of launch e is passed when the count reaches (e * kBarriers + k + 1) *
-// blocks (modulo 2^32; one round trip, the poll's). 0: an arrival count that the last block resets and a
+// blocks (modulo 2^32; one round trip, the poll's). kBarrierGeneration: an arrival count that the last block resets and a
 // generation it advances (two round trips: the arrival's atomic, then the poll).
 __device__ __forceinline__ void GridBarrier(const Params& p, unsigned epoch, int k) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    if (p.use_cg == 2) {
+    if (p.barrier == kBarrierGrowOnly) {
       unsigned* count = p.bar + 64;
       const unsigned target = (epoch * kBarriers + k + 1) * gridDim.x;
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");

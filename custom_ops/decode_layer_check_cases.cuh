@@ -167,12 +167,10 @@ struct Stack {
   void Run(cudaStream_t s, int layers) {
     for (int l = 0; l < layers; ++l) Launch(Args(p, L[l], l ? y[l - 1] : x0, y[l], kc[l], vc[l], pos, inv), st[l], s);
   }
-  void SetPath(int path, int use_cg, int split_tiles, int cooperative, int phases) {
+  void SetPath(int path, int barrier, int phases) {
     for (auto* s : st) {
       mn_cuda_decode_layer_set_path(s, path);
-      s->use_cg = use_cg;
-      s->split_rows_tiles = split_tiles;
-      s->cooperative = cooperative;
+      s->barrier = barrier;
       s->phases = phases;
     }
   }
@@ -221,7 +219,7 @@ static double LmHeadUs(int dt, Timer& tm) {
 
 struct Variant {
   const char* name;
-  int path, use_cg, split_tiles, cooperative, phases;
+  int path, barrier, phases;
 };
 
 // The one-launch kernel's phase stamps (dl::Trace points) over one graph replay of the stack: per
@@ -276,14 +274,14 @@ static std::string TracePhases(Stack& sk, const Variant& v, Timer& tm) {
 // Per-layer times of one variant: back-to-back launches of layer 0, and the graph of the whole stack.
 static bool TimeVariant(Stack& sk, const Variant& v, int64_t len, double lm_us, int replays, Timer& tm, std::vector<std::string>* json) {
   const int n = static_cast<int>(sk.L.size());
-  sk.SetPath(v.path, v.use_cg, v.split_tiles, v.cooperative, v.phases);
+  sk.SetPath(v.path, v.barrier, v.phases);
   sk.Run(tm.s, n);
   CK(cudaStreamSynchronize(tm.s));
   const std::vector<unsigned char> direct = sk.Last();
   const double one = tm.Stream([&](cudaStream_t s) { sk.Run(s, 1); }, 200);
   const double graph = tm.Graph([&](cudaStream_t s) { sk.Run(s, n); }, 1, replays) / n;
   const bool same = direct == sk.Last();
-  const bool moved = v.path == MN_DECODE_LAYER_FUSED && v.use_cg != 1 && v.split_tiles == 1 ? ReplayAfterPositionChange(sk, tm, len) : true;
+  const bool moved = v.path == MN_DECODE_LAYER_FUSED ? ReplayAfterPositionChange(sk, tm, len) : true;
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "{\"timing\": \"%s\", \"dtype\": \"%s\", \"cache_len\": %lld, \"layers\": %d, \"stream_one_layer_us\": %.2f, "
@@ -294,7 +292,7 @@ static bool TimeVariant(Stack& sk, const Variant& v, int64_t len, double lm_us, 
   std::printf("%s%s\n", buf, same && moved ? "" : "   <-- FAILED");
   std::fflush(stdout);
   json->push_back(buf);
-  if (v.path == MN_DECODE_LAYER_FUSED && v.use_cg != 1) {
+  if (v.path == MN_DECODE_LAYER_FUSED) {
     json->push_back(TracePhases(sk, v, tm));
     std::printf("%s\n", json->back().c_str());
     std::fflush(stdout);
@@ -305,18 +303,18 @@ static bool TimeVariant(Stack& sk, const Variant& v, int64_t len, double lm_us, 
 static bool RunTimings(int replays, std::vector<std::string>* json) {
   Timer tm;
   bool ok = true;
-  const int F = MN_DECODE_LAYER_FUSED;
-  const Variant variants[] = {{"one-launch", F, 2, 1, 1, 127},
-                              {"one-launch generation barrier", F, 0, 1, 1, 127},
-                              {"launch only (no phase, no barrier)", F, 2, 1, 1, 0},
-                              {"launch + 4 barriers", F, 2, 1, 1, 32},
-                              {"five-kernels", MN_DECODE_LAYER_FIVE_KERNELS, 2, 1, 1, 127}};
+  const int F = MN_DECODE_LAYER_FUSED, G = dl::kBarrierGrowOnly;
+  const Variant variants[] = {{"one-launch", F, G, 127},
+                              {"one-launch generation barrier", F, dl::kBarrierGeneration, 127},
+                              {"launch only (no phase, no barrier)", F, G, 0},
+                              {"launch + 4 barriers", F, G, 32},
+                              {"five-kernels", MN_DECODE_LAYER_FIVE_KERNELS, G, 127}};
   for (int dt : {MN_F32, MN_F16, MN_BF16}) {
     const double lm = LmHeadUs(dt, tm);
     for (int64_t len : {128, 1024, 4096}) {
       Stack sk(dt, len, 30);
       for (const Variant& v : variants)
-        if ((dt != MN_BF16 || (v.use_cg == 2 && v.phases == 127)) && ((v.phases == 127 && v.use_cg == 2) || len == 128))
+        if ((dt != MN_BF16 || (v.barrier == G && v.phases == 127)) && ((v.phases == 127 && v.barrier == G) || len == 128))
           ok &= TimeVariant(sk, v, len, lm, replays, tm, json);
     }
   }
