@@ -326,18 +326,28 @@ bool FusedApplies(const MnDecodeLayer& a, size_t esize) {
   return DeviceAttr(cudaDevAttrCooperativeLaunch) != 0;
 }
 
+// Raises the kernel's dynamic shared memory limit to `smem` on the current device and checks that a block
+// of that size fits on an SM: once per device and larger size (per instantiation: the statics are).
+template <class T, int HD>
+int PrepareKernel(size_t smem) {
+  static size_t ready[64] = {};  // per device: the largest size prepared
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev)) return e;
+  if (dev >= 0 && dev < 64 && smem <= ready[dev]) return 0;
+  auto kernel = dl::DecodeLayerKernel<T, HD>;
+  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))) return e;
+  int occ = 0;
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, dl::kThreads, smem)) return e;
+  if (occ < 1) return cudaErrorNotSupported;  // a grid of one block per SM must be co-resident
+  if (dev >= 0 && dev < 64) ready[dev] = smem;
+  return 0;
+}
+
 template <class T, int HD>
 int LaunchFused(const MnDecodeLayer& a, MnDecodeLayerState* st, cudaStream_t s) {
   auto kernel = dl::DecodeLayerKernel<T, HD>;
   const size_t smem = FusedSmem<HD>(a);
-  static size_t smem_set = 0;  // per instantiation: raised once per larger size
-  if (smem > smem_set) {
-    if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))) return e;
-    smem_set = smem;
-  }
-  int occ = 0;
-  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kernel, dl::kThreads, smem)) return e;
-  if (occ < 1) return cudaErrorNotSupported;
+  if (int e = PrepareKernel<T, HD>(smem)) return e;
   const int blocks = NumSMs();
   const int64_t R = a.B * a.S, G = a.H / a.KVH, NG = (G + dl::kGmax - 1) / dl::kGmax;
   const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>({blocks / (R * a.KVH * NG), a.max_seq, dl::kMaxSplits}));
