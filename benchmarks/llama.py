@@ -15,6 +15,10 @@ Configurations (``--sides``, ``--precisions``, ``--batches``):
   branch has none the JSON says "not available". Batch > 1 uses ``LlamaBatchRunner``.
 - ``ours-nospin`` (CPU): the same without ONNX Runtime's threads spinning between ops
   (``thread_spinning=False``, see ``LlamaRunner``: better on a machine shared with other work).
+- ``ours-separate``: ``ours`` with the prefill's q/k/v and gate/up products kept separate
+  (``merge_projections=False``; by default a prefill runs each group as one product).
+- ``ours-nolayer`` (CUDA): ``ours`` with ``decode_layer=False``: each decoder layer of the decode step
+  as its five fused kernels instead of one DecodeLayer (to compare the two).
 - ``hf-eager``: ``generate`` with ``attn_implementation="eager"``, in each precision.
 - ``hf-static``: ``generate`` with ``cache_implementation="static"`` (SDPA attention; on CUDA
   transformers compiles the decode step with ``torch.compile``), in each precision.
@@ -190,7 +194,7 @@ class Worker:
 
 def finish(entry: dict, spec: dict) -> dict:
     """Medians and spreads (min-max) of the runs, in the units of the JSON."""
-    entry["config"] = {k: spec[k] for k in ("side", "hf_mode", "nospin", "precision", "batch", "cuda_graph")}
+    entry["config"] = {k: spec.get(k) for k in ("side", "hf_mode", "nospin", "separate_projections", "precision", "batch", "cuda_graph")}
     runs = entry.pop("runs", [])
     if not runs:
         entry.setdefault("error", "no run finished")
@@ -223,18 +227,20 @@ def configurations(a: argparse.Namespace) -> list[dict]:
             else:
                 precisions = a.precisions.split(",")
             for precision in precisions:
-                graphs = [False, True] if cuda and side in ("ours", "ours-nospin", "genai") else [False]
+                graphs = [False, True] if cuda and side in ("ours", "ours-nospin", "ours-separate", "ours-nolayer", "genai") else [False]
                 for graph in graphs:
                     name = f"{side}{'-graph' if graph else ''}-{precision}-b{batch}"
                     kind, mode = (side.split("-") + [None])[:2]
-                    nospin = mode == "nospin"
-                    mode = None if nospin else mode
+                    nospin, separate, nolayer = mode == "nospin", mode == "separate", mode == "nolayer"
+                    mode = None if nospin or separate or nolayer else mode
                     out.append(
                         {
                             "name": name,
                             "side": kind,
                             "hf_mode": mode,
                             "nospin": nospin,
+                            "separate_projections": separate,
+                            "no_decode_layer": nolayer,
                             "precision": precision,
                             "batch": batch,
                             "cuda_graph": graph,
@@ -254,7 +260,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--preset", default="smollm2-135m")
-    ap.add_argument("--sides", default=None, help="comma-separated: ours, ours-nospin, genai, hf-eager, hf-static [default: per device]")
+    ap.add_argument(
+        "--sides",
+        default=None,
+        help="comma-separated: ours, ours-nospin, ours-separate, ours-nolayer, genai, hf-eager, hf-static [default: per device]",
+    )
     ap.add_argument("--precisions", default=None, help="comma-separated: fp32, fp16, bf16 [CPU: fp32; CUDA: all]")
     ap.add_argument("--batches", default=None, help="comma-separated batch sizes [CPU: 1; CUDA: 1,8]")
     ap.add_argument("--prompt-len", type=int, default=128)

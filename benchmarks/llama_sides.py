@@ -13,7 +13,8 @@ Sides (``spec["side"]``), all over the same Hugging Face folder (``config.json``
 and the same prompts (``B`` rows of one length), greedy, end-of-sequence ignored:
 
 - ``ours``: ``LlamaRunner`` (batch 1) or ``LlamaBatchRunner`` of ``models/llama.py`` (``ours-nospin``:
-  with ``thread_spinning=False``);
+  with ``thread_spinning=False``; ``ours-separate``: with ``merge_projections=False``; ``ours-nolayer``:
+  with ``decode_layer=False``, each decoder layer as its five fused kernels instead of one DecodeLayer);
 - ``hf``: ``transformers`` ``generate``, ``eager`` (``DynamicCache``, ``attn_implementation="eager"``)
   or ``static`` (``cache_implementation="static"``, SDPA: on CUDA, transformers compiles the step);
 - ``genai``: onnxruntime-genai's ``Generator`` over the folder its model builder wrote.
@@ -83,6 +84,14 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
     kw = dict(max_seq=plen + n, prefill_chunk=spec.get("prefill_chunk") or plen, device=spec["device"], cuda_graph=spec["cuda_graph"])
     if spec.get("nospin"):
         kw["thread_spinning"] = False
+    if spec.get("separate_projections"):
+        if "merge_projections" not in inspect.signature(llama.LlamaRunner).parameters:
+            raise NotAvailable("LlamaRunner takes no merge_projections= (products are never merged on this branch)")
+        kw["merge_projections"] = False
+    if spec.get("no_decode_layer"):
+        if "decode_layer" not in inspect.signature(llama.LlamaRunner).parameters:
+            raise NotAvailable("LlamaRunner takes no decode_layer= (no DecodeLayer fusion on this branch)")
+        kw["decode_layer"] = False
     cls = llama.LlamaRunner if rows == 1 else getattr(llama, "LlamaBatchRunner", None)
     if cls is None:
         raise NotAvailable("models/llama.py has no LlamaBatchRunner (batch > 1 decode)")

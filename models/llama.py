@@ -224,6 +224,7 @@ class LlamaRunner:
     On an idle 2-core VM SmolLM2-135M decodes at 26.7 tokens/s with it and 23.0 without; on the same
     VM under other work (load average ~10) spinning threads take the cores the computing ones need:
     4.2 tokens/s with it, 6.4 without. ``False`` suits a machine shared with other work.
+    ``merge_projections``: the prefill runs q/k/v and gate/up as one product each (``build_inference_session``).
     """
 
     batch: int | None = None
@@ -243,6 +244,8 @@ class LlamaRunner:
         cuda_graph: bool | None = None,
         precision: str = "fp32",
         thread_spinning: bool = True,
+        decode_layer: bool | None = None,
+        merge_projections: bool = True,
     ) -> None:
         self.cfg, self.max_seq, self.device = cfg, int(max_seq), device
         if cuda_graph is None:  # default: replay the steps as CUDA graphs wherever the CUDA kernels make that possible
@@ -268,13 +271,17 @@ class LlamaRunner:
         # sessions, inputs and logits are bound once), so a step costs its kernels, not their launches.
         # precision: bf16/fp16 store the projection weights (and KV caches where the cache kernels take
         # half) in half precision; logits come back as float32.
+        # merge_projections: the prefill chunk (more than 16 rows) runs q/k/v and gate/up as one product
+        # each against the weights joined in the graph; the decode step keeps its products (fused on CUDA).
         common = dict(
             parameters=params,
             use_custom_ops=use_custom_ops,
             precision=precision,
             session_config={"session.intra_op.allow_spinning": "1" if thread_spinning else "0"},
+            merge_projections=merge_projections,
         )
-        self.decoder = build_inference_session(decode_graph, device, cuda_graph=cuda_graph, **common)
+        # decode_layer: each decoder layer of the decode step as one DecodeLayer kernel (default: on CUDA).
+        self.decoder = build_inference_session(decode_graph, device, cuda_graph=cuda_graph, decode_layer=decode_layer, **common)
         prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq, self.batch, self.in_out)
         self.prefiller = build_inference_session(prefill_graph, device, cuda_graph=cuda_graph, **common)
         self.prefiller.share_buffers(self.decoder, state=False)  # one copy of the weights on the device
