@@ -5,8 +5,9 @@
 
 The decode step of ``models/llama.py`` (mode ``decode``) is built with 1 and with 2 decoder layers,
 with and without the e-graph optimizer; each is exported (parameters as inputs, KV caches as state)
-(``optimized``: the norm + projection fusion that CUDA sessions apply, counted here on the CPU provider;
-``optimized_without_norm_fusion``: what CPU sessions run) and loaded into an ``InferenceSession`` with
+(``optimized``: the decode-step fusions that CUDA sessions apply, down to one DecodeLayer per layer, counted
+here on the CPU provider; ``optimized_without_decode_layer``: the same with each layer left as its five fused
+ops; ``optimized_without_norm_fusion``: what CPU sessions run) and loaded into an ``InferenceSession`` with
 our kernel library registered and
 ``optimized_model_filepath`` set, which writes the graph ORT runs after its own fusions (Simplified
 LayerNormalization, QuickGelu, ...). One layer's nodes are the difference between the two models,
@@ -32,7 +33,13 @@ GEMM_C_COPY = "copy of Gemm's C (CUDA)"
 
 
 def _model_nodes(
-    cfg, layers: int, optimize: bool, device: str, decode_fusion: bool = True, rope_attention: bool | None = None
+    cfg,
+    layers: int,
+    optimize: bool,
+    device: str,
+    decode_fusion: bool = True,
+    decode_layer: bool = True,
+    rope_attention: bool | None = None,
 ) -> tuple[Counter, Counter]:
     """(op type -> count) of the exported decode step and of the graph ORT runs (with ``GEMM_C_COPY``)."""
     import onnx
@@ -45,7 +52,8 @@ def _model_nodes(
 
     g = llama.build_graph(dataclasses.replace(cfg, num_hidden_layers=layers), "decode", 1, 256)
     if optimize:
-        g, _ = optimize_graph(g, stage="inference", decode_fusion=decode_fusion, rope_attention=rope_attention)
+        layers_fused = decode_fusion and decode_layer
+        g, _ = optimize_graph(g, stage="inference", decode_fusion=decode_fusion, decode_layer=layers_fused, rope_attention=rope_attention)
     model, _ = to_model(g, params_as_inputs=True, with_state=True)
     ours = Counter(n.op_type for n in model.graph.node)
     with tempfile.TemporaryDirectory() as tmp:
@@ -63,13 +71,17 @@ def _model_nodes(
     return ours, ran
 
 
-def decode_layer_nodes(cfg, *, optimize: bool, device: str = "cpu", decode_fusion: bool = True, rope_attention: bool | None = None) -> dict:
+def decode_layer_nodes(
+    cfg, *, optimize: bool, device: str = "cpu", decode_fusion: bool = True, decode_layer: bool = True, rope_attention: bool | None = None
+) -> dict:
     """One decoder layer's ONNX nodes by op type: ``exported`` (our file) and ``ort`` (what ORT runs, with
     ``cuda_kernels``: its nodes plus the C copy of each Gemm with a C input, the launches on CUDA).
-    ``decode_fusion=False``: without the decode-step fusions; ``rope_attention`` (default: as
-    ``decode_fusion``): the rope + cache writes + attention fusion (CPU sessions run ``decode_fusion=False,
+    ``decode_fusion=False``: without the decode-step fusions; ``decode_layer=False``: with them but each
+    layer left as its five fused ops (no DecodeLayer); ``rope_attention`` (default: as ``decode_fusion``):
+    the rope + cache writes + attention fusion (CPU sessions run ``decode_fusion=False,
     rope_attention=True`` where our kernel library is loaded)."""
-    one, two = (_model_nodes(cfg, n, optimize, device, decode_fusion, rope_attention) for n in (1, 2))
+    args = (optimize, device, decode_fusion, decode_layer, rope_attention)
+    one, two = _model_nodes(cfg, 1, *args), _model_nodes(cfg, 2, *args)
     out = {}
     for key, a, b in (("exported", one[0], two[0]), ("ort", one[1], two[1])):
         copies = b.pop(GEMM_C_COPY, 0) - a.pop(GEMM_C_COPY, 0)
@@ -95,9 +107,11 @@ def main(argv: list[str] | None = None) -> dict:
         "what": f"ONNX nodes per decoder layer, {args.preset} decode step (1 token), {args.device}",
         "unoptimized": decode_layer_nodes(cfg, optimize=False, device=args.device),
         "optimized": decode_layer_nodes(cfg, optimize=True, device=args.device),
+        "optimized_without_decode_layer": decode_layer_nodes(cfg, optimize=True, device=args.device, decode_layer=False),
         "optimized_without_norm_fusion": decode_layer_nodes(cfg, optimize=True, device=args.device, decode_fusion=False),
         "cpu_session": decode_layer_nodes(cfg, optimize=True, device=args.device, decode_fusion=False, rope_attention=True),
-        "note": "inference sessions fuse the RMSNorms and the residual adds into their projections on CUDA only ('optimized'); "
+        "note": "inference sessions fuse the RMSNorms and the residual adds into their projections, and then each decoder layer "
+        "into one DecodeLayer, on CUDA only ('optimized'; 'optimized_without_decode_layer': build_inference_session(..., decode_layer=False)); "
         "CPU sessions with our kernel library run 'cpu_session' (the rope + cache writes + attention fusion, no norm + projection "
         "fusion: ONNX Runtime's MLAS products outpace our GEMV kernels there), without it 'optimized_without_norm_fusion'; "
         "ort.cuda_kernels counts a Gemm with a C input as two launches (ORT's CUDA Gemm copies C first)",

@@ -16,6 +16,10 @@ Configurations (``--sides``, ``--precisions``, ``--batches``):
 - ``ours-spin`` / ``ours-nospin`` / ``ours-1thread`` (CPU): the same with ONNX Runtime's threads
   spinning between ops (``thread_spinning=True``; the runner's default is off, see ``LlamaRunner``),
   without (the default, named), or on one thread (``threads=1``: the least CPU time per token).
+- ``ours-separate``: ``ours`` with the prefill's q/k/v and gate/up products kept separate
+  (``merge_projections=False``; by default a prefill runs each group as one product).
+- ``ours-nolayer`` (CUDA): ``ours`` with ``decode_layer=False``: each decoder layer of the decode step
+  as its five fused kernels instead of one DecodeLayer (to compare the two).
 - ``hf-eager``: ``generate`` with ``attn_implementation="eager"``, in each precision.
 - ``hf-static``: ``generate`` with ``cache_implementation="static"`` (SDPA attention; on CUDA
   transformers compiles the decode step with ``torch.compile``), in each precision.
@@ -53,8 +57,15 @@ import run_info
 
 ROOT = Path(__file__).resolve().parent.parent
 SIDES_SCRIPT = Path(__file__).resolve().with_name("llama_sides.py")
-OURS_THREADING = {"spin": {"spin": True}, "nospin": {"spin": False}, "1thread": {"threads": 1}}
-"""``ours-<mode>`` sides: the LlamaRunner threading arguments (``spin``: ``thread_spinning``)."""
+OURS_MODES = {
+    "spin": {"spin": True},
+    "nospin": {"spin": False},
+    "1thread": {"threads": 1},
+    "separate": {"separate_projections": True},
+    "nolayer": {"no_decode_layer": True},
+}
+"""``ours-<mode>`` sides: what they change in the spec (``spin``: ``thread_spinning``, ``threads``,
+``separate_projections``: ``merge_projections=False``, ``no_decode_layer``: ``decode_layer=False``)."""
 DEFAULTS = {  # per device: what the issue asks to be shown
     "cpu": {
         "sides": "ours,ours-spin,ours-1thread,genai,hf-eager",
@@ -199,7 +210,8 @@ class Worker:
 
 def finish(entry: dict, spec: dict) -> dict:
     """Medians and spreads (min-max) of the runs, in the units of the JSON."""
-    entry["config"] = {k: spec[k] for k in ("side", "hf_mode", "nospin", "spin", "threads", "precision", "batch", "cuda_graph")}
+    keys = ("side", "hf_mode", "nospin", "spin", "threads", "separate_projections", "no_decode_layer", "precision", "batch", "cuda_graph")
+    entry["config"] = {k: spec.get(k) for k in keys}
     runs = entry.pop("runs", [])
     if not runs:
         entry.setdefault("error", "no run finished")
@@ -236,11 +248,11 @@ def configurations(a: argparse.Namespace) -> list[dict]:
                 for graph in graphs:
                     name = f"{side}{'-graph' if graph else ''}-{precision}-b{batch}"
                     kind, mode = (side.split("-") + [None])[:2]
-                    if kind == "ours" and mode is not None and mode not in OURS_THREADING:
-                        raise SystemExit(f"--sides: unknown side {side!r}; ours takes -{', -'.join(OURS_THREADING)}")
-                    threading = OURS_THREADING.get(mode, {}) if kind == "ours" else {}
+                    if kind == "ours" and mode is not None and mode not in OURS_MODES:
+                        raise SystemExit(f"--sides: unknown side {side!r}; ours takes -{', -'.join(OURS_MODES)}")
+                    variant = OURS_MODES.get(mode, {}) if kind == "ours" else {}
                     mode = None if kind == "ours" else mode
-                    spec = {"name": name, "side": kind, "hf_mode": mode, "spin": None, "threads": None, **threading}
+                    spec = {"name": name, "side": kind, "hf_mode": mode, "spin": None, "threads": None, **variant}
                     out.append({**spec, "nospin": spec["spin"] is False, "precision": precision, "batch": batch, "cuda_graph": graph})
     return out
 
@@ -259,7 +271,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--sides",
         default=None,
-        help="comma-separated: ours, ours-spin, ours-nospin, ours-1thread, genai, hf-eager, hf-static [default: per device]",
+        help="comma-separated: ours, ours-spin, ours-nospin, ours-1thread, ours-separate, ours-nolayer, genai, hf-eager, hf-static [default: per device]",
     )
     ap.add_argument("--precisions", default=None, help="comma-separated: fp32, fp16, bf16 [CPU: fp32; CUDA: all]")
     ap.add_argument("--batches", default=None, help="comma-separated batch sizes [CPU: 1; CUDA: 1,8]")

@@ -14,7 +14,8 @@ and the same prompts (``B`` rows of one length), greedy, end-of-sequence ignored
 
 - ``ours``: ``LlamaRunner`` (batch 1) or ``LlamaBatchRunner`` of ``models/llama.py`` with its default
   threads (``ours-spin``: with ``thread_spinning=True``, ``ours-nospin``: ``False``, ``ours-1thread``:
-  ``threads=1``);
+  ``threads=1``; ``ours-separate``: with ``merge_projections=False``; ``ours-nolayer``: with
+  ``decode_layer=False``, each decoder layer as its five fused kernels instead of one DecodeLayer);
 - ``hf``: ``transformers`` ``generate``, ``eager`` (``DynamicCache``, ``attn_implementation="eager"``)
   or ``static`` (``cache_implementation="static"``, SDPA: on CUDA, transformers compiles the step);
 - ``genai``: onnxruntime-genai's ``Generator`` over the folder its model builder wrote.
@@ -86,6 +87,14 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
         kw["thread_spinning"] = spec["spin"]
     if spec.get("threads"):
         kw["threads"] = spec["threads"]
+    if spec.get("separate_projections"):
+        if "merge_projections" not in inspect.signature(llama.LlamaRunner).parameters:
+            raise NotAvailable("LlamaRunner takes no merge_projections= (products are never merged on this branch)")
+        kw["merge_projections"] = False
+    if spec.get("no_decode_layer"):
+        if "decode_layer" not in inspect.signature(llama.LlamaRunner).parameters:
+            raise NotAvailable("LlamaRunner takes no decode_layer= (no DecodeLayer fusion on this branch)")
+        kw["decode_layer"] = False
     cls = llama.LlamaRunner if rows == 1 else getattr(llama, "LlamaBatchRunner", None)
     if cls is None:
         raise NotAvailable("models/llama.py has no LlamaBatchRunner (batch > 1 decode)")

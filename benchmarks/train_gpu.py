@@ -1,6 +1,7 @@
 """GPU training evidence in one command (run it on the CUDA machine):
 
     python benchmarks/train_gpu.py OUT_DIR [--layers 30] [--steps 10] [--repeats 5] [--skip-parity]
+        [--variants ours_fp32,ours_fp32_separate_projections,...]
 
 1. Parity on CUDAExecutionProvider: the MNIST MLP and the LLaMA-style block (tests/
    test_training_parity.py's cases) train 20 Adam steps (epsilon 1e-6) with parameters resident on the GPU; the
@@ -13,7 +14,9 @@
      in half with fp32 accumulation, fp32 master weights; fp16 with dynamic loss scaling), and fp32
      and bf16 with the step replayed as CUDA graphs (``cuda_graph=True``); the train-step model is
      compiled once and cached in OUT_DIR for every variant; attention is the fused kernels
-     (``flash_attention``), and ours fp32 runs once more with it decomposed into MatMul/Softmax;
+     (``flash_attention``), and ours fp32 runs once more with it decomposed into MatMul/Softmax, and
+     once more without ``merge_projections`` (``ours_fp32_separate_projections``: q/k/v and gate/up as
+     separate GEMMs, forward and backward);
    - Hugging Face ``LlamaForCausalLM`` (its default SDPA attention, no compilation) fp32 strict,
      and bf16 autocast (fp32 master weights, as mixed-precision training runs);
    - the same model under ``torch.compile``, bf16 autocast.
@@ -133,7 +136,7 @@ def _data(cfg: dict):
     return ids[:, :-1].reshape(-1).astype(np.uint32), ids[:, 1:].reshape(-1).astype(np.uint32)
 
 
-def _session(cfg: dict, params: dict, out: Path, fused_attention: bool = True, **kw):
+def _session(cfg: dict, params: dict, out: Path, fused_attention: bool = True, merge_projections: bool = True, **kw):
     """Our training session; the compiled train-step model is cached in ``out`` (compiled once for
     every variant: precision and CUDA graphs are applied when the session is built)."""
     import tiny_llama
@@ -142,12 +145,22 @@ def _session(cfg: dict, params: dict, out: Path, fused_attention: bool = True, *
 
     graph = tiny_llama.build(**cfg, seq=SEQ, batch=BATCH, fused_attention=fused_attention)
     name = "train_step_loss_scaled" if kw.get("precision") == "fp16" else "train_step"  # fp16 compiles its own
-    cache = out / (name + ("" if fused_attention else "_decomposed_attention") + ".onnx")
-    return build_session_cached(graph, cache, "cuda", optimizer="adamw", parameters=params, **kw)
+    name += ("" if fused_attention else "_decomposed_attention") + ("" if merge_projections else "_separate_projections")
+    return build_session_cached(
+        graph, out / f"{name}.onnx", "cuda", optimizer="adamw", parameters=params, merge_projections=merge_projections, **kw
+    )
 
 
 def ours(
-    cfg: dict, params: dict, steps: int, repeats: int, out: Path, precision: str, cuda_graph: bool = False, fused_attention: bool = True
+    cfg: dict,
+    params: dict,
+    steps: int,
+    repeats: int,
+    out: Path,
+    precision: str,
+    cuda_graph: bool = False,
+    fused_attention: bool = True,
+    merge_projections: bool = True,
 ) -> dict:
     import torch
 
@@ -155,7 +168,7 @@ def ours(
     gc.collect()  # the previous variant's session (its ORT arena goes with it)
     free0 = torch.cuda.mem_get_info()[0]
     t0 = time.perf_counter()
-    s = _session(cfg, params, out, fused_attention, precision=precision, cuda_graph=cuda_graph)
+    s = _session(cfg, params, out, fused_attention, merge_projections, precision=precision, cuda_graph=cuda_graph)
     build_s = time.perf_counter() - t0
     s.set_adamw(LR, weight_decay=WD)
     s.set_input_u32("input_ids", inp)
@@ -370,7 +383,7 @@ def _allocator(events: list) -> dict:
     return {"runs_gb": runs, "peak_in_use_gb": max(r["mem_in_use_peak"] for r in runs) if runs else None}
 
 
-def speed(layers: int, steps: int, repeats: int, out: Path) -> dict:
+def speed(layers: int, steps: int, repeats: int, out: Path, variants: list[str] | None = None) -> dict:
     import tiny_llama
 
     from meganeura_onnx.init import default_parameters
@@ -383,6 +396,7 @@ def speed(layers: int, steps: int, repeats: int, out: Path) -> dict:
         "ours_fp32": lambda: ours(cfg, params, steps, repeats, out, "fp32"),
         "ours_fp32_cuda_graph": lambda: ours(cfg, params, steps, repeats, out, "fp32", cuda_graph=True),
         "ours_fp32_decomposed_attention": lambda: ours(cfg, params, steps, repeats, out, "fp32", fused_attention=False),
+        "ours_fp32_separate_projections": lambda: ours(cfg, params, steps, repeats, out, "fp32", merge_projections=False),
         "ours_tf32": lambda: ours(cfg, params, steps, repeats, out, "tf32"),
         "ours_bf16": lambda: ours(cfg, params, steps, repeats, out, "bf16"),
         "ours_bf16_cuda_graph": lambda: ours(cfg, params, steps, repeats, out, "bf16", cuda_graph=True),
@@ -391,7 +405,12 @@ def speed(layers: int, steps: int, repeats: int, out: Path) -> dict:
         "hf_eager_bf16_autocast": lambda: hf(cfg, params, steps, repeats, bf16=True, compiled=False),
         "hf_torch_compile_bf16_autocast": lambda: hf(cfg, params, steps, repeats, bf16=True, compiled=True),
     }
+    unknown = sorted(set(variants or ()) - set(runs))
+    if unknown:
+        raise SystemExit(f"--variants: unknown {unknown}; choose from {sorted(runs)}")
     for name, fn in runs.items():
+        if variants and name not in variants:
+            continue
         try:
             res[name] = fn()
         except Exception as e:  # noqa: BLE001 - one failing variant must not hide the others' numbers
@@ -423,6 +442,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10, help="steps per repeat")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--skip-parity", action="store_true")
+    ap.add_argument("--variants", default="", help="comma-separated variants of the speed part to run [default: all]")
     a = ap.parse_args()
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -452,7 +472,7 @@ def main() -> None:
     }
     if not a.skip_parity:
         report["parity"] = parity(out)
-    report["smollm2_135m_shape"] = r = speed(a.layers, a.steps, a.repeats, out)
+    report["smollm2_135m_shape"] = r = speed(a.layers, a.steps, a.repeats, out, [v for v in a.variants.split(",") if v])
     report["load_average_after"] = os.getloadavg()
     (out / "train_gpu.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nSmolLM2-135M shape, batch {BATCH} x seq {SEQ}, one AdamW step on {report['gpu']} (median of {a.repeats} repeats, min-max):")

@@ -1,7 +1,7 @@
 """Where the train step's memory goes, on the CPU (no GPU needed):
 
     python benchmarks/train_memory.py OUT_DIR [--layers 30] [--batch 8] [--seq 256]
-        [--ort-layers 2] [--ort-batch 2] [--ort-steps 3] [--skip-ort]
+        [--ort-layers 2] [--ort-batch 2] [--ort-steps 3] [--skip-ort] [--separate-projections]
 
 1. The node count by op type and the liveness (``meganeura_onnx.runtime.liveness``) of the exported
    train-step model of the SmolLM2-135M-shaped decoder that ``benchmarks/train_gpu.py`` trains (AdamW, fused update, index
@@ -17,6 +17,9 @@
    each run; beside them the process RSS and our liveness in ORT's actual node order (the profile's
    order, nodes matched by name). Configurations: ORT's defaults, the memory pattern off, the
    model's node order (``ExecutionOrder.PRIORITY_BASED``), and both (what ``TrainingSession`` uses).
+
+``--separate-projections``: the train step without ``merge_projections`` (q/k/v and gate/up as
+separate products, as before that pass), to compare node counts and liveness.
 
 Writes ``OUT_DIR/train_memory.json`` (machine, load average, git commit).
 """
@@ -46,17 +49,17 @@ CONFIGS = {
 }
 
 
-def train_model(layers: int, batch: int, seq: int, out: Path):
+def train_model(layers: int, batch: int, seq: int, out: Path, merge_projections: bool = True):
     """The fp32 AdamW train-step ONNX model (cached in ``out``) the GPU benchmark's session runs."""
     import tiny_llama
 
     from meganeura_onnx.runtime.training import _cached_program, _optimize_forward
     from meganeura_onnx.transforms.optimizer import OptimizerSpec
 
-    path = out / f"train_step_{layers}x{batch}x{seq}.onnx"
+    path = out / f"train_step_{layers}x{batch}x{seq}{'' if merge_projections else '_separate_projections'}.onnx"
     graph = tiny_llama.build(**SMOL, layers=layers, seq=seq, batch=batch)
     spec = OptimizerSpec("adamw", fused=True, device_step=True)  # what build_session(optimizer="adamw") compiles
-    prog = _cached_program(_optimize_forward(graph)[0], spec, None, path, True)
+    prog = _cached_program(_optimize_forward(graph, merge_projections)[0], spec, None, path, True)
     return prog.model, path
 
 
@@ -242,6 +245,7 @@ def main() -> None:
     ap.add_argument("--ort-batch", type=int, default=2)
     ap.add_argument("--ort-steps", type=int, default=3)
     ap.add_argument("--skip-ort", action="store_true")
+    ap.add_argument("--separate-projections", action="store_true", help="without merge_projections (q/k/v, gate/up as separate products)")
     a = ap.parse_args()
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -252,10 +256,14 @@ def main() -> None:
         "machine": {**run_info.host(), "cpu": run_info.cpu_model()},
         "load_average_before": run_info.load_average(),
     }
-    model, _ = train_model(a.layers, a.batch, a.seq, out)
-    report["liveness"] = {"shape": {**SMOL, "layers": a.layers, "batch": a.batch, "seq": a.seq}, **analyse(model)}
+    merge = not a.separate_projections
+    model, _ = train_model(a.layers, a.batch, a.seq, out, merge)
+    report["liveness"] = {
+        "shape": {**SMOL, "layers": a.layers, "batch": a.batch, "seq": a.seq, "merge_projections": merge},
+        **analyse(model),
+    }
     if not a.skip_ort:
-        small, path = train_model(a.ort_layers, a.ort_batch, a.seq, out)
+        small, path = train_model(a.ort_layers, a.ort_batch, a.seq, out, merge)
         ort_res: dict = {"shape": {**SMOL, "layers": a.ort_layers, "batch": a.ort_batch, "seq": a.seq}, "liveness": analyse(small)}
         for name, options in CONFIGS.items():
             ort_res[name] = r = ort_run(path, options, a.ort_steps, out)

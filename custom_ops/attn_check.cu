@@ -6,9 +6,10 @@
 // Checks every element type (float32, float16, bfloat16) against a double-precision host reference
 // computed from the same (rounded) inputs: batches with a position per sequence, GQA, T > 1, every
 // head_dim path, an invalid position (NaN for that sequence only, nothing written out of bounds).
-// Then times the kernels with CUDA events: "graph" replays N launches captured in a CUDA graph (GPU
-// time only, no host launch cost), "stream" launches back to back (GPU time, or the launcher's host
-// work where that is longer). Bandwidth = bytes the op must move / time.
+// Then times the kernels with CUDA events (attn_check_time.cuh): "graph" replays N launches captured
+// in a CUDA graph (GPU time only, no host launch cost), "stream" launches back to back (GPU time, or
+// the launcher's host work where that is longer); consecutive launches read different K/V caches,
+// >= 3x the L2 size in rotation, so the K/V come from DRAM. Bandwidth = bytes the op must move / time.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -172,142 +173,7 @@ static bool CheckCacheWrite(int dt, int B, int T, int dim, int max_seq, const st
   return ok;
 }
 
-// ---------------------------------------------------------------- timing
-__global__ void ReadAll(const uint4* __restrict__ k, const uint4* __restrict__ v, int64_t n16, float* sink) {
-  uint32_t acc = 0;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n16; i += (int64_t)gridDim.x * blockDim.x) {
-    const uint4 x = __ldcs(k + i), y = __ldcs(v + i);
-    acc ^= x.x ^ x.y ^ x.z ^ x.w ^ y.x ^ y.y ^ y.z ^ y.w;
-  }
-  if (acc == 0x12345u) sink[blockIdx.x] = 1.f;  // keeps the loads alive
-}
-
-static FILE* g_json = nullptr;
-static bool g_first = true;
-static void Record(const char* op, const char* type, const char* config, int B, int L, double bytes, double graph_us, double stream_us,
-                   double peak) {
-  std::printf("time %-15s %-8s %-22s B=%d L=%-6d graph %7.2f us %6.0f GB/s %4.0f%% | stream %7.2f us %6.0f GB/s\n", op, type, config, B,
-              L, graph_us, bytes / graph_us / 1e3, 100.0 * bytes / graph_us / 1e3 / peak, stream_us, bytes / stream_us / 1e3);
-  if (g_json)
-    std::fprintf(g_json,
-                 "%s{\"op\": \"%s\", \"dtype\": \"%s\", \"config\": \"%s\", \"batch\": %d, \"cached\": %d, \"bytes\": %.0f, "
-                 "\"kernel_graph_us\": %.3f, \"kernel_stream_us\": %.3f, \"GBps\": %.1f, \"frac_peak\": %.4f}",
-                 g_first ? "\n  " : ",\n  ", op, type, config, B, L, bytes, graph_us, stream_us, bytes / graph_us / 1e3,
-                 bytes / graph_us / 1e3 / peak);
-  g_first = false;
-}
-
-// The tile configurations the sweep compares (warps per block, pipeline stages, bytes per stage).
-// (warps per block, pipeline stages, bytes per stage, query heads per block)
-// (the results of a wider sweep, GB 2 included, are in the library's comment on DefaultCfg)
-#define ATTN_SWEEP(X) X(8, 4, 4096, 4) X(8, 3, 4096, 4) X(8, 3, 8192, 4)
-
-// One tile configuration, GB of the query heads sharing a KV head per block.
-template <class T, int HD, int GB, class Cfg>
-static int ConfigAttention(int dt, const void* q, const void* k, const void* v, void* out, const AttnCase& c, MnPos pos) {
-  return LaunchAttn<T, HD, GB, Cfg>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(out),
-                                   c.B, c.T, c.H, c.KVH, c.max_seq, pos, g_scratch, nullptr, 1);
-}
-
-// Every sweep configuration against the host reference before it is timed: long caches, lengths that
-// are not a multiple of any tile, position 0 and the last one, an invalid position.
-template <class T, int HD>
-static int CheckSweep(int dt, std::mt19937& rng) {
-  const AttnCase cases[] = {{1, 1, 32, 8, HD, 8192, {8190}}, {2, 1, 32, 8, HD, 3001, {0, 3000}}, {2, 1, 8, 2, HD, 700, {-1, 333}}};
-  int bad = 0;
-  char name[64];
-#define ATTN_CHECK_ONE(nw, st, stb, gb)                                                 \
-  std::snprintf(name, sizeof name, "nw%d st%d %dK gb%d", nw, st, stb / 1024, gb);      \
-  for (const AttnCase& c : cases)                                                      \
-    bad += !CheckAttention(c, dt, rng, ConfigAttention<T, HD, gb, AttnCfg<T, HD, nw, st, stb>>, name);
-  ATTN_SWEEP(ATTN_CHECK_ONE)
-#undef ATTN_CHECK_ONE
-  return bad;
-}
-
-template <class T, int HD, int GB, class Cfg>
-static void TimeAttnConfig(Timer& tm, const char* name, int dt, const void* q, const void* k, const void* v, void* o, int B, int L,
-                           int max_seq, MnPos pos, double peak) {
-  const int H = 32, KVH = 8;
-  const double bytes = (double)B * (2.0 * L * KVH * HD + 2.0 * H * HD) * sizeof(T);
-  auto launch = [&](cudaStream_t s) {
-    LaunchAttn<T, HD, GB, Cfg>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(o), B, 1,
-                               H, KVH, max_seq, pos, g_scratch, s, 1);
-  };
-  char cfg[96];
-  const double graph = tm.Graph(launch), stream = tm.Stream(launch);
-  cudaFuncAttributes fa;  // after the first launch (which raises the kernel's shared-memory limit)
-  CK(cudaFuncGetAttributes(&fa, AttnSplit<T, HD, GB, Cfg>));
-  int occ = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, AttnSplit<T, HD, GB, Cfg>, Cfg::NW * 32, Cfg::SMEM));
-  g_attn_skip_merge = true;
-  const double split_only = tm.Graph(launch);
-  g_attn_skip_merge = false;
-  std::snprintf(cfg, sizeof cfg, "%s hd%d", name, HD);
-  Record("attention", kTypeName[dt], cfg, B, L, bytes, graph, stream, peak);
-  std::printf("     regs %d spill %zu occ %d splits %d; split pass alone %.2f us (%.0f%%)\n", fa.numRegs, (size_t)fa.localSizeBytes, occ,
-              g_attn_last_splits, split_only, 100.0 * bytes / split_only / 1e3 / peak);
-}
-
-// Decode with 32 query heads over 8 KV heads: batch 1 up to 16384 cached, batch 8 up to 4096; the
-// library's configuration, and with `sweep` the others at the lengths the goal names.
-template <class T, int HD>
-static void TimeAttention(Timer& tm, int dt, bool sweep, double peak) {
-  const int H = 32, KVH = 8;
-  for (int B : {1, 8}) {
-    const int max_seq = B == 1 ? 16384 : 4096;
-    std::vector<float> q((size_t)B * H * HD, 0.5f), kv((size_t)B * max_seq * KVH * HD, 0.25f);
-    void *dq = Upload(ToDevice(&q, dt)), *dk = Upload(ToDevice(&kv, dt)), *dv = Upload(ToDevice(&kv, dt)), *dout = nullptr;
-    CK(cudaMalloc(&dout, q.size() * sizeof(T)));
-    for (int L : {1, 512, 2048, 4096, 8192, 16384}) {
-      if (L > max_seq) continue;
-      int64_t* dpos = nullptr;
-      const MnPos pos = DevPositions(std::vector<int64_t>(B, L - 1), &dpos);
-      TimeAttnConfig<T, HD, 4, DefaultCfg<T, HD>>(tm, "default", dt, dq, dk, dv, dout, B, L, max_seq, pos, peak);
-      if (L >= 4096) {  // without programmatic dependent launch: no overlap with the previous launch
-        g_attn_pdl = false;
-        TimeAttnConfig<T, HD, 4, DefaultCfg<T, HD>>(tm, "default no-PDL", dt, dq, dk, dv, dout, B, L, max_seq, pos, peak);
-        g_attn_pdl = true;
-      }
-      if (sweep && L >= 4096) {
-#define ATTN_TIME_ONE(nw, st, stb, gb)                                                                                 \
-  TimeAttnConfig<T, HD, gb, AttnCfg<T, HD, nw, st, stb>>(tm, "nw" #nw " st" #st " " #stb " gb" #gb, dt, dq, dk, dv, dout, B, L, \
-                                                         max_seq, pos, peak);
-        ATTN_SWEEP(ATTN_TIME_ONE)
-#undef ATTN_TIME_ONE
-      }
-      cudaFree(dpos);
-    }
-    // the ceiling: a plain streaming read of the same K/V bytes (L = max_seq)
-    const int64_t n16 = (int64_t)kv.size() * sizeof(T) / 16;
-    float* sink = nullptr;
-    CK(cudaMalloc(&sink, 4 * 132 * 64 * 8));
-    int sms = NumSMs();
-    auto read = [&](cudaStream_t s) {
-      ReadAll<<<sms * 8, 256, 0, s>>>(static_cast<const uint4*>(dk), static_cast<const uint4*>(dv), n16, sink);
-    };
-    Record("plain-read-kv", kTypeName[dt], "grid-stride 16B", B, max_seq, 2.0 * n16 * 16, tm.Graph(read), tm.Stream(read), peak);
-    for (void* p : {dq, dk, dv, dout, static_cast<void*>(sink)}) cudaFree(p);
-  }
-}
-
-static void TimeRope(Timer& tm, int dt, double peak) {
-  const int H = 32, hd = 128, D = H * hd;
-  std::vector<float> inv(hd / 2);
-  for (int j = 0; j < hd / 2; ++j) inv[j] = powf(10000.f, -2.f * j / hd);
-  for (int S : {1, 2048}) {
-    std::vector<float> x((size_t)S * D, 0.5f);
-    void* dx = Upload(ToDevice(&x, dt));
-    void* dy = nullptr;
-    CK(cudaMalloc(&dy, x.size() * ElemBytes(dt)));
-    int64_t* dpos = nullptr;
-    const MnPos pos = DevPositions({S == 1 ? 4095 : 0}, &dpos);
-    auto launch = [&](cudaStream_t s) { mn_cuda_rope(dt, dx, dy, 1, S, D, hd, 0, pos, inv.data(), s); };
-    Record("rope", kTypeName[dt], "default", 1, S, 2.0 * x.size() * ElemBytes(dt), tm.Graph(launch), tm.Stream(launch), peak);
-    for (void* p : {dx, dy, static_cast<void*>(dpos)}) cudaFree(p);
-  }
-}
-
+#include "attn_check_time.cuh"
 #include "attn_check_rope.cuh"
 
 int main(int argc, char** argv) {
@@ -353,12 +219,19 @@ int main(int argc, char** argv) {
   const double peak = dev.peak_gbps;
   if (json) {
     g_json = std::fopen(json, "w");
-    std::fprintf(g_json, "{\"device\": \"%s\", \"sms\": %d, \"peak_GBps\": %.0f, \"cuda_runtime\": %d, \"checks_failed\": %d, \"results\": [",
-                 dev.name.c_str(), dev.sms, peak, CUDART_VERSION, bad);
+    int l2 = 0;
+    CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+    std::fprintf(g_json,
+                 "{\"device\": \"%s\", \"sms\": %d, \"l2_bytes\": %d, \"peak_GBps\": %.0f, \"cuda_runtime\": %d, \"checks_failed\": %d, "
+                 "\"method\": \"CUDA events per launch: kernel_graph_us = N launches in a CUDA graph replayed, kernel_stream_us = back-to-back "
+                 "stream launches; consecutive launches read different K/V caches (cache_sets of them, sets_over_l2 x the L2 size)\", "
+                 "\"results\": [",
+                 dev.name.c_str(), dev.sms, l2, peak, CUDART_VERSION, bad);
   }
-  std::printf("timing on %s (%d SMs, peak %.0f GB/s): decode H=32 KVH=8 hd=128; CUDA events\n", dev.name.c_str(), dev.sms,
-              peak);
+  std::printf("timing on %s (%d SMs, peak %.0f GB/s): decode H=32 KVH=8; CUDA events, per launch, rotating over K/V sets of >= 3x L2\n",
+              dev.name.c_str(), dev.sms, peak);
   Timer tm;
+  TimeLaunchFloor(tm, peak);
   TimeRopeAttentionAll(tm, peak);
   for (bool hd128 : {true, false}) {  // head_dim 128, then 64
     if (rope_only) break;

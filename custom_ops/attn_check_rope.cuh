@@ -123,40 +123,49 @@ static int CheckRopeAttentionCases(std::mt19937& rng) {
 }
 
 // The decode step's attention with its rope and cache writes: the fused kernel, and the four kernels it
-// replaces, batch 1, at 128 / 4096 / 8192 cached positions. Bytes: what the fused op must move.
+// replaces, batch 1, at 128 / 4096 / 8192 cached positions, rotating over distinct caches
+// (attn_check_time.cuh's CacheSets). Bytes: what the fused op must move.
 template <class T>
 static void TimeRopeAttention(Timer& tm, int dt, int H, int KVH, int hd, double peak) {
   const int max_seq = 8192;
   const size_t kvw = (size_t)KVH * hd;
-  std::vector<float> q((size_t)H * hd, 0.5f), nw(kvw, 0.5f), kv(max_seq * kvw, 0.25f), inv(hd / 2);
+  std::vector<float> q((size_t)H * hd, 0.5f), nw(kvw, 0.5f), inv(hd / 2);
   for (int j = 0; j < hd / 2; ++j) inv[j] = powf(10000.f, -2.f * j / hd);
   void *dq = Upload(ToDevice(&q, dt)), *dkn = Upload(ToDevice(&nw, dt)), *dvn = Upload(ToDevice(&nw, dt));
-  void *dk = Upload(ToDevice(&kv, dt)), *dv = Upload(ToDevice(&kv, dt)), *dqr = nullptr, *dout = nullptr;
+  void *dqr = nullptr, *dout = nullptr;
   CK(cudaMalloc(&dqr, q.size() * sizeof(T)));
   CK(cudaMalloc(&dout, q.size() * sizeof(T)));
   for (int L : {128, 4096, 8192}) {
+    const CacheSets kv(1, L, max_seq, kvw * sizeof(T));
     int64_t* dpos = nullptr;
     const MnPos pos = DevPositions({L - 1}, &dpos);
     const double bytes = (2.0 * L * kvw + 2.0 * H * hd + 2.0 * kvw) * sizeof(T);
+    int it = 0;
     auto fused = [&](cudaStream_t s) {
+      void *dk = kv.K(it), *dv = kv.V(it++);
       mn_cuda_rope_cached_attention(dt, dq, dkn, dvn, dk, dv, dout, dk, dv, 1, 1, H, KVH, hd, max_seq, pos, inv.data(), g_scratch,
                                     g_scratch2, s);
     };
     auto unfused = [&](cudaStream_t s) {
+      void *dk = kv.K(it), *dv = kv.V(it++);
       mn_cuda_rope(dt, dq, dqr, 1, 1, H * hd, hd, 0, pos, inv.data(), s);
       mn_cuda_rope_cache_write(dt, dkn, dk, dk, 1, kvw, max_seq, hd, inv.data(), pos, s);
       mn_cuda_cache_write(sizeof(T), dvn, dv, dv, 1, 1, kvw, max_seq, pos, s);
       mn_cuda_cached_attention(dt, dqr, dk, dv, dout, 1, 1, H, KVH, hd, max_seq, pos, g_scratch, s);
     };
-    auto attention = [&](cudaStream_t s) { mn_cuda_cached_attention(dt, dqr, dk, dv, dout, 1, 1, H, KVH, hd, max_seq, pos, g_scratch, s); };
+    auto attention = [&](cudaStream_t s) {
+      void *dk = kv.K(it), *dv = kv.V(it++);
+      mn_cuda_cached_attention(dt, dqr, dk, dv, dout, 1, 1, H, KVH, hd, max_seq, pos, g_scratch, s);
+    };
     char cfg[64];
     std::snprintf(cfg, sizeof cfg, "H%d/%d hd%d", H, KVH, hd);
-    Record("rope_attention", kTypeName[dt], cfg, 1, L, bytes, tm.Graph(fused), tm.Stream(fused), peak);
-    Record("rope+attn (4 k)", kTypeName[dt], cfg, 1, L, bytes, tm.Graph(unfused), tm.Stream(unfused), peak);
-    Record("attention alone", kTypeName[dt], cfg, 1, L, bytes, tm.Graph(attention), tm.Stream(attention), peak);
+    const int n = kv.GraphLaunches();
+    Record("rope_attention", kTypeName[dt], cfg, 1, L, bytes, tm.Graph(fused, n), tm.Stream(fused), peak, &kv);
+    Record("rope+attn (4 k)", kTypeName[dt], cfg, 1, L, bytes, tm.Graph(unfused, n), tm.Stream(unfused), peak, &kv);
+    Record("attention alone", kTypeName[dt], cfg, 1, L, bytes, tm.Graph(attention, n), tm.Stream(attention), peak, &kv);
     cudaFree(dpos);
   }
-  for (void* p : {dq, dkn, dvn, dk, dv, dqr, dout}) cudaFree(p);
+  for (void* p : {dq, dkn, dvn, dqr, dout}) cudaFree(p);
 }
 
 // SmolLM2's heads (9 over 3, head_dim 64) and 32 over 8 with head_dim 128, float32 and float16.

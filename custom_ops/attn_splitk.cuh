@@ -1,30 +1,40 @@
 // The split-K decode kernel of com.meganeura CachedAttention (AttnSplit) and its pieces; included by
 // cuda_attention.cu, whose launcher picks the tile configuration and the workspace.
 #pragma once
+#include <type_traits>
+
 #include "cuda_common.cuh"
 
 namespace {
 
 // ------------------------------------------------------------------ CachedAttention
-// Split-K ("flash decoding"). Grid (KV head x head group, split, sequence x query row): a block streams
-// its slice [start, end) of the cache rows of one KV head of one sequence once, for all query heads of
-// the group (GQA: K/V are read once per group), and keeps a partial (m, l, acc[hd]) per head. The last
-// block of a (sequence, row, KV head, group) to finish (an atomic counter per group, reset by that
-// block) merges the splits' partials and writes the output: one kernel, no combine launch.
+// Split-K ("flash decoding"). Grid (KV head x head group, split, sequence x query row), one block per
+// SM: a block streams its slice [start, end) of the cache rows of one KV head of one sequence once, for
+// all query heads of the group (GQA: K/V are read once per group), and keeps a partial (m, l, acc[hd])
+// per head. The splits' partials are merged in the same launch: where there are at most 8 splits and
+// their clusters fit (batch > 1), the splits of a group form a thread-block cluster and merge through
+// distributed shared memory (MergeCluster); else the last block of a (sequence, row, KV head, group)
+// to finish (an atomic counter per group, reset by that block) merges them from a workspace.
 // Inside a block each warp runs its own cp.async pipeline: NST stages of TR rows of K and V (STB bytes
-// per stage) in shared memory, 16-byte loads, no block barrier in the main loop.
+// per stage) in shared memory, 16-byte loads, no block barrier in the main loop. The warp's work:
+//   scalar form (float32, and other head_dims):
 //   QK: lanes (sub, sl) = (row of the step, 16-byte slice): C chunks (16 elements) per lane, LPR lanes
 //       per row, shuffle-reduced dots; online softmax per tile in base 2 (q pre-scaled by log2(e)/sqrt(hd)).
 //   PV: lanes over head_dim (PL lanes per row), p broadcast by shuffle, acc in float registers.
-// float16/bfloat16 caches are read as such (half the bytes) and computed in float32.
+//   tensor-core form (Cfg::MMA: float16/bfloat16, head_dim 64 and 128): attn_mma.cuh.
+// float16/bfloat16 caches are read as such (half the bytes); sums in float32.
 int g_attn_waves = 1;           // split-K grid = waves x resident blocks (tuning knob for attn_check)
 bool g_attn_skip_merge = false;  // attn_check times the split pass alone (output then invalid)
 int g_attn_last_splits = 0;      // the split count of the last launch (reported by attn_check)
 bool g_attn_pdl = true;          // programmatic dependent launch where the GPU has it (attn_check compares)
+int g_attn_blocks_per_sm = 1;    // > 0: at most this many blocks per SM in the grid, 0: as many as fit (attn_check compares)
+int g_attn_cluster_max = 8;      // splits merged through a thread-block cluster when there are at most this many (0: never)
+int g_attn_last_cluster = 0;     // the cluster size of the last launch (0: the atomic-counter merge)
 
-template <class T, int HD, int NW_, int NST_, int STB_>
+template <class T, int HD, int NW_, int NST_, int STB_, bool MMA_ = false>
 struct AttnCfg {
   static constexpr int NW = NW_, NST = NST_, STB = STB_;
+  static constexpr bool MMA = MMA_;                // tensor-core warp work (attn_mma.cuh), 16-bit types
   static constexpr int EPC = Elem<T>::EPC;
   static constexpr int C16 = HD / EPC;             // 16-byte chunks per row
   static constexpr int C = 16 / EPC;               // QK: chunks per lane (16 elements)
@@ -60,6 +70,7 @@ struct AttnArgs {
   float2* ws_ml;         // [B*T*H][splits] (m, l)
   unsigned* counters;    // [B*T][KVH*ngroups] finished splits, reset to 0 by the last one
   int skip_merge;        // timing only (attn_check): stop after the split pass
+  int cluster;            // the splits of a (sequence, row, head group) form one thread-block cluster (DSMEM merge)
 };
 
 // What one block works on: a KV head's head group of one (sequence, row) and a slice of its cache rows.
@@ -86,6 +97,13 @@ struct RopeIn {
 };
 template <class T, int HD>
 struct RopeIn<T, HD, false> {};
+
+}  // namespace
+
+#include "attn_merge.cuh"
+#include "attn_mma.cuh"
+
+namespace {
 
 // The pieces of the split-K kernel, for one element type, head_dim, head-group size GB and tile shape.
 template <class T, int HD, int GB, class Cfg>
@@ -168,15 +186,18 @@ struct AttnBlock {
 
   // ROPE: StartWarp with the query rotated first, at position `pos` (the Rope kernel's arithmetic), and
   // rounded to T as the unfused Rope's output is. One angle per element of the slice, shared by the heads.
-  __device__ static void StartWarpRope(Warp& w, const uint4 (&raw)[GB][C], const uint4 (&partner)[GB][C], float qscale, float pos,
-                                       const float* inv) {
+  __device__ static void StartWarpRope(Warp& w, const uint4 (&raw)[GB][C], const uint4 (&partner)[GB][C], float qscale,
+                                       const float2* angles) {
     StartWarp(w, raw, 1.f);
     float cs[QE], sn[QE];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const int j0 = ((c * LPR + w.sl) % (C16 / 2)) * EPC;  // the pair index of the chunk's first element
 #pragma unroll
-      for (int e = 0; e < EPC; ++e) sincosf(pos * inv[j0 + e], &sn[c * EPC + e], &cs[c * EPC + e]);
+      for (int e = 0; e < EPC; ++e) {
+        cs[c * EPC + e] = angles[j0 + e].x;
+        sn[c * EPC + e] = angles[j0 + e].y;
+      }
     }
 #pragma unroll
     for (int g = 0; g < GB; ++g) {
@@ -198,7 +219,11 @@ struct AttnBlock {
 
   // ROPE: this step's rows inside the block's slice, [max(start, kv_pos), end), written into the caches
   // (the KV head's columns: rotated k_new, v_new as is) and made visible to the block's cp.async loads.
-  __device__ static void WriteNewRows(const RopeIn<T, HD, true>& r, const AttnSlice& s, const AttnArgs& a) {
+  // angles: (cos, sin) at the query row's position qpos (computed once per block). patch (T == 1, one
+  // new row): the row's K and V are also kept there, for the warp that streams the row to put into its
+  // stage (Pipe::Patch) instead of reading it back: no fence before the streaming.
+  __device__ static void WriteNewRows(const RopeIn<T, HD, true>& r, const AttnSlice& s, const AttnArgs& a, const float2* angles,
+                                      int64_t qpos, T* patch) {
     const int64_t lo = max(s.start, s.kv_pos), hi = s.end;
     if (lo >= hi) return;  // block-uniform
     constexpr int HALF = HD / 2;
@@ -209,14 +234,26 @@ struct AttnBlock {
       const int64_t src = ((int64_t)s.b * a.T + (row - s.kv_pos)) * kvw + (int64_t)s.kvh * HD + j;
       const int64_t dst = ((int64_t)s.b * a.max_seq + row) * kvw + (int64_t)s.kvh * HD + j;
       float sn, cs;
-      sincosf(static_cast<float>(row) * r.inv[j], &sn, &cs);
+      if (row == qpos) {
+        cs = angles[j].x;
+        sn = angles[j].y;
+      } else {
+        sincosf(static_cast<float>(row) * r.inv[j], &sn, &cs);
+      }
       const float x = E::ToF(r.k_new[src]), y = E::ToF(r.k_new[src + HALF]);
-      r.k[dst] = E::FromF(x * cs - y * sn);
-      r.k[dst + HALF] = E::FromF(y * cs + x * sn);
-      r.v[dst] = r.v_new[src];
-      r.v[dst + HALF] = r.v_new[src + HALF];
+      const T k0 = E::FromF(x * cs - y * sn), k1 = E::FromF(y * cs + x * sn), v0 = r.v_new[src], v1 = r.v_new[src + HALF];
+      r.k[dst] = k0;
+      r.k[dst + HALF] = k1;
+      r.v[dst] = v0;
+      r.v[dst + HALF] = v1;
+      if (patch != nullptr) {
+        patch[j] = k0;
+        patch[j + HALF] = k1;
+        patch[HD + j] = v0;
+        patch[HD + j + HALF] = v1;
+      }
     }
-    __threadfence();  // the rows reach L2, where cp.async.cg reads them
+    if (patch == nullptr) __threadfence();  // the rows reach L2, where cp.async.cg reads them
     __syncthreads();
   }
 
@@ -226,6 +263,23 @@ struct AttnBlock {
     const uint4 *kb, *vb;   // row 0 of the KV head's K and V (16-byte chunks)
     int64_t kvw16, start, end;
     int warp, lane, tiles;  // tiles: how many this warp streams
+    int64_t patch_row;      // ROPE, T == 1: the new row (-1: none in this slice), its K then V at `patch`
+    const uint4* patch;
+
+    // The new row into tile i's stage, once the tile's copies are complete (SWZ: the tensor-core layout).
+    template <bool SWZ>
+    __device__ void Patch(int i) const {
+      const int64_t row0 = Row0(i);
+      if (patch_row < row0 || patch_row >= row0 + TR) return;  // warp-uniform
+      const int r = static_cast<int>(patch_row - row0);
+      uint4* st = wsm + (i % NST) * Cfg::STAGE16;
+      for (int c = lane; c < C16; c += 32) {
+        const int dc = SWZ ? (c ^ (r & 7)) : c;
+        st[r * C16 + dc] = patch[c];
+        st[TR * C16 + r * C16 + dc] = patch[C16 + c];
+      }
+      __syncwarp();
+    }
 
     __device__ int64_t Row0(int i) const { return start + (int64_t)(warp + i * NW) * TR; }
     __device__ const uint4* Stage(int i) const { return wsm + (i % NST) * Cfg::STAGE16; }
@@ -261,6 +315,8 @@ struct AttnBlock {
     p.warp = warp;
     p.lane = lane;
     p.tiles = ntiles > warp ? (ntiles - warp + NW - 1) / NW : 0;
+    p.patch_row = -1;
+    p.patch = nullptr;
     return p;
   }
 
@@ -348,6 +404,7 @@ struct AttnBlock {
       pipe.Issue(i + NST - 1);  // into the stage consumed in iteration i - 1
       CpAsyncWait<NST - 1>();
       __syncwarp();
+      pipe.template Patch<false>(i);
       const uint4* Ks = pipe.Stage(i);
       const int64_t row0 = pipe.Row0(i);
       float s[STEPS][GB], p[STEPS][GB];
@@ -368,13 +425,8 @@ struct AttnBlock {
     }
   }
 
-  // Merges the warps through shared memory (the stage buffers are free now) into the block's partial
-  // per head: the output itself when there is one split, else this split's (m, l, acc) in the workspace.
-  __device__ static void MergeWarps(const Warp& w, const AttnSlice& s, const AttnArgs& a, T* out, uint4* smem) {
-    __syncthreads();
-    float* sm_acc = reinterpret_cast<float*>(smem);  // [NW][GB][HD]
-    float* sm_ml = sm_acc + NW * GB * HD;            // [NW][GB][2]
-    static_assert((NW * GB * HD + NW * GB * 2) * 4 <= Cfg::SMEM, "merge area");
+  // The warp's partial (acc over head_dim, m, l per head) into the block's merge area.
+  __device__ static void StorePartial(const Warp& w, float* sm_acc, float* sm_ml) {
     if (w.rv == 0) {
 #pragma unroll
       for (int g = 0; g < GB; ++g) {
@@ -388,120 +440,106 @@ struct AttnBlock {
         }
       }
     }
-    __syncthreads();
-    for (int e = threadIdx.x; e < GB * HD; e += blockDim.x) {
-      const int g = e / HD, d = e % HD;
-      if (s.g0 + g >= a.G) continue;
-      float M = -INFINITY;
-#pragma unroll
-      for (int x = 0; x < NW; ++x) M = fmaxf(M, sm_ml[(x * GB + g) * 2]);
-      float lt = 0.f, at = 0.f;
-      if (M != -INFINITY) {
-#pragma unroll
-        for (int x = 0; x < NW; ++x) {
-          const float mw = sm_ml[(x * GB + g) * 2];
-          if (mw == -INFINITY) continue;
-          const float c = exp2f(mw - M);
-          lt += sm_ml[(x * GB + g) * 2 + 1] * c;
-          at += sm_acc[(x * GB + g) * HD + d] * c;
-        }
-      }
-      const int64_t th = s.head0 + g;
-      if (a.splits == 1) {  // split 0 covers every row
-        out[th * HD + d] = E::FromF(s.valid ? at / lt : __int_as_float(0x7fc00000));
-      } else {
-        a.ws_acc[(th * a.splits + blockIdx.y) * HD + d] = at;
-        if (d == 0) a.ws_ml[th * a.splits + blockIdx.y] = make_float2(M, lt);
-      }
-    }
-  }
-
-  // Counts this block's split done; true in the last block of its group to finish, which then sees
-  // every split's partial. One release (thread 0, after the barrier that orders the block's writes
-  // before it) and one acquire per block, as a semaphore between blocks.
-  __device__ static bool ArriveLast(const AttnSlice& s, const AttnArgs& a) {
-    __shared__ bool last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      unsigned* counter = a.counters + (int64_t)s.bt * gridDim.x + blockIdx.x;
-      __threadfence();  // release: the block's partials before its count
-      last = atomicAdd(counter, 1u) == static_cast<unsigned>(a.splits - 1);
-      if (last) {
-        *counter = 0u;    // ready for the next launch (or CUDA-graph replay)
-        __threadfence();  // acquire: the other splits' partials after their counts
-      }
-    }
-    __syncthreads();
-    return last;
-  }
-
-  // out = sum_s acc_s 2^(m_s - M) / sum_s l_s 2^(m_s - M), M = max_s m_s. A thread per (head, 4 columns)
-  // folds the splits in with a running maximum, so that the loads of all splits are independent (one
-  // round trip to L2 rather than one for the weights and one for the sums); an empty split has m = -inf,
-  // l = 0 and acc = 0, and weighs 0.
-  __device__ static void MergeSplits(const AttnSlice& s, const AttnArgs& a, T* out) {
-    constexpr int COLS = HD / 4;
-    for (int e = threadIdx.x; e < GB * COLS; e += NW * 32) {
-      const int g = e / COLS, c = e % COLS;
-      if (s.g0 + g >= a.G) continue;
-      const int64_t th = s.head0 + g;
-      const float2* ml = a.ws_ml + th * a.splits;
-      const float4* src = reinterpret_cast<const float4*>(a.ws_acc + th * a.splits * HD) + c;
-      float M = -INFINITY, lsum = 0.f;
-      float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-      for (int sp = 0; sp < a.splits; ++sp) {
-        const float2 x = __ldcg(ml + sp);
-        const float4 y = __ldcg(src + (int64_t)sp * COLS);
-        const float mn = fmaxf(M, x.x);
-        const float mu = mn == -INFINITY ? 0.f : mn;
-        const float old = exp2f(M - mu), wt = exp2f(x.x - mu);
-        lsum = fmaf(lsum, old, x.y * wt);
-        s4 = make_float4(fmaf(s4.x, old, y.x * wt), fmaf(s4.y, old, y.y * wt), fmaf(s4.z, old, y.z * wt), fmaf(s4.w, old, y.w * wt));
-        M = mn;
-      }
-      const float inv = s.valid ? 1.f / lsum : __int_as_float(0x7fc00000);
-      T* o = out + th * HD + c * 4;
-      o[0] = E::FromF(s4.x * inv);
-      o[1] = E::FromF(s4.y * inv);
-      o[2] = E::FromF(s4.z * inv);
-      o[3] = E::FromF(s4.w * inv);
-    }
   }
 };
+
+// ROPE: the block's rotation angles and its new rows (after Rows): (cos, sin) at the query row's
+// position into `angles`, computed once per block (sincosf is some 40 instructions); then the new rows
+// inside the slice into the caches (WriteNewRows), for T == 1 also into `patch`, which the pipeline puts
+// into the stage of the row (Pipe::Patch).
+template <class T, int HD, int GB, class Cfg>
+__device__ __forceinline__ void RopeBlock(const RopeIn<T, HD, true>& rope, const AttnSlice& s, const AttnArgs& a, float2* angles,
+                                          T* patch, typename AttnBlock<T, HD, GB, Cfg>::Pipe& pipe) {
+  const int64_t qpos = s.kv_pos + s.bt % a.T;
+  for (int j = threadIdx.x; j < HD / 2; j += blockDim.x) {
+    float sn, cs;
+    sincosf(static_cast<float>(qpos) * rope.inv[j], &sn, &cs);
+    angles[j] = make_float2(cs, sn);
+  }
+  __syncthreads();
+  const bool one_row = a.T == 1 && s.valid && s.kv_pos >= s.start && s.kv_pos < s.end;
+  AttnBlock<T, HD, GB, Cfg>::WriteNewRows(rope, s, a, angles, qpos, one_row ? patch : nullptr);
+  if (one_row) {
+    pipe.patch_row = s.kv_pos;
+    pipe.patch = reinterpret_cast<const uint4*>(patch);
+  }
+}
+
+// The warps' streaming (scalar or tensor-core form), then their partials in shared memory.
+template <class T, int HD, int GB, class Cfg, bool ROPE>
+__device__ __forceinline__ void AttnWarps(const T* __restrict__ q, const T* k, const T* v, const AttnArgs& a, AttnSlice& s,
+                                          const RopeIn<T, HD, ROPE>& rope, uint4* smem, float* sm_acc, float* sm_ml) {
+  using A = AttnBlock<T, HD, GB, Cfg>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ float2 angles[ROPE ? HD / 2 : 1];
+  __shared__ __align__(16) T patch[ROPE ? 2 * HD : 8];
+  if constexpr (Cfg::MMA) {
+    using M = AttnMma<T, HD, GB, Cfg>;
+    typename M::Warp w;
+    w.warp = warp;
+    w.lane = lane;
+    w.g = lane / 4;
+    w.t = lane % 4;
+    uint32_t raw[M::KS][2];
+    M::LoadQuery(q, s, a.G, w.g, w.t, raw);  // in flight together with the position
+    A::Rows(a, s);
+    auto pipe = A::MakePipe(k, v, s, a, smem, warp, lane);
+    if constexpr (ROPE) {
+      RopeBlock<T, HD, GB, Cfg>(rope, s, a, angles, patch, pipe);
+      M::Stream(w, pipe, a.qscale, [&] { M::StartWarpRope(w, raw, angles); });
+    } else {
+      M::Stream(w, pipe, a.qscale, [&] { M::StartWarp(w, raw); });
+    }
+    __syncthreads();
+    M::StorePartial(w, sm_acc, sm_ml);
+  } else {
+    typename A::Warp w;
+    w.warp = warp;
+    w.lane = lane;
+    w.sub = lane / Cfg::LPR;
+    w.sl = lane % Cfg::LPR;
+    w.rv = lane / Cfg::PL;
+    w.pl = lane % Cfg::PL;
+    uint4 raw[GB][Cfg::C];
+    A::LoadQuery(q, s, a.G, w.sl, raw);  // in flight together with the position
+    if constexpr (ROPE) {
+      uint4 partner[GB][Cfg::C];
+      A::LoadPartner(q, s, a.G, w.sl, partner);
+      A::Rows(a, s);
+      auto pipe = A::MakePipe(k, v, s, a, smem, warp, lane);
+      RopeBlock<T, HD, GB, Cfg>(rope, s, a, angles, patch, pipe);
+      A::Stream(w, pipe, [&] { A::StartWarpRope(w, raw, partner, a.qscale, angles); });
+    } else {
+      A::Rows(a, s);
+      A::Stream(w, A::MakePipe(k, v, s, a, smem, warp, lane), [&] { A::StartWarp(w, raw, a.qscale); });
+    }
+    __syncthreads();
+    A::StorePartial(w, sm_acc, sm_ml);
+  }
+}
 
 // k and v are read through cp.async only (no __restrict__: the ROPE form writes its new rows into them).
 template <class T, int HD, int GB, class Cfg, bool ROPE = false>
 __global__ void __launch_bounds__(Cfg::NW * 32)
     AttnSplit(const T* __restrict__ q, const T* k, const T* v, T* __restrict__ out, AttnArgs a, RopeIn<T, HD, ROPE> rope) {
   using A = AttnBlock<T, HD, GB, Cfg>;
+  using Merge = AttnMerge<T, HD, GB, Cfg::NW>;
   extern __shared__ uint4 smem[];
-  typename A::Warp w;
-  w.warp = threadIdx.x / 32;
-  w.lane = threadIdx.x % 32;
-  w.sub = w.lane / Cfg::LPR;
-  w.sl = w.lane % Cfg::LPR;
-  w.rv = w.lane / Cfg::PL;
-  w.pl = w.lane % Cfg::PL;
   AttnSlice s = A::Heads(a);
   GridDependencyWait();  // q, the caches and the positions may come from the previous kernel
   GridDependentsRelease();
-  uint4 raw[GB][Cfg::C];
-  A::LoadQuery(q, s, a.G, w.sl, raw);  // in flight together with the position
-  if constexpr (ROPE) {
-    uint4 partner[GB][Cfg::C];
-    A::LoadPartner(q, s, a.G, w.sl, partner);
-    A::Rows(a, s);
-    A::WriteNewRows(rope, s, a);
-    const float pos = static_cast<float>(s.kv_pos + s.bt % a.T);  // the query row's position
-    A::Stream(w, A::MakePipe(k, v, s, a, smem, w.warp, w.lane), [&] { A::StartWarpRope(w, raw, partner, a.qscale, pos, rope.inv); });
-  } else {
-    A::Rows(a, s);
-    A::Stream(w, A::MakePipe(k, v, s, a, smem, w.warp, w.lane), [&] { A::StartWarp(w, raw, a.qscale); });
+  float* sm_acc = reinterpret_cast<float*>(smem);      // [NW][GB][HD]
+  float* sm_ml = sm_acc + Cfg::NW * GB * HD;            // [NW][GB][2]
+  AttnWarps<T, HD, GB, Cfg, ROPE>(q, k, v, a, s, rope, smem, sm_acc, sm_ml);
+  float* part = sm_ml + Cfg::NW * GB * 2;  // this block's partial when the splits form a cluster
+  static_assert((Cfg::NW * GB * HD + Cfg::NW * GB * 2 + GB * HD + GB * 2) * 4 <= Cfg::SMEM, "merge area");
+  Merge::FoldWarps(s, a, out, sm_acc, sm_ml, part);
+  if (a.cluster && !a.skip_merge) {
+    Merge::MergeCluster(s, a, out, part);
+    return;
   }
-  A::MergeWarps(w, s, a, out, smem);
   if (a.splits == 1 || a.skip_merge) return;  // skip_merge: attn_check times the split pass alone
-  if (A::ArriveLast(s, a)) A::MergeSplits(s, a, out);
+  if (Merge::ArriveLast(s, a)) Merge::MergeSplits(s, a, out);
 }
 
 }  // namespace

@@ -303,6 +303,54 @@ OrtStatus* ProjectRows(OrtKernelContext* ctx, const float* xn, int64_t M, int64_
   });
 }
 
+// RMSNormLinear / RMSNormSwiGLU of a prepared call: the rows normalised once into float32, then the
+// column-sliced products (SwiGLU: the tasks cover w_gate's columns; each also multiplies w_up's slice).
+template <class T>
+OrtStatus* RunNormLinear(OrtKernelContext* ctx, const NormLinearAttrs& a, bool swiglu, const NormLinearCall& c) {
+  std::vector<float> xn(c.M * c.K);
+  NormalizeRows(static_cast<const T*>(c.x.data), static_cast<const T*>(c.gamma.data), c.M, c.K, a.epsilon, xn.data());
+  std::vector<const T*> ws;
+  for (const Tensor& t : c.ws) ws.push_back(static_cast<const T*>(t.data));
+  const std::vector<const T*> first(ws.begin(), ws.begin() + static_cast<std::ptrdiff_t>(c.outs.size()));
+  return ProjectRows<T>(ctx, xn.data(), c.M, c.K, a.trans_b, first, c.N, [&](size_t i, int64_t n0, int64_t width, const float* acc,
+                                                                             float* row, float* wbuf) {
+    std::vector<float> up;
+    if (swiglu) {
+      up.resize(c.M * width);
+      Product(xn.data(), ws[1], c.M, c.K, c.N[1], a.trans_b, n0, width, wbuf, up.data());
+    }
+    for (int64_t m = 0; m < c.M; ++m) {
+      T* y = static_cast<T*>(c.outs[i]) + m * c.N[i] + n0;
+      float* out = OutRow(y, row);
+      const float* s = acc + m * width;
+      if (swiglu)
+        for (int64_t j = 0; j < width; ++j) out[j] = Silu(s[j]) * up[m * width + j];
+      else
+        std::memcpy(out, s, sizeof(float) * width);
+      StoreRow(out, y, width);
+    }
+  });
+}
+
+// y = residual + x @ w^T (or @ w): x's rows as float32, then the same column-sliced product, the
+// residual added in float32 before the one rounding to T.
+template <class T>
+OrtStatus* RunLinearResidual(OrtKernelContext* ctx, bool trans_b, const LinearResidualCall& c) {
+  std::vector<float> xf(c.M * c.K);  // K = 0: no rows to read (x's data may be null), the product is zeros
+  for (int64_t m = 0; c.K > 0 && m < c.M; ++m) ToFloatRow(static_cast<const T*>(c.x.data) + m * c.K, xf.data() + m * c.K, c.K);
+  const T* residual = static_cast<const T*>(c.residual.data);
+  return ProjectRows<T>(ctx, xf.data(), c.M, c.K, trans_b, {static_cast<const T*>(c.w.data)}, {c.N},
+                        [&](size_t, int64_t n0, int64_t width, const float* acc, float* row, float*) {
+                          for (int64_t m = 0; m < c.M; ++m) {
+                            T* y = static_cast<T*>(c.y) + m * c.N + n0;
+                            const float* r = FloatRow(residual + m * c.N + n0, width, row + width);
+                            float* out = OutRow(y, row);
+                            for (int64_t j = 0; j < width; ++j) out[j] = r[j] + acc[m * width + j];
+                            StoreRow(out, y, width);
+                          }
+                        });
+}
+
 class NormLinearCpu : public Kernel {
  public:
   NormLinearCpu(const NormLinearAttrs& a, bool swiglu) : a_(a), swiglu_(swiglu) {}
@@ -311,8 +359,7 @@ class NormLinearCpu : public Kernel {
   OrtStatus* Compute(OrtKernelContext* ctx) override {
     NormLinearCall c;
     MN_RETURN_IF(PrepareNormLinear(ctx, a_, swiglu_, &c));
-    if (c.M == 0) return nullptr;
-    return DispatchFloat(c.type, [&](auto tag) { return Run<decltype(tag)>(ctx, c); });
+    return NormLinearCpuRun(ctx, a_, swiglu_, c);
   }
 
  private:
@@ -323,40 +370,10 @@ class NormLinearCpu : public Kernel {
     return nullptr;
   }
 
-  template <class T>
-  OrtStatus* Run(OrtKernelContext* ctx, const NormLinearCall& c) {
-    std::vector<float> xn(c.M * c.K);
-    NormalizeRows(static_cast<const T*>(c.x.data), static_cast<const T*>(c.gamma.data), c.M, c.K, a_.epsilon, xn.data());
-    std::vector<const T*> ws;
-    for (const Tensor& t : c.ws) ws.push_back(static_cast<const T*>(t.data));
-    // SwiGLU: the tasks cover w_gate's columns; each also multiplies w_up's slice (one output).
-    const std::vector<const T*> first(ws.begin(), ws.begin() + static_cast<std::ptrdiff_t>(c.outs.size()));
-    return ProjectRows<T>(ctx, xn.data(), c.M, c.K, a_.trans_b, first, c.N, [&](size_t i, int64_t n0, int64_t width, const float* acc,
-                                                                                float* row, float* wbuf) {
-      std::vector<float> up;
-      if (swiglu_) {
-        up.resize(c.M * width);
-        Product(xn.data(), ws[1], c.M, c.K, c.N[1], a_.trans_b, n0, width, wbuf, up.data());
-      }
-      for (int64_t m = 0; m < c.M; ++m) {
-        T* y = static_cast<T*>(c.outs[i]) + m * c.N[i] + n0;
-        float* out = OutRow(y, row);
-        const float* a = acc + m * width;
-        if (swiglu_)
-          for (int64_t j = 0; j < width; ++j) out[j] = Silu(a[j]) * up[m * width + j];
-        else
-          std::memcpy(out, a, sizeof(float) * width);
-        StoreRow(out, y, width);
-      }
-    });
-  }
-
   NormLinearAttrs a_;
   bool swiglu_;
 };
 
-// y = residual + x @ w^T (or @ w): x's rows as float32, then the same column-sliced product, the
-// residual added in float32 before the one rounding to T.
 class LinearResidualCpu : public Kernel {
  public:
   explicit LinearResidualCpu(bool trans_b) : trans_b_(trans_b) {}
@@ -369,28 +386,10 @@ class LinearResidualCpu : public Kernel {
   OrtStatus* Compute(OrtKernelContext* ctx) override {
     LinearResidualCall c;
     MN_RETURN_IF(PrepareLinearResidual(ctx, trans_b_, &c));
-    if (c.M == 0) return nullptr;
-    return DispatchFloat(c.type, [&](auto tag) { return Run<decltype(tag)>(ctx, c); });
+    return LinearResidualCpuRun(ctx, trans_b_, c);
   }
 
  private:
-  template <class T>
-  OrtStatus* Run(OrtKernelContext* ctx, const LinearResidualCall& c) {
-    std::vector<float> xf(c.M * c.K);  // K = 0: no rows to read (x's data may be null), the product is zeros
-    for (int64_t m = 0; c.K > 0 && m < c.M; ++m) ToFloatRow(static_cast<const T*>(c.x.data) + m * c.K, xf.data() + m * c.K, c.K);
-    const T* residual = static_cast<const T*>(c.residual.data);
-    return ProjectRows<T>(ctx, xf.data(), c.M, c.K, trans_b_, {static_cast<const T*>(c.w.data)}, {c.N},
-                          [&](size_t, int64_t n0, int64_t width, const float* acc, float* row, float*) {
-                            for (int64_t m = 0; m < c.M; ++m) {
-                              T* y = static_cast<T*>(c.y) + m * c.N + n0;
-                              const float* r = FloatRow(residual + m * c.N + n0, width, row + width);
-                              float* out = OutRow(y, row);
-                              for (int64_t j = 0; j < width; ++j) out[j] = r[j] + acc[m * width + j];
-                              StoreRow(out, y, width);
-                            }
-                          });
-  }
-
   bool trans_b_;
 };
 
@@ -400,6 +399,16 @@ struct RMSNormSwiGLUCpu {
 };
 
 }  // namespace
+
+OrtStatus* NormLinearCpuRun(OrtKernelContext* ctx, const NormLinearAttrs& a, bool swiglu, const NormLinearCall& c) {
+  if (c.M == 0) return nullptr;
+  return DispatchFloat(c.type, [&](auto tag) { return RunNormLinear<decltype(tag)>(ctx, a, swiglu, c); });
+}
+
+OrtStatus* LinearResidualCpuRun(OrtKernelContext* ctx, bool trans_b, const LinearResidualCall& c) {
+  if (c.M == 0) return nullptr;
+  return DispatchFloat(c.type, [&](auto tag) { return RunLinearResidual<decltype(tag)>(ctx, trans_b, c); });
+}
 
 OpDef* NewRMSNormLinearOpDef(const char* ep, ONNXTensorElementDataType type, KernelFactory factory) {
   // x, gamma, then the variadic weights (one type for all); one variadic output per weight.

@@ -53,6 +53,40 @@ constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
 constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 
+// One row of `width` elements (whole heads of hd) rotated into dst, through float32 for half types.
+template <class T>
+void Rotate(const T* src, T* dst, int64_t width, int64_t hd, const std::vector<float>& cs, const std::vector<float>& sn, float* buf,
+            float* rot) {
+  float* y = OutRow(dst, rot);
+  RotateHeads(FloatRow(src, width, buf), y, cs.data(), sn.data(), width / hd, hd);
+  StoreRow(y, dst, width);
+}
+
+template <class T>
+OrtStatus* RunRopeCachedAttention(OrtKernelContext* ctx, const AttnProblem& p, const float* inv_freq, const T* q, const T* k_new,
+                                  const T* v_new, const void* k_cache, const void* v_cache, void* out, T* kc, T* vc) {
+  const int64_t kvw = p.KVH * p.hd, qw = p.H * p.hd, cache_bytes = p.B * p.max_seq * kvw * static_cast<int64_t>(sizeof(T));
+  if (kc != k_cache) MN_RETURN_IF(CopyCache(ctx, kc, k_cache, cache_bytes));
+  if (vc != v_cache) MN_RETURN_IF(CopyCache(ctx, vc, v_cache, cache_bytes));
+  const size_t half = static_cast<size_t>(p.hd / 2);
+  std::vector<T> q_rot(static_cast<size_t>(p.B * p.T * qw));
+  std::vector<float> cs(half), sn(half);
+  std::vector<float> buf(std::is_same<T, float>::value ? 0 : qw), rot(buf.size());
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t t = 0; t < p.T; ++t) {  // a decode step: one row per sequence
+      const int64_t pos = p.kv_pos[b] + t, row = b * p.T + t, cache_row = b * p.max_seq + pos;
+      for (size_t j = 0; j < half; ++j) {  // the same float32 angle as the Rope kernels
+        const float ang = static_cast<float>(pos) * inv_freq[j];
+        cs[j] = std::cos(ang);
+        sn[j] = std::sin(ang);
+      }
+      Rotate(k_new + row * kvw, kc + cache_row * kvw, kvw, p.hd, cs, sn, buf.data(), rot.data());
+      std::memcpy(vc + cache_row * kvw, v_new + row * kvw, sizeof(T) * kvw);
+      Rotate(q + row * qw, q_rot.data() + row * qw, qw, p.hd, cs, sn, buf.data(), rot.data());
+    }
+  return CachedAttentionCpuRun(ctx, p, q_rot.data(), kc, vc, out);
+}
+
 class RopeCachedAttentionCpu : public Kernel {
  public:
   explicit RopeCachedAttentionCpu(const RopeAttnAttrs& a) : a_(a), inv_freq_(a.heads.head_dim / 2) {
@@ -73,52 +107,25 @@ class RopeCachedAttentionCpu : public Kernel {
     MN_RETURN_IF(GetOutput(ctx, 0, in[0].shape, &out));
     MN_RETURN_IF(GetOutput(ctx, 1, in[3].shape, &kc));
     MN_RETURN_IF(GetOutput(ctx, 2, in[4].shape, &vc));
-    return DispatchFloat(p.type, [&](auto tag) {
-      using T = decltype(tag);
-      return Run<T>(ctx, p, in, out, static_cast<T*>(kc), static_cast<T*>(vc));
-    });
+    return RopeCachedAttentionCpuRun(ctx, p, inv_freq_.data(), in[0].data, in[1].data, in[2].data, in[3].data, in[4].data, out, kc, vc);
   }
 
  private:
-  template <class T>
-  OrtStatus* Run(OrtKernelContext* ctx, const AttnProblem& p, const Tensor* in, void* out, T* kc, T* vc) {
-    const int64_t kvw = p.KVH * p.hd, qw = p.H * p.hd, cache_bytes = p.B * p.max_seq * kvw * static_cast<int64_t>(sizeof(T));
-    if (kc != in[3].data) MN_RETURN_IF(CopyCache(ctx, kc, in[3].data, cache_bytes));
-    if (vc != in[4].data) MN_RETURN_IF(CopyCache(ctx, vc, in[4].data, cache_bytes));
-    const T* q = static_cast<const T*>(in[0].data);
-    const T* k_new = static_cast<const T*>(in[1].data);
-    const T* v_new = static_cast<const T*>(in[2].data);
-    std::vector<T> q_rot(static_cast<size_t>(p.B * p.T * qw));
-    std::vector<float> cs(inv_freq_.size()), sn(inv_freq_.size());
-    std::vector<float> buf(std::is_same<T, float>::value ? 0 : qw), rot(buf.size());
-    for (int64_t b = 0; b < p.B; ++b)
-      for (int64_t t = 0; t < p.T; ++t) {  // a decode step: one row per sequence
-        const int64_t pos = p.kv_pos[b] + t, row = b * p.T + t, cache_row = b * p.max_seq + pos;
-        for (size_t j = 0; j < inv_freq_.size(); ++j) {  // the same float32 angle as the Rope kernels
-          const float ang = static_cast<float>(pos) * inv_freq_[j];
-          cs[j] = std::cos(ang);
-          sn[j] = std::sin(ang);
-        }
-        Rotate(k_new + row * kvw, kc + cache_row * kvw, kvw, cs, sn, buf.data(), rot.data());
-        std::memcpy(vc + cache_row * kvw, v_new + row * kvw, sizeof(T) * kvw);
-        Rotate(q + row * qw, q_rot.data() + row * qw, qw, cs, sn, buf.data(), rot.data());
-      }
-    return CachedAttentionCpuRun(ctx, p, q_rot.data(), kc, vc, out);
-  }
-  // One row of `width` elements (whole heads) rotated into dst, through float32 for half types.
-  template <class T>
-  void Rotate(const T* src, T* dst, int64_t width, const std::vector<float>& cs, const std::vector<float>& sn, float* buf,
-              float* rot) const {
-    float* y = OutRow(dst, rot);
-    RotateHeads(FloatRow(src, width, buf), y, cs.data(), sn.data(), width / a_.heads.head_dim, a_.heads.head_dim);
-    StoreRow(y, dst, width);
-  }
-
   RopeAttnAttrs a_;
   std::vector<float> inv_freq_;
 };
 
 }  // namespace
+
+OrtStatus* RopeCachedAttentionCpuRun(OrtKernelContext* ctx, const AttnProblem& p, const float* inv_freq, const void* q,
+                                     const void* k_new, const void* v_new, const void* k_cache, const void* v_cache, void* out,
+                                     void* kc, void* vc) {
+  return DispatchFloat(p.type, [&](auto tag) {
+    using T = decltype(tag);
+    return RunRopeCachedAttention<T>(ctx, p, inv_freq, static_cast<const T*>(q), static_cast<const T*>(k_new),
+                                     static_cast<const T*>(v_new), k_cache, v_cache, out, static_cast<T*>(kc), static_cast<T*>(vc));
+  });
+}
 
 void AddCpuRopeAttentionOps(std::vector<OpDef*>* ops) {
   const char* ep = "CPUExecutionProvider";

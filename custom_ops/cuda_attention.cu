@@ -112,20 +112,23 @@ __global__ void AttnGeneric(const T* __restrict__ q, const T* __restrict__ k, co
   }
 }
 
-// The configuration per element type: 8 warps, 3 stages of 4 KiB for 16-bit caches (96 KiB per block;
-// the registers of 4 heads' query slices and sums leave one block per SM) and of 8 KiB for float32
-// (192 KiB: one block per SM; with 4 KiB stages float32 fits two blocks per SM, which doubles the
-// splits and the merge and was 5-20% slower). attn_check --sweep on an H200 (decode, 32/8 heads,
-// head_dim 64 and 128, batch 1 and 8) compared these with 4 stages, 16 warps, and two blocks of 2
-// query heads per KV head (fewer registers, more warps per SM; they read K/V twice and lost 30-40%):
-// benchmarks/results/attn_check_h200_sweep_20261123.json.
+// The configuration per element type: 8 warps, 3 stages per warp, one block per SM (g_attn_blocks_per_sm).
+// float16/bfloat16 with head_dim 64 or 128: the tensor-core form (attn_mma.cuh), stages of 8 KiB (16
+// rows of head_dim 128; 192 KiB per block); the scalar form spent ~475 instructions per 4 KiB and
+// capped near 3 TB/s (25-30% slower at 8192-16384 cached rows). float32 (and 16-bit head_dims other
+// than 64 and 128): the scalar form; float32 head_dim 128 with stages of 4 KiB (96 KiB per block),
+// 1-5% faster than 8 KiB stages at 4096-16384 cached rows, the others with 8 KiB (head_dim 64: 4 KiB
+// stages gained 3-5% at batch 1 x 4096-8192 rows but lost 1% at 16384 and 5% at batch 8). Measured with attn_check --sweep on an H200, caches rotated past L2:
+// benchmarks/results/attn_check_h200_sweep_20261127.json (and _20261123.json for the older sweep:
+// 4 stages, 16 warps, two blocks of 2 query heads per KV head, which read K/V twice and lost 30-40%).
 template <class T, int HD>
 struct DefaultCfgOf {
-  using type = AttnCfg<T, HD, 8, 3, 4096>;
+  static constexpr bool kMma = HD == 64 || HD == 128;
+  using type = AttnCfg<T, HD, 8, 3, kMma ? 8192 : 4096, kMma>;
 };
 template <int HD>
 struct DefaultCfgOf<float, HD> {
-  using type = AttnCfg<float, HD, 8, 3, 8192>;
+  using type = AttnCfg<float, HD, 8, 3, HD == 128 ? 4096 : 8192>;
 };
 template <class T, int HD>
 using DefaultCfg = typename DefaultCfgOf<T, HD>::type;
@@ -145,6 +148,33 @@ int AttnOccupancy() {
     cudaGetLastError();  // clear a refused attribute
   }
   return occ;
+}
+
+// Whether `clusters` clusters of `cl` blocks (the splits of one head group) are resident at once
+// (cudaOccupancyMaxActiveClusters: a cluster's blocks share a GPC), asked once per cluster size.
+template <class T, int HD, int GB, class Cfg, bool ROPE>
+bool AttnClustersFit(int cl, int64_t clusters) {
+  static int fit[17] = {};  // per cluster size: clusters resident at once (-1: refused)
+  if (cl < 2 || cl > 16 || !HasPdl()) return false;  // clusters: compute capability 9.0
+  if (fit[cl] == 0) {
+    auto kernel = AttnSplit<T, HD, GB, Cfg, ROPE>;
+    if (cl > 8) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1;
+    attr.val.clusterDim.y = static_cast<unsigned>(cl);
+    attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, static_cast<unsigned>(cl), 1);
+    cfg.blockDim = dim3(Cfg::NW * 32);
+    cfg.dynamicSmemBytes = Cfg::SMEM;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    fit[cl] = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) == cudaSuccess && n > 0 ? n : -1;
+    cudaGetLastError();  // clear a refusal
+  }
+  return fit[cl] >= clusters;
 }
 
 // The split-K workspace in `scratch`: partials [B*T*H][splits] (acc[hd], then (m, l)) and a counter
@@ -167,7 +197,8 @@ int AttnWorkspace(AttnArgs* args, int hd, size_t heads, size_t ncount, MnScratch
 template <class T, int HD, int GB, class Cfg, bool ROPE = false>
 int LaunchAttn(const T* q, const T* k, const T* v, T* out, int B, int T_, int H, int KVH, int64_t max_seq, MnPos pos,
                MnScratch* scratch, cudaStream_t s, int waves, const RopeIn<T, HD, ROPE>& rope = {}) {
-  const int occ = AttnOccupancy<T, HD, GB, Cfg, ROPE>();
+  const int fit = AttnOccupancy<T, HD, GB, Cfg, ROPE>();
+  const int occ = g_attn_blocks_per_sm > 0 ? std::min(fit, g_attn_blocks_per_sm) : fit;
   const int G = H / KVH;
   const int ngroups = (G + GB - 1) / GB;
   const int64_t gx = (int64_t)KVH * ngroups;  // (KV head, head group) pairs: blocks per (sequence, row, split)
@@ -181,9 +212,14 @@ int LaunchAttn(const T* q, const T* k, const T* v, T* out, int B, int T_, int H,
   if (splits > 65535 || gx > 0x7fffffff || (int64_t)B * T_ > 65535) return cudaErrorInvalidConfiguration;
   AttnArgs args{T_, H, KVH, G, ngroups, static_cast<int>(splits), pos, max_seq,
                 1.4426950408889634f / sqrtf(static_cast<float>(HD)),  // log2(e) / sqrt(hd)
-                nullptr, nullptr, nullptr, g_attn_skip_merge ? 1 : 0};
+                nullptr, nullptr, nullptr, g_attn_skip_merge ? 1 : 0, 0};
+  const bool use_pdl = g_attn_pdl && HasPdl();
+  // The splits of a head group merge through a thread-block cluster's shared memory when every cluster
+  // is resident at once; else through the workspace (the last block to finish merges).
+  args.cluster = splits <= g_attn_cluster_max && AttnClustersFit<T, HD, GB, Cfg, ROPE>(static_cast<int>(splits), base_blocks);
   g_attn_last_splits = static_cast<int>(splits);
-  if (splits > 1)
+  g_attn_last_cluster = args.cluster ? static_cast<int>(splits) : 0;
+  if (splits > 1 && !args.cluster)
     if (int e = AttnWorkspace(&args, HD, (size_t)B * T_ * H, (size_t)B * T_ * gx, scratch, s)) return e;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(splits), static_cast<unsigned>(B * T_));
@@ -191,11 +227,15 @@ int LaunchAttn(const T* q, const T* k, const T* v, T* out, int B, int T_, int H,
   cfg.dynamicSmemBytes = Cfg::SMEM;
   cfg.stream = s;
   // The launch latency overlaps the previous kernel's last blocks (decode: the cache write before).
-  cudaLaunchAttribute pdl;
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &pdl;
-  cfg.numAttrs = g_attn_pdl && HasPdl() ? 1 : 0;
+  cudaLaunchAttribute attrs[2];
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = 1;
+  attrs[0].val.clusterDim.y = static_cast<unsigned>(splits);
+  attrs[0].val.clusterDim.z = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = args.cluster ? attrs : attrs + 1;
+  cfg.numAttrs = (args.cluster ? 1 : 0) + (use_pdl ? 1 : 0);
   if (cudaError_t e = cudaLaunchKernelEx(&cfg, AttnSplit<T, HD, GB, Cfg, ROPE>, q, k, v, out, args, rope)) return e;
   return cudaGetLastError();
 }

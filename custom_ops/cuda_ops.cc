@@ -17,6 +17,7 @@
 #include "cuda_kernels.h"
 #include "fused_ops.h"
 #include "flash_ops.h"
+#include "decode_layer.h"
 #include "decode_linear.h"
 #include "losses_ops.h"
 #include "rope_attention.h"
@@ -260,6 +261,7 @@ void AddCudaOps(std::vector<OpDef*>* ops) {
   AddCudaOptimOps(ops);  // AdamUpdate (cuda_optim_ops.cc)
   AddCudaFusedOps(ops);  // SwiGLU, SwiGLUGrad, RMSNormGrad, RopeCacheWrite (cuda_fused_ops.cc)
   AddCudaDecodeLinearOps(ops);  // RMSNormLinear, RMSNormSwiGLU (cuda_decode_linear_ops.cc)
+  AddCudaDecodeLayerOps(ops);   // DecodeLayer (cuda_decode_layer_ops.cc)
   AddCudaFlashOps(ops);  // FlashAttention, FlashAttentionGrad (cuda_flash_ops.cc)
   AddCudaLossOps(ops);   // SparseCrossEntropy, SparseCrossEntropyGrad (cuda_losses_ops.cc)
 }

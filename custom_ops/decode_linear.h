@@ -45,6 +45,12 @@ struct LinearResidualCall {
 OrtStatus* ReadLinearResidualAttrs(const OrtKernelInfo* info, bool* trans_b);
 OrtStatus* PrepareLinearResidual(OrtKernelContext* ctx, bool trans_b, LinearResidualCall* c);
 
+// The CPU kernels' work on a prepared call (host memory; the Tensors' data and shapes as Prepare* leaves
+// them, only type/M/K/N, the data pointers and outs/y are read). DecodeLayer's CPU kernel fills calls
+// with its inputs and temporaries and runs them in sequence.
+OrtStatus* NormLinearCpuRun(OrtKernelContext* ctx, const NormLinearAttrs& a, bool swiglu, const NormLinearCall& c);
+OrtStatus* LinearResidualCpuRun(OrtKernelContext* ctx, bool trans_b, const LinearResidualCall& c);
+
 // The op descriptors (variadic RMSNormLinear; output shapes inferred from x and the weights).
 OpDef* NewRMSNormLinearOpDef(const char* ep, ONNXTensorElementDataType type, KernelFactory factory);
 // RMSNormLinear / RMSNormSwiGLU: output i is [M, N_i] from x [M, K] (input 0) and weight i (N_i per

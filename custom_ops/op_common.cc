@@ -4,6 +4,7 @@
 
 #include "fused_ops.h"
 #include "flash_ops.h"
+#include "decode_layer.h"
 #include "decode_linear.h"
 #include "losses_ops.h"
 
@@ -284,8 +285,8 @@ OrtStatus* ORT_API_CALL InferShape(const OrtCustomOp* op, OrtShapeInferContext* 
   if (self->shape_from >= 0) {
     MN_RETURN_IF(ShapeOfInput(ctx, static_cast<size_t>(self->shape_from), 0));
     if (self->kv_cache_outputs) {
-      MN_RETURN_IF(ShapeOfInput(ctx, 3, 1));
-      MN_RETURN_IF(ShapeOfInput(ctx, 4, 2));
+      MN_RETURN_IF(ShapeOfInput(ctx, self->kv_cache_input, 1));
+      MN_RETURN_IF(ShapeOfInput(ctx, self->kv_cache_input + 1, 2));
     }
     return nullptr;
   }
@@ -334,9 +335,10 @@ size_t ORT_API_CALL CacheMayInplace(int** in, int** out) {
   *out = new int[1]{0};
   return 1;
 }
-// RopeCachedAttention: outputs 1 and 2 may reuse inputs 3 and 4 (the K and V caches).
+// RopeCachedAttention: outputs 1 and 2 may reuse inputs 3 and 4 (the K and V caches); DecodeLayer: 10 and 11.
+template <int K_CACHE>
 size_t ORT_API_CALL KvCacheMayInplace(int** in, int** out) {
-  *in = new int[2]{3, 4};
+  *in = new int[2]{K_CACHE, K_CACHE + 1};
   *out = new int[2]{1, 2};
   return 2;
 }
@@ -405,9 +407,10 @@ OpDef* OptionalOutputs(OpDef* def, std::vector<bool> optional) {
   return def;
 }
 
-void OpDef::UseKvCacheOutputs() {
+void OpDef::UseKvCacheOutputs(size_t k_cache_input) {
   kv_cache_outputs = true;
-  GetMayInplace = KvCacheMayInplace;
+  kv_cache_input = k_cache_input;
+  GetMayInplace = k_cache_input == 10 ? KvCacheMayInplace<10> : KvCacheMayInplace<3>;
 }
 
 OrtStatus* AdamUpdateArity(OrtKernelContext* ctx, size_t* n_params) {
@@ -437,6 +440,7 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL Regist
     mn::AddCpuFusedOps(&ops);
     mn::AddCpuRopeAttentionOps(&ops);  // cpu_rope_attention.cc
     mn::AddCpuDecodeLinearOps(&ops);  // cpu_decode_linear.cc
+    mn::AddCpuDecodeLayerOps(&ops);   // cpu_decode_layer.cc
     mn::AddCpuFlashOps(&ops);  // cpu_flash.cc
     mn::AddCpuLossOps(&ops);   // cpu_losses.cc
     mn::AddCudaOps(&ops);

@@ -169,9 +169,11 @@ struct OpDef : OrtCustomOp {
   int shape_from;
   std::vector<bool> out_optional;  // empty: every output required (see OptionalOutputs)
   // RopeCachedAttention: outputs 1 and 2 are inputs 3 and 4 (the K and V caches), with their shapes; each
-  // may reuse its cache's buffer (written in place). Set by UseKvCacheOutputs after construction.
+  // may reuse its cache's buffer (written in place). DecodeLayer: inputs 10 and 11. Set by UseKvCacheOutputs
+  // after construction.
   bool kv_cache_outputs = false;
-  void UseKvCacheOutputs();
+  size_t kv_cache_input = 3;  // the K cache's input index (the V cache follows it)
+  void UseKvCacheOutputs(size_t k_cache_input = 3);
   OpDef(const char* name, const char* ep, std::vector<ONNXTensorElementDataType> in,
         std::vector<ONNXTensorElementDataType> out, std::vector<bool> optional, std::vector<bool> cpu_inputs,
         KernelFactory factory, int shape_from, bool cache_inplace = false);

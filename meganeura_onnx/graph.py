@@ -8,6 +8,7 @@ from .ir import DType, GraphCore, NodeId, TensorType
 from .ops import OPS
 from .ops.attention import AttentionBuilders
 from .ops.conv import ConvBuilders
+from .ops.decode_layer import DecodeLayerBuilders
 from .ops.decode_linear import DecodeLinearBuilders
 from .ops.decoder import DecoderBuilders
 from .ops.elementwise import ElementwiseBuilders
@@ -40,6 +41,7 @@ class Graph(
     EmbeddingBuilders,
     FusedBuilders,
     DecodeLinearBuilders,
+    DecodeLayerBuilders,
     KvCacheBuilders,
     DecoderBuilders,
     ConvBuilders,

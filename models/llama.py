@@ -243,6 +243,7 @@ class LlamaRunner:
     44-45 ms per token with spinning and 86-88 ms of CPU time, 42 ms and 74 ms without; under other
     work (load 4-8) spinning threads take the cores the computing ones need (109-300 ms per token
     against 62-120). ``threads=1`` spends the least CPU per token (~50 ms, 48-58 ms wall).
+    ``merge_projections``: the prefill runs q/k/v and gate/up as one product each (``build_inference_session``).
     """
 
     batch: int | None = None
@@ -263,6 +264,8 @@ class LlamaRunner:
         precision: str = "fp32",
         threads: int | None = None,
         thread_spinning: bool = False,
+        decode_layer: bool | None = None,
+        merge_projections: bool = True,
     ) -> None:
         self.cfg, self.max_seq, self.device = cfg, int(max_seq), device
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
@@ -292,14 +295,18 @@ class LlamaRunner:
         # sessions, inputs and logits are bound once), so a step costs its kernels, not their launches.
         # precision: bf16/fp16 store the projection weights (and KV caches where the cache kernels take
         # half) in half precision; logits come back as float32.
+        # merge_projections: the prefill chunk (more than 16 rows) runs q/k/v and gate/up as one product
+        # each against the weights joined in the graph; the decode step keeps its products (fused on CUDA).
         common = dict(
             parameters=params,
             use_custom_ops=use_custom_ops,
             precision=precision,
             session_config={"session.intra_op.allow_spinning": "1" if thread_spinning else "0"},
             session_options={} if threads is None else {"intra_op_num_threads": threads},
+            merge_projections=merge_projections,
         )
-        self.decoder = build_inference_session(decode_graph, device, cuda_graph=cuda_graph, **common)
+        # decode_layer: each decoder layer of the decode step as one DecodeLayer kernel (default: on CUDA).
+        self.decoder = build_inference_session(decode_graph, device, cuda_graph=cuda_graph, decode_layer=decode_layer, **common)
         prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq, self.batch, self.in_out)
         self.prefiller = build_inference_session(prefill_graph, device, cuda_graph=cuda_graph, **common)
         self.prefiller.share_buffers(self.decoder, state=False)  # one copy of the weights on the device

@@ -47,6 +47,10 @@ OPS = {  # op -> (input names, attributes with a plausible value)
     "RMSNormLinear": (["x", "gamma", "w0"], {"epsilon": 1e-5, "trans_b": 1}),  # one weight: one output
     "RMSNormSwiGLU": (["x", "gamma", "w_gate", "w_up"], {"epsilon": 1e-5, "trans_b": 0}),
     "LinearResidual": (["x", "w", "residual"], {"trans_b": 1}),
+    "DecodeLayer": (
+        ["x", "attn_norm", "w_q", "w_k", "w_v", "w_o", "mlp_norm", "w_gate", "w_up", "w_down", "k_cache", "v_cache", "kv_pos"],
+        {"num_heads": 2, "num_kv_heads": 1, "head_dim": 4, "theta": 10000.0, "epsilon": 1e-5, "trans_b": 1},
+    ),
     # The fused optimizer: 6 [1] hyper-parameters, then (p, g, m, v) per parameter; 3 outputs each.
     "AdamUpdate": (["lr", "beta1", "beta2", "eps", "step", "weight_decay", "p0", "g0", "m0", "v0", "p1", "g1", "m1", "v1"], {}),
 }
@@ -87,6 +91,9 @@ def _plausible_shapes(op: str, rng: np.random.Generator) -> dict[str, list[int]]
         return {"x": [T, 8], "w": [4, 8], "residual": [T, 4]}
     if op == "CachedAttention":
         return {"Q": [T, 2 * hd], "K_cache": [max_seq, hd], "V_cache": [max_seq, hd], "kv_pos": [1]}
+    if op == "DecodeLayer":  # D 8, 2 heads and 1 KV head of 4, intermediate 6
+        weights = {"w_q": [8, 8], "w_k": [4, 8], "w_v": [4, 8], "w_o": [8, 8], "w_gate": [6, 8], "w_up": [6, 8], "w_down": [8, 6]}
+        return {"x": [T, 8], "attn_norm": [8], "mlp_norm": [8], **weights, "k_cache": [max_seq, 4], "v_cache": [max_seq, 4], "kv_pos": [1]}
     if op == "AdamUpdate":
         shapes = {h: [1] for h in HYPER}
         for k, shape in enumerate(([T, 3], [max_seq])):
@@ -161,6 +168,8 @@ def build(op: str, inputs: dict[str, np.ndarray], attrs: dict, input_names: list
     used = [n for n in input_names if n]
     # AdamUpdate has 3 outputs per parameter (p', m', v'), counted from its (p, g, m, v) inputs
     outputs = [f"Y{i}" for i in range(3 * max(1, (len(input_names) - len(HYPER)) // 4))] if op == "AdamUpdate" else ["Y"]
+    if op == "DecodeLayer":  # y and both caches
+        outputs = ["Y", "Y_k_cache", "Y_v_cache"]
     vis = [
         helper.make_tensor_value_info(n, ONNX_TYPE[inputs[n].dtype.type], None if unknown_shapes else list(inputs[n].shape)) for n in used
     ]

@@ -32,14 +32,33 @@ from meganeura_onnx.ops.table import INT64_MAX, Attr, CustomOp
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "custom_ops"
 # Each execution provider's registration rows, spread over the files that hold its kernel classes.
 REGISTRY_FILES = {
-    "CPU": ("cpu_kernels.cc", "cpu_fused.cc", "cpu_rope_attention.cc", "cpu_flash.cc", "cpu_decode_linear.cc", "cpu_losses.cc"),
+    "CPU": (
+        "cpu_kernels.cc",
+        "cpu_fused.cc",
+        "cpu_rope_attention.cc",
+        "cpu_flash.cc",
+        "cpu_decode_linear.cc",
+        "cpu_decode_layer.cc",
+        "cpu_losses.cc",
+        "decode_layer.cc",
+    ),
     # cpu_losses.cc: the sparse cross entropy's one registration (AddCrossEntropyOps), which both
-    # libraries call with their kernels' factories.
-    "CUDA": ("cuda_ops.cc", "cuda_fused_ops.cc", "cuda_flash_ops.cc", "cuda_decode_linear_ops.cc", "cuda_losses_ops.cc", "cpu_losses.cc"),
+    # libraries call with their kernels' factories; decode_layer.cc: DecodeLayer's descriptor (NewDecodeLayerOpDef).
+    "CUDA": (
+        "cuda_ops.cc",
+        "cuda_fused_ops.cc",
+        "cuda_flash_ops.cc",
+        "cuda_decode_linear_ops.cc",
+        "cuda_decode_layer_ops.cc",
+        "cuda_losses_ops.cc",
+        "cpu_losses.cc",
+        "decode_layer.cc",
+    ),
 }
 ATTR_FILES = (
     "op_common.cc",
     "op_checks.cc",
+    "decode_layer.cc",
     "cpu_kernels.cc",
     "cuda_ops.cc",
     "optim_kernels.cc",
@@ -65,6 +84,14 @@ ROW = re.compile(
 )
 # A row followed by this call registers outputs 1 and 2 as inputs 3 and 4 written in place (op_common.h).
 KV_CACHE_OUTPUTS = re.compile(r"\)\);\s*ops->back\(\)->UseKvCacheOutputs\(\);")
+# Rows an op's descriptor function builds (DecodeLayer's 13 inputs: NewDecodeLayerOpDef in decode_layer.cc),
+# registered by a call per element type. Their element types are checked here, their in-place caches by
+# the descriptor's UseKvCacheOutputs call, their inputs and outputs by the library probes below.
+FACTORY_CALL = re.compile(r"New(?P<name>\w+)OpDef\((?:ep|\"\w+ExecutionProvider\"),\s*T,")
+# A type loop whose body is one statement, without braces (cuda_decode_layer_ops.cc).
+TYPE_LOOP_ONE = re.compile(r"for \(const auto T : \{(?P<types>[^}]*)\}\)(?:\s*//[^\n]*)?\n(?P<body>[^\n]*\n?[^\n]*;)")
+DESCRIPTOR = re.compile(r"OpDef\* New(?P<name>\w+)OpDef\(const char\* ep,[^{]*\{(?P<body>.*?)\n\}", re.S)
+BUILT_IN_CODE = frozenset({"DecodeLayer"})
 ATTR_READ = re.compile(r"Attr(?P<kind>Int|Float)\(info,\s*\"(?P<op>\w+)\",\s*\"(?P<attr>\w+)\",\s*[^,]+,\s*(?P<dflt>nullptr|&\w+)\)")
 
 
@@ -75,8 +102,8 @@ def _items(text: str) -> list[str]:
 def registered_element_types(source: str) -> dict[str, set[str]]:
     """op name -> the float element types its rows in ``source`` are registered for."""
     types: dict[str, set[str]] = {}
-    for loop in TYPE_LOOP.finditer(source):
-        for m in ROW.finditer(loop["body"]):
+    for loop in (*TYPE_LOOP.finditer(source), *TYPE_LOOP_ONE.finditer(source)):
+        for m in (*ROW.finditer(loop["body"]), *FACTORY_CALL.finditer(loop["body"])):
             types[m["name"]] = {C_ELEMENT[t] for t in _items(loop["types"])}
     for m in ROW.finditer(source):
         if m["name"] not in types and "F32" in m["ins"] + m["outs"]:
@@ -94,7 +121,11 @@ def registry_disagreements(
     problems = (
         [f"{where}: registers {sorted(set(rows) - set(SCHEMAS))}, which the op table does not declare"] if set(rows) - set(SCHEMAS) else []
     )
+    descriptors = {m["name"]: m["body"] for m in DESCRIPTOR.finditer(source)}
     for name, schema in schemas.items():
+        if name in BUILT_IN_CODE:
+            problems += _descriptor_disagreements(name, schema, descriptors.get(name), element_types.get(name), half_types, where)
+            continue
         if name not in rows:
             problems.append(f"{where}: no registration row for {name}")
             continue
@@ -121,6 +152,20 @@ def registry_disagreements(
             problems.append(f"{where}: {name} cache_inplace={inplace}, the table's in-place input is {schema.inplace_input}")
         elif inplace and int(row["shape_from"]) != [t.name for t in schema.inputs].index(schema.inplace_input):
             problems.append(f"{where}: {name} output 0 takes the shape of input {row['shape_from']}, not of {schema.inplace_input}")
+    return problems
+
+
+def _descriptor_disagreements(name: str, schema: CustomOp, body: str | None, types: set[str] | None, half_types, where: str) -> list[str]:
+    """An op whose rows its descriptor function builds: registered per element type, in place as the schema says."""
+    if body is None or types is None:
+        return [f"{where}: no registration of {name} (New{name}OpDef(ep, T, ...) in a type loop, and its definition)"]
+    problems = []
+    if types != {"float", *half_types.get(name, ())}:
+        problems.append(f"{where}: {name} is registered for {sorted(types)}, the table says {sorted({'float', *half_types.get(name, ())})}")
+    if ("UseKvCacheOutputs(" in body) != bool(schema.inplace_pairs):
+        problems.append(
+            f"{where}: {name}'s descriptor writes caches in place: {'UseKvCacheOutputs(' in body}, the table's in-place pairs are {list(schema.inplace_pairs)}"
+        )
     return problems
 
 
@@ -317,3 +362,17 @@ def test_a_changed_attribute_range_is_caught_by_probing_the_library():
     mutated = {"Rope": dataclasses.replace(rope, attrs=tuple(wider if a is head_dim else a for a in rope.attrs))}
     problems = library_disagreements(mutated)
     assert any(p.startswith("Rope.head_dim = 2048: the kernel refuses") for p in problems), problems
+
+
+def test_a_changed_descriptor_registration_is_caught():
+    """DecodeLayer's rows come from NewDecodeLayerOpDef: a type left out of its loop, or its caches no
+    longer registered in place, is reported; and a registry without the op reports it missing."""
+    text = _registry("CPU")
+    call = "for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)\n    ops->push_back(NewDecodeLayerOpDef"
+    assert call in text
+    fewer = text.replace(call, call.replace("F32, F16, BF16", "F32, F16"))
+    assert any("DecodeLayer is registered for ['float', 'float16']" in p for p in registry_disagreements(fewer, FIXED_ARITY, "cpu"))
+    copied = text.replace("def->UseKvCacheOutputs(kDlKCache);", "")
+    assert any("DecodeLayer's descriptor writes caches in place: False" in p for p in registry_disagreements(copied, FIXED_ARITY, "cpu"))
+    missing = text.replace("NewDecodeLayerOpDef(ep, T,", "NewOtherOpDef(ep, T,")
+    assert any("no registration of DecodeLayer" in p for p in registry_disagreements(missing, FIXED_ARITY, "cpu"))

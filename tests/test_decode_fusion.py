@@ -36,7 +36,7 @@ def test_smollm2_cuda_decode_layer_runs_its_kernels_with_the_residual_adds_in_th
     node, no Gemm with a residual C (on CUDA a copy plus a product) and no Add left."""
     cfg = llama.PRESETS["smollm2-135m"]
     plain = decode_layer_nodes(cfg, optimize=False)["ort"]
-    fused = decode_layer_nodes(cfg, optimize=True)["ort"]
+    fused = decode_layer_nodes(cfg, optimize=True, decode_layer=False)["ort"]  # each layer's five kernels, before DecodeLayer
     cpu = decode_layer_nodes(cfg, optimize=True, decode_fusion=False)["ort"]  # what CPU sessions run: Gemm with C
     assert fused["by_op"] == LAYER_KERNELS, fused["by_op"]
     assert fused["cuda_kernels"] == fused["total"] == sum(LAYER_KERNELS.values()), fused
@@ -44,11 +44,14 @@ def test_smollm2_cuda_decode_layer_runs_its_kernels_with_the_residual_adds_in_th
     assert fused["cuda_kernels"] <= cpu["cuda_kernels"] - 4 and fused["total"] <= plain["total"] - 9, (plain, cpu, fused)
 
 
-def decode_sessions(*specs: tuple[str, bool, bool], preset: str = "tiny", max_seq: int = 32):
+def decode_sessions(*specs: tuple[str, bool, bool], preset: str = "tiny", max_seq: int = 32, decode_layer: bool | None = None):
     """Tiny-LLaMA decode-step sessions with the same parameters, one per (device, optimize, cuda_graph)."""
     g = llama.build_graph(llama.PRESETS[preset], "decode", 1, max_seq)
     params = default_parameters(g, 3)
-    return [build_inference_session(g, device, parameters=params, optimize=opt, cuda_graph=cg) for device, opt, cg in specs]
+    return [
+        build_inference_session(g, device, parameters=params, optimize=opt, cuda_graph=cg, decode_layer=decode_layer)
+        for device, opt, cg in specs
+    ]
 
 
 def feed_steps(*sessions, steps: int, seed: int = 0):
@@ -63,10 +66,11 @@ def feed_steps(*sessions, steps: int, seed: int = 0):
         yield tuple(s.read_output_by_index(0) for s in sessions)
 
 
-def fused_cpu_session(g, params, **kw):
+def fused_cpu_session(g, params, decode_layer: bool = False, **kw):
     """A CPU session of ``g`` after the inference optimizer WITH the norm + projection fusion (CPU
-    sessions leave it out; this runs the fused ops' CPU kernels or function bodies in a whole model)."""
-    compiled, report = optimize(g, stage="inference")
+    sessions leave it out; this runs the fused ops' CPU kernels or function bodies in a whole model);
+    each layer's five fused ops stay apart unless ``decode_layer``."""
+    compiled, report = optimize(g, stage="inference", decode_layer=decode_layer)
     s = build_inference_session(compiled, "cpu", parameters=params, optimize=False, **kw)
     s.report = report
     return s
@@ -131,7 +135,7 @@ def test_fp16_lowering_for_cuda_keeps_both_kv_caches_in_half_and_never_casts_the
     from meganeura_onnx.export import to_model
     from meganeura_onnx.export.precision import half_storage_inputs, lower_precision
 
-    g, _ = optimize(llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 32), stage="inference")
+    g, _ = optimize(llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 32), stage="inference", decode_layer=False)
     model, spec = to_model(g, params_as_inputs=True, with_state=True)
     stored = half_storage_inputs(model, "fp16", "cuda", [*spec.parameters, *spec.state])
     assert set(spec.state) <= stored, sorted(set(spec.state) - stored)
@@ -149,7 +153,7 @@ def test_fp16_lowering_for_cuda_keeps_both_kv_caches_in_half_and_never_casts_the
 
 
 def fused_ops(g) -> dict[str, int]:
-    out, _ = optimize(g, stage="inference")
+    out, _ = optimize(g, stage="inference", decode_layer=False)
     ops = [n.op for n in out.nodes()]
     return {op: ops.count(op) for op in ("rms_norm_linear", "rms_norm_swiglu", "rms_norm", "linear_residual", "gemm")}
 

@@ -76,7 +76,7 @@ def test_tiny_llama_fp16_decode_runs_the_fused_kernels_in_half_on_cuda():
     caches stored in half; the logits follow the fp32 step on the CPU to half precision's rounding."""
     g = llama.build_graph(llama.PRESETS["tiny"], "decode", 1, 32)
     params = default_parameters(g, 3)
-    half = build_inference_session(g, "cuda", parameters=params, precision="fp16", cuda_graph=True)
+    half = build_inference_session(g, "cuda", parameters=params, precision="fp16", cuda_graph=True, decode_layer=False)
     (plain,) = decode_sessions(("cpu", False, False))
     plan = half.plan()
     fused = ("RopeCachedAttention", "RMSNormLinear", "RMSNormSwiGLU", "LinearResidual")
@@ -91,7 +91,7 @@ def test_tiny_llama_fp16_decode_runs_the_fused_kernels_in_half_on_cuda():
 def test_tiny_llama_fused_decode_step_replays_as_a_cuda_graph_and_matches_the_cpu():
     """The optimized decode step (RMSNormLinear, RopeCachedAttention, RMSNormSwiGLU, LinearResidual) captured once and replayed:
     every node on CUDA, the same logits as the unoptimized step on the CPU, step after step."""
-    gpu, cpu_plain = decode_sessions(("cuda", True, True), ("cpu", False, False))
+    gpu, cpu_plain = decode_sessions(("cuda", True, True), ("cpu", False, False), decode_layer=False)
     assert {gpu.plan().kernels()[op] for op in ("RopeCachedAttention", "RMSNormLinear", "RMSNormSwiGLU", "LinearResidual")} == {"kernel"}
     assert {ep for *_, ep in gpu.plan().placement} == {"CUDAExecutionProvider"}, gpu.plan().placement
     for step, (got, want) in enumerate(feed_steps(gpu, cpu_plain, steps=6)):

@@ -3,6 +3,7 @@
 from . import (  # noqa: F401
     attention,
     conv,
+    decode_layer,
     decode_linear,
     decoder,
     elementwise,

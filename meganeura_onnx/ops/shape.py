@@ -1,8 +1,17 @@
-"""Shape plumbing the gradient rules need: reshape, row/column sums, broadcasts and zeros.
+"""Shape plumbing the gradient rules need: reshape, row/column sums, broadcasts and zeros, and the
+2-D concatenation ``cat`` with its inverse ``split``.
 
 They are ordinary ops of the table (shape rule, numpy reference, ONNX lowering, VJP, examples),
 so user programs may call them too. The reductions and broadcasts come in transposed pairs:
-``col_sum``/``row_sum``/``sum_all`` are the VJPs of ``broadcast_to`` and the other way round.
+``col_sum``/``row_sum``/``sum_all`` are the VJPs of ``broadcast_to`` and the other way round; so are
+``cat`` and ``split``.
+
+``split`` is a multi-output op in a one-output IR: one IR node per piece with an ``index``
+attribute, the nodes of one split sharing their input, ``axis`` and ``sizes``; the lowering emits
+one ONNX ``Split`` for them all (as ``adam_update`` does), and autodiff gives the pieces' gradients
+to the input as ONE ``cat`` (``OpDef.group_vjp``) instead of a zero-padded tensor per piece and
+their sum. ``transforms.merge_projections`` uses the pair to run products that share their left
+operand as one product.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ import numpy as np
 from onnx import numpy_helper
 
 from ..ir import Dim, NodeId, TensorType, dim_prod
-from .table import examples, op, rank, require, shape_attr
+from .table import examples, int_attr, op, rank, require, same_dim, shape_attr, static_dim
 
 SHAPE = (shape_attr("shape", symbolic=True),)
 reshape = op("reshape", ("x",), attrs=SHAPE)
@@ -22,6 +31,13 @@ broadcast_to = op("broadcast_to", ("x",), attrs=SHAPE)
 col_sum = op("col_sum", ("x",))
 row_sum = op("row_sum", ("x",))
 zeros = op("zeros", (), differentiable=False, attrs=SHAPE)
+AXIS = int_attr("axis", 0, 1, doc="0: rows, 1: columns")
+cat = op("cat", (), variadic=("x",), attrs=(AXIS,))
+split = op(
+    "split",
+    ("x",),
+    attrs=(AXIS, shape_attr("sizes", doc="the pieces' static sizes along axis"), int_attr("index", 0, doc="which piece this node is")),
+)
 
 
 @reshape.shape
@@ -143,6 +159,93 @@ def _(ctx, node):
 examples(zeros, lambda g, f, shape: g.add(g.zeros(shape), f.param(g, "x", shape)), {"shape": [2, 3]}, {"shape": [5]})
 
 
+def _pieces_shape(rows_or_cols: Dim, sizes: Sequence[int], axis: int) -> list[tuple[Dim, Dim]]:
+    return [(s, rows_or_cols) if axis == 0 else (rows_or_cols, s) for s in sizes]
+
+
+@cat.shape
+def _(*xs: TensorType, axis: int) -> TensorType:
+    keep = 1 - axis  # the axis every operand must agree on
+    for k, x in enumerate(xs):
+        rank("cat", x, 2, f"x{k}")
+        same_dim("cat", x.shape[keep], xs[0].shape[keep], f"x{k} {list(x.shape)} and x0 {list(xs[0].shape)} differ in dimension {keep}")
+    total = sum(static_dim("cat", x, axis, f"x{k}") for k, x in enumerate(xs))
+    return TensorType(_pieces_shape(xs[0].shape[keep], [total], axis)[0])
+
+
+cat.numpy(lambda *xs, axis: np.concatenate(xs, axis=axis))
+cat.onnx(lambda ctx, node, *xs: ctx.op("Concat", *xs, axis=node.attrs["axis"]))
+
+
+@cat.vjp
+def _(g, node, dy):
+    axis = node.attrs["axis"]
+    sizes = [g.node(x).ty.shape[axis] for x in node.inputs]
+    return g.split(dy, sizes, axis)
+
+
+@split.shape
+def _(x: TensorType, *, axis: int, sizes: tuple[int, ...], index: int) -> TensorType:
+    rank("split", x, 2, "x")
+    width = static_dim("split", x, axis, "x")
+    require(sum(sizes) == width, "split", f"sizes {list(sizes)} must add up to x's dimension {axis} ({width}), got {sum(sizes)}")
+    require(index < len(sizes), "split", f"index must be in [0, {len(sizes)}) for {len(sizes)} sizes, got {index}")
+    return TensorType(_pieces_shape(x.shape[1 - axis], sizes, axis)[index])
+
+
+split.numpy(lambda x, *, axis, sizes, index: np.split(x, np.cumsum(sizes)[:-1], axis=axis)[index].copy())
+
+
+@split.onnx
+def _(ctx, node, x):
+    a = node.attrs
+    key = ("Split", x, a["axis"], a["sizes"])
+    if key not in ctx.shared:  # the first of the pieces emits the one ONNX node
+        outs = ctx.op("Split", x, ctx.ints(list(a["sizes"])), axis=a["axis"], outputs=len(a["sizes"]))
+        ctx.shared[key] = [outs] if isinstance(outs, str) else outs
+    return ctx.shared[key][a["index"]]
+
+
+def _split_input_gradient(g, x: NodeId, axis: int, sizes: Sequence[int], dys: Sequence[NodeId | None]) -> NodeId:
+    """The gradient of a split's input from its pieces' gradients (``None``: a piece with none)."""
+    rows_or_cols = g.node(x).ty.shape[1 - axis]
+    parts = [g.zeros(list(shape)) if dy is None else dy for dy, shape in zip(dys, _pieces_shape(rows_or_cols, sizes, axis), strict=True)]
+    return parts[0] if len(parts) == 1 else g.cat(parts, axis)
+
+
+@split.group_vjp
+def _split_group_vjp(g, nodes, dys):
+    a = nodes[0].attrs
+    by_index: dict[int, NodeId] = {}
+    for n, dy in zip(nodes, dys, strict=True):
+        k = n.attrs["index"]
+        if dy is not None:  # two nodes of one piece (a graph built without sharing): their gradients add
+            by_index[k] = dy if k not in by_index else g.add(by_index[k], dy)
+    return [_split_input_gradient(g, nodes[0].inputs[0], a["axis"], a["sizes"], [by_index.get(k) for k in range(len(a["sizes"]))])]
+
+
+split.vjp(lambda g, node, dy: _split_group_vjp(g, [node], [dy]))  # one piece alone: zeros beside its gradient
+
+
+def _ex_cat(g, f, m, widths, axis):
+    return g.cat([f.param(g, f"x{k}", [m, w] if axis == 1 else [w, m]) for k, w in enumerate(widths)], axis)
+
+
+def _ex_split(g, f, m, sizes, axis, index):
+    x = f.param(g, "x", [m, sum(sizes)] if axis == 1 else [sum(sizes), m])
+    return g.split(x, sizes, axis)[index]
+
+
+examples(cat, _ex_cat, {"m": 3, "widths": (4, 2, 2), "axis": 1}, {"m": 5, "widths": (3, 1), "axis": 0}, {"m": 2, "widths": (3,), "axis": 1})
+examples(
+    split,
+    _ex_split,
+    {"m": 3, "sizes": (4, 2, 2), "axis": 1, "index": 1},
+    {"m": 5, "sizes": (3, 1), "axis": 0, "index": 1},
+    {"m": 2, "sizes": (2, 5), "axis": 1, "index": 0},
+)
+
+
 class ShapeBuilders:
     def reshape(self, x: NodeId, shape: Sequence[Dim]) -> NodeId:
         """The same elements in a new shape (row-major). Symbolic dims are allowed where the element
@@ -164,3 +267,13 @@ class ShapeBuilders:
     def zeros(self, shape: Sequence[Dim]) -> NodeId:
         """An F32 tensor of zeros (no gradient)."""
         return self.apply("zeros", shape=shape)
+
+    def cat(self, xs: Sequence[NodeId], axis: int) -> NodeId:
+        """2-D tensors joined along ``axis`` (0: rows stacked, 1: columns side by side); their
+        other dimension must agree and their sizes along ``axis`` must be static."""
+        return self.apply("cat", *xs, axis=axis)
+
+    def split(self, x: NodeId, sizes: Sequence[int], axis: int) -> list[NodeId]:
+        """The inverse of :meth:`cat`: ``x`` [M, N] cut along ``axis`` into pieces of the static
+        ``sizes`` (which add up to its dimension ``axis``); one node per piece, one ONNX ``Split``."""
+        return [self.apply("split", x, axis=axis, sizes=tuple(sizes), index=k) for k in range(len(sizes))]

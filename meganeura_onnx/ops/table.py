@@ -38,6 +38,7 @@ from typing import Any
 
 from ..ir import Dim, DType, TensorType, dim_symbols
 from ..ir import dim as canonical_dim
+from .feeds import Feeds  # noqa: F401 - the examples' data, imported from here by the op modules and tests
 
 ShapeRule = Callable[..., TensorType]
 NumpyRef = Callable[..., Any]
@@ -266,6 +267,14 @@ class Position:
     within: str | None = None
     max_value: int | None = None
     below: str | None = None
+    sequences: str | None = None
+    """An input that, when 3-D, holds B sequences (dim 0): ``rows`` is then ``[B*S, width]``, S rows each (``decode_layer``)."""
+
+    def rows_per_sequence(self, shapes: Mapping[str, tuple[Dim, ...]]) -> Dim:
+        """The rows each sequence writes: ``rows``' second-to-last dimension (over B with ``sequences``)."""
+        rows, blocks = shapes[self.rows][-2] if self.rows is not None else 1, shapes[self.sequences] if self.sequences else ()
+        ok = len(blocks) == 3 and isinstance(rows, int) and isinstance(blocks[0], int) and blocks[0] > 0
+        return rows // blocks[0] if ok else rows
 
     def limit(self, shapes: Mapping[str, tuple[Dim, ...]], attrs: Mapping[str, Any] | None = None) -> int | None:
         """The largest valid value, given the shapes of the op's inputs by name (and its attributes).
@@ -274,7 +283,7 @@ class Position:
         limits = [self.max_value] if self.max_value is not None else []
         if self.within is not None:
             within = shapes[self.within][-2]
-            rows = shapes[self.rows][-2] if self.rows is not None else 1
+            rows = self.rows_per_sequence(shapes)
             if isinstance(within, int):
                 limits.append(within - (rows if isinstance(rows, int) else 1))
         if self.below is not None and attrs is not None and isinstance(attrs.get(self.below), int):
@@ -351,6 +360,11 @@ class OpDef:
     numpy_ref: NumpyRef | None = None
     lowering: Lowering | None = None
     vjp_rule: VjpRule | None = None
+    group_vjp_rule: Callable[..., list] | None = None
+    """For an op whose IR nodes are the outputs of one ONNX node (an ``index`` attribute): the VJP of
+    the nodes that share inputs and attributes but ``index``, all at once, ``fn(g, nodes, dys) ->
+    contributions to their inputs`` (``dys[k]`` None where ``nodes[k]`` gets no gradient). Autodiff
+    calls it instead of ``vjp_rule`` per node (``split``: one ``cat`` of the pieces' gradients)."""
     custom_function: Callable[[int], Any] | None = None
     """``fn(opset) -> onnx.FunctionProto``: the custom op's model-local function body."""
     examples: list[Callable] = field(default_factory=list)
@@ -376,6 +390,10 @@ class OpDef:
 
     def vjp(self, fn: VjpRule) -> VjpRule:
         self.vjp_rule = fn
+        return fn
+
+    def group_vjp(self, fn: Callable[..., list]) -> Callable[..., list]:
+        self.group_vjp_rule = fn
         return fn
 
     def function_body(self, fn: Callable[[int], Any]) -> Callable[[int], Any]:
@@ -526,46 +544,6 @@ def positive_int(op_name: str, value: Any, arg: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{op_name}: {arg} must be a positive int, got {value!r}")
     return value
-
-
-class Feeds:
-    """Random data for the leaves an op example creates: ``f.param(g, "w", [3, 4])``.
-
-    Examples create float operands as parameters (so the gradient tests can differentiate them),
-    targets as inputs and indices as U32 inputs, each drawn from a range where the op is defined.
-    A shape may name symbolic dims (``["n", 4]``): the data then has the size ``sizes`` gives each
-    name, and a float operand becomes an input (parameters are static).
-    """
-
-    def __init__(self, rng: Any, sizes: dict[str, int] | None = None) -> None:
-        self.rng = rng
-        self.sizes = dict(sizes or {})
-        self.inputs: dict[str, Any] = {}
-        self.params: dict[str, Any] = {}
-
-    def _size(self, shape: list) -> list[int]:
-        return [self.sizes[d] if isinstance(d, str) else d for d in shape]
-
-    def _uniform(self, shape: list, lo: float, hi: float) -> Any:
-        import numpy as np
-
-        return self.rng.uniform(lo, hi, size=self._size(shape)).astype(np.float32)
-
-    def param(self, g: Any, name: str, shape: list, lo: float = -1.0, hi: float = 1.0) -> int:
-        if any(isinstance(d, str) for d in shape):
-            return self.input(g, name, shape, lo, hi)
-        self.params[name] = self._uniform(shape, lo, hi)
-        return g.parameter(name, shape)
-
-    def input(self, g: Any, name: str, shape: list, lo: float = -1.0, hi: float = 1.0) -> int:
-        self.inputs[name] = self._uniform(shape, lo, hi)
-        return g.input(name, shape)
-
-    def u32(self, g: Any, name: str, shape: list, high: int) -> int:
-        import numpy as np
-
-        self.inputs[name] = self.rng.integers(0, high, size=self._size(shape)).astype(np.uint32)
-        return g.input_u32(name, shape)
 
 
 def examples(opdef: OpDef, fn: Callable, *variants: dict) -> None:

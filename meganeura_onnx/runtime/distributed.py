@@ -206,6 +206,7 @@ class DataParallelSession:
     (the mean over all ranks), ``read_param``, ``read_grad`` (the averaged gradient of the last
     step), ``save_checkpoint`` (writes on rank 0 only), ``load_checkpoint`` (every rank reads).
     ``bucket_mb`` splits the all-reduce into buckets of that many MB (default: one call).
+    ``merge_projections`` as for ``build_session``.
     """
 
     def __init__(
@@ -223,6 +224,7 @@ class DataParallelSession:
         context: DistContext | None = None,
         bucket_mb: float | None = None,
         fused_optimizer: bool | None = None,
+        merge_projections: bool = True,
     ) -> None:
         names = set(graph.parameters())
         unknown = set(parameters or {}) - names
@@ -234,7 +236,7 @@ class DataParallelSession:
         self._torch = _torch() if self.context.world_size > 1 else None  # one process: no torch needed
         values = default_parameters(graph, seed, skip=set(parameters or {}))
         values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
-        forward = optimize_graph(graph)[0] if optimize else graph
+        forward = optimize_graph(graph, merge_projections=merge_projections)[0] if optimize else graph
         prog = compile_program(forward, None, opset)
         symbolic = {n: shape for n, (shape, _) in prog.inputs.items() if not all(isinstance(d, int) for d in shape)}
         if symbolic:

@@ -43,6 +43,8 @@ def build_inference_session(
     precision: str = "fp32",
     session_config: Mapping[str, str] | None = None,
     session_options: Mapping[str, object] | None = None,
+    merge_projections: bool = True,
+    decode_layer: bool | None = None,
 ) -> Session:
     """Compile ``graph`` for inference on ``device`` ("cpu" or "cuda").
 
@@ -57,8 +59,10 @@ def build_inference_session(
     ``step()`` check its inputs and outputs and raise ``FloatingPointError`` naming the first
     non-finite one (it reads every buffer back: for debugging, not for speed). ``optimize`` (default
     True) runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`; decode-step fusions
-    on CUDA: norm + projections, residual adds, rope + cache writes + attention; on the CPU with our
-    kernels the last); its report is the session's ``report`` attribute (``None`` with ``optimize=False``).
+    on CUDA: norm + projections, residual adds, rope + cache writes + attention, whole decoder layers; on
+    the CPU with our kernels rope + cache writes + attention); its report is the session's ``report``
+    attribute (``None`` with ``optimize=False``). ``merge_projections`` (with ``optimize``): a prefill's
+    (> 16 or symbolic rows) q/k/v and gate/up run as one product each (:mod:`meganeura_onnx.transforms.merge_projections`).
 
     ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or
     ``"fp16"``: MatMul/Gemm compute in half with float32 accumulation, the weights they alone read
@@ -69,17 +73,17 @@ def build_inference_session(
 
     ``session_config``: ORT session config entries, e.g. ``{"session.intra_op.allow_spinning": "0"}``;
     ``session_options``: ``ort.SessionOptions`` attributes by name, e.g. ``{"intra_op_num_threads": 1}``.
+    ``decode_layer`` (with ``optimize``): each decoder layer of a decode step as one ``DecodeLayer``
+    (:mod:`meganeura_onnx.transforms.decode_layer_fusion`); None (default): on CUDA, as the other
+    decode-step fusions; False: off (to compare); True: any device.
     """
     check_precision(precision, device, providers, "build_inference_session")
-    compiled, report = _optimized(graph, device, providers, use_custom_ops) if optimize else (graph, None)
+    fusions = (merge_projections, decode_layer, providers, use_custom_ops)
+    compiled, report = _optimized(graph, device, *fusions) if optimize else (graph, None)
     model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
-    half_storage: dict[str, str] = {}
-    precisions: list = []
-    if precision in HALF_TYPE:
-        model, half_storage, precisions = _lower_to_half(model, spec, precision, device, providers, use_custom_ops)
+    model, half_storage, precisions = _lower_to_half(model, spec, precision, device, providers, use_custom_ops)
     given = checked_parameters(parameters, graph.parameters(), "build_inference_session")
-    values = default_parameters(graph, seed, skip=set(given))
-    values.update(given)
+    values = {**default_parameters(graph, seed, skip=set(given)), **given}
     types = {n.attrs["name"]: n.ty for n in graph.nodes() if n.op in ("input", "input_u32")}
     state = _zero_state(spec, types)
     outputs = graph.output_names()
@@ -110,20 +114,32 @@ def build_inference_session(
     return session
 
 
-def _optimized(graph: Graph, device: str, providers, use_custom_ops: bool):
-    """(graph, report) after the inference optimizer, with the decode fusions that pay on ``device``."""
-    # The decode-step RMSNorm + projection GEMVs pay where launches dominate (CUDA); on the CPU, MLAS's
-    # products are faster than our GEMV kernels (README, decode-layer fusions), so CPU sessions keep them.
-    # The rope + cache writes + attention fusion pays on the CPU too when our kernel runs it (one node
-    # for four: less ORT dispatch and thread-pool work per layer); without the library it stays unfused.
+def _optimized(graph: Graph, device: str, merge_projections: bool, decode_layer: bool | None, providers, use_custom_ops: bool):
+    """(graph, report) after the inference optimizer. The decode-step fusions (RMSNorm + projection and
+    residual GEMVs, rope + attention, whole layers) pay where launches dominate (CUDA); on the CPU, MLAS's
+    products are faster than our GEMV kernels (README, decode-layer fusions), so CPU sessions keep the
+    products unless ``decode_layer=True`` asks for the layers, which those fusions make. The rope + cache
+    writes + attention fusion pays on the CPU too when our kernel runs it (one node for four: less ORT
+    dispatch and thread-pool work per layer); without the library it stays unfused."""
+    fused = device == "cuda" or decode_layer is True
+    layers = fused if decode_layer is None else decode_layer
     on_cpu = device == "cpu" and providers is None
-    rope_attention = device == "cuda" or (on_cpu and use_custom_ops and custom_op_library("cpu") is not None)
-    return optimize_graph(graph, stage="inference", decode_fusion=device == "cuda", rope_attention=rope_attention)
+    rope_attention = fused or (on_cpu and use_custom_ops and custom_op_library("cpu") is not None)
+    return optimize_graph(
+        graph,
+        stage="inference",
+        decode_fusion=fused,
+        rope_attention=rope_attention,
+        merge_projections=merge_projections,
+        decode_layer=layers,
+    )
 
 
 def _lower_to_half(model, spec, precision: str, device: str, providers, use_custom_ops: bool):
-    """(model, half_storage, precisions): ``model`` lowered to ``precision`` (``"bf16"``/``"fp16"``),
+    """(model, half_storage, precisions): ``model`` lowered to ``precision`` (``"bf16"``/``"fp16"``; as it is otherwise),
     the inputs it stores in half (name -> element type) and each node's precision for ``plan()``."""
+    if precision not in HALF_TYPE:
+        return model, {}, []
     target = "cuda" if device == "cuda" and providers is None else "cpu"
     kernels = use_custom_ops and custom_op_library(target) is not None
     stored = half_storage_inputs(model, precision, target, [*spec.parameters, *spec.state], kernels)

@@ -264,8 +264,11 @@ def reorder_for_memory(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-RECOMPUTED = frozenset({("com.meganeura", "SwiGLU")})
-"""Cheap elementwise ops whose output the backward pass recomputes instead of keeping it alive."""
+RECOMPUTED = frozenset({("com.meganeura", "SwiGLU"), ("", "Concat")})
+"""Cheap ops whose output the backward pass recomputes instead of keeping it alive: SwiGLU, and
+Concat for the weights of a merged projection (``transforms.merge_projections``: copying a layer's
+q|k|v and gate|up weights again, ~9 MB for SmolLM2, beats keeping every layer's copy from the
+forward to the backward pass)."""
 
 
 def recompute_late_reads(model: onnx.ModelProto, ops: frozenset[tuple[str, str]] = RECOMPUTED) -> int:

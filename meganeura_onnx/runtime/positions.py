@@ -67,7 +67,7 @@ class PositionRule:
         within = self.shapes[p.within][-2]
         if p.rows is None:
             return f"a row index into {self.op}'s {p.within} ({within} rows)"
-        rows = self.shapes[p.rows][-2]
+        rows = p.rows_per_sequence(self.shapes)
         sized = [f"{d}={sizes[d]}" for d in (rows, within) if sizes is not None and not isinstance(d, int) and d in sizes]
         at = f" at this step's sizes ({', '.join(sized)})" if sized else ""
         return f"{self.op} uses rows [{p.input}, {p.input} + {rows}) of {p.within} ({within} rows){at}"

@@ -51,7 +51,7 @@ from .schedules import LossScaler
 from .session import Session, checked_parameters, parameter_array
 
 DEFAULT_HYPER = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01, "max_grad_norm": 1.0}
-CACHE_FORMAT = "meganeura-train-model-4"  # 4: RMSNormGrad with dweight, reshapes folded; 3: memory-aware order, SwiGLU recomputed
+CACHE_FORMAT = "meganeura-train-model-5"  # 5: Concat recomputed; 4: RMSNormGrad with dweight, reshapes folded; 3: memory-aware order, SwiGLU recomputed
 TRAIN_SESSION_OPTIONS = {
     # ORT runs the nodes in the model's order (reorder_for_memory) instead of its own depth-first
     # order, which computes every weight gradient after the whole backward pass and so keeps every
@@ -237,6 +237,7 @@ class TrainingSession(Session):
         loss_scale: float = 2.0**16,
         loss_scale_growth_interval: int = 2000,
         cuda_graph: bool = False,
+        merge_projections: bool = True,
     ) -> None:
         if cuda_graph and device != "cuda":
             raise ValueError(f"build_session: cuda_graph=True needs device='cuda', got device={device!r}")
@@ -247,7 +248,7 @@ class TrainingSession(Session):
         values = default_parameters(graph, seed, skip=set(given))  # on the user's graph: init reads matmul fan-in
         values.update(given)
         self._optimize = optimize
-        self._forward, self._forward_report = _optimize_forward(graph) if optimize else (graph, None)
+        self._forward, self._forward_report = _optimize_forward(graph, merge_projections) if optimize else (graph, None)
         self._build = {
             "device": device,
             "providers": providers,
@@ -561,7 +562,10 @@ def build_session(graph: Graph, device: str = "cpu", *, optimizer: str | None = 
     ``providers``, ``parameters`` (initial values by name, checked like ``set_parameter``; the rest
     use the default init with ``seed``), ``clip``, ``opset``, ``use_custom_ops``, ``optimize``
     (default True: the e-graph optimizer runs over the forward graph and again over the train step;
-    False skips it), ``check_finite`` (every ``step()`` raises ``FloatingPointError`` naming the first
+    False skips it), ``merge_projections`` (default True, with ``optimize``: products sharing their left
+    operand, LLaMA's q/k/v and gate/up, run as one product against their weights concatenated in the
+    graph, so the backward has one dX and one dW product per group, :mod:`meganeura_onnx.transforms.merge_projections`;
+    False keeps them separate), ``check_finite`` (every ``step()`` raises ``FloatingPointError`` naming the first
     non-finite input, output or parameter update, and then changes nothing).
 
     ``backend="ort-training"`` trains through onnxruntime-training's artifacts instead
@@ -584,8 +588,8 @@ def build_session_cached(graph: Graph, cache_path: str | os.PathLike, device: st
     return TrainingSession(graph, device=device, cache_path=cache_path, **kwargs)
 
 
-def _optimize_forward(graph: Graph) -> tuple[Graph, OptimizeReport]:
-    return optimize(graph, stage="forward")
+def _optimize_forward(graph: Graph, merge_projections: bool = True) -> tuple[Graph, OptimizeReport]:
+    return optimize(graph, stage="forward", merge_projections=merge_projections)
 
 
 def build_session_with_report(graph: Graph, device: str = "cpu", **kwargs) -> tuple[TrainingSession, OptimizeReport | None]:

@@ -9,7 +9,10 @@ the same graph with its builder methods, so the result exports like any other gr
   ops) stops the flow: its inputs receive nothing through it, and the walk records where it
   stopped, so a leaf that reaches the loss *only* through such ops gets ``None`` and
   :attr:`Gradients.stopped` says why -- never a silently wrong number. U32 inputs get ``None``.
-- an op marked differentiable without a VJP rule is an error naming the op.
+- an op marked differentiable without a VJP rule is an error naming the op;
+- the nodes of a multi-output op (``split``: same inputs and attributes but ``index``) with a group
+  rule (``OpDef.group_vjp``) are differentiated together, at the first of them (all their users come
+  later, so every piece's gradient is complete there): one contribution per input, not one per node.
 """
 
 from __future__ import annotations
@@ -63,8 +66,13 @@ def gradients(g, loss: NodeId, wrt: Sequence[NodeId], seed: NodeId | None = None
 
     grad: dict[NodeId, NodeId] = {loss: seed}
     stopped: list[tuple[NodeId, str]] = []
+    groups = _sibling_groups(nodes[: loss + 1])
     for n in reversed(nodes[: loss + 1]):
-        if n.id not in grad or not n.inputs:
+        members = groups.get(n.id)
+        if members is not None:  # a group is differentiated at its first node
+            if n.id != members[0] or all(m not in grad for m in members):
+                continue
+        elif n.id not in grad or not n.inputs:
             continue
         wants = [depends[i] and reaches[i] and nodes[i].ty.dtype is DType.F32 for i in n.inputs]
         if not any(wants):
@@ -75,13 +83,27 @@ def gradients(g, loss: NodeId, wrt: Sequence[NodeId], seed: NodeId | None = None
             continue
         if d.vjp_rule is None:
             raise NotImplementedError(f"autodiff: op {n.op!r} (node {n.id}) is marked differentiable but has no VJP rule in the op table")
-        contributions = d.vjp_rule(g, n, grad[n.id])
+        if members is not None:
+            contributions = d.group_vjp_rule(g, [nodes[m] for m in members], [grad.get(m) for m in members])
+        else:
+            contributions = d.vjp_rule(g, n, grad[n.id])
         if len(contributions) != len(n.inputs):
             raise RuntimeError(f"autodiff: the VJP rule of {n.op!r} returned {len(contributions)} gradients for {len(n.inputs)} inputs")
         for i, want, gi in zip(n.inputs, wants, contributions, strict=True):
             if want and gi is not None:
                 grad[i] = g.add(grad[i], gi) if i in grad else gi
     return Gradients({t: grad.get(t) for t in wrt}, stopped)
+
+
+def _sibling_groups(nodes: list) -> dict[int, list[int]]:
+    """Node id -> the ids (ascending) of its group, for nodes of ops with a group VJP rule: the nodes
+    of one op, inputs and attributes but ``index``."""
+    by_key: dict[tuple, list[int]] = {}
+    for n in nodes:
+        if OPS[n.op].group_vjp_rule is not None:
+            attrs = repr(sorted((k, v) for k, v in n.attrs.items() if k != "index"))
+            by_key.setdefault((n.op, n.inputs, attrs), []).append(n.id)
+    return {i: ids for ids in by_key.values() for i in ids}
 
 
 def parameter_gradients(g, loss: NodeId) -> Gradients:

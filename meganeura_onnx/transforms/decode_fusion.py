@@ -30,6 +30,8 @@ does a product whose inner size is over ``DECODE_K_MAX`` (the CUDA kernels would
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..graph import Graph
 from ..ir import Node
 from ..ops import OPS
@@ -112,10 +114,11 @@ Replacement = tuple[str, tuple[int, ...], dict]
 """A node rebuilt as ``(op, input ids of the old graph, attrs)``."""
 
 
-def rebuild(graph: Graph, replace: dict[int, Replacement]) -> tuple[Graph, dict[int, int]]:
+def rebuild(graph: Graph, replace: dict[int, Replacement], keep: Iterable[int] = ()) -> tuple[Graph, dict[int, int]]:
     """A copy of ``graph`` in which node ``i`` is built as ``replace[i]``, and the map from old node ids
     to new ones. Leaves are copied first, in creation order (sessions feed them by name); the other
-    nodes are built from the named outputs, so nodes only the replaced ones read are left out."""
+    nodes are built from the named outputs, then from ``keep`` (nodes no output reads that must stay: the
+    caches' next values), so nodes only the replaced ones read are left out."""
     nodes = graph.nodes()
     out = Graph()
     new_id: dict[int, int] = {}
@@ -140,6 +143,8 @@ def rebuild(graph: Graph, replace: dict[int, Replacement]) -> tuple[Graph, dict[
         return new_id[root]
 
     out.set_outputs({name: build(nid) for name, nid in graph.named_outputs().items()})
+    for nid in keep:
+        build(nid)
     return out, new_id
 
 

@@ -20,8 +20,12 @@ the e-classes the first plan computes anyway as free, so a fusion that would rec
 still used elsewhere loses to the unfused node. The result is kept only if its total (DAG) cost is no
 higher than the input graph's.
 
-With ``stage="inference"`` the decode-step fusion of RMSNorm into its projections follows
-(:mod:`.decode_fusion`, a plain pass: its q/k/v group is one node with three outputs).
+Then plain passes: products sharing their left operand become one product and a split
+(:mod:`.merge_projections`; stages ``"forward"`` and ``"inference"``), and with ``stage="inference"``
+the decode-step fusion of RMSNorm into its projections follows (:mod:`.decode_fusion`, a plain pass:
+its q/k/v group is one node with three outputs), then those of rope and the cache writes into the
+attention (:mod:`.rope_attention_fusion`) and of each whole decoder layer into one node
+(:mod:`.decode_layer_fusion`).
 
 Preserved: every leaf (inputs, parameters, constants, in creation order, reachable or not), the
 outputs (same order), and in-place ops (``cache_write``: never merged, never rewritten away).
@@ -38,11 +42,17 @@ from dataclasses import dataclass, field
 from ..graph import Graph
 from ..ir import DType, Node, TensorType, postorder
 from ..ops import OPS
-from .decode_fusion import fuse_norm_projections
+from .decode_fusion import DECODE_ROWS_MAX, fuse_norm_projections
+from .decode_layer_fusion import fuse_decode_layers
 from .egraph import ENode, Limits, Saturated, saturate, table_rules
+from .merge_projections import merge_projections as merge_products
 from .rope_attention_fusion import fuse_rope_attention
 
 KERNEL_BYTES = 8 << 20
+MERGE_MIN_ROWS = {"forward": 0, "inference": DECODE_ROWS_MAX + 1}
+"""Stages that merge products sharing their left operand, and the least static row count merged:
+every product before autodiff (the forward stage of training); at inference those of prefills,
+not of decode steps (:mod:`.merge_projections`)."""
 __all__ = ["KERNEL_BYTES", "Limits", "OptimizeReport", "optimize"]
 
 
@@ -245,13 +255,20 @@ def optimize(
     stage: str = "forward",
     decode_fusion: bool = True,
     rope_attention: bool | None = None,
+    merge_projections: bool = True,
+    decode_layer: bool | None = None,
 ) -> tuple[Graph, OptimizeReport]:
     """A new graph with the op table's rewrites applied, and the report. ``graph`` is not modified; it is
     returned itself when no rule matched or extraction finds nothing cheaper. Node counts in the
     report are of the nodes the outputs depend on. ``stage="inference"`` with ``decode_fusion`` (the
     default) also fuses decode-step norms into their projections (:mod:`.decode_fusion`), and with
     ``rope_attention`` (default: as ``decode_fusion``) a decode step's rope and cache writes into its
-    attention (:mod:`.rope_attention_fusion`)."""
+    attention (:mod:`.rope_attention_fusion`), and with ``decode_layer`` (default: as ``decode_fusion``)
+    each decoder layer those two passes left as five nodes into one ``decode_layer``
+    (:mod:`.decode_layer_fusion`). ``merge_projections`` (default True; stages
+    ``"forward"`` and ``"inference"``) runs products that share their left operand as one product
+    against their concatenated weights (:mod:`.merge_projections`; at inference only products of
+    more than ``DECODE_ROWS_MAX`` rows or of symbolic rows, so decode steps stay as they are)."""
     t0 = time.perf_counter()
     nodes = graph.nodes()
     if _state_writers_off_the_outputs(graph):  # already fused: a rebuild from the outputs would drop them
@@ -288,32 +305,31 @@ def optimize(
         kept_input=out is graph,
         program=sat.program,
     )
+    if merge_projections and stage in MERGE_MIN_ROWS:  # before the decode fusions, which it leaves their small-row products
+        out, merged = merge_products(out, min_rows=MERGE_MIN_ROWS[stage])
+        ops_after = _after_pass(out, report, t0, {"merge_projections": merged}) if merged else ops_after
     if stage == "inference" and decode_fusion:  # norm + projections of a decode step: a plain pass (see decode_fusion)
         out, made = fuse_norm_projections(out)
-        if made:
-            live_after = _live(out.nodes(), out.outputs())
-            ops_after = Counter(n.op for n in live_after if not OPS[n.op].leaf)
-            report.nodes_after, report.kept_input = len(live_after), False
-            report.rules_fired = {**report.rules_fired, **{f"fuse_{op}": k for op, k in made.items()}}
-            report.seconds = time.perf_counter() - t0
+        ops_after = _after_pass(out, report, t0, {f"fuse_{op}": k for op, k in made.items()}) if made else ops_after
     if stage == "inference" and (decode_fusion if rope_attention is None else rope_attention):
-        out, ops_after = _fuse_rope_attention(out, report, ops_after, t0)
+        out, made_attention = fuse_rope_attention(out)  # its cache nodes are read by no node
+        ops_after = _after_pass(out, report, t0, {"fuse_rope_cached_attention": made_attention}) if made_attention else ops_after
+    if stage == "inference" and (decode_fusion if decode_layer is None else decode_layer):
+        out, made_layers = fuse_decode_layers(out)  # last: the chains the passes above leave, cache nodes kept
+        ops_after = _after_pass(out, report, t0, {"fuse_decode_layer": made_layers}) if made_layers else ops_after
     report.fusions = {op: ops_after[op] - ops_before[op] for op in sorted(ops_after) if ops_after[op] > ops_before[op]}
     report.removed = {op: ops_before[op] - ops_after[op] for op in sorted(ops_before) if ops_before[op] > ops_after[op]}
     return out, report
 
 
-def _fuse_rope_attention(graph: Graph, report: OptimizeReport, ops_after: Counter, t0: float) -> tuple[Graph, Counter]:
-    """The decode attention's rope and cache writes fused into it (:mod:`.rope_attention_fusion`,
-    last: its cache nodes are read by no node); the report updated."""
-    out, made = fuse_rope_attention(graph)
-    if not made:
-        return graph, ops_after
+def _after_pass(out: Graph, report: OptimizeReport, t0: float, fired: dict[str, int]) -> Counter:
+    """The report updated after a plain pass changed the graph to ``out`` (its rules ``fired``); the
+    op counts of ``out``'s live nodes."""
     live = _live(out.nodes(), out.outputs())
     report.nodes_after, report.kept_input = len(live), False
-    report.rules_fired = {**report.rules_fired, "fuse_rope_cached_attention": made}
+    report.rules_fired = {**report.rules_fired, **fired}
     report.seconds = time.perf_counter() - t0
-    return out, Counter(n.op for n in live if not OPS[n.op].leaf)
+    return Counter(n.op for n in live if not OPS[n.op].leaf)
 
 
 def _state_writers_off_the_outputs(graph: Graph) -> bool:

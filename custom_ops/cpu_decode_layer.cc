@@ -1,0 +1,135 @@
+// com.meganeura DecodeLayer on the CPU (decode_layer.h): the five decode-step CPU kernels' work in
+// sequence on temporaries of the element type T, so the result is exactly what the unfused ops give
+// (every intermediate rounded to T where they store it):
+//   RMSNormLinear (q, k, v) -> RopeCachedAttention (rope, cache writes, attention) ->
+//   LinearResidual (o_proj + x) -> RMSNormSwiGLU -> LinearResidual (down_proj + x1).
+// The caches are written in place when ORT hands the kernel their input buffers as outputs 1 and 2
+// (RopeCachedAttentionCpuRun copies them first otherwise). Attributes and inputs are read and checked
+// by decode_layer.cc, as the CUDA kernel reads and checks them.
+#include <vector>
+
+#include "decode_layer.h"
+#include "decode_linear.h"
+#include "rope_attention.h"
+
+namespace mn {
+
+namespace {
+
+constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+
+// A temporary of `count` elements of `type`, float-aligned.
+struct Scratch {
+  std::vector<float> buf;
+  Scratch(ONNXTensorElementDataType type, int64_t count) : buf((static_cast<size_t>(count) * ElementSize(type) + 3) / 4) {}
+  void* data() { return buf.data(); }
+};
+
+// A host tensor of the prepared calls (the CPU runs read its data pointer).
+Tensor View(ONNXTensorElementDataType type, const void* data, std::vector<int64_t> shape) {
+  Tensor t;
+  t.present = true;
+  t.type = type;
+  t.data = data;
+  t.shape = std::move(shape);
+  return t;
+}
+
+// RMSNormLinear's / RMSNormSwiGLU's call: x [M, K] normalised by gamma, times ws (output widths N) into outs.
+NormLinearCall NormCall(ONNXTensorElementDataType type, const Tensor& x, const Tensor& gamma, std::vector<Tensor> ws,
+                        std::vector<int64_t> N, std::vector<void*> outs) {
+  NormLinearCall c;
+  c.type = type;
+  c.M = x.shape[0];
+  c.K = x.shape[1];
+  c.x = x;
+  c.gamma = gamma;
+  c.ws = std::move(ws);
+  c.N = std::move(N);
+  c.outs = std::move(outs);
+  return c;
+}
+
+// LinearResidual's call: y [M, N] = residual + x [M, K] @ w.
+LinearResidualCall ResidualCall(ONNXTensorElementDataType type, const Tensor& x, const Tensor& w, const Tensor& residual, void* y) {
+  LinearResidualCall c;
+  c.type = type;
+  c.M = x.shape[0];
+  c.K = x.shape[1];
+  c.N = residual.shape[1];
+  c.x = x;
+  c.w = w;
+  c.residual = residual;
+  c.y = y;
+  return c;
+}
+
+class DecodeLayerCpu : public Kernel {
+ public:
+  explicit DecodeLayerCpu(const DecodeLayerAttrs& a) : a_(a), inv_freq_(a.heads.head_dim / 2) {
+    RopeInvFreq(a.theta, a.heads.head_dim, inv_freq_.data());
+  }
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    DecodeLayerAttrs a;
+    MN_RETURN_IF(ReadDecodeLayerAttrs(info, &a));
+    *out = new DecodeLayerCpu(a);
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor in[kDlInputs];
+    for (size_t i = 0; i < kDlInputs; ++i) MN_RETURN_IF(GetInput(ctx, i, &in[i]));
+    DecodeLayerProblem p;
+    MN_RETURN_IF(CheckDecodeLayer(a_, in, &p));  // the CPU kernel always reads and checks the positions
+    void *y = nullptr, *kc = nullptr, *vc = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, in[kDlX].shape, &y));
+    MN_RETURN_IF(GetOutput(ctx, 1, in[kDlKCache].shape, &kc));
+    MN_RETURN_IF(GetOutput(ctx, 2, in[kDlVCache].shape, &vc));
+    return Run(ctx, p, in, y, kc, vc);
+  }
+
+ private:
+  OrtStatus* Run(OrtKernelContext* ctx, const DecodeLayerProblem& p, const Tensor* in, void* y, void* kc, void* vc) const {
+    const ONNXTensorElementDataType T = p.type;
+    const int64_t qw = p.H * p.hd, kvw = p.KVH * p.hd;
+    Scratch q(T, p.R * qw), k(T, p.R * kvw), v(T, p.R * kvw), att(T, p.R * qw), x1(T, p.R * p.D), h(T, p.R * p.I);
+    const NormLinearAttrs norm{a_.epsilon, a_.trans_b};
+    // q, k, v = RMSNormLinear(x, attn_norm; w_q, w_k, w_v)
+    MN_RETURN_IF(NormLinearCpuRun(ctx, norm, false,
+                                  NormCall(T, in[kDlX], in[kDlAttnNorm], {in[kDlWq], in[kDlWk], in[kDlWv]}, {qw, kvw, kvw},
+                                           {q.data(), k.data(), v.data()})));
+    AttnProblem ap;  // RopeCachedAttention on the rows as B sequences of S: [B, S, width] for [R, width]
+    ap.B = p.B;
+    ap.T = p.S;
+    ap.H = p.H;
+    ap.KVH = p.KVH;
+    ap.hd = p.hd;
+    ap.max_seq = p.max_seq;
+    ap.kv_pos = p.kv_pos;
+    ap.type = T;
+    MN_RETURN_IF(RopeCachedAttentionCpuRun(ctx, ap, inv_freq_.data(), q.data(), k.data(), v.data(), in[kDlKCache].data,
+                                           in[kDlVCache].data, att.data(), kc, vc));
+    const Tensor x1_rows = View(T, x1.data(), {p.R, p.D});
+    // x1 = x + a @ w_o
+    MN_RETURN_IF(LinearResidualCpuRun(ctx, a_.trans_b, ResidualCall(T, View(T, att.data(), {p.R, qw}), in[kDlWo], in[kDlX], x1.data())));
+    // h = silu(rmsnorm(x1) @ w_gate) * (rmsnorm(x1) @ w_up)
+    MN_RETURN_IF(NormLinearCpuRun(ctx, norm, true, NormCall(T, x1_rows, in[kDlMlpNorm], {in[kDlWgate], in[kDlWup]}, {p.I, p.I}, {h.data()})));
+    // y = x1 + h @ w_down
+    return LinearResidualCpuRun(ctx, a_.trans_b, ResidualCall(T, View(T, h.data(), {p.R, p.I}), in[kDlWdown], x1_rows, y));
+  }
+
+  DecodeLayerAttrs a_;
+  std::vector<float> inv_freq_;
+};
+
+}  // namespace
+
+void AddCpuDecodeLayerOps(std::vector<OpDef*>* ops) {
+  const char* ep = "CPUExecutionProvider";
+  for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
+    ops->push_back(NewDecodeLayerOpDef(ep, T, DecodeLayerCpu::Create));
+  }
+}
+
+}  // namespace mn

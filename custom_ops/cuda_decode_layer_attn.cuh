@@ -1,0 +1,209 @@
+// The DecodeLayer megakernel's attention phase (included by cuda_decode_layer.cu after
+// cuda_decode_layer_kernel.cuh): split-K over the cache rows, partials (m, l, acc) per head in the workspace.
+#pragma once
+#include "cuda_decode_layer_kernel.cuh"
+
+namespace dl {
+
+// ------------------------------------------------------------------ phase 2: attention split-K
+// Lanes over head_dim: LPR lanes per cache row (one 16-byte chunk each), RS = 32 / LPR row slots per
+// warp, each slot streaming kRT rows per tile with its own online softmax (base 2: the scores carry
+// log2(e) / sqrt(hd)); the slots and then the warps are merged at the end.
+template <class T, int HD>
+struct Attn {
+  using E = Elem<T>;
+  static constexpr int EPC = E::EPC, C16 = HD / EPC, LPR = C16 < 32 ? C16 : 32, RS = 32 / LPR;
+  static_assert(C16 <= 32, "one chunk per lane and row");
+
+  struct Unit {
+    int bt, b, kvh, h0, ng, split;
+    int start, end;  // cache rows [start, end) of this split (max_seq < 2^30: the host checks)
+  };
+
+  __device__ static bool Locate(const Params& p, const Seqs& sq, int splits, int u, Unit* un) {
+    const int G = p.H / p.KVH, NG = (G + kGmax - 1) / kGmax;
+    un->split = u % splits;
+    int rest = u / splits;
+    const int grp = rest % NG;
+    rest /= NG;
+    un->kvh = rest % p.KVH;
+    un->bt = rest / p.KVH;
+    un->b = un->bt / p.S;
+    un->h0 = un->kvh * G + grp * kGmax;
+    un->ng = min(kGmax, G - grp * kGmax);
+    if (!sq.valid[un->b]) return false;
+    const int L = static_cast<int>(sq.pos[un->b]) + un->bt % p.S + 1;
+    const int chunk = (L + splits - 1) / splits;
+    un->start = min(L, un->split * chunk);
+    un->end = min(L, un->start + chunk);
+    return true;
+  }
+
+  // The 16-byte chunk `sl` of cache row `row` of the unit's KV head.
+  __device__ static int64_t ChunkAt(const Params& p, const Unit& un, int64_t row, int sl) {
+    return ((static_cast<int64_t>(un.b) * p.max_seq + row) * p.KVH + un.kvh) * C16 + sl;
+  }
+
+  // The unit's K and V rows into L2: a thread per (row, 128-byte line of the head's slice).
+  __device__ static void PrefetchRows(const Params& p, const Unit& un) {
+    constexpr int LINES = (C16 + 7) / 8;
+#pragma unroll 1
+    for (int i = threadIdx.x; i < (un.end - un.start) * LINES; i += kThreads) {
+      const int64_t c = ChunkAt(p, un, un.start + i / LINES, (i % LINES) * 8);
+      PrefetchL2(static_cast<const uint4*>(p.k) + c);
+      PrefetchL2(static_cast<const uint4*>(p.v) + c);
+    }
+  }
+
+  struct Lane {
+    float q[kGmax][EPC], acc[kGmax][EPC], m[kGmax], l[kGmax];
+  };
+
+  // One tile: kRT rows of this lane's slot, scored for every head, folded into the online softmax.
+  __device__ static void Tile(const Params& p, const Unit& un, Lane& s, int row0, int sl) {
+    uint4 kk[kRT], vv[kRT];
+#pragma unroll
+    for (int r = 0; r < kRT; ++r)
+      if (row0 + r < un.end) {
+        kk[r] = __ldcg(static_cast<const uint4*>(p.k) + ChunkAt(p, un, row0 + r, sl));
+        vv[r] = __ldcg(static_cast<const uint4*>(p.v) + ChunkAt(p, un, row0 + r, sl));
+      }
+    float sc[kRT][kGmax];
+#pragma unroll
+    for (int r = 0; r < kRT; ++r) {
+      float kf[EPC];
+      E::Unpack(kk[r], kf);
+#pragma unroll
+      for (int g = 0; g < kGmax; ++g) {
+        float d = 0.f;
+#pragma unroll
+        for (int e = 0; e < EPC; ++e) d = fmaf(s.q[g][e], kf[e], d);
+#pragma unroll
+        for (int o = LPR / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        sc[r][g] = row0 + r < un.end ? d * p.qscale : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < kGmax; ++g) {
+      float mt = sc[0][g];
+#pragma unroll
+      for (int r = 1; r < kRT; ++r) mt = fmaxf(mt, sc[r][g]);
+      const float mn = fmaxf(s.m[g], mt);
+      if (mn == -INFINITY) continue;  // no row of this slot yet
+      const float corr = exp2f(s.m[g] - mn);  // 0 when m was -inf
+      s.l[g] *= corr;
+#pragma unroll
+      for (int e = 0; e < EPC; ++e) s.acc[g][e] *= corr;
+      s.m[g] = mn;
+#pragma unroll
+      for (int r = 0; r < kRT; ++r) {
+        if (!(row0 + r < un.end)) continue;
+        const float pr = exp2f(sc[r][g] - mn);
+        float vf[EPC];
+        E::Unpack(vv[r], vf);
+        s.l[g] += pr;
+#pragma unroll
+        for (int e = 0; e < EPC; ++e) s.acc[g][e] = fmaf(pr, vf[e], s.acc[g][e]);
+      }
+    }
+  }
+
+  // Folds the slots of the warp together (lanes sl of slot 0 end with the warp's sums).
+  __device__ static void MergeSlots(Lane& s) {
+#pragma unroll
+    for (int o = LPR; o < 32; o <<= 1)
+#pragma unroll
+      for (int g = 0; g < kGmax; ++g) {
+        const float mo = __shfl_xor_sync(0xffffffffu, s.m[g], o), lo = __shfl_xor_sync(0xffffffffu, s.l[g], o);
+        const float M = fmaxf(s.m[g], mo);
+        const float cs = s.m[g] == -INFINITY ? 0.f : exp2f(s.m[g] - M), co = mo == -INFINITY ? 0.f : exp2f(mo - M);
+        s.l[g] = s.l[g] * cs + lo * co;
+#pragma unroll
+        for (int e = 0; e < EPC; ++e) s.acc[g][e] = s.acc[g][e] * cs + __shfl_xor_sync(0xffffffffu, s.acc[g][e], o) * co;
+        s.m[g] = M;
+      }
+  }
+
+  // The warps' sums merged through shared memory into the unit's partial per head (workspace).
+  __device__ static void MergeWarps(const Params& p, const Unit& un, const Lane& s, int sl, float* sm) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float* sm_ml = sm + kWarps * kGmax * HD;  // [kWarps][kGmax][2]
+    if (lane < LPR) {
+#pragma unroll
+      for (int g = 0; g < kGmax; ++g) {
+#pragma unroll
+        for (int e = 0; e < EPC; ++e) sm[(warp * kGmax + g) * HD + sl * EPC + e] = s.acc[g][e];
+        if (lane == 0) {
+          sm_ml[(warp * kGmax + g) * 2] = s.m[g];
+          sm_ml[(warp * kGmax + g) * 2 + 1] = s.l[g];
+        }
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < un.ng * HD; i += kThreads) {
+      const int g = i / HD, d = i % HD;
+      float M = -INFINITY;
+      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_ml[(w * kGmax + g) * 2]);
+      float lt = 0.f, at = 0.f;
+      if (M != -INFINITY)
+        for (int w = 0; w < kWarps; ++w) {
+          const float mw = sm_ml[(w * kGmax + g) * 2];
+          if (mw == -INFINITY) continue;
+          const float c = exp2f(mw - M);
+          lt += sm_ml[(w * kGmax + g) * 2 + 1] * c;
+          at += sm[(w * kGmax + g) * HD + d] * c;
+        }
+      const int64_t slot = (static_cast<int64_t>(un.bt) * p.H + un.h0 + g) * p.max_splits + un.split;
+      p.part[slot * HD + d] = at;
+      if (d == 0) p.ml[slot] = make_float2(M, lt);
+    }
+    __syncthreads();  // the shared memory is free for the next unit
+  }
+
+  // The block's units' K and V rows into L2 (before the barrier that precedes the phase).
+  __device__ static void Prefetch(const Params& p, const Seqs& sq, int splits) {
+    const int units = Units(p, splits);
+#pragma unroll 1
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+      Unit un;
+      if (Locate(p, sq, splits, u, &un)) PrefetchRows(p, un);
+    }
+  }
+
+  __device__ static int Units(const Params& p, int splits) { return p.R * p.KVH * ((p.H / p.KVH + kGmax - 1) / kGmax) * splits; }
+
+  __device__ static void Run(const Params& p, const Seqs& sq, int splits, float* sm) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = lane / LPR, sl = lane % LPR;
+    const int units = Units(p, splits);
+#pragma unroll 1
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+      Unit un;
+      if (!Locate(p, sq, splits, u, &un)) continue;  // block-uniform: an invalid position, phase 3 writes NaN
+      Lane s;
+#pragma unroll
+      for (int g = 0; g < kGmax; ++g) {
+        const float4* qp = reinterpret_cast<const float4*>(p.q + (static_cast<int64_t>(un.bt) * p.H + un.h0 + min(g, un.ng - 1)) * HD + sl * EPC);
+#pragma unroll
+        for (int e = 0; e < EPC / 4; ++e) {  // raw: the scale multiplies the scores, so the first K/V loads need not wait for q
+          const float4 v = __ldcg(qp + e);
+          s.q[g][4 * e] = v.x;
+          s.q[g][4 * e + 1] = v.y;
+          s.q[g][4 * e + 2] = v.z;
+          s.q[g][4 * e + 3] = v.w;
+        }
+#pragma unroll
+        for (int e = 0; e < EPC; ++e) s.acc[g][e] = 0.f;
+        s.m[g] = -INFINITY;
+        s.l[g] = 0.f;
+      }
+      constexpr int kTileRows = kWarps * RS * kRT;
+#pragma unroll 1
+      for (int t0 = un.start; t0 < un.end; t0 += kTileRows) Tile(p, un, s, t0 + (warp * RS + slot) * kRT, sl);
+      Trace(p, 5);
+      MergeSlots(s);
+      MergeWarps(p, un, s, sl, sm);
+    }
+  }
+};
+
+}  // namespace dl

@@ -1,0 +1,292 @@
+// The DecodeLayer megakernel's pieces: one persistent cooperative launch per decoder layer
+// (cuda_decode_layer.cu has the kernel and its launch, cuda_decode_layer_attn.cuh the attention). Grid =
+// one block per SM, all co-resident (cooperative launch); five phases separated by four grid barriers:
+//   1. every block loads x's rows and both gammas into shared memory (redundantly: a few KB); warps take
+//      pairs of q|k|v weight rows (j, j + hd/2 of one head, so RoPE is the epilogue) grid-wide; q is
+//      rotated into the workspace, k rotated and v written into the caches at row kv_pos[b] + t.
+//   2. attention split-K: a unit = (query row, KV head, group of <= kGmax query heads, split of the
+//      attended rows); a block per unit, lanes over head_dim, an online softmax per lane slot, the
+//      warps merged through shared memory into one (m, l, acc) partial per head in the workspace.
+//   3. every block merges all heads' partials into the attention output a (rounded to T) in shared
+//      memory, then warps take rows of w_o: x1 = a @ w_o^T + x (rounded to T) into the workspace.
+//   4. every block loads x1; warps take (gate, up) row pairs: h = silu(g) * u into the workspace.
+//   5. every block loads h; warps take rows of w_down: y = h @ w_down^T + x1.
+// The RMSNorms are folded into the products (WarpRms). Rounding to T happens exactly where the five-op
+// composition rounds (q, k, v; rotated q and k; a; x1; h; y), accumulation in float32, so the result
+// equals the composition within float rounding. Latency, not bytes, is the cost (a layer's weights are
+// ~7 MB at 16 bits): each phase's first weight rows are loaded into registers before the barrier that
+// precedes it (so the barrier's wait overlaps the loads), the later phases' rows are prefetched into L2,
+// and loops stay rolled where unrolling buys nothing (the kernel's code is ~100 KB per instantiation).
+#pragma once
+#include "cuda_common.cuh"
+
+namespace dl {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxRows = 16;  // R = B * S rows at most (one block holds them all)
+constexpr int kGmax = 2;      // query heads of one KV head per attention unit (more: more registers and code per unit)
+constexpr int kRT = 4;        // cache rows per lane slot and attention tile
+constexpr int kMaxSplits = 16;  // attention splits per (row, head) at most: phase 3 merges them in two batches of loads
+constexpr int kTracePoints = 17;  // Params::trace: globaltimer stamps per block
+
+struct Params {
+  const void *x, *attn_norm, *w_q, *w_k, *w_v, *w_o, *mlp_norm, *w_gate, *w_up, *w_down;
+  void *k, *v, *y;  // the caches (written in place) and the output
+  MnPos pos;
+  int B, S, R, D, H, KVH, I;
+  int64_t max_seq;
+  float eps, qscale;
+  int max_splits;      // the workspace's partials per head
+  int min_split_rows;  // a split covers at least this many cache rows
+  int act_floats;      // shared memory: act rows (or the attention merge area), then the two gammas
+  int barrier;         // which grid barrier (GridBarrier: kBarrierGrowOnly or kBarrierGeneration)
+  unsigned* bar;       // generation barrier: [0] arrivals, [32] generation; grow-only: [64] arrivals, [96] epoch
+  float *q, *part, *x1, *h;
+  float2* ml;
+  unsigned long long* trace;  // nullptr, or [blocks][kTracePoints] stamps (decode_layer_check's phase breakdown)
+  int phases;                 // which phases run (bits kPhase1.. in cuda_decode_layer.cu; all of them but in timing breakdowns)
+  float inv[64];  // rope frequencies (head_dim / 2)
+};
+
+__device__ __forceinline__ void Trace(const Params& p, int k) {
+  if (p.trace != nullptr && threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    p.trace[blockIdx.x * kTracePoints + k] = t;
+  }
+}
+
+// dst(i, src(i)), i < n: batches of 8 loads per thread in flight together (one round trip per batch).
+template <class Src, class Dst>
+__device__ void BlockLoad(Src src, int n, Dst dst) {
+#pragma unroll 1
+  for (int i0 = threadIdx.x; i0 < n; i0 += kThreads * 8) {
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = i0 + u * kThreads < n ? src(i0 + u * kThreads) : 0.f;
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      if (i0 + u * kThreads < n) dst(i0 + u * kThreads, v[u]);
+  }
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
+__device__ __forceinline__ void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+constexpr int kBarriers = 4;  // grid barriers per launch
+enum { kBarrierGeneration = 0, kBarrierGrowOnly = 2 };  // Params::barrier
+
+// Grid barriers, valid only because the launch is cooperative (every block resident); nothing needs
+// resetting between launches or CUDA-graph replays. kBarrierGrowOnly (the default): a count that only grows
+// (arrivals are fire-and-forget reductions) and an epoch per launch, read at the start and advanced by
+// block 0 at the end: barrier k of launch e is passed when the count reaches (e * kBarriers + k + 1) *
+// blocks (modulo 2^32; one round trip, the poll's). kBarrierGeneration: an arrival count that the last block resets and a
+// generation it advances (two round trips: the arrival's atomic, then the poll).
+__device__ __forceinline__ void GridBarrier(const Params& p, unsigned epoch, int k) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (p.barrier == kBarrierGrowOnly) {
+      unsigned* count = p.bar + 64;
+      const unsigned target = (epoch * kBarriers + k + 1) * gridDim.x;
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
+      unsigned cur;
+      do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(cur) : "l"(count) : "memory");
+      } while (static_cast<int>(cur - target) < 0);
+    } else {
+      unsigned* count = p.bar;
+      unsigned* gen = p.bar + 32;
+      unsigned g, old;
+      asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(g) : "l"(gen) : "memory");
+      __threadfence();  // the block's writes (ordered before this thread by the __syncthreads) before the arrival
+      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(count) : "memory");
+      if (old == gridDim.x - 1) {
+        asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(count), "r"(0u) : "memory");
+        asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(gen), "r"(g + 1) : "memory");
+      } else {
+        unsigned cur;
+        do {
+          asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(cur) : "l"(gen) : "memory");
+        } while (cur == g);
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// The sequences' positions and whether each is valid (0 <= kv_pos <= max_seq - S), in shared memory.
+struct Seqs {
+  int64_t pos[kMaxRows];
+  bool valid[kMaxRows];
+};
+
+// Thread b's sequence position (loaded early: SetSeqs stores it once other loads are in flight).
+__device__ __forceinline__ int64_t PosOf(const Params& p) { return threadIdx.x < p.B ? LoadPos(p.pos, threadIdx.x) : 0; }
+
+// Before a __syncthreads that publishes it.
+__device__ __forceinline__ void SetSeqs(const Params& p, int64_t v, Seqs* s) {
+  if (threadIdx.x < p.B) {
+    const bool ok = v >= 0 && v <= p.max_seq - p.S;
+    s->valid[threadIdx.x] = ok;
+    s->pos[threadIdx.x] = ok ? v : 0;
+  }
+}
+
+// Attention splits per (row, head), from the longest attended length (every thread computes the same).
+__device__ int Splits(const Params& p, const Seqs& sq) {
+  int64_t L = 1;
+#pragma unroll 1
+  for (int b = 0; b < p.B; ++b)
+    if (sq.valid[b]) L = max(L, sq.pos[b] + p.S);
+  const int64_t want = (L + p.min_split_rows - 1) / p.min_split_rows;
+  return static_cast<int>(want < 1 ? 1 : want > p.max_splits ? p.max_splits : want);
+}
+
+// The RMSNorm is folded into the products: a normalised row's product is dot(w, x * gamma) / rms(x),
+// rms(x) = sqrt(mean(x^2) + eps) (the same float32 quantities as the unfused kernels' x / rms * gamma,
+// summed in another order), so x goes to shared memory as it is and no block-wide normalisation pass
+// (and its barriers) stands between the loads and the products. Each warp computes the rms of every
+// row itself (the same order in every warp: one value per row) into its slot of `red`.
+__device__ void WarpRms(const float* act, int R, int K, float eps, float* rms) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll 1
+  for (int m = 0; m < R; ++m) {
+    float ss = 0.f;
+#pragma unroll 2
+    for (int k = lane * 4; k < K; k += 128) {  // K % 4 == 0 (whole 16-byte chunks)
+      const float4 v = *reinterpret_cast<const float4*>(act + m * K + k);
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    ss = WarpSum(ss);
+    if (lane == 0) rms[m] = sqrtf(ss / static_cast<float>(K) + eps);
+  }
+  __syncwarp();
+}
+
+// NR weight rows of K elements (16-byte chunks), the first HOLD chunks per lane held in registers.
+template <class T, int NR, int HOLD>
+struct Rows {
+  static constexpr int EPC = Elem<T>::EPC, kRows = NR;
+  const uint4* w[NR];
+  uint4 held[NR][HOLD];
+  int chunks;
+
+  __device__ void Load(int lane) {
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+#pragma unroll
+      for (int j = 0; j < HOLD; ++j)
+        if (lane + 32 * j < chunks) held[r][j] = __ldg(w[r] + lane + 32 * j);
+  }
+  __device__ void Prefetch(int lane) const {  // the rows' 128-byte lines into L2
+#pragma unroll
+    for (int r = 0; r < NR; ++r)
+#pragma unroll 1
+      for (int c = lane * 8; c < chunks; c += 32 * 8) PrefetchL2(w[r] + c);
+  }
+  // acc += dot(the chunk's weights, x) (x * gamma with NORM).
+  template <bool NORM>
+  __device__ static void Dot(const uint4& u, const float* x, const float* g, float& acc) {
+    float f[EPC];
+    Elem<T>::Unpack(u, f);
+#pragma unroll
+    for (int q = 0; q < EPC / 4; ++q) {
+      float4 v = reinterpret_cast<const float4*>(x)[q];
+      if (NORM) {
+        const float4 gv = reinterpret_cast<const float4*>(g)[q];
+        v = make_float4(v.x * gv.x, v.y * gv.y, v.z * gv.z, v.w * gv.w);
+      }
+      acc += f[4 * q] * v.x + f[4 * q + 1] * v.y + f[4 * q + 2] * v.z + f[4 * q + 3] * v.w;
+    }
+  }
+  // out[r] (every lane) = dot(weight row r, act row m) (act row * gamma with NORM); act rows of stride K.
+  template <bool NORM>
+  __device__ void Products(const float* act, const float* gamma, int m, int lane, float (&out)[NR]) const {
+    float acc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) acc[r] = 0.f;
+    const float* xr = act + m * chunks * EPC;
+#pragma unroll
+    for (int j = 0; j < HOLD; ++j) {
+      const int c = lane + 32 * j;
+      if (c < chunks)
+#pragma unroll
+        for (int r = 0; r < NR; ++r) Dot<NORM>(held[r][j], xr + c * EPC, gamma + c * EPC, acc[r]);
+    }
+#pragma unroll 1
+    for (int c = lane + 32 * HOLD; c < chunks; c += 32) {
+      uint4 u[NR];
+#pragma unroll
+      for (int r = 0; r < NR; ++r) u[r] = __ldg(w[r] + c);
+#pragma unroll
+      for (int r = 0; r < NR; ++r) Dot<NORM>(u[r], xr + c * EPC, gamma + c * EPC, acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) out[r] = WarpSum(acc[r]);
+  }
+};
+// Chunks held per lane: for a 576-wide SmolLM2 row, 5 (float32) or 3 (16-bit) chunks; for its 1536-wide
+// w_down rows 12 or 6. More would cost registers the attention phase needs (and spill).
+template <class T>
+using Pair = Rows<T, 2, 24 / Elem<T>::EPC>;  // two rows (q|k|v rope pairs, gate/up): 6 (float32) or 3 chunks each
+template <class T>
+using Single = Rows<T, 1, 48 / Elem<T>::EPC>;  // one row (w_o, w_down): 12 or 6 chunks
+
+// The warp's items of a phase: item i = warp * blocks + block + j * (blocks * warps), j = 0, 1, ...
+__device__ __forceinline__ int FirstItem() { return (threadIdx.x >> 5) * gridDim.x + blockIdx.x; }
+
+// Sets up and loads the warp's item `i` (nothing when i >= items).
+template <class R, class Setup>
+__device__ __forceinline__ void LoadItem(R& rows, int i, int items, Setup setup) {
+  if (i < items) {
+    setup(i, rows);
+    rows.Load(threadIdx.x & 31);
+  }
+}
+
+// A grid-wide loop over `items` weight-row items: item i set up by setup(i, rows), its products with
+// every act row computed (NORM: act * gamma, divided by the row's rms), and epi(i, m, out, pre(i, m))
+// called by lane 0 for row m (pre: the epilogue's global load, issued before the products). `cur` holds
+// the warp's first item (loaded before the barrier that precedes the phase); each next item is loaded
+// into `nxt` before the current one's products (already, when nxt_loaded), so its latency overlaps them.
+template <bool NORM, class R, class Setup, class Pre, class Epi>
+__device__ void ItemLoop(R& cur, R& nxt, bool nxt_loaded, int items, const float* act, const float* gamma, const float* rms, int rows,
+                         Setup setup, Pre pre, Epi epi) {
+  const int lane = threadIdx.x & 31;
+  const int tw = gridDim.x * kWarps;
+#pragma unroll 1
+  for (int i = FirstItem(); i < items; i += tw, nxt_loaded = false) {
+    const bool more = i + tw < items;
+    if (more && !nxt_loaded) LoadItem(nxt, i + tw, items, setup);
+#pragma unroll 1
+    for (int m = 0; m < rows; ++m) {
+      const float extra = lane == 0 ? pre(i, m) : 0.f;
+      float out[R::kRows];
+      cur.template Products<NORM>(act, gamma, m, lane, out);
+      if (NORM)
+        for (float& o : out) o /= rms[m];
+      if (lane == 0) epi(i, m, out, extra);
+    }
+    if (more) cur = nxt;
+  }
+}
+
+// L2 prefetch of every item of the warp in a phase.
+template <class R, class Setup>
+__device__ void PrefetchItems(int items, Setup setup) {
+  const int tw = gridDim.x * kWarps;
+#pragma unroll 1
+  for (int i = FirstItem(); i < items; i += tw) {
+    R rows;
+    setup(i, rows);
+    rows.Prefetch(threadIdx.x & 31);
+  }
+}
+
+}  // namespace dl
