@@ -58,11 +58,9 @@ def build_inference_session(
     checked like ``set_parameter`` (name, shape, dtype, finite). ``check_finite=True`` makes every
     ``step()`` check its inputs and outputs and raise ``FloatingPointError`` naming the first
     non-finite one (it reads every buffer back: for debugging, not for speed). ``optimize`` (default
-    True) runs the e-graph optimizer first (:mod:`meganeura_onnx.transforms.rewrite`; decode-step fusions
-    on CUDA: norm + projections, residual adds, rope + cache writes + attention, whole decoder layers; on
-    the CPU with our kernels rope + cache writes + attention); its report is the session's ``report``
-    attribute (``None`` with ``optimize=False``). ``merge_projections`` (with ``optimize``): a prefill's
-    (> 16 or symbolic rows) q/k/v and gate/up run as one product each (:mod:`meganeura_onnx.transforms.merge_projections`).
+    True) runs the e-graph optimizer first, with the decode-step fusions that pay on ``device``
+    (:func:`_optimized`); its report is the session's ``report`` attribute (``None`` with
+    ``optimize=False``). ``merge_projections``: a prefill's q/k/v and gate/up as one product each.
 
     ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or
     ``"fp16"``: MatMul/Gemm compute in half with float32 accumulation, the weights they alone read
@@ -73,13 +71,11 @@ def build_inference_session(
 
     ``session_config``: ORT session config entries, e.g. ``{"session.intra_op.allow_spinning": "0"}``;
     ``session_options``: ``ort.SessionOptions`` attributes by name, e.g. ``{"intra_op_num_threads": 1}``.
-    ``decode_layer`` (with ``optimize``): each decoder layer of a decode step as one ``DecodeLayer``
-    (:mod:`meganeura_onnx.transforms.decode_layer_fusion`); None (default): on CUDA, as the other
-    decode-step fusions; False: off (to compare); True: any device.
+    ``decode_layer``: each decoder layer of a decode step as one ``DecodeLayer``; None (default): on
+    CUDA, as the other decode-step fusions; False: off (to compare); True: any device.
     """
     check_precision(precision, device, providers, "build_inference_session")
-    fusions = (merge_projections, decode_layer, providers, use_custom_ops)
-    compiled, report = _optimized(graph, device, *fusions) if optimize else (graph, None)
+    compiled, report = _optimized(graph, device, merge_projections, decode_layer, providers, use_custom_ops) if optimize else (graph, None)
     model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
     model, half_storage, precisions = _lower_to_half(model, spec, precision, device, providers, use_custom_ops)
     given = checked_parameters(parameters, graph.parameters(), "build_inference_session")
@@ -115,7 +111,10 @@ def build_inference_session(
 
 
 def _optimized(graph: Graph, device: str, merge_projections: bool, decode_layer: bool | None, providers, use_custom_ops: bool):
-    """(graph, report) after the inference optimizer. The decode-step fusions (RMSNorm + projection and
+    """(graph, report) after the inference optimizer (:mod:`meganeura_onnx.transforms.rewrite`; with
+    ``merge_projections`` a prefill's (> 16 or symbolic rows) q/k/v and gate/up run as one product each,
+    :mod:`meganeura_onnx.transforms.merge_projections`; ``decode_layer``:
+    :mod:`meganeura_onnx.transforms.decode_layer_fusion`). The decode-step fusions (RMSNorm + projection and
     residual GEMVs, rope + attention, whole layers) pay where launches dominate (CUDA); on the CPU, MLAS's
     products are faster than our GEMV kernels (README, decode-layer fusions), so CPU sessions keep the
     products unless ``decode_layer=True`` asks for the layers, which those fusions make. The rope + cache
