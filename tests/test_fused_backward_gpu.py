@@ -35,8 +35,12 @@ def test_cuda_fused_backward_matches_numpy_and_the_cpu_kernel_and_runs_on_cuda(o
     placed = [(n["op_name"], n["provider"]) for n in kc.profiled_nodes(sessions[0]) if n["op_name"] == op]
     assert placed == [(op, "CUDAExecutionProvider")]
     on_cpu = sg.check_float32(lambda m: kc.session(m, library=kc.CUDA_LIB), op, shape)  # the CUDA library serves CPU sessions too
-    for g, c in zip(got, on_cpu, strict=True):
-        np.testing.assert_allclose(g, c, rtol=1e-5, atol=1e-5)
+    feeds, _ = sg.case(op, shape)
+    for name, g, c in zip(sg.OPS[op][2], got, on_cpu, strict=True):
+        # dweight sums the rows in another order on each device: each is within 1e-6 of its terms'
+        # magnitudes of the float64 value (check_float32), so the two are within twice that.
+        atol = np.maximum(1e-5, 2e-6 * sg.dweight_terms(feeds)) if name == "dweight" else 1e-5
+        np.testing.assert_allclose(g, c, rtol=1e-5, atol=atol)
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.float16), kc.BFLOAT16], ids=["float16", "bfloat16"])

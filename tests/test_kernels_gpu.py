@@ -187,20 +187,26 @@ def _decode_graph(max_seq: int, heads: int, kv_heads: int, hd: int):
     return g
 
 
+# Unoptimized, the step is the separate ops; optimized (CUDA), one RopeCachedAttention.
+STEP_KERNELS = {False: ["CacheWrite", "CachedAttention", "Rope"], True: ["RopeCachedAttention"]}
+
+
+@pytest.mark.parametrize("optimize", [False, True], ids=["separate-ops", "fused"])
 @pytest.mark.parametrize("hd", [64, 48], ids=["split-k", "generic"])
-def test_decode_step_replays_as_cuda_graph_with_device_positions(hd):
-    """Cast(u32 -> int64) kv_pos, Rope (dynamic offset), CacheWrite, CachedAttention through
-    Session(cuda_graph=True): ORT captures the step once and replays it with new kv_pos values
-    (read on the device); every node runs on CUDA, no Memcpy node; results equal the CPU session."""
+def test_decode_step_replays_as_cuda_graph_with_device_positions(hd, optimize):
+    """Cast(u32 -> int64) kv_pos, Rope (dynamic offset), CacheWrite, CachedAttention (or, optimized,
+    the one RopeCachedAttention they fuse into) through Session(cuda_graph=True): ORT captures the
+    step once and replays it with new kv_pos values (read on the device); every node runs on CUDA, no
+    Memcpy node; results equal the CPU session."""
     from meganeura_onnx import build_inference_session
 
     max_seq, heads, kv_heads = 300, 8, 2
     g = _decode_graph(max_seq, heads, kv_heads, hd)
-    gpu = build_inference_session(g, "cuda", cuda_graph=True)
+    gpu = build_inference_session(g, "cuda", cuda_graph=True, optimize=optimize)
     cpu_s = build_inference_session(g, "cpu")
     plan = gpu.plan()
     assert gpu.inplace_state == {"k_cache", "v_cache"}
-    assert plan.kernels() == dict.fromkeys(["CacheWrite", "CachedAttention", "Rope", "RopeCacheWrite"], "kernel")
+    assert plan.kernels() == dict.fromkeys(STEP_KERNELS[optimize], "kernel")
     assert not [p for p in plan.placement if "Memcpy" in p[2]], plan.placement
     assert {ep for *_, ep in plan.placement} == {"CUDAExecutionProvider"}, plan.placement
     rng = np.random.default_rng(5)
