@@ -99,6 +99,14 @@ def hf_tiny(tmp_path_factory):
 
 
 PROMPT = [5, 17, 99, 3, 64, 12, 8, 127, 40, 1]
+# Where a LLaMA step's products run: ONNX Gemm/MatMul or, in CUDA decode steps, the fused ops that
+# carry them (the whole decoder layer, the final norm with the LM head).
+PRODUCT_OPS = (("", "MatMul"), ("", "Gemm"), ("com.meganeura", "DecodeLayer"), ("com.meganeura", "RMSNormLinear"))
+
+
+def product_precisions(plan) -> set[str]:
+    """The precisions the step's products compute in (empty when it has none)."""
+    return set().union(*(plan.precision_of(op, dom) for dom, op in PRODUCT_OPS))
 
 
 def test_fp16_logits_match_transformers_in_fp16(hf_tiny):
@@ -111,7 +119,7 @@ def test_fp16_logits_match_transformers_in_fp16(hf_tiny):
     assert ours.dtype == np.float32
     assert np.abs(ours - ref).max() <= 1e-2 * np.abs(ref).max() + 1e-3
     plan = runner.decoder.plan()
-    assert plan.precision_of("MatMul") | plan.precision_of("Gemm") == {"float16"}
+    assert product_precisions(plan) == {"float16"}
 
 
 def test_bf16_decode_on_cuda_loads_and_its_logits_match_transformers_in_bf16(hf_tiny):
@@ -127,7 +135,7 @@ def test_bf16_decode_on_cuda_loads_and_its_logits_match_transformers_in_bf16(hf_
     # bf16 keeps 8 significant bits: a few ulps of the largest logit after two layers
     assert np.abs(ours - ref).max() <= 4e-2 * np.abs(ref).max() + 1e-3
     plan = runner.decoder.plan()
-    assert plan.precision_of("MatMul") | plan.precision_of("Gemm") == {"bfloat16"}
+    assert product_precisions(plan) == {"bfloat16"}
 
 
 def test_fp16_greedy_tokens_equal_transformers_fp16_where_the_top_two_logits_are_not_within_rounding(hf_tiny):
