@@ -303,6 +303,17 @@ def postorder(roots: Iterable[int], children: Callable[[int], Sequence[int] | No
     return order
 
 
+def reachable(nodes: Sequence[Node], roots: Iterable[int]) -> set[int]:
+    """Ids of the nodes that ``roots`` depend on, the roots included (``nodes[i]`` is node ``i``)."""
+    seen, stack = set(roots), list(roots)
+    while stack:
+        for i in nodes[stack.pop()].inputs:
+            if i not in seen:
+                seen.add(i)
+                stack.append(i)
+    return seen
+
+
 class GraphCore:
     """Append-only list of nodes plus the output list. Builders live in :class:`meganeura_onnx.Graph`."""
 

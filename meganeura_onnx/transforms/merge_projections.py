@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..graph import Graph
-from ..ir import Node, NodeId
+from ..ir import Node, NodeId, reachable
 from ..ops import OPS
 
 WEIGHT_AXIS = {"matmul_bt": 0, "matmul": 1}
@@ -46,16 +46,6 @@ class _Group:
     products: list[int] = field(default_factory=list)
     weights: list[int] = field(default_factory=list)
     """The distinct weights in the order of their first product (the pieces of the split)."""
-
-
-def _live(nodes: list[Node], outputs: list[int]) -> set[int]:
-    seen, stack = set(outputs), list(outputs)
-    while stack:
-        for i in nodes[stack.pop()].inputs:
-            if i not in seen:
-                seen.add(i)
-                stack.append(i)
-    return seen
 
 
 def _groups(nodes: list[Node], live: set[int], min_rows: int) -> list[_Group]:
@@ -89,7 +79,7 @@ def merge_projections(graph: Graph, *, min_rows: int = 0) -> tuple[Graph, int]:
     doc), and how many groups were (``graph`` itself when none). Leaves are kept in their order,
     outputs in theirs; nodes the outputs do not depend on are left out."""
     nodes = graph.nodes()
-    live = _live(nodes, graph.outputs())
+    live = reachable(nodes, graph.outputs())
     groups = _groups(nodes, live, min_rows)
     if not groups:
         return graph, 0

@@ -40,7 +40,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from ..graph import Graph
-from ..ir import DType, Node, TensorType, postorder
+from ..ir import DType, Node, TensorType, postorder, reachable
 from ..ops import OPS
 from .decode_fusion import DECODE_ROWS_MAX, fuse_norm_projections
 from .decode_layer_fusion import fuse_decode_layers
@@ -342,13 +342,7 @@ def _state_writers_off_the_outputs(graph: Graph) -> bool:
 
 def _live(nodes: list[Node], outputs: list[int]) -> list[Node]:
     """The nodes the outputs depend on."""
-    seen, stack = set(outputs), list(outputs)
-    while stack:
-        for i in nodes[stack.pop()].inputs:
-            if i not in seen:
-                seen.add(i)
-                stack.append(i)
-    return [nodes[i] for i in sorted(seen)]
+    return [nodes[i] for i in sorted(reachable(nodes, outputs))]
 
 
 def _rebuild(graph: Graph, sat: Saturated, choice: dict[int, int], order: list[int]) -> Graph:
