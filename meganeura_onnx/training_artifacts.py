@@ -195,7 +195,7 @@ def forward_model(graph: GraphCore, parameters: Mapping[str, np.ndarray] | None 
         raise TrainingArtifactsError(f"training artifacts: parameters {sorted(unknown)} are not in the graph (it has {sorted(values)})")
     values.update({k: np.asarray(v, np.float32) for k, v in (parameters or {}).items()})
     model, _ = to_model(graph, parameters=values, model_name="meganeura_training")
-    return expose_gradient_outputs(inline_custom_functions(model))
+    return expose_gradient_outputs(split_as_slices(inline_custom_functions(model)))
 
 
 def inline_custom_functions(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -226,6 +226,43 @@ def _castlike_to_float(model: onnx.ModelProto) -> onnx.ModelProto:
             del node.input[1:]
             node.op_type = "Cast"
             node.attribute.extend([onnx.helper.make_attribute("to", onnx.TensorProto.FLOAT)])
+    return model
+
+
+def _constant_ints(model: onnx.ModelProto, name: str) -> list[int] | None:
+    """The values of an int64 initializer or Constant node named ``name`` (None: not a constant)."""
+    for t in model.graph.initializer:
+        if t.name == name:
+            return [int(v) for v in onnx.numpy_helper.to_array(t).ravel()]
+    for n in model.graph.node:
+        if n.op_type == "Constant" and list(n.output) == [name]:
+            return [int(v) for v in onnx.numpy_helper.to_array(n.attribute[0].t).ravel()]
+    return None
+
+
+def split_as_slices(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Each ``Split`` with constant sizes as one ``Slice`` per output that something reads.
+    onnxruntime-training 1.19's Split gradient concatenates only the gradients that exist, so with a
+    piece nobody reads the input's gradient comes out too small (wrong, not an error); each Slice's
+    gradient pads its piece into place."""
+    nodes: list[onnx.NodeProto] = []
+    read = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+    for k, node in enumerate(model.graph.node):
+        sizes = _constant_ints(model, node.input[1]) if node.op_type == "Split" and len(node.input) > 1 else None
+        if node.domain not in ("", "ai.onnx") or sizes is None:
+            nodes.append(node)
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        starts = np.cumsum([0, *sizes])
+        for j, out in enumerate(node.output):
+            if out not in read:  # ORT would build a gradient path for it too
+                continue
+            bounds = [f"{out}/slice_{b}" for b in ("starts", "ends", "axes")]
+            for b, v in zip(bounds, (starts[j], starts[j + 1], axis), strict=True):
+                model.graph.initializer.append(onnx.numpy_helper.from_array(np.array([v], np.int64), b))
+            nodes.append(onnx.helper.make_node("Slice", [node.input[0], *bounds], [out], name=f"{node.name or k}/slice_{j}"))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
     return model
 
 
