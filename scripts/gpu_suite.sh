@@ -25,6 +25,11 @@ OUT=${OUT:-out/gpu}
 PY=${PYTHON:-python3}
 PHASE=${PHASE:-checks}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MEGANEURA_REQUIRE_KERNELS=1
+# Uninstalled (the GPU machine gets the tree, not the package), there is no meganeura_onnx.models /
+# .cli (an install maps models/ and cli/ there): link them so the tests that import them run.
+if ! $PY -c "import meganeura_onnx.models, meganeura_onnx.cli" 2>/dev/null; then
+  for sub in models cli; do [ -e meganeura_onnx/$sub ] || ln -s ../$sub meganeura_onnx/$sub; done
+fi
 mkdir -p "$OUT"
 status=0
 step() { echo "=== $*"; "$@" || { echo "!!! failed: $*"; status=1; }; }
