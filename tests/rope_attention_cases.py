@@ -101,3 +101,18 @@ def run_in_place(sess, inputs: dict, device: str = "cpu") -> tuple[np.ndarray, .
         binding.bind_ortvalue_output(name, v)
     sess.run_with_iobinding(binding)
     return tuple(np.array(v.numpy(), copy=True) for v in (out, values["k_cache"], values["v_cache"]))
+
+
+def decode_in_lockstep(fused, plain, starts: np.ndarray, steps: int, vocab: int) -> None:
+    """Run two decode sessions on the same random tokens at positions ``starts + step`` and require
+    the same logits after every step."""
+    rng = np.random.default_rng(3)
+    for step in range(steps):
+        tokens = rng.integers(0, vocab, len(starts)).tolist()
+        for s in (fused, plain):
+            s.set_input_u32("input_ids", tokens)
+            s.set_input_u32("kv_pos", (starts + step).tolist())
+            s.step()
+        np.testing.assert_allclose(
+            fused.read_output_by_index(0), plain.read_output_by_index(0), rtol=1e-5, atol=1e-5, err_msg=f"step {step}"
+        )

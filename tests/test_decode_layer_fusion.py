@@ -10,6 +10,7 @@ import ctypes
 import kernel_cases as kc
 import numpy as np
 import pytest
+import rope_attention_cases as rc
 from meganeura_onnx.models import llama
 
 from meganeura_onnx import Graph, build_inference_session
@@ -87,17 +88,8 @@ def _sessions(batch: int | None, use_custom_ops: bool, seed: int = 4):
 
 
 def _steps(fused, plain, batch: int | None, steps: int = 5):
-    rng = np.random.default_rng(3)
     starts = np.array([0] if batch is None else [0, 5, 2, 9][:batch])
-    for step in range(steps):
-        tokens = rng.integers(0, TINY.vocab_size, len(starts)).tolist()
-        for s in (fused, plain):
-            s.set_input_u32("input_ids", tokens)
-            s.set_input_u32("kv_pos", (starts + step).tolist())
-            s.step()
-        np.testing.assert_allclose(
-            fused.read_output_by_index(0), plain.read_output_by_index(0), rtol=1e-5, atol=1e-5, err_msg=f"step {step}"
-        )
+    rc.decode_in_lockstep(fused, plain, starts, steps, TINY.vocab_size)
     for name in plain.inplace_state | fused.inplace_state:
         np.testing.assert_allclose(fused.read_state(name), plain.read_state(name), rtol=1e-5, atol=1e-5, err_msg=name)
 

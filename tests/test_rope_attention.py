@@ -133,17 +133,7 @@ def test_batched_fused_decode_session_updates_its_caches_in_place_and_matches_th
     lib = ctypes.CDLL(LIB)
     lib.MeganeuraCacheWriteFullCopies.restype = ctypes.c_int64
     before = lib.MeganeuraCacheWriteFullCopies()
-    rng = np.random.default_rng(3)
-    starts = np.array([0, 5, 2, 9])
-    for step in range(4):
-        tokens = rng.integers(0, 256, 4).tolist()
-        for s in (fused, plain):
-            s.set_input_u32("input_ids", tokens)
-            s.set_input_u32("kv_pos", (starts + step).tolist())
-            s.step()
-        np.testing.assert_allclose(
-            fused.read_output_by_index(0), plain.read_output_by_index(0), rtol=1e-5, atol=1e-5, err_msg=f"step {step}"
-        )
+    rc.decode_in_lockstep(fused, plain, np.array([0, 5, 2, 9]), steps=4, vocab=256)
     assert lib.MeganeuraCacheWriteFullCopies() == before
     for name in fused.inplace_state:
         np.testing.assert_allclose(fused.read_state(name), plain.read_state(name), rtol=1e-5, atol=1e-5, err_msg=name)
