@@ -2,11 +2,14 @@
 // attribute reading, output-shape inference and op descriptors the CUDA glue shares.
 //
 // The rows are normalised (LinearResidual: converted) once into a float32 buffer [M, K] (K is a hidden
-// size: a few KB), then the output columns of every weight are split into tasks over ORT's thread
-// pool; each task reads its slice of a weight once and reuses it for all M rows (a decode step has
-// M = 1..16). Half values go through the whole-row conversions of cpu_elements.h.
+// size: a few KB), then every weight is cut into tasks (column slices, and for [K, N] weights blocks
+// of rows; SplitOf) over ORT's thread pool; each task reads its piece of a weight once and reuses it
+// for all M rows (a decode step has M = 1..16). Half values go through the whole-row conversions of
+// cpu_elements.h.
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 
 #include "cpu_elements.h"
@@ -183,14 +186,14 @@ void NormalizeRows(const T* x, const T* gamma, int64_t M, int64_t K, float eps, 
   }
 }
 
-// acc[m * width + j] = sum_k xn[m, k] * w(k, n0 + j) for j < width, the weight read once for all rows.
-// A half weight is converted a row at a time into wbuf (4 rows: 4 * K floats with trans_b, else
-// 4 * width); a float one is read in place (FloatRow).
+// acc[m * width + j] = sum_k xn[m, k] * w(k, n0 + j) for j < width over the rows k in [k0, k1) of the
+// weight, which is read once for all M rows. A half weight is converted a row at a time into wbuf (4
+// rows: 4 * K floats with trans_b, else 4 * width); a float one is read in place (FloatRow).
 template <class T>
 inline __attribute__((always_inline)) void ProductSpan(const float* __restrict__ xn, const T* __restrict__ w, int64_t M, int64_t K,
-                                                       int64_t N, bool trans_b, int64_t n0, int64_t width, float* wbuf,
-                                                       float* __restrict__ acc) {
-  if (trans_b) {  // w [N, K]: dot products over the weight's contiguous rows, 4 columns at a time
+                                                       int64_t N, bool trans_b, int64_t n0, int64_t width, int64_t k0, int64_t k1,
+                                                       float* wbuf, float* __restrict__ acc) {
+  if (trans_b) {  // w [N, K]: dot products over the weight's contiguous rows, 4 columns at a time (k0 = 0, k1 = K)
     int64_t j = 0;
     for (; j + 4 <= width; j += 4) {
       const T* wr = w + (n0 + j) * K;
@@ -229,8 +232,8 @@ inline __attribute__((always_inline)) void ProductSpan(const float* __restrict__
     return;
   }
   std::memset(acc, 0, sizeof(float) * M * width);  // w [K, N]: axpys of weight row slices, 4 rows per pass
-  int64_t k = 0;                                   // (the accumulators' load/store once per 4 weight rows)
-  for (; k + 4 <= K; k += 4) {
+  int64_t k = k0;                                  // (the accumulators' load/store once per 4 weight rows)
+  for (; k + 4 <= k1; k += 4) {
     const T* wr = w + k * N + n0;
     const float* __restrict__ w0 = FloatRow(wr, width, wbuf);
     const float* __restrict__ w1 = FloatRow(wr + N, width, wbuf + width);
@@ -244,7 +247,7 @@ inline __attribute__((always_inline)) void ProductSpan(const float* __restrict__
       for (int64_t j = 0; j < width; ++j) a[j] += x0 * w0[j] + x1 * w1[j] + x2 * w2[j] + x3 * w3[j];
     }
   }
-  for (; k < K; ++k) {
+  for (; k < k1; ++k) {
     const float* __restrict__ wr = FloatRow(w + k * N + n0, width, wbuf);
     for (int64_t m = 0; m < M; ++m) {
       const float xv = xn[m * K + k];
@@ -256,96 +259,153 @@ inline __attribute__((always_inline)) void ProductSpan(const float* __restrict__
 }
 
 template <class T>
-void Product(const float* xn, const T* w, int64_t M, int64_t K, int64_t N, bool trans_b, int64_t n0, int64_t width, float* wbuf,
-             float* acc) {
-  ProductSpan(xn, w, M, K, N, trans_b, n0, width, wbuf, acc);
+void Product(const float* xn, const T* w, int64_t M, int64_t K, int64_t N, bool trans_b, int64_t n0, int64_t width, int64_t k0, int64_t k1,
+             float* wbuf, float* acc) {
+  ProductSpan(xn, w, M, K, N, trans_b, n0, width, k0, k1, wbuf, acc);
 }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 // float32 weights on a CPU with AVX2 + FMA: the same loops for 8 lanes (the baseline build has 4), as SwiGLU does.
 __attribute__((target("avx2,fma"))) void ProductAvx2(const float* xn, const float* w, int64_t M, int64_t K, int64_t N, bool trans_b,
-                                                     int64_t n0, int64_t width, float* acc) {
-  ProductSpan(xn, w, M, K, N, trans_b, n0, width, nullptr, acc);
+                                                     int64_t n0, int64_t width, int64_t k0, int64_t k1, float* acc) {
+  ProductSpan(xn, w, M, K, N, trans_b, n0, width, k0, k1, nullptr, acc);
 }
 template <>
-void Product<float>(const float* xn, const float* w, int64_t M, int64_t K, int64_t N, bool trans_b, int64_t n0, int64_t width, float*,
-                    float* acc) {
+void Product<float>(const float* xn, const float* w, int64_t M, int64_t K, int64_t N, bool trans_b, int64_t n0, int64_t width, int64_t k0,
+                    int64_t k1, float*, float* acc) {
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   if (avx2)
-    ProductAvx2(xn, w, M, K, N, trans_b, n0, width, acc);
+    ProductAvx2(xn, w, M, K, N, trans_b, n0, width, k0, k1, acc);
   else
-    ProductSpan(xn, w, M, K, N, trans_b, n0, width, nullptr, acc);
+    ProductSpan(xn, w, M, K, N, trans_b, n0, width, k0, k1, nullptr, acc);
 }
 #endif
 
 inline float Silu(float g) { return g / (1.0f + std::exp(-g)); }
 
-// Output columns per task: a slice of a weight. [K, N] weights are read row by row: a slice 1024 wide
-// reads 4 KB per row (one page) where 64 columns would cost a TLB miss per 256 bytes.
-constexpr int64_t kColumnsNK = 64, kColumnsKN = 1024;
+// How one weight's product is cut into tasks: `slices` column slices of `width` (the last may be
+// narrower) times `blocks` blocks of `rows` weight rows (the last may be shorter). [N, K] weights: 64
+// columns (64 contiguous rows of the weight) per task, no row blocks. [K, N] weights: slices up to
+// 2048 columns wide (a weight of SmolLM2-135M's layers is one slice, each of its rows read whole),
+// and the rows in blocks so that a weight gives at least kTasksPerWeight tasks: each task then streams
+// one contiguous stretch of the weight (where 64-column slices would read 256 bytes per 2 KB row, a
+// page every few rows), and a layer's 576 x 576 or 1536 x 576 product still keeps both cores busy.
+// The split depends on the shape alone, and the blocks' partial sums are added in block order, so
+// the results do not depend on the threads.
+struct Split {
+  int64_t width = 0, slices = 0, rows = 0, blocks = 1;
+};
+constexpr int64_t kColumnsNK = 64, kColumnsKN = 2048, kTasksPerWeight = 8, kMinRowsPerBlock = 16;
 
-// The float32 rows xn [M, K] times every weight ws[i] ([N_i, K] or [K, N_i]), split into column slices
-// over ORT's thread pool; store(i, n0, width, acc, scratch, wbuf) gets each slice's products acc
-// [M, width], 2 * width floats of scratch and the task's weight-conversion buffer, and writes the
-// output columns [n0, n0 + width) of weight i.
+Split SplitOf(int64_t K, int64_t N, bool trans_b) {
+  Split s;
+  if (N == 0) return s;  // no columns: no tasks
+  s.rows = K;
+  if (trans_b) {
+    s.width = std::min(kColumnsNK, N);
+    s.slices = (N + s.width - 1) / s.width;
+    return s;
+  }
+  s.slices = (N + kColumnsKN - 1) / kColumnsKN;
+  s.width = std::min(N, ((N + s.slices - 1) / s.slices + 7) / 8 * 8);  // equal slices, 8-column aligned
+  s.slices = (N + s.width - 1) / s.width;
+  const int64_t want = std::max<int64_t>(1, std::min((kTasksPerWeight + s.slices - 1) / s.slices, K / kMinRowsPerBlock));
+  if (want > 1) {
+    s.rows = ((K + want - 1) / want + 3) / 4 * 4;  // whole 4-row groups of ProductSpan
+    s.blocks = (K + s.rows - 1) / s.rows;
+  }
+  return s;
+}
+
+// The float32 rows xn [M, K] times every weight ws[i] ([N_i, K] or [K, N_i]), each cut as SplitOf
+// says, over ORT's thread pool. Weights form groups whose slices are finished together: each weight
+// alone, or (paired: RMSNormSwiGLU) weights 0 and 1, which then have one shape. The task that
+// completes a slice of a group (the last of its blocks to finish, found with a counter) adds the
+// blocks' partial sums in block order and calls store(group, n0, width, sums, scratch): sums[i] the
+// products [M, width] of the group's weight i, scratch 2 * width floats.
 template <class T, class Store>
 OrtStatus* ProjectRows(OrtKernelContext* ctx, const float* xn, int64_t M, int64_t K, bool trans_b, const std::vector<const T*>& ws,
-                       const std::vector<int64_t>& N, Store&& store) {
-  const int64_t columns = trans_b ? kColumnsNK : kColumnsKN;
-  std::vector<std::pair<size_t, int64_t>> tasks;  // (weight, first column)
-  for (size_t i = 0; i < ws.size(); ++i)
-    for (int64_t n = 0; n < N[i]; n += columns) tasks.emplace_back(i, n);
+                       const std::vector<int64_t>& N, bool paired, Store&& store) {
+  const size_t n_w = ws.size(), per_group = paired ? 2 : 1;
+  std::vector<Split> split(n_w);
+  std::vector<int64_t> base(n_w + 1, 0), first_slice(n_w + 1, 0);  // partials' offset, groups' first counter
+  struct Task {
+    size_t w;
+    int64_t slice, block;
+  };
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < n_w; ++i) {
+    split[i] = SplitOf(K, N[i], trans_b);
+    const Split& s = split[i];
+    base[i + 1] = base[i] + s.slices * s.blocks * M * s.width;
+    first_slice[i + 1] = first_slice[i] + (i % per_group == 0 ? s.slices : 0);
+    for (int64_t b = 0; b < s.blocks; ++b)  // block-major: a weight's blocks spread over the threads
+      for (int64_t sl = 0; sl < s.slices; ++sl) tasks.push_back({i, sl, b});
+  }
+  std::vector<float> partial(base[n_w]);
+  std::unique_ptr<std::atomic<int64_t>[]> pending(new std::atomic<int64_t>[first_slice[n_w]]);
+  for (size_t i = 0; i < n_w; i += per_group)
+    for (int64_t sl = 0; sl < split[i].slices; ++sl) pending[first_slice[i] + sl].store(split[i].blocks * static_cast<int64_t>(per_group));
+  auto sums = [&](size_t i, int64_t sl, int64_t b) { return partial.data() + base[i] + (sl * split[i].blocks + b) * M * split[i].width; };
   return ParallelFor(ctx, tasks.size(), [&](size_t t) {
-    const size_t i = tasks[t].first;
-    const int64_t n0 = tasks[t].second, width = std::min(columns, N[i] - n0);
-    std::vector<float> acc(M * width), row(2 * width), wbuf(std::is_same<T, float>::value ? 0 : 4 * (trans_b ? K : width));
-    Product(xn, ws[i], M, K, N[i], trans_b, n0, width, wbuf.data(), acc.data());
-    store(i, n0, width, acc.data(), row.data(), wbuf.data());
+    const Task& task = tasks[t];
+    const Split& s = split[task.w];
+    const int64_t n0 = task.slice * s.width, width = std::min(s.width, N[task.w] - n0);
+    const int64_t k0 = task.block * s.rows, k1 = std::min(K, k0 + s.rows);
+    std::vector<float> wbuf(std::is_same<T, float>::value ? 0 : 4 * (trans_b ? K : width));
+    Product(xn, ws[task.w], M, K, N[task.w], trans_b, n0, width, k0, k1, wbuf.data(), sums(task.w, task.slice, task.block));
+    const size_t group = task.w - task.w % per_group;
+    if (pending[first_slice[group] + task.slice].fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    const float* done[2] = {nullptr, nullptr};
+    for (size_t j = 0; j < per_group; ++j) {
+      float* total = sums(group + j, task.slice, 0);
+      for (int64_t b = 1; b < s.blocks; ++b) {  // in block order, whichever thread got here
+        const float* p = sums(group + j, task.slice, b);
+        for (int64_t e = 0; e < M * width; ++e) total[e] += p[e];
+      }
+      done[j] = total;
+    }
+    std::vector<float> scratch(2 * width);
+    store(group, n0, width, done, scratch.data());
   });
 }
 
 // RMSNormLinear / RMSNormSwiGLU of a prepared call: the rows normalised once into float32, then the
-// column-sliced products (SwiGLU: the tasks cover w_gate's columns; each also multiplies w_up's slice).
+// split products (SwiGLU: w_gate and w_up paired, silu(gate) * up when both sums of a slice are in).
 template <class T>
 OrtStatus* RunNormLinear(OrtKernelContext* ctx, const NormLinearAttrs& a, bool swiglu, const NormLinearCall& c) {
   std::vector<float> xn(c.M * c.K);
   NormalizeRows(static_cast<const T*>(c.x.data), static_cast<const T*>(c.gamma.data), c.M, c.K, a.epsilon, xn.data());
   std::vector<const T*> ws;
   for (const Tensor& t : c.ws) ws.push_back(static_cast<const T*>(t.data));
-  const std::vector<const T*> first(ws.begin(), ws.begin() + static_cast<std::ptrdiff_t>(c.outs.size()));
-  return ProjectRows<T>(ctx, xn.data(), c.M, c.K, a.trans_b, first, c.N, [&](size_t i, int64_t n0, int64_t width, const float* acc,
-                                                                             float* row, float* wbuf) {
-    std::vector<float> up;
-    if (swiglu) {
-      up.resize(c.M * width);
-      Product(xn.data(), ws[1], c.M, c.K, c.N[1], a.trans_b, n0, width, wbuf, up.data());
-    }
-    for (int64_t m = 0; m < c.M; ++m) {
-      T* y = static_cast<T*>(c.outs[i]) + m * c.N[i] + n0;
-      float* out = OutRow(y, row);
-      const float* s = acc + m * width;
-      if (swiglu)
-        for (int64_t j = 0; j < width; ++j) out[j] = Silu(s[j]) * up[m * width + j];
-      else
-        std::memcpy(out, s, sizeof(float) * width);
-      StoreRow(out, y, width);
-    }
-  });
+  return ProjectRows<T>(ctx, xn.data(), c.M, c.K, a.trans_b, ws, c.N, swiglu,
+                        [&](size_t i, int64_t n0, int64_t width, const float* const* s, float* row) {
+                          for (int64_t m = 0; m < c.M; ++m) {
+                            T* y = static_cast<T*>(c.outs[i]) + m * c.N[i] + n0;
+                            float* out = OutRow(y, row);
+                            const float* g = s[0] + m * width;
+                            if (swiglu)
+                              for (int64_t j = 0; j < width; ++j) out[j] = Silu(g[j]) * s[1][m * width + j];
+                            else
+                              std::memcpy(out, g, sizeof(float) * width);
+                            StoreRow(out, y, width);
+                          }
+                        });
 }
 
-// y = residual + x @ w^T (or @ w): x's rows as float32, then the same column-sliced product, the
-// residual added in float32 before the one rounding to T.
+// y = residual + x @ w^T (or @ w): x's rows as float32, then the same split product, the residual
+// added in float32 before the one rounding to T.
 template <class T>
 OrtStatus* RunLinearResidual(OrtKernelContext* ctx, bool trans_b, const LinearResidualCall& c) {
   std::vector<float> xf(c.M * c.K);  // K = 0: no rows to read (x's data may be null), the product is zeros
   for (int64_t m = 0; c.K > 0 && m < c.M; ++m) ToFloatRow(static_cast<const T*>(c.x.data) + m * c.K, xf.data() + m * c.K, c.K);
   const T* residual = static_cast<const T*>(c.residual.data);
-  return ProjectRows<T>(ctx, xf.data(), c.M, c.K, trans_b, {static_cast<const T*>(c.w.data)}, {c.N},
-                        [&](size_t, int64_t n0, int64_t width, const float* acc, float* row, float*) {
+  return ProjectRows<T>(ctx, xf.data(), c.M, c.K, trans_b, {static_cast<const T*>(c.w.data)}, {c.N}, false,
+                        [&](size_t, int64_t n0, int64_t width, const float* const* s, float* row) {
                           for (int64_t m = 0; m < c.M; ++m) {
                             T* y = static_cast<T*>(c.y) + m * c.N + n0;
                             const float* r = FloatRow(residual + m * c.N + n0, width, row + width);
                             float* out = OutRow(y, row);
-                            for (int64_t j = 0; j < width; ++j) out[j] = r[j] + acc[m * width + j];
+                            for (int64_t j = 0; j < width; ++j) out[j] = r[j] + s[0][m * width + j];
                             StoreRow(out, y, width);
                           }
                         });
