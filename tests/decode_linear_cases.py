@@ -24,7 +24,15 @@ LINEAR = [
 ]
 SWIGLU = [(1, 64, 96, True), (8, 33, 17, False), (5, 40, 130, True), (8, 576, 1536, True), (1, 576, 1536, False), (3, 90, 2100, False)]
 # (M, K, N, trans_b) of LinearResidual: SmolLM2-135M's o_proj and down_proj at one row and 16, odd sizes
-RESIDUAL = [(1, 576, 576, True), (16, 1536, 576, True), (8, 33, 7, False), (3, 17, 130, True), (16, 48, 1030, False), (1, 1536, 576, False), (4, 150, 2090, False)]
+RESIDUAL = [
+    (1, 576, 576, True),
+    (16, 1536, 576, True),
+    (8, 33, 7, False),
+    (3, 17, 130, True),
+    (16, 48, 1030, False),
+    (1, 1536, 576, False),
+    (4, 150, 2090, False),
+]
 
 
 def weights(rng, m: int, k: int, widths, trans_b: bool) -> dict[str, np.ndarray]:
