@@ -184,7 +184,7 @@ inline float Dot(const float* __restrict__ a, const float* __restrict__ b, int64
 // contiguously (the hardware prefetcher follows; per-head walks stride 4 KiB and stall on
 // memory latency). Per tile of rows: the scores of all heads (each K segment read once for its
 // group of G query heads), one rescale per tile, then P V (each V segment read once per group).
-constexpr int64_t kAttnTile = 64;
+constexpr int64_t kAttnTile = 64, kAttnMinChunk = 4 * kAttnTile;
 template <class T>
 void AttendRows(const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, int64_t H, int64_t G,
                 int64_t hd, int64_t kvw, int64_t r0, int64_t r1, float scale, float* __restrict__ sc, float* __restrict__ m,
@@ -266,13 +266,17 @@ class CachedAttentionCpu : public Kernel {
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     // Work item = (sequence b, query row t, chunk of cache rows), all heads. Decode (T = 1) splits the
     // cache into chunks (flash-decoding style) so that every thread gets work; the chunks' partial
-    // softmax states are merged afterwards. Long prefills (B * T >= 64) use one item per row.
+    // softmax states are merged afterwards. Long prefills (B * T >= 64) use one item per row. A chunk
+    // holds at least kAttnMinChunk rows: a shorter cache is one item on the calling thread, since
+    // waking a pool thread for it (and the merge's second parallel region) costs more than the few
+    // microseconds of work (SmolLM2-135M at 190 cached rows: 68 us per layer on one thread, 123 us
+    // split in 64-row chunks over two).
     int64_t maxL = 0;
     for (int64_t b = 0; b < B; ++b) maxL = std::max(maxL, p.kv_pos[b] + T_);
     int64_t nch = 1, chunk = maxL;
     if (B * T_ < 64) {
       nch = (64 + B * T_ - 1) / (B * T_);
-      chunk = std::max<int64_t>(kAttnTile, (maxL + nch - 1) / nch);
+      chunk = std::max<int64_t>(kAttnMinChunk, (maxL + nch - 1) / nch);
       chunk = (chunk + kAttnTile - 1) / kAttnTile * kAttnTile;
       nch = (maxL + chunk - 1) / chunk;
     }
