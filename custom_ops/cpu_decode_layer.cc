@@ -1,13 +1,19 @@
 // com.meganeura DecodeLayer on the CPU (decode_layer.h): the five decode-step CPU kernels' work in
 // sequence on temporaries of the element type T, so the result is exactly what the unfused ops give
-// (every intermediate rounded to T where they store it):
+// (every intermediate rounded to T where they store it), their parallel loops on one team of threads
+// held for the whole layer (Team, cpu_parallel.h):
 //   RMSNormLinear (q, k, v) -> RopeCachedAttention (rope, cache writes, attention) ->
 //   LinearResidual (o_proj + x) -> RMSNormSwiGLU -> LinearResidual (down_proj + x1).
 // The caches are written in place when ORT hands the kernel their input buffers as outputs 1 and 2
 // (RopeCachedAttentionCpuRun copies them first otherwise). Attributes and inputs are read and checked
 // by decode_layer.cc, as the CUDA kernel reads and checks them.
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
 #include <vector>
 
+#include "cpu_parallel.h"
 #include "decode_layer.h"
 #include "decode_linear.h"
 #include "rope_attention.h"
@@ -86,11 +92,23 @@ class DecodeLayerCpu : public Kernel {
     MN_RETURN_IF(GetOutput(ctx, 0, in[kDlX].shape, &y));
     MN_RETURN_IF(GetOutput(ctx, 1, in[kDlKCache].shape, &kc));
     MN_RETURN_IF(GetOutput(ctx, 2, in[kDlVCache].shape, &vc));
-    return Run(ctx, p, in, y, kc, vc);
+    // The five kernels' work on one team of threads (cpu_parallel.h): one wake-up of ORT's pool per layer.
+    return Team::Run(ctx, TeamSize(), [&](const Pool& pool) { return Run(pool, p, in, y, kc, vc); });
   }
 
  private:
-  OrtStatus* Run(OrtKernelContext* ctx, const DecodeLayerProblem& p, const Tensor* in, void* y, void* kc, void* vc) const {
+  // Members of the team: one per CPU this process may run on (ORT's pool has at most that many threads
+  // by default; an item no thread takes before the layer ends returns at once).
+  static size_t TeamSize() {
+    static const size_t n = [] {
+      cpu_set_t set;
+      if (sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<size_t>(std::max(1, CPU_COUNT(&set)));
+      return static_cast<size_t>(std::max(1u, std::thread::hardware_concurrency()));
+    }();
+    return n;
+  }
+
+  OrtStatus* Run(const Pool& ctx, const DecodeLayerProblem& p, const Tensor* in, void* y, void* kc, void* vc) const {
     const ONNXTensorElementDataType T = p.type;
     const int64_t qw = p.H * p.hd, kvw = p.KVH * p.hd;
     Scratch q(T, p.R * qw), k(T, p.R * kvw), v(T, p.R * kvw), att(T, p.R * qw), x1(T, p.R * p.D), h(T, p.R * p.I);

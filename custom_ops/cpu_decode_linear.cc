@@ -323,7 +323,7 @@ Split SplitOf(int64_t K, int64_t N, bool trans_b) {
 // blocks' partial sums in block order and calls store(group, n0, width, sums, scratch): sums[i] the
 // products [M, width] of the group's weight i, scratch 2 * width floats.
 template <class T, class Store>
-OrtStatus* ProjectRows(OrtKernelContext* ctx, const float* xn, int64_t M, int64_t K, bool trans_b, const std::vector<const T*>& ws,
+OrtStatus* ProjectRows(const Pool& ctx, const float* xn, int64_t M, int64_t K, bool trans_b, const std::vector<const T*>& ws,
                        const std::vector<int64_t>& N, bool paired, Store&& store) {
   const size_t n_w = ws.size(), per_group = paired ? 2 : 1;
   std::vector<Split> split(n_w);
@@ -372,7 +372,7 @@ OrtStatus* ProjectRows(OrtKernelContext* ctx, const float* xn, int64_t M, int64_
 // RMSNormLinear / RMSNormSwiGLU of a prepared call: the rows normalised once into float32, then the
 // split products (SwiGLU: w_gate and w_up paired, silu(gate) * up when both sums of a slice are in).
 template <class T>
-OrtStatus* RunNormLinear(OrtKernelContext* ctx, const NormLinearAttrs& a, bool swiglu, const NormLinearCall& c) {
+OrtStatus* RunNormLinear(const Pool& ctx, const NormLinearAttrs& a, bool swiglu, const NormLinearCall& c) {
   std::vector<float> xn(c.M * c.K);
   NormalizeRows(static_cast<const T*>(c.x.data), static_cast<const T*>(c.gamma.data), c.M, c.K, a.epsilon, xn.data());
   std::vector<const T*> ws;
@@ -395,7 +395,7 @@ OrtStatus* RunNormLinear(OrtKernelContext* ctx, const NormLinearAttrs& a, bool s
 // y = residual + x @ w^T (or @ w): x's rows as float32, then the same split product, the residual
 // added in float32 before the one rounding to T.
 template <class T>
-OrtStatus* RunLinearResidual(OrtKernelContext* ctx, bool trans_b, const LinearResidualCall& c) {
+OrtStatus* RunLinearResidual(const Pool& ctx, bool trans_b, const LinearResidualCall& c) {
   std::vector<float> xf(c.M * c.K);  // K = 0: no rows to read (x's data may be null), the product is zeros
   for (int64_t m = 0; c.K > 0 && m < c.M; ++m) ToFloatRow(static_cast<const T*>(c.x.data) + m * c.K, xf.data() + m * c.K, c.K);
   const T* residual = static_cast<const T*>(c.residual.data);
@@ -460,12 +460,12 @@ struct RMSNormSwiGLUCpu {
 
 }  // namespace
 
-OrtStatus* NormLinearCpuRun(OrtKernelContext* ctx, const NormLinearAttrs& a, bool swiglu, const NormLinearCall& c) {
+OrtStatus* NormLinearCpuRun(const Pool& ctx, const NormLinearAttrs& a, bool swiglu, const NormLinearCall& c) {
   if (c.M == 0) return nullptr;
   return DispatchFloat(c.type, [&](auto tag) { return RunNormLinear<decltype(tag)>(ctx, a, swiglu, c); });
 }
 
-OrtStatus* LinearResidualCpuRun(OrtKernelContext* ctx, bool trans_b, const LinearResidualCall& c) {
+OrtStatus* LinearResidualCpuRun(const Pool& ctx, bool trans_b, const LinearResidualCall& c) {
   if (c.M == 0) return nullptr;
   return DispatchFloat(c.type, [&](auto tag) { return RunLinearResidual<decltype(tag)>(ctx, trans_b, c); });
 }

@@ -261,7 +261,7 @@ class CachedAttentionCpu : public Kernel {
 
  private:
   template <class T>
-  static OrtStatus* Run(OrtKernelContext* ctx, const AttnProblem& p, const T* qs, const T* ks, const T* vs, T* out) {
+  static OrtStatus* Run(const Pool& ctx, const AttnProblem& p, const T* qs, const T* ks, const T* vs, T* out) {
     const int64_t hd = p.hd, H = p.H, G = p.H / p.KVH, kvw = p.KVH * hd, qw = p.H * hd, T_ = p.T, B = p.B;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     // Work item = (sequence b, query row t, chunk of cache rows), all heads. Decode (T = 1) splits the
@@ -336,7 +336,7 @@ class CachedAttentionCpu : public Kernel {
   }
 
   AttnAttrs a_;
-  friend OrtStatus* mn::CachedAttentionCpuRun(OrtKernelContext*, const AttnProblem&, const void*, const void*, const void*, void*);
+  friend OrtStatus* mn::CachedAttentionCpuRun(const Pool&, const AttnProblem&, const void*, const void*, const void*, void*);
 };
 
 // ------------------------------------------------------------------ ScatterAdd
@@ -385,7 +385,7 @@ class ScatterAddCpu : public Kernel {
 
 }  // namespace
 
-OrtStatus* CachedAttentionCpuRun(OrtKernelContext* ctx, const AttnProblem& p, const void* q, const void* k, const void* v,
+OrtStatus* CachedAttentionCpuRun(const Pool& ctx, const AttnProblem& p, const void* q, const void* k, const void* v,
                                  void* out) {
   if (p.T == 0 || p.B == 0) return nullptr;
   return DispatchFloat(p.type, [&](auto tag) {

@@ -1,12 +1,16 @@
 // Work splitting for the CPU kernels (cpu_kernels.cc, cpu_fused.cc): ORT's intra-op thread pool.
 #pragma once
 
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
+#include "cpu_pool.h"
 #include "op_common.h"
 
 namespace mn {
@@ -24,6 +28,105 @@ OrtStatus* ParallelFor(OrtKernelContext* ctx, size_t total, F&& f) {
   return g_api->KernelContext_ParallelFor(ctx, tramp, total, 0, &f);
 }
 
+// A DecodeLayer call's threads, held for the whole call (one ORT parallel loop per layer instead of
+// one per product: without spinning ORT's pool threads sleep between loops, and waking one costs tens
+// of microseconds on a VM, against a few hundred microseconds of work per product). The first loop
+// item to start leads: it runs the layer's code, whose For calls hand their items to the members
+// that serve (spinning, then yielding) until it ends. Items are claimed from one counter, so a member
+// that never arrives (a busy machine) leaves its share to the others and nobody waits for it; the
+// leader waits only for items already claimed. The results do not depend on who runs which item.
+class Team {
+ public:
+  // Runs lead(Pool) on one thread of a loop of `members` items on ORT's pool; returns its status.
+  template <class Lead>
+  static OrtStatus* Run(OrtKernelContext* ctx, size_t members, Lead&& lead) {
+    Team team;
+    OrtStatus* status = nullptr;
+    OrtStatus* st = ParallelFor(ctx, std::max<size_t>(1, members), [&](size_t) {
+      if (team.led_.exchange(true, std::memory_order_acq_rel)) return team.Serve();
+      status = lead(Pool(ctx, &team));
+      team.ended_.store(true, std::memory_order_release);
+    });
+    if (st != nullptr && status != nullptr) g_api->ReleaseStatus(status);
+    return st != nullptr ? st : status;
+  }
+
+  // f(i) for i in [0, n) on the team (the leader's calls only), in rounds of at most kMaxItems.
+  template <class F>
+  void For(size_t n, F&& f) {
+    for (size_t first = 0; first < n; first += kMaxItems) {
+      const size_t count = std::min(kMaxItems, n - first);
+      auto call = [&f, first](size_t i) { f(first + i); };
+      if (count == 1) {
+        call(0);
+        continue;
+      }
+      fn_ = [](void* p, size_t i) { (*static_cast<decltype(call)*>(p))(i); };
+      arg_ = &call;
+      done_.store(0, std::memory_order_relaxed);
+      generation_ = (generation_ + 1) & kGenerationMask;
+      ticket_.store(generation_ << 40 | static_cast<uint64_t>(count) << 20, std::memory_order_release);
+      while (Claim()) {
+      }
+      for (unsigned spins = 0; done_.load(std::memory_order_acquire) < count; ++spins) Pause(spins);
+    }
+  }
+
+ private:
+  static constexpr size_t kMaxItems = (1u << 20) - 1;
+  static constexpr uint64_t kGenerationMask = (uint64_t{1} << 24) - 1;
+
+  static void Pause(unsigned spins) {
+    if (spins < 4096) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } else {
+      sched_yield();
+    }
+  }
+
+  // Claims and runs one item of the published round; false when it has none left. The ticket packs
+  // (generation, count, next index): a member that read an earlier round's ticket cannot claim from a
+  // later one, and fn_/arg_ stay the round's until its claimed items are done.
+  bool Claim() {
+    uint64_t t = ticket_.load(std::memory_order_acquire);
+    for (;;) {
+      const size_t count = (t >> 20) & kMaxItems, i = t & kMaxItems;
+      if (i >= count) return false;
+      if (ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        fn_(arg_, i);
+        done_.fetch_add(1, std::memory_order_release);
+        return true;
+      }
+    }
+  }
+
+  void Serve() {
+    for (unsigned spins = 0; !ended_.load(std::memory_order_acquire);) {
+      if (Claim())
+        spins = 0;
+      else
+        Pause(spins++);
+    }
+  }
+
+  std::atomic<bool> led_{false}, ended_{false};
+  std::atomic<uint64_t> ticket_{0};
+  std::atomic<size_t> done_{0};
+  uint64_t generation_ = 0;
+  void (*fn_)(void*, size_t) = nullptr;
+  void* arg_ = nullptr;
+};
+
+// Runs f(i) for i in [0, total) where `pool` says: ORT's pool, or its team.
+template <class F>
+OrtStatus* ParallelFor(const Pool& pool, size_t total, F&& f) {
+  if (pool.team == nullptr) return ParallelFor(pool.ctx, total, std::forward<F>(f));
+  pool.team->For(total, f);
+  return nullptr;
+}
+
 // Splits n items into at most `max_chunks` chunks of at least `min_chunk`.
 struct Chunks {
   int64_t n, size, count;
@@ -39,7 +142,7 @@ struct Chunks {
 // An in-place cache op (CacheWrite, RopeCacheWrite) whose output ORT did not alias to its cache
 // input: copies the whole cache (`bytes` bytes) into the output first, on the pool, and counts the
 // copy (the tests check that a decode loop makes none).
-inline OrtStatus* CopyCache(OrtKernelContext* ctx, void* out, const void* cache, int64_t bytes) {
+inline OrtStatus* CopyCache(const Pool& ctx, void* out, const void* cache, int64_t bytes) {
   CountCacheCopy();
   char* dst = static_cast<char*>(out);
   const char* src = static_cast<const char*>(cache);

@@ -63,7 +63,7 @@ void Rotate(const T* src, T* dst, int64_t width, int64_t hd, const std::vector<f
 }
 
 template <class T>
-OrtStatus* RunRopeCachedAttention(OrtKernelContext* ctx, const AttnProblem& p, const float* inv_freq, const T* q, const T* k_new,
+OrtStatus* RunRopeCachedAttention(const Pool& ctx, const AttnProblem& p, const float* inv_freq, const T* q, const T* k_new,
                                   const T* v_new, const void* k_cache, const void* v_cache, void* out, T* kc, T* vc) {
   const int64_t kvw = p.KVH * p.hd, qw = p.H * p.hd, cache_bytes = p.B * p.max_seq * kvw * static_cast<int64_t>(sizeof(T));
   if (kc != k_cache) MN_RETURN_IF(CopyCache(ctx, kc, k_cache, cache_bytes));
@@ -117,7 +117,7 @@ class RopeCachedAttentionCpu : public Kernel {
 
 }  // namespace
 
-OrtStatus* RopeCachedAttentionCpuRun(OrtKernelContext* ctx, const AttnProblem& p, const float* inv_freq, const void* q,
+OrtStatus* RopeCachedAttentionCpuRun(const Pool& ctx, const AttnProblem& p, const float* inv_freq, const void* q,
                                      const void* k_new, const void* v_new, const void* k_cache, const void* v_cache, void* out,
                                      void* kc, void* vc) {
   return DispatchFloat(p.type, [&](auto tag) {

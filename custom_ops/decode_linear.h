@@ -11,6 +11,7 @@
 
 #include <vector>
 
+#include "cpu_pool.h"
 #include "op_common.h"
 
 namespace mn {
@@ -46,10 +47,10 @@ OrtStatus* ReadLinearResidualAttrs(const OrtKernelInfo* info, bool* trans_b);
 OrtStatus* PrepareLinearResidual(OrtKernelContext* ctx, bool trans_b, LinearResidualCall* c);
 
 // The CPU kernels' work on a prepared call (host memory; the Tensors' data and shapes as Prepare* leaves
-// them, only type/M/K/N, the data pointers and outs/y are read). DecodeLayer's CPU kernel fills calls
-// with its inputs and temporaries and runs them in sequence.
-OrtStatus* NormLinearCpuRun(OrtKernelContext* ctx, const NormLinearAttrs& a, bool swiglu, const NormLinearCall& c);
-OrtStatus* LinearResidualCpuRun(OrtKernelContext* ctx, bool trans_b, const LinearResidualCall& c);
+// them, only type/M/K/N, the data pointers and outs/y are read), their loops on `pool`. DecodeLayer's CPU
+// kernel fills calls with its inputs and temporaries and runs them in sequence on its team.
+OrtStatus* NormLinearCpuRun(const Pool& pool, const NormLinearAttrs& a, bool swiglu, const NormLinearCall& c);
+OrtStatus* LinearResidualCpuRun(const Pool& pool, bool trans_b, const LinearResidualCall& c);
 
 // The op descriptors (variadic RMSNormLinear; output shapes inferred from x and the weights).
 OpDef* NewRMSNormLinearOpDef(const char* ep, ONNXTensorElementDataType type, KernelFactory factory);

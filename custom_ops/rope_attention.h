@@ -12,6 +12,7 @@
 
 #include <vector>
 
+#include "cpu_pool.h"
 #include "op_common.h"
 
 namespace mn {
@@ -28,14 +29,14 @@ OrtStatus* CheckRopeCachedAttention(const RopeAttnAttrs& a, const Tensor& q, con
                                     bool host_positions = true);
 
 // The CPU CachedAttention kernel's work (cpu_kernels.cc) on checked inputs of p.type, for the fused op.
-OrtStatus* CachedAttentionCpuRun(OrtKernelContext* ctx, const AttnProblem& p, const void* q, const void* k, const void* v,
+OrtStatus* CachedAttentionCpuRun(const Pool& pool, const AttnProblem& p, const void* q, const void* k, const void* v,
                                  void* out);
 
 // The CPU kernel's work on checked inputs (host memory) of p.type: sequence b's k_new/v_new rows rotated
 // (by inv_freq: RopeInvFreq's hd/2 values) and copied into the caches kc/vc at rows kv_pos[b] + t (after
 // copying k_cache/v_cache into them unless they are the same buffers), then the rotated q's attention
 // into out. DecodeLayer's CPU kernel runs it on its q/k/v temporaries.
-OrtStatus* RopeCachedAttentionCpuRun(OrtKernelContext* ctx, const AttnProblem& p, const float* inv_freq, const void* q,
+OrtStatus* RopeCachedAttentionCpuRun(const Pool& pool, const AttnProblem& p, const float* inv_freq, const void* q,
                                      const void* k_new, const void* v_new, const void* k_cache, const void* v_cache, void* out,
                                      void* kc, void* vc);
 

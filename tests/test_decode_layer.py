@@ -53,6 +53,21 @@ def test_kernel_matches_numpy_and_the_function_body(k):
         np.testing.assert_allclose(b, g, rtol=TOL, atol=TOL, err_msg=f"function body: {name}")
 
 
+@needs_library
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_results_do_not_depend_on_the_threads(threads):
+    """The layer's loops run on a team of the pool's threads (however many join in time): every
+    thread count gives the one-thread result bit for bit (SmolLM2-135M's layer with [in, out] weights,
+    whose products are split in row blocks, and a batch of two-row steps)."""
+    smollm = dc.make_case(np.random.default_rng(7), 32, 1, 576, 9, 3, 64, 1536, 31, False), (9, 3, 64, False)
+    for inputs, heads in (smollm, case(5)):
+        model = dc.make_model(inputs, dc.attrs(*heads))
+        one = kc.session(model, library=LIB, threads=1).run(None, inputs)
+        got = kc.session(model, library=LIB, threads=threads).run(None, inputs)
+        for name, g, w in zip(dc.OUTPUTS, got, one, strict=True):
+            np.testing.assert_array_equal(g, w, err_msg=name)
+
+
 def test_function_body_matches_numpy_without_the_library():
     inputs, heads = case(4)
     for name, g, w in zip(dc.OUTPUTS, run(inputs, heads, None), dc.reference(inputs, *heads), strict=True):
