@@ -242,8 +242,14 @@ class LlamaRunner:
     bandwidth, so a spinning thread rarely gains time and burns a core: on the 2-core VM at load ~2,
     44-45 ms per token with spinning and 86-88 ms of CPU time, 42 ms and 74 ms without; under other
     work (load 4-8) spinning threads take the cores the computing ones need (109-300 ms per token
-    against 62-120). ``threads=1`` spends the least CPU per token (~50 ms, 48-58 ms wall).
+    against 62-120). ``threads=1`` spends the least CPU per token (~50 ms, 48-58 ms wall). (Those
+    numbers are of the decode step as ONNX Runtime's MatMul; see ``decode_layer``.)
     ``merge_projections``: the prefill runs q/k/v and gate/up as one product each (``build_inference_session``).
+    ``decode_layer``: each decoder layer of the decode step as one ``DecodeLayer`` kernel; None (default):
+    on CUDA, and on the CPU where our CPU kernel library is loaded (there the layer's products and
+    attention run on one team of threads per layer, which keeps the second core busy without ORT's
+    spinning: SmolLM2-135M on the 2-core VM 30-33 tokens/s against 21-28 with the products as MatMul,
+    interleaved at load ~1.6); False: the products as MatMul (CPU) or five fused kernels per layer (CUDA).
     """
 
     batch: int | None = None
@@ -272,10 +278,12 @@ class LlamaRunner:
             raise ValueError(f"LlamaRunner: threads must be a positive int or None, got {threads!r}")
         if threads is None and device == "cpu":
             threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        if cuda_graph is None:  # default: replay the steps as CUDA graphs wherever the CUDA kernels make that possible
-            from meganeura_onnx import custom_op_library
+        from meganeura_onnx import custom_op_library
 
+        if cuda_graph is None:  # default: replay the steps as CUDA graphs wherever the CUDA kernels make that possible
             cuda_graph = device == "cuda" and use_custom_ops and custom_op_library("cuda") is not None
+        if decode_layer is None and device == "cpu":  # default: one DecodeLayer per layer wherever our CPU kernel runs it
+            decode_layer = use_custom_ops and custom_op_library("cpu") is not None
         self.chunk = max(1, min(int(prefill_chunk), self.max_seq))
         # On the CPU the projections run as MatMul on [in, out] weights (InOutLinear): ORT's one-row
         # product is ~40% faster so than as Gemm(transB=1) on HF's [out, in] layout.
@@ -305,7 +313,8 @@ class LlamaRunner:
             session_options={} if threads is None else {"intra_op_num_threads": threads},
             merge_projections=merge_projections,
         )
-        # decode_layer: each decoder layer of the decode step as one DecodeLayer kernel (default: on CUDA).
+        # decode_layer: each decoder layer of the decode step as one DecodeLayer kernel (default: on CUDA, and on
+        # the CPU with our kernel library).
         self.decoder = build_inference_session(decode_graph, device, cuda_graph=cuda_graph, decode_layer=decode_layer, **common)
         prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq, self.batch, self.in_out)
         self.prefiller = build_inference_session(prefill_graph, device, cuda_graph=cuda_graph, **common)

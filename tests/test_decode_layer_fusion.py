@@ -226,3 +226,13 @@ def test_llama_runner_with_decode_layer_generates_the_plain_runners_greedy_token
         assert list(generate(on, prompts[0], 24)) == list(generate(off, prompts[0], 24))
     else:
         assert generate_batch(on, prompts, 24) == generate_batch(off, prompts, 24)
+
+
+def test_llama_runner_on_cpu_takes_decode_layer_by_default_where_the_kernel_library_is_built():
+    """The CPU runner's default: one DecodeLayer per layer when our CPU kernel runs it, the products
+    as ONNX Runtime's MatMul otherwise (the function body would be slower than MLAS)."""
+    runner = llama.LlamaRunner(TINY, max_seq=16, prefill_chunk=4, device="cpu")
+    kernels = runner.decoder.plan().kernels()
+    assert ("DecodeLayer" in kernels) == (LIB is not None)
+    plain = llama.LlamaRunner(TINY, max_seq=16, prefill_chunk=4, device="cpu", use_custom_ops=False)
+    assert "DecodeLayer" not in plain.decoder.plan().kernels()
