@@ -17,6 +17,7 @@ import onnxruntime as ort
 from ..ir import DType, TensorType
 from ..ops import OPS
 from .half import HalfBuffers, is_half
+from .host_block import huge_page_copies
 from .ort_session import check_capturable, open_ort_session, providers_for
 from .plan import Buffer, ExecutionPlan, MemorySummary
 from .positions import PositionChecks, PositionRule, skip_kernel_position_checks
@@ -195,8 +196,16 @@ class Session:
                 self._types[name], self._kinds[name] = ty, "input"
             else:
                 self._alloc(name, ty, "input", np.zeros(ty.shape, NUMPY[ty.dtype]))
+        # On the CPU the float32 parameters and constants share one block advised for huge pages (host_block).
+        packed = {n: np.asarray(v, np.float32) for n, v in persistent.items() if n not in self._half} if self._device == "cpu" else {}
+        packed = huge_page_copies(packed) if packed else {}
         for name, value in persistent.items():
-            self._alloc(name, TensorType(value.shape), "parameter" if name in self._parameter_names else "constant", value)
+            kind = "parameter" if name in self._parameter_names else "constant"
+            if name in packed:
+                self._types[name], self._kinds[name] = TensorType(value.shape), kind
+                self._values[name] = ort.OrtValue.ortvalue_from_numpy(packed[name], self._device, 0)
+            else:
+                self._alloc(name, TensorType(value.shape), kind, value)
         for name, (_out, value) in state.items():
             ty = TensorType(value.shape, DType.U32 if value.dtype == np.uint32 else DType.F32)
             kind = "parameter" if name in self._parameter_names else "state"
