@@ -242,14 +242,12 @@ class LlamaRunner:
     bandwidth, so a spinning thread rarely gains time and burns a core: on the 2-core VM at load ~2,
     44-45 ms per token with spinning and 86-88 ms of CPU time, 42 ms and 74 ms without; under other
     work (load 4-8) spinning threads take the cores the computing ones need (109-300 ms per token
-    against 62-120). ``threads=1`` spends the least CPU per token (~50 ms, 48-58 ms wall). (Those
-    numbers are of the decode step as ONNX Runtime's MatMul; see ``decode_layer``.)
+    against 62-120). ``threads=1`` spends the least CPU per token (~50 ms, 48-58 ms wall). (Numbers
+    of the decode step as ONNX Runtime's MatMul, ``decode_layer=False``.)
     ``merge_projections``: the prefill runs q/k/v and gate/up as one product each (``build_inference_session``).
-    ``decode_layer``: each decoder layer of the decode step as one ``DecodeLayer`` kernel; None (default):
-    on CUDA, and on the CPU where our CPU kernel library is loaded (there the layer's products and
-    attention run on one team of threads per layer, which keeps the second core busy without ORT's
-    spinning: SmolLM2-135M on the 2-core VM 30-33 tokens/s against 21-28 with the products as MatMul,
-    interleaved at load ~1.6); False: the products as MatMul (CPU) or five fused kernels per layer (CUDA).
+    ``decode_layer``: each decoder layer of the decode step as one ``DecodeLayer``; None (default): on
+    CUDA, and on the CPU with our kernel library (its CPU kernel runs a layer's loops on one team of
+    threads: no pool wake-up per product); False: MatMul (CPU) or five fused kernels per layer (CUDA).
     """
 
     batch: int | None = None
