@@ -179,7 +179,7 @@ inline float Dot(const float* __restrict__ a, const float* __restrict__ b, int64
 }
 
 // Online-softmax attention of the H query rows q[h * hd] of one token over cache rows [r0, r1),
-// all KV heads at once: m[h] (running max), l[h] (sum of exp), acc[h * hd] (unnormalised output).
+// all their KV heads (kc/vc point at the first) at once: m[h] (running max), l[h] (sum of exp), acc[h * hd] (unnormalised output).
 // Cache rows hold every KV head side by side (kvw floats), so walking whole rows streams K and V
 // contiguously (the hardware prefetcher follows; per-head walks stride 4 KiB and stall on
 // memory latency). Per tile of rows: the scores of all heads (each K segment read once for its
@@ -189,6 +189,7 @@ template <class T>
 void AttendRows(const float* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc, int64_t H, int64_t G,
                 int64_t hd, int64_t kvw, int64_t r0, int64_t r1, float scale, float* __restrict__ sc, float* __restrict__ m,
                 float* __restrict__ l, float* __restrict__ acc, float* __restrict__ rowbuf) {
+  const int64_t width = H / G * hd;  // the KV heads of these query heads (a row's leading `width` values)
   for (int64_t h = 0; h < H; ++h) {
     m[h] = -std::numeric_limits<float>::infinity();
     l[h] = 0.f;
@@ -197,7 +198,7 @@ void AttendRows(const float* __restrict__ q, const T* __restrict__ kc, const T* 
   for (int64_t r = r0; r < r1; r += kAttnTile) {
     const int64_t n = std::min(kAttnTile, r1 - r);
     for (int64_t j = 0; j < n; ++j) {
-      const float* kr = FloatRow(kc + (r + j) * kvw, kvw, rowbuf);
+      const float* kr = FloatRow(kc + (r + j) * kvw, width, rowbuf);
       for (int64_t h = 0; h < H; ++h) sc[h * kAttnTile + j] = Dot(q + h * hd, kr + (h / G) * hd, hd) * scale;
     }
     for (int64_t h = 0; h < H; ++h) {
@@ -220,7 +221,7 @@ void AttendRows(const float* __restrict__ q, const T* __restrict__ kc, const T* 
       l[h] += sum;
     }
     for (int64_t j = 0; j < n; ++j) {
-      const float* __restrict__ vr = FloatRow(vc + (r + j) * kvw, kvw, rowbuf);
+      const float* __restrict__ vr = FloatRow(vc + (r + j) * kvw, width, rowbuf);
       for (int64_t h = 0; h < H; ++h) {
         const float w = sc[h * kAttnTile + j];
         const float* __restrict__ vh = vr + (h / G) * hd;
@@ -280,53 +281,56 @@ class CachedAttentionCpu : public Kernel {
       chunk = (chunk + kAttnTile - 1) / kAttnTile * kAttnTile;
       nch = (maxL + chunk - 1) / chunk;
     }
-    const int64_t rows = B * T_;
-    const int64_t pstride = H * (hd + 2);  // state of one item: acc[H * hd], m[H], l[H]
-    std::vector<float> part(nch > 1 ? static_cast<size_t>(rows * nch * pstride) : 0);
-    MN_RETURN_IF(ParallelFor(ctx, static_cast<size_t>(rows * nch), [&](size_t item) {
-      const int64_t bt = static_cast<int64_t>(item) / nch, c = static_cast<int64_t>(item) % nch;
-      const int64_t b = bt / T_, t = bt % T_;
+    // On a DecodeLayer's team (its threads are awake) an item covers one KV head's group of query heads;
+    // each head's arithmetic is the same either way, so the results are too.
+    const int64_t rows = B * T_, groups = ctx.team != nullptr ? p.KVH : 1, Hg = H / groups, items = rows * nch * groups;
+    const int64_t pstride = Hg * (hd + 2);  // state of one item: acc[Hg * hd], m[Hg], l[Hg]
+    std::vector<float> part(nch > 1 ? static_cast<size_t>(items * pstride) : 0);
+    MN_RETURN_IF(ParallelFor(ctx, static_cast<size_t>(items), [&](size_t item) {
+      const int64_t g = static_cast<int64_t>(item) % groups, bc = static_cast<int64_t>(item) / groups;
+      const int64_t bt = bc / nch, c = bc % nch, b = bt / T_, t = bt % T_;
       const int64_t L = p.kv_pos[b] + t + 1;  // attends to its sequence's cache rows [0, kv_pos[b] + t]
-      const int64_t r0 = c * chunk, r1 = std::min(L, r0 + chunk);
-      std::vector<float> sc(static_cast<size_t>(H * kAttnTile)), own(nch > 1 ? 0 : static_cast<size_t>(pstride));
+      const int64_t r0 = c * chunk, r1 = std::min(L, r0 + chunk), qg = g * Hg * hd;  // qg: the group's first q value
+      std::vector<float> sc(static_cast<size_t>(Hg * kAttnTile)), own(nch > 1 ? 0 : static_cast<size_t>(pstride));
       // float16 / bfloat16: Q, each cache row and the output row go through float32 buffers.
       const bool half_type = !std::is_same<T, float>::value;
-      std::vector<float> qbuf(half_type ? qw : 0), rowbuf(half_type ? kvw : 0), outbuf(half_type && nch == 1 ? qw : 0);
+      std::vector<float> qbuf(half_type ? Hg * hd : 0), rowbuf(half_type ? kvw : 0), outbuf(half_type && nch == 1 ? Hg * hd : 0);
       float* acc = nch > 1 ? part.data() + item * pstride : own.data();
-      float *m = acc + H * hd, *l = m + H;
+      float *m = acc + Hg * hd, *l = m + Hg;
       if (r0 >= r1) {  // chunk past this row's causal limit (T > 1, or a shorter sequence of the batch)
-        std::fill(acc, acc + H * hd, 0.f);
-        std::fill(m, m + H, -std::numeric_limits<float>::infinity());
-        std::fill(l, l + H, 0.f);
+        std::fill(acc, acc + Hg * hd, 0.f);
+        std::fill(m, m + Hg, -std::numeric_limits<float>::infinity());
+        std::fill(l, l + Hg, 0.f);
         return;
       }
-      const float* qf = FloatRow(qs + bt * qw, qw, qbuf.data());
-      const int64_t cache_off = b * p.max_seq * kvw;
-      AttendRows(qf, ks + cache_off, vs + cache_off, H, G, hd, kvw, r0, r1, scale, sc.data(), m, l, acc, rowbuf.data());
+      const float* qf = FloatRow(qs + bt * qw + qg, Hg * hd, qbuf.data());
+      const int64_t cache_off = b * p.max_seq * kvw + qg / G;  // the group's first KV head in the rows
+      AttendRows(qf, ks + cache_off, vs + cache_off, Hg, G, hd, kvw, r0, r1, scale, sc.data(), m, l, acc, rowbuf.data());
       if (nch == 1) {
-        float* o = OutRow(out + bt * qw, outbuf.data());
-        for (int64_t h = 0; h < H; ++h) {
+        float* o = OutRow(out + bt * qw + qg, outbuf.data());
+        for (int64_t h = 0; h < Hg; ++h) {
           const float inv = 1.0f / l[h];
           for (int64_t d = 0; d < hd; ++d) o[h * hd + d] = acc[h * hd + d] * inv;
         }
-        StoreRow(o, out + bt * qw, qw);
+        StoreRow(o, out + bt * qw + qg, Hg * hd);
       }
     }));
     if (nch == 1) return nullptr;
     return ParallelFor(ctx, static_cast<size_t>(rows * H), [&](size_t th) {
-      const int64_t bt = static_cast<int64_t>(th) / H, h = static_cast<int64_t>(th) % H;
-      const float* base = part.data() + bt * nch * pstride;
+      const int64_t bt = static_cast<int64_t>(th) / H, h = static_cast<int64_t>(th) % H, hl = h % Hg;
+      const float* base = part.data() + (bt * nch * groups + h / Hg) * pstride;  // chunk c's state: + c * groups * pstride
+      const int64_t cstride = groups * pstride;
       float M = -std::numeric_limits<float>::infinity();
-      for (int64_t c = 0; c < nch; ++c) M = std::max(M, base[c * pstride + H * hd + h]);
+      for (int64_t c = 0; c < nch; ++c) M = std::max(M, base[c * cstride + Hg * hd + hl]);
       std::vector<float> o(static_cast<size_t>(hd), 0.f);
       float lt = 0.f;
       for (int64_t c = 0; c < nch; ++c) {
-        const float* pc = base + c * pstride;
-        const float mc = pc[H * hd + h];
+        const float* pc = base + c * cstride;
+        const float mc = pc[Hg * hd + hl];
         if (mc == -std::numeric_limits<float>::infinity()) continue;
         const float w = std::exp(mc - M);
-        lt += pc[H * hd + H + h] * w;
-        const float* a = pc + h * hd;
+        lt += pc[Hg * hd + Hg + hl] * w;
+        const float* a = pc + hl * hd;
         for (int64_t d = 0; d < hd; ++d) o[d] += a[d] * w;
       }
       const float inv = 1.0f / lt;

@@ -27,6 +27,7 @@ CASES = [
     (32, 1, 576, 9, 3, 64, 1536, 31, True),  # SmolLM2-135M's layer at the cache's last row
     (12, 1, 64, 4, 2, 16, 96, [11, 0, 6], True),  # a batch, one position per sequence, both edges
     (10, 2, 32, 2, 1, 16, 24, [8, 3], False),  # a batch of two-row steps, the first ending at max_seq
+    (600, 1, 64, 4, 2, 16, 96, 599, False),  # 600 cached rows: attention in chunks per KV head, merged
 ]
 IDS = [f"D{c[2]}-h{c[3]}x{c[4]}x{c[5]}-T{c[1]}@{c[7]}-{'nk' if c[8] else 'kn'}" for c in CASES]
 
