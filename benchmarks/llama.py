@@ -18,8 +18,8 @@ Configurations (``--sides``, ``--precisions``, ``--batches``):
   without (the default, named), or on one thread (``threads=1``: the least CPU time per token).
 - ``ours-separate``: ``ours`` with the prefill's q/k/v and gate/up products kept separate
   (``merge_projections=False``; by default a prefill runs each group as one product).
-- ``ours-nolayer`` (CUDA): ``ours`` with ``decode_layer=False``: each decoder layer of the decode step
-  as its five fused kernels instead of one DecodeLayer (to compare the two).
+- ``ours-nolayer``: ``ours`` with ``decode_layer=False``: each decoder layer of the decode step as its
+  five fused kernels (CUDA) or its products as ONNX Runtime's MatMul (CPU) instead of one DecodeLayer.
 - ``hf-eager``: ``generate`` with ``attn_implementation="eager"``, in each precision.
 - ``hf-static``: ``generate`` with ``cache_implementation="static"`` (SDPA attention; on CUDA
   transformers compiles the decode step with ``torch.compile``), in each precision.

@@ -15,7 +15,7 @@ and the same prompts (``B`` rows of one length), greedy, end-of-sequence ignored
 - ``ours``: ``LlamaRunner`` (batch 1) or ``LlamaBatchRunner`` of ``models/llama.py`` with its default
   threads (``ours-spin``: with ``thread_spinning=True``, ``ours-nospin``: ``False``, ``ours-1thread``:
   ``threads=1``; ``ours-separate``: with ``merge_projections=False``; ``ours-nolayer``: with
-  ``decode_layer=False``, each decoder layer as its five fused kernels instead of one DecodeLayer);
+  ``decode_layer=False``, each decoder layer as its five fused kernels on CUDA, as MatMul on the CPU);
 - ``hf``: ``transformers`` ``generate``, ``eager`` (``DynamicCache``, ``attn_implementation="eager"``)
   or ``static`` (``cache_implementation="static"``, SDPA: on CUDA, transformers compiles the step);
 - ``genai``: onnxruntime-genai's ``Generator`` over the folder its model builder wrote.

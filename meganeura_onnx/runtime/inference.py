@@ -116,8 +116,9 @@ def _optimized(graph: Graph, device: str, merge_projections: bool, decode_layer:
     :mod:`meganeura_onnx.transforms.merge_projections`; ``decode_layer``:
     :mod:`meganeura_onnx.transforms.decode_layer_fusion`). The decode-step fusions (RMSNorm + projection and
     residual GEMVs, rope + attention, whole layers) pay where launches dominate (CUDA); on the CPU, MLAS's
-    products are faster than our GEMV kernels (README, decode-layer fusions), so CPU sessions keep the
-    products unless ``decode_layer=True`` asks for the layers, which those fusions make. The rope + cache
+    products are as fast as our GEMV kernels one by one (README, decode-layer fusions), so CPU sessions keep
+    the products unless ``decode_layer=True`` asks for the layers, which those fusions make (``LlamaRunner``
+    does where our library is loaded: the CPU DecodeLayer runs a layer's loops on one team of threads). The rope + cache
     writes + attention fusion pays on the CPU too when our kernel runs it (one node for four: less ORT
     dispatch and thread-pool work per layer); without the library it stays unfused."""
     fused = device == "cuda" or decode_layer is True
