@@ -7,7 +7,9 @@
 // The caches are written in place when ORT hands the kernel their input buffers as outputs 1 and 2
 // (RopeCachedAttentionCpuRun copies them first otherwise). Attributes and inputs are read and checked
 // by decode_layer.cc, as the CUDA kernel reads and checks them.
+#ifdef __linux__
 #include <sched.h>
+#endif
 
 #include <algorithm>
 #include <thread>
@@ -101,8 +103,10 @@ class DecodeLayerCpu : public Kernel {
   // by default; an item no thread takes before the layer ends returns at once).
   static size_t TeamSize() {
     static const size_t n = [] {
+#ifdef __linux__
       cpu_set_t set;
       if (sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<size_t>(std::max(1, CPU_COUNT(&set)));
+#endif
       return static_cast<size_t>(std::max(1u, std::thread::hardware_concurrency()));
     }();
     return n;

@@ -1,13 +1,12 @@
-// Work splitting for the CPU kernels (cpu_kernels.cc, cpu_fused.cc): ORT's intra-op thread pool.
+// Work splitting for the CPU kernels (cpu_kernels.cc, cpu_fused.cc, ...): ORT's intra-op thread pool, or a DecodeLayer's Team.
 #pragma once
-
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <type_traits>
 
 #include "cpu_pool.h"
@@ -82,7 +81,7 @@ class Team {
       __builtin_ia32_pause();
 #endif
     } else {
-      sched_yield();
+      std::this_thread::yield();
     }
   }
 
