@@ -15,7 +15,9 @@ and the same prompts (``B`` rows of one length), greedy, end-of-sequence ignored
 - ``ours``: ``LlamaRunner`` (batch 1) or ``LlamaBatchRunner`` of ``models/llama.py`` with its default
   threads (``ours-spin``: with ``thread_spinning=True``, ``ours-nospin``: ``False``, ``ours-1thread``:
   ``threads=1``; ``ours-separate``: with ``merge_projections=False``; ``ours-nolayer``: with
-  ``decode_layer=False``, each decoder layer as its five fused kernels instead of one DecodeLayer);
+  ``decode_layer=False``, each decoder layer as its five fused kernels instead of one DecodeLayer;
+  ``ours-hostargmax``: the greedy token chosen on the host from the logits, as before ``decode_argmax``:
+  by default ours chooses it on the device and reads back only the token);
 - ``hf``: ``transformers`` ``generate``, ``eager`` (``DynamicCache``, ``attn_implementation="eager"``)
   or ``static`` (``cache_implementation="static"``, SDPA: on CUDA, transformers compiles the step);
 - ``genai``: onnxruntime-genai's ``Generator`` over the folder its model builder wrote.
@@ -107,16 +109,26 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
     t0 = time.perf_counter()
     runner = cls(cfg, folder / "model.safetensors", **kw)
     build_s = time.perf_counter() - t0
+    # The argmax on the device (decode_argmax: the chosen token and position fed back into the next
+    # step, 4 bytes per sequence read back) unless the spec asks for the host's argmax of the logits.
+    on_device = hasattr(runner, "decode_argmax") and not spec.get("host_argmax")
     if rows == 1:
         prefill = lambda: [int(np.argmax(runner.prefill(prompts[0])))]  # noqa: E731
-        step = lambda last: [int(np.argmax(runner.decode(last[0])))]  # noqa: E731
+        if on_device:
+            step = lambda last: [runner.decode_argmax(last[0])]  # noqa: E731
+        else:
+            step = lambda last: [int(np.argmax(runner.decode(last[0])))]  # noqa: E731
     else:
         prefill = lambda: np.argmax(runner.prefill(prompts), axis=-1).tolist()  # noqa: E731
-        step = lambda last: np.argmax(runner.decode(last), axis=-1).tolist()  # noqa: E731
+        if on_device:
+            step = lambda last: runner.decode_argmax(last)  # noqa: E731
+        else:
+            step = lambda last: np.argmax(runner.decode(last), axis=-1).tolist()  # noqa: E731
     plan = runner.decoder.plan()
     info = {
         "session_build_s": round(build_s, 3),
         "prefill_chunk": runner.chunk,
+        "argmax": "device (decode_argmax)" if on_device else "host (numpy, from the logits)",
         "custom_ops": plan.kernels(),
         "providers": plan.providers,
         "versions": {"onnxruntime": ort.__version__},

@@ -3,7 +3,10 @@
 The model is anything with the :class:`CausalModel` shape: ``prefill(ids)`` runs the prompt and
 returns the logits of its last token, ``decode(token)`` feeds one more token and returns the logits
 after it. :func:`generate_batch` does the same for several prompts at once over a
-:class:`BatchCausalModel`. Sampling happens on the host from one row of logits per sequence and step.
+:class:`BatchCausalModel`. Sampling happens on the host from one row of logits per sequence and step,
+except greedy decoding (``temperature=0``) of a model that has ``decode_argmax(token)`` (the argmax
+taken where the logits are, e.g. on the GPU, as the LLaMA runner of ``models/llama.py`` does): the same tokens,
+without copying the logits to the host.
 """
 
 from __future__ import annotations
@@ -82,11 +85,12 @@ def generate(
     if max_new_tokens <= 0:
         return
     token = sample(model.prefill(list(prompt_ids)), temperature, top_k, rng)
+    on_device = getattr(model, "decode_argmax", None) if temperature == 0 else None
     for k in range(max_new_tokens):
         yield token
         if token in stop or k == max_new_tokens - 1:
             return
-        token = sample(model.decode(token), temperature, top_k, rng)
+        token = on_device(token) if on_device is not None else sample(model.decode(token), temperature, top_k, rng)
 
 
 def generate_batch(
@@ -113,6 +117,7 @@ def generate_batch(
     stop = set(stop_ids)
     done = [False] * len(prompts)
     tokens = [sample(row, temperature, top_k, rng) for row in model.prefill([list(p) for p in prompts])]
+    on_device = getattr(model, "decode_argmax", None) if temperature == 0 else None
     for k in range(max_new_tokens):
         for i, token in enumerate(tokens):
             if not done[i]:
@@ -120,5 +125,8 @@ def generate_batch(
                 done[i] = token in stop
         if all(done) or k == max_new_tokens - 1:
             return out
-        tokens = [sample(row, temperature, top_k, rng) for row in model.decode(tokens)]
+        if on_device is not None:
+            tokens = on_device(tokens)
+        else:
+            tokens = [sample(row, temperature, top_k, rng) for row in model.decode(tokens)]
     return out

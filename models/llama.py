@@ -33,8 +33,7 @@ Several sequences at once (:class:`LlamaBatchRunner`): the ``prefill``/``decode`
 ``batch=B`` hold caches ``[B, max_seq, kv_dim]`` and take ``kv_pos [B]``, one position per sequence,
 so prompts of different lengths decode together without a mask.
 
-Model-file contracts: ``build(**kwargs) -> Graph`` and ``export_folder(...)`` (``meganeura
-export``), and ``load_generator(...)`` (``meganeura generate``).
+Model-file contracts: ``build(**kwargs) -> Graph``, ``export_folder(...)`` (``meganeura export``), ``load_generator(...)``.
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ import numpy as np
 from meganeura_onnx import Graph, NodeId, Session, build_inference_session
 from meganeura_onnx.init import default_parameters
 from meganeura_onnx.io import hf_parameters, load_safetensors
+from meganeura_onnx.io.genai import genai_config
 from meganeura_onnx.nn import Embedding, KvCache, Linear, LlamaConfig, LlamaDecoderLayer, PastKv, RmsNorm
 from meganeura_onnx.nn.llama import linear_class
 
@@ -136,7 +136,13 @@ class LlamaForCausalLM:
 
 
 def build_graph(
-    cfg: LlamaConfig, mode: str = "logits", seq: int = 16, max_seq: int = 256, batch: int | None = None, in_out_weights: bool = False
+    cfg: LlamaConfig,
+    mode: str = "logits",
+    seq: int = 16,
+    max_seq: int = 256,
+    batch: int | None = None,
+    in_out_weights: bool = False,
+    greedy: bool = False,
 ) -> Graph:
     """The ``logits`` (``seq`` rows), ``train`` (``seq`` rows, output 0 the loss), ``prefill`` (chunk of
     ``seq`` rows) or ``decode`` graph; output 0 is the logits except in ``train``.
@@ -148,7 +154,13 @@ def build_graph(
     ``in_out_weights`` (``prefill``/``decode``): projection weights stored ``[in, out]`` under their HF
     names (:func:`to_in_out` converts HF-layout arrays), and a tied model's LM head reads a parameter of
     its own, ``lm_head.weight`` (the embedding transposed); :class:`LlamaRunner` uses it on the CPU.
+
+    ``greedy`` (``decode`` only): outputs ``logits``, ``next_token`` (each row's argmax, U32 like
+    ``input_ids``) and ``next_pos`` (``kv_pos + 1``), which :class:`LlamaRunner` feeds back into
+    ``input_ids`` and ``kv_pos`` on the device.
     """
+    if greedy and mode != "decode":
+        raise ValueError(f"build: greedy is for mode 'decode', got mode={mode!r}")
     if batch is not None and (mode not in ("prefill", "decode") or not isinstance(batch, int) or batch < 1 or not isinstance(seq, int)):
         raise ValueError(
             f"build: batch must be a positive int, with mode 'prefill' or 'decode' and an int seq; got batch={batch!r}, mode={mode!r}, seq={seq!r}"
@@ -175,7 +187,11 @@ def build_graph(
     last = g.input_u32("last_row", [n]) if mode == "prefill" else None
     layers = range(cfg.num_hidden_layers)
     caches = [KvCache.new(g, f"model.layers.{i}.self_attn", max_seq, cfg.kv_dim, kv_pos, batch) for i in layers]
-    g.set_outputs([model.forward(g, ids, caches, last)])
+    logits = model.forward(g, ids, caches, last)
+    if greedy:
+        g.set_outputs({"logits": logits, "next_token": g.argmax(logits), "next_pos": g.add_u32(kv_pos, 1)})
+    else:
+        g.set_outputs([logits])
     return g
 
 
@@ -281,7 +297,7 @@ class LlamaRunner:
         # product is ~40% faster so than as Gemm(transB=1) on HF's [out, in] layout.
         self.in_out = device == "cpu"
         hf_layout = build_graph(cfg, "decode", 1, self.max_seq, self.batch)  # names and shapes as in the checkpoint
-        decode_graph = build_graph(cfg, "decode", 1, self.max_seq, self.batch, self.in_out) if self.in_out else hf_layout
+        decode_graph = build_graph(cfg, "decode", 1, self.max_seq, self.batch, self.in_out, greedy=True)
         if weights is None:
             params = default_parameters(hf_layout, seed)
         elif isinstance(weights, dict):
@@ -306,11 +322,17 @@ class LlamaRunner:
             merge_projections=merge_projections,
         )
         # decode_layer: each decoder layer of the decode step as one DecodeLayer kernel (default: on CUDA).
-        self.decoder = build_inference_session(decode_graph, device, cuda_graph=cuda_graph, decode_layer=decode_layer, **common)
+        # feedback: the step's argmax and next position become the next step's input_ids and kv_pos on
+        # the device, so greedy steps (decode_argmax) upload nothing and read back 4 bytes per sequence.
+        feedback = {"input_ids": "next_token", "kv_pos": "next_pos"}
+        self.decoder = build_inference_session(
+            decode_graph, device, cuda_graph=cuda_graph, decode_layer=decode_layer, feedback=feedback, **common
+        )
         prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq, self.batch, self.in_out)
         self.prefiller = build_inference_session(prefill_graph, device, cuda_graph=cuda_graph, **common)
         self.prefiller.share_buffers(self.decoder, state=False)  # one copy of the weights on the device
         self.position = 0
+        self._on_device: tuple | None = None  # (tokens, positions) the decoder's fed-back inputs hold
 
     @property
     def sessions(self) -> tuple[Session, Session]:
@@ -347,6 +369,7 @@ class LlamaRunner:
             s.step()
         self.decoder.share_buffers(s, parameters=False)
         self.position = n
+        self._on_device = None
         return s.read_output_by_index(0).reshape(-1)
 
     def decode(self, token: int) -> np.ndarray:
@@ -359,7 +382,31 @@ class LlamaRunner:
         d.set_input_u32("kv_pos", [self.position])
         d.step()
         self.position += 1
+        self._on_device = None
         return d.read_output_by_index(0).reshape(-1)
+
+    def decode_argmax(self, token: int) -> int:
+        """``argmax(decode(token))``, chosen on the device: the greedy next token. When ``token`` is
+        what the previous call returned, nothing is uploaded (the step reads the token and position
+        the previous step left on the device) and only the chosen token comes back, not the logits."""
+        if self.position >= self.max_seq:
+            raise ValueError(f"decode: the KV cache is full ({self.max_seq} positions)")
+        chosen = self._step_argmax([token], [self.position])[0]
+        self.position += 1
+        return chosen
+
+    def _step_argmax(self, tokens: list[int], positions: list[int]) -> tuple[int, ...]:
+        """A decode step with its argmax taken on the device; uploads ``tokens`` and ``positions``
+        unless the decoder's fed-back inputs already hold them. Returns every row's chosen token."""
+        d = self.decoder
+        if self._on_device != (tuple(tokens), tuple(positions)):
+            self._check_ids(tokens)
+            d.set_input_u32("input_ids", tokens)
+            d.set_input_u32("kv_pos", positions)
+        d.step()
+        chosen = tuple(int(t) for t in d.read_output("next_token"))
+        self._on_device = (chosen, tuple(p + 1 for p in positions))
+        return chosen
 
     def _check_ids(self, ids: Sequence[int]) -> None:
         bad = [t for t in ids if not 0 <= int(t) < self.cfg.vocab_size]
@@ -418,6 +465,7 @@ class LlamaBatchRunner(LlamaRunner):
             s.step()
         self.decoder.share_buffers(s, parameters=False)
         self.positions = lengths
+        self._on_device = None
         return s.read_output_by_index(0)[: self.active]
 
     def decode(self, tokens: Sequence[int]) -> np.ndarray:
@@ -432,7 +480,19 @@ class LlamaBatchRunner(LlamaRunner):
         d.set_input_u32("kv_pos", self.positions)
         d.step()
         self.positions = [p + 1 for p in self.positions]
+        self._on_device = None
         return d.read_output_by_index(0)[: self.active]
+
+    def decode_argmax(self, tokens: Sequence[int]) -> list[int]:
+        """``argmax(decode(tokens), axis=-1)``, chosen on the device, as :meth:`LlamaRunner.decode_argmax`
+        (with fewer prompts than ``batch``, the spare rows' tokens are uploaded every step)."""
+        if len(tokens) != self.active:
+            raise ValueError(f"decode: expected {self.active} tokens (one per prompt of the last prefill), got {len(tokens)}")
+        if max(self.positions) >= self.max_seq:
+            raise ValueError(f"decode: the KV cache is full ({self.max_seq} positions)")
+        chosen = self._step_argmax(list(tokens) + [tokens[0]] * (self.batch - self.active), self.positions)
+        self.positions = [p + 1 for p in self.positions]
+        return list(chosen[: self.active])
 
 
 def logits(cfg: LlamaConfig, params: dict[str, np.ndarray], ids: Sequence[int], device: str = "cpu") -> np.ndarray:
@@ -538,55 +598,3 @@ def export_folder(
             shutil.copyfile(src, out / name)
             written.append(out / name)
     return written
-
-
-def genai_config(cfg: LlamaConfig, raw: dict) -> dict:
-    """onnxruntime-genai's ``genai_config.json`` for the ``past`` model (the fields its model builder writes)."""
-    eos = raw.get("eos_token_id", cfg.eos_token_id)
-    eos = eos if eos is not None else 0
-    bos = raw.get("bos_token_id", cfg.bos_token_id)
-    pad = raw.get("pad_token_id")
-    pad = pad if pad is not None else eos[0] if isinstance(eos, list) else eos
-    return {
-        "model": {
-            "bos_token_id": bos if bos is not None else 1,
-            "context_length": cfg.max_position_embeddings,
-            "decoder": {
-                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
-                "filename": "model.onnx",
-                "head_size": cfg.head_dim,
-                "hidden_size": cfg.hidden_size,
-                "inputs": {
-                    "input_ids": "input_ids",
-                    "attention_mask": "attention_mask",
-                    "position_ids": "position_ids",
-                    "past_key_names": "past_key_values.%d.key",
-                    "past_value_names": "past_key_values.%d.value",
-                },
-                "outputs": {"logits": "logits", "present_key_names": "present.%d.key", "present_value_names": "present.%d.value"},
-                "num_attention_heads": cfg.num_attention_heads,
-                "num_hidden_layers": cfg.num_hidden_layers,
-                "num_key_value_heads": cfg.num_key_value_heads,
-            },
-            "eos_token_id": eos,
-            "pad_token_id": pad,
-            "type": "llama",
-            "vocab_size": cfg.vocab_size,
-        },
-        "search": {
-            "diversity_penalty": 0.0,
-            "do_sample": False,
-            "early_stopping": True,
-            "length_penalty": 1.0,
-            "max_length": cfg.max_position_embeddings,
-            "min_length": 0,
-            "no_repeat_ngram_size": 0,
-            "num_beams": 1,
-            "num_return_sequences": 1,
-            "past_present_share_buffer": False,
-            "repetition_penalty": 1.0,
-            "temperature": 1.0,
-            "top_k": 1,
-            "top_p": 1.0,
-        },
-    }

@@ -145,6 +145,8 @@ class Session:
         if symbolic and cuda_graph:
             raise ValueError(f"cuda_graph=True replays fixed buffer shapes; inputs {sorted(symbolic)} have symbolic dimensions")
         self._output_names = list(outputs)
+        # Outputs that are also state (a session's ``feedback``): after a step, the input's buffer.
+        self._fed_back = {out: name for name, out in self._pairs.items() if out in self._output_names}
         self._allocate(inputs, symbolic, persistent, state, output_types)
         # set_input's fast path (a training loop calls it per step): static float32 inputs stored as
         # float32 -> their shape. A C-contiguous float32 array of exactly that shape passes every
@@ -465,6 +467,8 @@ class Session:
         return self._read_output(self._output_names[index], out, "read_output_by_index", f"output {index}")
 
     def _read_output(self, name: str, out: np.ndarray | None, what: str, label: str) -> np.ndarray:
+        if name in self._fed_back:  # swapped in after the step: it is now its input's value
+            return self._read(self._values[self._fed_back[name]], out, label)
         if name not in self._outputs:  # a symbolic shape: the buffer comes with the first step
             raise RuntimeError(f"{what}: {label} has symbolic shape {list(self._output_types[name].shape)}; run step() first")
         return self._read(self._outputs[name], out, label)

@@ -1,0 +1,60 @@
+"""onnxruntime-genai's ``genai_config.json`` for a LLaMA-family decoder exported in the ecosystem's
+``past`` layout (inputs ``input_ids``/``attention_mask``/``position_ids`` and
+``past_key_values.{i}.key/.value``, outputs ``logits`` and ``present.{i}.key/.value``)."""
+
+from __future__ import annotations
+
+from ..nn import LlamaConfig
+
+
+def genai_config(cfg: LlamaConfig, raw: dict) -> dict:
+    """onnxruntime-genai's ``genai_config.json`` for the ``past`` model (the fields its model builder writes);
+    ``raw``: the Hugging Face ``config.json`` as read (its token ids win over ``cfg``'s)."""
+    eos = raw.get("eos_token_id", cfg.eos_token_id)
+    eos = eos if eos is not None else 0
+    bos = raw.get("bos_token_id", cfg.bos_token_id)
+    pad = raw.get("pad_token_id")
+    pad = pad if pad is not None else eos[0] if isinstance(eos, list) else eos
+    return {
+        "model": {
+            "bos_token_id": bos if bos is not None else 1,
+            "context_length": cfg.max_position_embeddings,
+            "decoder": {
+                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+                "filename": "model.onnx",
+                "head_size": cfg.head_dim,
+                "hidden_size": cfg.hidden_size,
+                "inputs": {
+                    "input_ids": "input_ids",
+                    "attention_mask": "attention_mask",
+                    "position_ids": "position_ids",
+                    "past_key_names": "past_key_values.%d.key",
+                    "past_value_names": "past_key_values.%d.value",
+                },
+                "outputs": {"logits": "logits", "present_key_names": "present.%d.key", "present_value_names": "present.%d.value"},
+                "num_attention_heads": cfg.num_attention_heads,
+                "num_hidden_layers": cfg.num_hidden_layers,
+                "num_key_value_heads": cfg.num_key_value_heads,
+            },
+            "eos_token_id": eos,
+            "pad_token_id": pad,
+            "type": "llama",
+            "vocab_size": cfg.vocab_size,
+        },
+        "search": {
+            "diversity_penalty": 0.0,
+            "do_sample": False,
+            "early_stopping": True,
+            "length_penalty": 1.0,
+            "max_length": cfg.max_position_embeddings,
+            "min_length": 0,
+            "no_repeat_ngram_size": 0,
+            "num_beams": 1,
+            "num_return_sequences": 1,
+            "past_present_share_buffer": False,
+            "repetition_penalty": 1.0,
+            "temperature": 1.0,
+            "top_k": 1,
+            "top_p": 1.0,
+        },
+    }
