@@ -21,7 +21,9 @@ Configurations (``--sides``, ``--precisions``, ``--batches``):
 - ``ours-nolayer`` (CUDA): ``ours`` with ``decode_layer=False``: each decoder layer of the decode step
   as its five fused kernels instead of one DecodeLayer (to compare the two).
 - ``ours-hostargmax``: ``ours`` choosing each greedy token on the host (numpy argmax of the logits
-  copied back) instead of on the device (``decode_argmax``, ours' default where the runner has it).
+  copied back after each step) instead of on the device (ours' default where the runner has
+  ``decode_greedy``, as ``generate`` runs it: the chosen tokens fed back on the device, steps queued
+  in chunks of 16 with one wait and one read-back per chunk).
 - ``hf-eager``: ``generate`` with ``attn_implementation="eager"``, in each precision.
 - ``hf-static``: ``generate`` with ``cache_implementation="static"`` (SDPA attention; on CUDA
   transformers compiles the decode step with ``torch.compile``), in each precision.

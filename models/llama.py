@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,7 +49,7 @@ import numpy as np
 from meganeura_onnx import Graph, NodeId, Session, build_inference_session
 from meganeura_onnx.init import default_parameters
 from meganeura_onnx.io import hf_parameters, load_safetensors
-from meganeura_onnx.io.genai import genai_config
+from meganeura_onnx.io.genai import write_genai_files
 from meganeura_onnx.nn import Embedding, KvCache, Linear, LlamaConfig, LlamaDecoderLayer, PastKv, RmsNorm
 from meganeura_onnx.nn.llama import linear_class
 
@@ -156,8 +155,9 @@ def build_graph(
     its own, ``lm_head.weight`` (the embedding transposed); :class:`LlamaRunner` uses it on the CPU.
 
     ``greedy`` (``decode`` only): outputs ``logits``, ``next_token`` (each row's argmax, U32 like
-    ``input_ids``) and ``next_pos`` (``kv_pos + 1``), which :class:`LlamaRunner` feeds back into
-    ``input_ids`` and ``kv_pos`` on the device.
+    ``input_ids``), ``next_pos`` (``kv_pos + 1``) and ``next_log``: the input ``token_log [n, max_seq + 1]``
+    with each row's token written at its ``next_pos``; :class:`LlamaRunner` feeds them back into
+    ``input_ids``, ``kv_pos`` and ``token_log`` on the device.
     """
     if greedy and mode != "decode":
         raise ValueError(f"build: greedy is for mode 'decode', got mode={mode!r}")
@@ -189,7 +189,9 @@ def build_graph(
     caches = [KvCache.new(g, f"model.layers.{i}.self_attn", max_seq, cfg.kv_dim, kv_pos, batch) for i in layers]
     logits = model.forward(g, ids, caches, last)
     if greedy:
-        g.set_outputs({"logits": logits, "next_token": g.argmax(logits), "next_pos": g.add_u32(kv_pos, 1)})
+        token, pos = g.argmax(logits), g.add_u32(kv_pos, 1)
+        log = g.put_u32(g.input_u32("token_log", [n, max_seq + 1]), pos, token)
+        g.set_outputs({"logits": logits, "next_token": token, "next_pos": pos, "next_log": log})
     else:
         g.set_outputs([logits])
     return g
@@ -252,13 +254,11 @@ class LlamaRunner:
     ``weights``: a HF safetensors file, or a name -> array dict; None gives the default random init.
     ``threads``: ONNX Runtime's intra-op threads; None: on the CPU one per CPU this process may run on
     (``os.sched_getaffinity``), set explicitly because ORT's own default pins its threads to cores,
-    which a machine shared with other work punishes (SmolLM2-135M on the 2-core VM at load ~2: 62-65 ms
-    per token pinned, 42-54 ms not); on CUDA ORT's default. ``thread_spinning``: let the threads
-    busy-wait for work between ops (ORT's default, off here). A decode step is bound by memory
-    bandwidth, so a spinning thread rarely gains time and burns a core: on the 2-core VM at load ~2,
-    44-45 ms per token with spinning and 86-88 ms of CPU time, 42 ms and 74 ms without; under other
-    work (load 4-8) spinning threads take the cores the computing ones need (109-300 ms per token
-    against 62-120). ``threads=1`` spends the least CPU per token (~50 ms, 48-58 ms wall).
+    which a shared machine punishes (SmolLM2-135M, 2-core VM at load ~2: 62-65 ms per token pinned,
+    42-54 ms not); on CUDA ORT's default. ``thread_spinning``: busy-wait between ops (ORT's default,
+    off here): a memory-bound decode step rarely gains from it and it burns a core (2-core VM, load ~2:
+    44-45 ms per token and 86-88 ms CPU spinning, 42 and 74 ms not; at load 4-8, 109-300 ms against
+    62-120). ``threads=1`` spends the least CPU per token (~50 ms, 48-58 ms wall).
     ``merge_projections``: the prefill runs q/k/v and gate/up as one product each (``build_inference_session``).
     """
 
@@ -324,7 +324,7 @@ class LlamaRunner:
         # decode_layer: each decoder layer of the decode step as one DecodeLayer kernel (default: on CUDA).
         # feedback: the step's argmax and next position become the next step's input_ids and kv_pos on
         # the device, so greedy steps (decode_argmax) upload nothing and read back 4 bytes per sequence.
-        feedback = {"input_ids": "next_token", "kv_pos": "next_pos"}
+        feedback = {"input_ids": "next_token", "kv_pos": "next_pos", "token_log": "next_log"}
         self.decoder = build_inference_session(
             decode_graph, device, cuda_graph=cuda_graph, decode_layer=decode_layer, feedback=feedback, **common
         )
@@ -386,26 +386,36 @@ class LlamaRunner:
         return d.read_output_by_index(0).reshape(-1)
 
     def decode_argmax(self, token: int) -> int:
-        """``argmax(decode(token))``, chosen on the device: the greedy next token. When ``token`` is
-        what the previous call returned, nothing is uploaded (the step reads the token and position
-        the previous step left on the device) and only the chosen token comes back, not the logits."""
-        if self.position >= self.max_seq:
-            raise ValueError(f"decode: the KV cache is full ({self.max_seq} positions)")
-        chosen = self._step_argmax([token], [self.position])[0]
-        self.position += 1
+        """``argmax(decode(token))`` chosen on the device; when ``token`` is what the previous call returned,
+        nothing is uploaded (the step reads what the last one left there) and only the token comes back."""
+        return self.decode_greedy(token, 1)[0]
+
+    def decode_greedy(self, token: int, count: int) -> list[int]:
+        """``count`` greedy steps from ``token``, queued on the device back to back (``Session.steps``:
+        no wait between them) with the tokens read back once, at the end."""
+        chosen = self._greedy_steps([token], [self.position], count)[0]
+        self.position += count
         return chosen
 
-    def _step_argmax(self, tokens: list[int], positions: list[int]) -> tuple[int, ...]:
-        """A decode step with its argmax taken on the device; uploads ``tokens`` and ``positions``
-        unless the decoder's fed-back inputs already hold them. Returns every row's chosen token."""
+    def _greedy_steps(self, tokens: list[int], positions: list[int], count: int) -> list[list[int]]:
+        """``count`` decode steps with the argmax on the device; uploads ``tokens`` and ``positions``
+        unless the decoder's fed-back inputs already hold them. Returns each row's chosen tokens."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"decode_greedy: count must be a positive int, got {count!r}")
+        if max(positions) + count > self.max_seq:
+            raise ValueError(f"decode: the KV cache is full ({self.max_seq} positions): {count} steps from {max(positions)} do not fit")
         d = self.decoder
         if self._on_device != (tuple(tokens), tuple(positions)):
             self._check_ids(tokens)
             d.set_input_u32("input_ids", tokens)
             d.set_input_u32("kv_pos", positions)
-        d.step()
-        chosen = tuple(int(t) for t in d.read_output("next_token"))
-        self._on_device = (chosen, tuple(p + 1 for p in positions))
+        d.steps(count)
+        if count == 1:
+            chosen = [[int(t)] for t in d.read_output("next_token")]
+        else:  # token_log[b, p] holds the token chosen for position p
+            log = d.read_output("next_log")
+            chosen = [log[b, p + 1 : p + 1 + count].tolist() for b, p in enumerate(positions)]
+        self._on_device = (tuple(c[-1] for c in chosen), tuple(p + count for p in positions))
         return chosen
 
     def _check_ids(self, ids: Sequence[int]) -> None:
@@ -484,15 +494,17 @@ class LlamaBatchRunner(LlamaRunner):
         return d.read_output_by_index(0)[: self.active]
 
     def decode_argmax(self, tokens: Sequence[int]) -> list[int]:
-        """``argmax(decode(tokens), axis=-1)``, chosen on the device, as :meth:`LlamaRunner.decode_argmax`
-        (with fewer prompts than ``batch``, the spare rows' tokens are uploaded every step)."""
+        """``argmax(decode(tokens), axis=-1)``, chosen on the device, as :meth:`LlamaRunner.decode_argmax`."""
+        return [row[0] for row in self.decode_greedy(tokens, 1)]
+
+    def decode_greedy(self, tokens: Sequence[int], count: int) -> list[list[int]]:
+        """``count`` greedy steps per sequence, as :meth:`LlamaRunner.decode_greedy`: each sequence's
+        chosen tokens (with fewer prompts than ``batch``, the spare rows' tokens are uploaded each call)."""
         if len(tokens) != self.active:
             raise ValueError(f"decode: expected {self.active} tokens (one per prompt of the last prefill), got {len(tokens)}")
-        if max(self.positions) >= self.max_seq:
-            raise ValueError(f"decode: the KV cache is full ({self.max_seq} positions)")
-        chosen = self._step_argmax(list(tokens) + [tokens[0]] * (self.batch - self.active), self.positions)
-        self.positions = [p + 1 for p in self.positions]
-        return list(chosen[: self.active])
+        chosen = self._greedy_steps(list(tokens) + [tokens[0]] * (self.batch - self.active), self.positions, count)
+        self.positions = [p + count for p in self.positions]
+        return chosen[: self.active]
 
 
 def logits(cfg: LlamaConfig, params: dict[str, np.ndarray], ids: Sequence[int], device: str = "cpu") -> np.ndarray:
@@ -537,9 +549,6 @@ def save_config(cfg: LlamaConfig, path: str | Path) -> None:
     Path(path).write_text(json.dumps(cfg.to_dict(), indent=2))
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
-
-
 def export_folder(
     out_dir: str | Path,
     *,
@@ -555,8 +564,7 @@ def export_folder(
     Writes the ``past`` graph as ``OUT_DIR/model.onnx`` (+ ``model.onnx.data``) with int64
     ``input_ids``/``attention_mask``/``position_ids``, the present length named
     ``total_sequence_length``; copies ``config.json`` (or writes the preset's) and the tokenizer
-    files found beside the weights; writes ``genai_config.json`` for onnxruntime-genai. Returns the
-    files written.
+    files found beside the weights; writes ``genai_config.json``. Returns the files written.
     """
     from meganeura_onnx import export_onnx
     from meganeura_onnx.io import parameters_from_file
@@ -587,14 +595,5 @@ def export_folder(
         int64_indices=True,
         dim_names={f"{PAST}+{SEQ}": TOTAL},
     )
-    written = [model_path, out / "model.onnx.data"]
     raw = json.loads(Path(config).read_text()) if config is not None else cfg.to_dict()
-    (out / "config.json").write_text(json.dumps(raw, indent=2))
-    (out / "genai_config.json").write_text(json.dumps(genai_config(cfg, raw), indent=2))
-    written += [out / "config.json", out / "genai_config.json"]
-    for name in TOKENIZER_FILES:
-        src = Path(weights).with_name(name) if weights is not None else None
-        if src is not None and src.is_file():
-            shutil.copyfile(src, out / name)
-            written.append(out / name)
-    return written
+    return [model_path, out / "model.onnx.data", *write_genai_files(out, cfg, raw, weights)]

@@ -81,3 +81,13 @@ def test_feedback_takes_any_output_of_the_inputs_type():
 def test_feedback_must_be_a_mapping():
     with pytest.raises(TypeError, match="feedback must be a dict"):
         build_inference_session(_counter_graph(), feedback=[("ids", "next")])
+
+
+def test_steps_runs_count_steps_like_step():
+    s = build_inference_session(_counter_graph(), feedback={"ids": "next"})
+    s.set_input_u32("ids", [1, 2])
+    s.steps(5)
+    np.testing.assert_array_equal(s.read_output("next"), [16, 17])
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="count must be a positive int"):
+            s.steps(bad)

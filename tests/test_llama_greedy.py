@@ -86,3 +86,53 @@ def test_decode_argmax_refuses_a_full_cache_and_a_bad_token():
     token = r.decode_argmax(token)
     with pytest.raises(ValueError, match=r"the KV cache is full \(8 positions\)"):
         r.decode_argmax(token)
+
+
+class _LogitsOnly:
+    """The runner seen through the logits interface alone (no decode_greedy): host sampling."""
+
+    def __init__(self, runner):
+        self.max_seq, self.prefill, self.decode = runner.max_seq, runner.prefill, runner.decode
+
+
+def test_decode_greedy_runs_count_steps_and_continues_where_they_ended():
+    a = llama.LlamaRunner(CFG, max_seq=64, prefill_chunk=4, seed=8)
+    b = llama.LlamaRunner(CFG, max_seq=64, prefill_chunk=4, seed=8)
+    first = int(np.argmax(a.prefill(PROMPT)))
+    b.prefill(PROMPT)
+    chunk = a.decode_greedy(first, 17)
+    assert chunk == _host_greedy(b, first, 17)
+    assert a.position == len(PROMPT) + 17
+    assert a.decode_argmax(chunk[-1]) == _host_greedy(b, chunk[-1], 1)[0]  # fed back: nothing uploaded
+    assert a.decode_greedy(5, 3) == _host_greedy(b, 5, 3)  # a token it did not choose: uploaded
+
+
+@pytest.mark.parametrize("stop_after", [1, 5, 20])
+def test_generate_in_greedy_chunks_stops_at_a_stop_id_like_host_sampling(stop_after):
+    from meganeura_onnx.generation import generate
+
+    a = llama.LlamaRunner(CFG, max_seq=64, prefill_chunk=4, seed=9)
+    b = llama.LlamaRunner(CFG, max_seq=64, prefill_chunk=4, seed=9)
+    full = list(generate(_LogitsOnly(b), PROMPT, 40))
+    assert list(generate(a, PROMPT, 40)) == full
+    stop = full[stop_after]  # its first occurrence may come earlier; both sides stop there
+    assert list(generate(a, PROMPT, 40, stop_ids=[stop])) == list(generate(_LogitsOnly(b), PROMPT, 40, stop_ids=[stop]))
+
+
+def test_batch_decode_greedy_with_a_spare_row_equals_host_argmax():
+    prompts = [[5, 17, 99, 3, 64], [7, 7]]
+    a = llama.LlamaBatchRunner(CFG, batch=3, max_seq=40, prefill_chunk=4, seed=2)
+    b = llama.LlamaBatchRunner(CFG, batch=3, max_seq=40, prefill_chunk=4, seed=2)
+    tokens = np.argmax(a.prefill(prompts), axis=-1).tolist()
+    b.prefill(prompts)
+    chosen = a.decode_greedy(tokens, 9)
+    ref, last = [[], []], tokens
+    for _ in range(9):
+        last = np.argmax(b.decode(last), axis=-1).tolist()
+        for row, t in zip(ref, last, strict=True):
+            row.append(t)
+    assert chosen == ref
+    with pytest.raises(ValueError, match="count must be a positive int"):
+        a.decode_greedy([c[-1] for c in chosen], 0)
+    with pytest.raises(ValueError, match=r"the KV cache is full \(40 positions\)"):
+        a.decode_greedy([c[-1] for c in chosen], 40)

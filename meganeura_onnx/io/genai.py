@@ -4,7 +4,27 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 from ..nn import LlamaConfig
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+
+
+def write_genai_files(out: Path, cfg: LlamaConfig, raw: dict, weights: str | Path | None) -> list[Path]:
+    """Beside an exported ``model.onnx`` in ``out``: ``config.json`` (``raw``), ``genai_config.json`` and
+    the tokenizer files found beside ``weights``. Returns the files written."""
+    (out / "config.json").write_text(json.dumps(raw, indent=2))
+    (out / "genai_config.json").write_text(json.dumps(genai_config(cfg, raw), indent=2))
+    written = [out / "config.json", out / "genai_config.json"]
+    for name in TOKENIZER_FILES:
+        src = Path(weights).with_name(name) if weights is not None else None
+        if src is not None and src.is_file():
+            shutil.copyfile(src, out / name)
+            written.append(out / name)
+    return written
 
 
 def genai_config(cfg: LlamaConfig, raw: dict) -> dict:
