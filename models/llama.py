@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -49,7 +48,7 @@ import numpy as np
 from meganeura_onnx import Graph, NodeId, Session, build_inference_session
 from meganeura_onnx.init import default_parameters
 from meganeura_onnx.io import hf_parameters, load_safetensors
-from meganeura_onnx.io.genai import write_genai_files
+from meganeura_onnx.io.genai import export_genai_folder
 from meganeura_onnx.nn import Embedding, KvCache, Linear, LlamaConfig, LlamaDecoderLayer, PastKv, RmsNorm
 from meganeura_onnx.nn.llama import linear_class
 
@@ -566,34 +565,11 @@ def export_folder(
     ``total_sequence_length``; copies ``config.json`` (or writes the preset's) and the tokenizer
     files found beside the weights; writes ``genai_config.json``. Returns the files written.
     """
-    from meganeura_onnx import export_onnx
-    from meganeura_onnx.io import parameters_from_file
-
-    out = Path(out_dir)
     if config is None and weights is not None:
         config = config_beside(weights)
         if not config.is_file():
             raise FileNotFoundError(f"no config.json beside {weights}; pass --config")
     cfg = load_config(config, None if config is not None else preset)
-    graph = build_graph(cfg, "past")
-    params: dict[str, np.ndarray] = {}
-    if weights is not None:
-        params, report = parameters_from_file(graph, weights, allow_missing=allow_missing)
-        if report.missing:
-            print(
-                f"note: {len(report.missing)} parameters are not in {weights} and take the default init: {report.missing[:8]}",
-                file=sys.stderr,
-            )
-    model_path = out / "model.onnx"
-    export_onnx(
-        graph,
-        model_path,
-        parameters=params,
-        seed=seed,
-        opset=opset,
-        external_data=True,
-        int64_indices=True,
-        dim_names={f"{PAST}+{SEQ}": TOTAL},
-    )
     raw = json.loads(Path(config).read_text()) if config is not None else cfg.to_dict()
-    return [model_path, out / "model.onnx.data", *write_genai_files(out, cfg, raw, weights)]
+    graph, names = build_graph(cfg, "past"), {f"{PAST}+{SEQ}": TOTAL}
+    return export_genai_folder(graph, cfg, raw, out_dir, weights, allow_missing=allow_missing, seed=seed, opset=opset, dim_names=names)

@@ -6,11 +6,55 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 
+from ..export import export_onnx
+from ..graph import Graph
 from ..nn import LlamaConfig
+from .hf import parameters_from_file
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
+
+
+def export_genai_folder(
+    graph: Graph,
+    cfg: LlamaConfig,
+    raw: dict,
+    out_dir: str | Path,
+    weights: str | Path | None,
+    *,
+    allow_missing: bool = False,
+    seed: int = 0,
+    opset: int | None = None,
+    dim_names: Mapping[str, str] | None = None,
+) -> list[Path]:
+    """``graph`` (a decoder in the ``past`` layout) as ``out_dir/model.onnx`` (+ ``model.onnx.data``) with
+    int64 index inputs and the weights from ``weights`` (parameters it lacks take the default init
+    when ``allow_missing``, with a note on stderr), beside :func:`write_genai_files`'s files. Returns
+    the files written."""
+    params = {}
+    if weights is not None:
+        params, report = parameters_from_file(graph, weights, allow_missing=allow_missing)
+        if report.missing:
+            print(
+                f"note: {len(report.missing)} parameters are not in {weights} and take the default init: {report.missing[:8]}",
+                file=sys.stderr,
+            )
+    out = Path(out_dir)
+    model_path = out / "model.onnx"
+    export_onnx(
+        graph,
+        model_path,
+        parameters=params,
+        seed=seed,
+        opset=opset,
+        external_data=True,
+        int64_indices=True,
+        dim_names=dict(dim_names or {}),
+    )
+    return [model_path, out / "model.onnx.data", *write_genai_files(out, cfg, raw, weights)]
 
 
 def write_genai_files(out: Path, cfg: LlamaConfig, raw: dict, weights: str | Path | None) -> list[Path]:
