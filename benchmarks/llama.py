@@ -20,6 +20,10 @@ Configurations (``--sides``, ``--precisions``, ``--batches``):
   (``merge_projections=False``; by default a prefill runs each group as one product).
 - ``ours-nolayer``: ``ours`` with ``decode_layer=False``: each decoder layer of the decode step as its
   five fused kernels (CUDA) or its products as ONNX Runtime's MatMul (CPU) instead of one DecodeLayer.
+- ``ours-hostargmax``: ``ours`` choosing each greedy token on the host (numpy argmax of the logits
+  copied back after each step) instead of on the device (ours' default where the runner has
+  ``decode_greedy``, as ``generate`` runs it: the chosen tokens fed back on the device, steps queued
+  in chunks of 16 with one wait and one read-back per chunk).
 - ``hf-eager``: ``generate`` with ``attn_implementation="eager"``, in each precision.
 - ``hf-static``: ``generate`` with ``cache_implementation="static"`` (SDPA attention; on CUDA
   transformers compiles the decode step with ``torch.compile``), in each precision.
@@ -63,9 +67,11 @@ OURS_MODES = {
     "1thread": {"threads": 1},
     "separate": {"separate_projections": True},
     "nolayer": {"no_decode_layer": True},
+    "hostargmax": {"host_argmax": True},
 }
 """``ours-<mode>`` sides: what they change in the spec (``spin``: ``thread_spinning``, ``threads``,
-``separate_projections``: ``merge_projections=False``, ``no_decode_layer``: ``decode_layer=False``)."""
+``separate_projections``: ``merge_projections=False``, ``no_decode_layer``: ``decode_layer=False``,
+``host_argmax``: the greedy token from the logits on the host)."""
 DEFAULTS = {  # per device: what the issue asks to be shown
     "cpu": {
         "sides": "ours,ours-spin,ours-1thread,genai,hf-eager",
@@ -271,7 +277,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--sides",
         default=None,
-        help="comma-separated: ours, ours-spin, ours-nospin, ours-1thread, ours-separate, ours-nolayer, genai, hf-eager, hf-static [default: per device]",
+        help="comma-separated: ours, ours-spin, ours-nospin, ours-1thread, ours-separate, ours-nolayer, ours-hostargmax, genai, hf-eager, hf-static [default: per device]",
     )
     ap.add_argument("--precisions", default=None, help="comma-separated: fp32, fp16, bf16 [CPU: fp32; CUDA: all]")
     ap.add_argument("--batches", default=None, help="comma-separated batch sizes [CPU: 1; CUDA: 1,8]")

@@ -15,7 +15,9 @@ and the same prompts (``B`` rows of one length), greedy, end-of-sequence ignored
 - ``ours``: ``LlamaRunner`` (batch 1) or ``LlamaBatchRunner`` of ``models/llama.py`` with its default
   threads (``ours-spin``: with ``thread_spinning=True``, ``ours-nospin``: ``False``, ``ours-1thread``:
   ``threads=1``; ``ours-separate``: with ``merge_projections=False``; ``ours-nolayer``: with
-  ``decode_layer=False``, each decoder layer as its five fused kernels on CUDA, as MatMul on the CPU);
+  ``decode_layer=False``, each decoder layer as its five fused kernels on CUDA, as MatMul on the CPU;
+  ``ours-hostargmax``: each greedy token chosen on the host from the logits; by default ours runs
+  ``decode_greedy`` as ``generate`` does: tokens chosen and fed back on the device, in queued chunks);
 - ``hf``: ``transformers`` ``generate``, ``eager`` (``DynamicCache``, ``attn_implementation="eager"``)
   or ``static`` (``cache_implementation="static"``, SDPA: on CUDA, transformers compiles the step);
 - ``genai``: onnxruntime-genai's ``Generator`` over the folder its model builder wrote.
@@ -54,20 +56,23 @@ def load_llama_module():
     return module
 
 
-def loop_runner(prefill: Callable[[], list[int]], step: Callable[[list[int]], list[int]], new_tokens: int):
+def loop_runner(prefill: Callable[[], list[int]], step: Callable[[list[int]], list[int]], new_tokens: int, chunk=None, chunk_size: int = 1):
     """One run: prefill, then ``new_tokens - 1`` steps, each fed the tokens it chose last (reading
     them on the host waits for the device). Returns ``prefill_s``, ``decode_s``, ``decode_cpu_s``
     (CPU time of this process, all threads, during the decode: on a shared machine it shows the
-    work done where wall time also shows the waiting) and ``tokens [rows][new_tokens]``."""
+    work done where wall time also shows the waiting) and ``tokens [rows][new_tokens]``.
+    ``chunk(last, k)``, when given, runs up to ``k`` (at most ``chunk_size``) steps at once and returns
+    them ``[step][row]`` (our greedy decoding queued on the device, in the chunks ``generate`` uses)."""
 
     def run() -> dict:
         t0 = time.perf_counter()
         last = prefill()
         t1, c1 = time.perf_counter(), time.process_time()
         out = [last]
-        for _ in range(new_tokens - 1):
-            last = step(last)
-            out.append(last)
+        while len(out) < new_tokens:
+            steps = chunk(last, min(chunk_size, new_tokens - len(out))) if chunk else [step(last)]
+            out += steps
+            last = steps[-1]
         t2, c2 = time.perf_counter(), time.process_time()
         return {"prefill_s": t1 - t0, "decode_s": t2 - t1, "decode_cpu_s": c2 - c1, "tokens": [list(r) for r in zip(*out, strict=True)]}
 
@@ -77,6 +82,8 @@ def loop_runner(prefill: Callable[[], list[int]], step: Callable[[list[int]], li
 def open_ours(spec: dict) -> tuple[dict, Callable]:
     sys.path.insert(0, str(ROOT))
     import onnxruntime as ort
+
+    from meganeura_onnx.generation import GREEDY_CHUNK
 
     llama = load_llama_module()
     folder, prompts, n = Path(spec["hf_dir"]), spec["prompts"], spec["new_tokens"]
@@ -107,21 +114,27 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
     t0 = time.perf_counter()
     runner = cls(cfg, folder / "model.safetensors", **kw)
     build_s = time.perf_counter() - t0
+    # Greedy steps as generate() runs them: on the device in queued chunks (decode_greedy: the chosen
+    # tokens fed back, read back once per chunk) unless the spec asks for the host's argmax of the logits.
+    on_device = hasattr(runner, "decode_greedy") and not spec.get("host_argmax")
     if rows == 1:
         prefill = lambda: [int(np.argmax(runner.prefill(prompts[0])))]  # noqa: E731
         step = lambda last: [int(np.argmax(runner.decode(last[0])))]  # noqa: E731
+        chunk = lambda last, k: [[t] for t in runner.decode_greedy(last[0], k)]  # noqa: E731
     else:
         prefill = lambda: np.argmax(runner.prefill(prompts), axis=-1).tolist()  # noqa: E731
         step = lambda last: np.argmax(runner.decode(last), axis=-1).tolist()  # noqa: E731
+        chunk = lambda last, k: [list(s) for s in zip(*runner.decode_greedy(last, k), strict=True)]  # noqa: E731
     plan = runner.decoder.plan()
     info = {
         "session_build_s": round(build_s, 3),
         "prefill_chunk": runner.chunk,
+        "argmax": f"device (decode_greedy, chunks of {GREEDY_CHUNK})" if on_device else "host (numpy, from the logits)",
         "custom_ops": plan.kernels(),
         "providers": plan.providers,
         "versions": {"onnxruntime": ort.__version__},
     }
-    return info, loop_runner(prefill, step, n)
+    return info, loop_runner(prefill, step, n, chunk if on_device else None, GREEDY_CHUNK)
 
 
 def open_hf(spec: dict) -> tuple[dict, Callable]:

@@ -3,7 +3,12 @@
 The model is anything with the :class:`CausalModel` shape: ``prefill(ids)`` runs the prompt and
 returns the logits of its last token, ``decode(token)`` feeds one more token and returns the logits
 after it. :func:`generate_batch` does the same for several prompts at once over a
-:class:`BatchCausalModel`. Sampling happens on the host from one row of logits per sequence and step.
+:class:`BatchCausalModel`. Sampling happens on the host from one row of logits per sequence and step,
+except greedy decoding (``temperature=0``) of a model that has ``decode_greedy(token, count)``: the
+argmax taken where the logits are, ``count`` steps queued back to back on the device and their tokens
+read back at once (the LLaMA runner of ``models/llama.py``). The tokens are the same; the steps run
+in chunks of up to :data:`GREEDY_CHUNK`, so up to ``GREEDY_CHUNK - 1`` steps past a stop id are
+computed and dropped.
 """
 
 from __future__ import annotations
@@ -12,6 +17,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Protocol
 
 import numpy as np
+
+GREEDY_CHUNK = 16
+"""Greedy steps queued per ``decode_greedy`` call: one wait per chunk instead of per token."""
 
 
 class CausalModel(Protocol):
@@ -81,12 +89,18 @@ def generate(
     stop = set(stop_ids)
     if max_new_tokens <= 0:
         return
-    token = sample(model.prefill(list(prompt_ids)), temperature, top_k, rng)
-    for k in range(max_new_tokens):
-        yield token
-        if token in stop or k == max_new_tokens - 1:
-            return
-        token = sample(model.decode(token), temperature, top_k, rng)
+    greedy = getattr(model, "decode_greedy", None) if temperature == 0 else None
+    chunk, produced = [sample(model.prefill(list(prompt_ids)), temperature, top_k, rng)], 0
+    while True:
+        for token in chunk:
+            yield token
+            produced += 1
+            if token in stop or produced == max_new_tokens:
+                return
+        if greedy is not None:
+            chunk = greedy(chunk[-1], min(GREEDY_CHUNK, max_new_tokens - produced))
+        else:
+            chunk = [sample(model.decode(chunk[-1]), temperature, top_k, rng)]
 
 
 def generate_batch(
@@ -112,13 +126,20 @@ def generate_batch(
     rng = np.random.default_rng(seed)
     stop = set(stop_ids)
     done = [False] * len(prompts)
-    tokens = [sample(row, temperature, top_k, rng) for row in model.prefill([list(p) for p in prompts])]
-    for k in range(max_new_tokens):
-        for i, token in enumerate(tokens):
-            if not done[i]:
-                out[i].append(token)
-                done[i] = token in stop
-        if all(done) or k == max_new_tokens - 1:
-            return out
-        tokens = [sample(row, temperature, top_k, rng) for row in model.decode(tokens)]
-    return out
+    greedy = getattr(model, "decode_greedy", None) if temperature == 0 else None
+    steps = [[sample(row, temperature, top_k, rng)] for row in model.prefill([list(p) for p in prompts])]  # [sequence][step]
+    produced = 0
+    while True:
+        for tokens in zip(*steps, strict=True):
+            for i, token in enumerate(tokens):
+                if not done[i]:
+                    out[i].append(token)
+                    done[i] = token in stop
+            produced += 1
+            if all(done) or produced == max_new_tokens:
+                return out
+        last = [s[-1] for s in steps]
+        if greedy is not None:
+            steps = greedy(last, min(GREEDY_CHUNK, max_new_tokens - produced))
+        else:
+            steps = [[sample(row, temperature, top_k, rng)] for row in model.decode(last)]

@@ -15,6 +15,7 @@ from .ops.elementwise import ElementwiseBuilders
 from .ops.embedding import EmbeddingBuilders
 from .ops.flash_attention import FlashAttentionBuilders
 from .ops.fused import FusedBuilders
+from .ops.indices import IndexBuilders
 from .ops.kv_cache import KvCacheBuilders
 from .ops.leaves import LeafBuilders
 from .ops.linalg import LinalgBuilders
@@ -32,6 +33,7 @@ class Graph(
     LinalgBuilders,
     ElementwiseBuilders,
     ReduceBuilders,
+    IndexBuilders,
     LossBuilders,
     NormBuilders,
     RopeBuilders,

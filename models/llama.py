@@ -33,16 +33,13 @@ Several sequences at once (:class:`LlamaBatchRunner`): the ``prefill``/``decode`
 ``batch=B`` hold caches ``[B, max_seq, kv_dim]`` and take ``kv_pos [B]``, one position per sequence,
 so prompts of different lengths decode together without a mask.
 
-Model-file contracts: ``build(**kwargs) -> Graph`` and ``export_folder(...)`` (``meganeura
-export``), and ``load_generator(...)`` (``meganeura generate``).
+Model-file contracts: ``build(**kwargs) -> Graph``, ``export_folder(...)`` (``meganeura export``), ``load_generator(...)``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,6 +48,7 @@ import numpy as np
 from meganeura_onnx import Graph, NodeId, Session, build_inference_session
 from meganeura_onnx.init import default_parameters
 from meganeura_onnx.io import hf_parameters, load_safetensors
+from meganeura_onnx.io.genai import export_genai_folder
 from meganeura_onnx.nn import Embedding, KvCache, Linear, LlamaConfig, LlamaDecoderLayer, PastKv, RmsNorm
 from meganeura_onnx.nn.llama import linear_class
 
@@ -136,7 +134,13 @@ class LlamaForCausalLM:
 
 
 def build_graph(
-    cfg: LlamaConfig, mode: str = "logits", seq: int = 16, max_seq: int = 256, batch: int | None = None, in_out_weights: bool = False
+    cfg: LlamaConfig,
+    mode: str = "logits",
+    seq: int = 16,
+    max_seq: int = 256,
+    batch: int | None = None,
+    in_out_weights: bool = False,
+    greedy: bool = False,
 ) -> Graph:
     """The ``logits`` (``seq`` rows), ``train`` (``seq`` rows, output 0 the loss), ``prefill`` (chunk of
     ``seq`` rows) or ``decode`` graph; output 0 is the logits except in ``train``.
@@ -148,7 +152,14 @@ def build_graph(
     ``in_out_weights`` (``prefill``/``decode``): projection weights stored ``[in, out]`` under their HF
     names (:func:`to_in_out` converts HF-layout arrays), and a tied model's LM head reads a parameter of
     its own, ``lm_head.weight`` (the embedding transposed); :class:`LlamaRunner` uses it on the CPU.
+
+    ``greedy`` (``decode`` only): outputs ``logits``, ``next_token`` (each row's argmax, U32 like
+    ``input_ids``), ``next_pos`` (``kv_pos + 1``) and ``next_log``: the input ``token_log [n, max_seq + 1]``
+    with each row's token written at its ``next_pos``; :class:`LlamaRunner` feeds them back into
+    ``input_ids``, ``kv_pos`` and ``token_log`` on the device.
     """
+    if greedy and mode != "decode":
+        raise ValueError(f"build: greedy is for mode 'decode', got mode={mode!r}")
     if batch is not None and (mode not in ("prefill", "decode") or not isinstance(batch, int) or batch < 1 or not isinstance(seq, int)):
         raise ValueError(
             f"build: batch must be a positive int, with mode 'prefill' or 'decode' and an int seq; got batch={batch!r}, mode={mode!r}, seq={seq!r}"
@@ -175,7 +186,13 @@ def build_graph(
     last = g.input_u32("last_row", [n]) if mode == "prefill" else None
     layers = range(cfg.num_hidden_layers)
     caches = [KvCache.new(g, f"model.layers.{i}.self_attn", max_seq, cfg.kv_dim, kv_pos, batch) for i in layers]
-    g.set_outputs([model.forward(g, ids, caches, last)])
+    logits = model.forward(g, ids, caches, last)
+    if greedy:
+        token, pos = g.argmax(logits), g.add_u32(kv_pos, 1)
+        log = g.put_u32(g.input_u32("token_log", [n, max_seq + 1]), pos, token)
+        g.set_outputs({"logits": logits, "next_token": token, "next_pos": pos, "next_log": log})
+    else:
+        g.set_outputs([logits])
     return g
 
 
@@ -236,14 +253,12 @@ class LlamaRunner:
     ``weights``: a HF safetensors file, or a name -> array dict; None gives the default random init.
     ``threads``: ONNX Runtime's intra-op threads; None: on the CPU one per CPU this process may run on
     (``os.sched_getaffinity``), set explicitly because ORT's own default pins its threads to cores,
-    which a machine shared with other work punishes (SmolLM2-135M on the 2-core VM at load ~2: 62-65 ms
-    per token pinned, 42-54 ms not); on CUDA ORT's default. ``thread_spinning``: let the threads
-    busy-wait for work between ops (ORT's default, off here). A decode step is bound by memory
-    bandwidth, so a spinning thread rarely gains time and burns a core: on the 2-core VM at load ~2,
-    44-45 ms per token with spinning and 86-88 ms of CPU time, 42 ms and 74 ms without; under other
-    work (load 4-8) spinning threads take the cores the computing ones need (109-300 ms per token
-    against 62-120). ``threads=1`` spends the least CPU per token (~50 ms, 48-58 ms wall). (Numbers
-    of the decode step as ONNX Runtime's MatMul, ``decode_layer=False``.)
+    which a shared machine punishes (SmolLM2-135M, 2-core VM at load ~2: 62-65 ms per token pinned,
+    42-54 ms not); on CUDA ORT's default. ``thread_spinning``: busy-wait between ops (ORT's default,
+    off here): a memory-bound decode step rarely gains from it and it burns a core (2-core VM, load ~2:
+    44-45 ms per token and 86-88 ms CPU spinning, 42 and 74 ms not; at load 4-8, 109-300 ms against
+    62-120). ``threads=1`` spends the least CPU per token (~50 ms, 48-58 ms wall). (The decode step
+    as MatMul, ``decode_layer=False``.)
     ``merge_projections``: the prefill runs q/k/v and gate/up as one product each (``build_inference_session``).
     ``decode_layer``: each decoder layer of the decode step as one ``DecodeLayer``; None (default): on
     CUDA, and on the CPU with our kernel library (its CPU kernel runs a layer's loops on one team of
@@ -287,7 +302,7 @@ class LlamaRunner:
         # product is ~40% faster so than as Gemm(transB=1) on HF's [out, in] layout.
         self.in_out = device == "cpu"
         hf_layout = build_graph(cfg, "decode", 1, self.max_seq, self.batch)  # names and shapes as in the checkpoint
-        decode_graph = build_graph(cfg, "decode", 1, self.max_seq, self.batch, self.in_out) if self.in_out else hf_layout
+        decode_graph = build_graph(cfg, "decode", 1, self.max_seq, self.batch, self.in_out, greedy=True)
         if weights is None:
             params = default_parameters(hf_layout, seed)
         elif isinstance(weights, dict):
@@ -313,11 +328,17 @@ class LlamaRunner:
         )
         # decode_layer: each decoder layer of the decode step as one DecodeLayer kernel (default: on CUDA, and on
         # the CPU with our kernel library).
-        self.decoder = build_inference_session(decode_graph, device, cuda_graph=cuda_graph, decode_layer=decode_layer, **common)
+        # feedback: the step's argmax and next position become the next step's input_ids and kv_pos on
+        # the device, so greedy steps (decode_argmax) upload nothing and read back 4 bytes per sequence.
+        feedback = {"input_ids": "next_token", "kv_pos": "next_pos", "token_log": "next_log"}
+        self.decoder = build_inference_session(
+            decode_graph, device, cuda_graph=cuda_graph, decode_layer=decode_layer, feedback=feedback, **common
+        )
         prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq, self.batch, self.in_out)
         self.prefiller = build_inference_session(prefill_graph, device, cuda_graph=cuda_graph, **common)
         self.prefiller.share_buffers(self.decoder, state=False)  # one copy of the weights on the device
         self.position = 0
+        self._on_device: tuple | None = None  # (tokens, positions) the decoder's fed-back inputs hold
 
     @property
     def sessions(self) -> tuple[Session, Session]:
@@ -354,6 +375,7 @@ class LlamaRunner:
             s.step()
         self.decoder.share_buffers(s, parameters=False)
         self.position = n
+        self._on_device = None
         return s.read_output_by_index(0).reshape(-1)
 
     def decode(self, token: int) -> np.ndarray:
@@ -366,7 +388,41 @@ class LlamaRunner:
         d.set_input_u32("kv_pos", [self.position])
         d.step()
         self.position += 1
+        self._on_device = None
         return d.read_output_by_index(0).reshape(-1)
+
+    def decode_argmax(self, token: int) -> int:
+        """``argmax(decode(token))`` chosen on the device; when ``token`` is what the previous call returned,
+        nothing is uploaded (the step reads what the last one left there) and only the token comes back."""
+        return self.decode_greedy(token, 1)[0]
+
+    def decode_greedy(self, token: int, count: int) -> list[int]:
+        """``count`` greedy steps from ``token``, queued on the device back to back (``Session.steps``:
+        no wait between them) with the tokens read back once, at the end."""
+        chosen = self._greedy_steps([token], [self.position], count)[0]
+        self.position += count
+        return chosen
+
+    def _greedy_steps(self, tokens: list[int], positions: list[int], count: int) -> list[list[int]]:
+        """``count`` decode steps with the argmax on the device; uploads ``tokens`` and ``positions``
+        unless the decoder's fed-back inputs already hold them. Returns each row's chosen tokens."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"decode_greedy: count must be a positive int, got {count!r}")
+        if max(positions) + count > self.max_seq:
+            raise ValueError(f"decode: the KV cache is full ({self.max_seq} positions): {count} steps from {max(positions)} do not fit")
+        d = self.decoder
+        if self._on_device != (tuple(tokens), tuple(positions)):
+            self._check_ids(tokens)
+            d.set_input_u32("input_ids", tokens)
+            d.set_input_u32("kv_pos", positions)
+        d.steps(count)
+        if count == 1:
+            chosen = [[int(t)] for t in d.read_output("next_token")]
+        else:  # token_log[b, p] holds the token chosen for position p
+            log = d.read_output("next_log")
+            chosen = [log[b, p + 1 : p + 1 + count].tolist() for b, p in enumerate(positions)]
+        self._on_device = (tuple(c[-1] for c in chosen), tuple(p + count for p in positions))
+        return chosen
 
     def _check_ids(self, ids: Sequence[int]) -> None:
         bad = [t for t in ids if not 0 <= int(t) < self.cfg.vocab_size]
@@ -425,6 +481,7 @@ class LlamaBatchRunner(LlamaRunner):
             s.step()
         self.decoder.share_buffers(s, parameters=False)
         self.positions = lengths
+        self._on_device = None
         return s.read_output_by_index(0)[: self.active]
 
     def decode(self, tokens: Sequence[int]) -> np.ndarray:
@@ -439,7 +496,21 @@ class LlamaBatchRunner(LlamaRunner):
         d.set_input_u32("kv_pos", self.positions)
         d.step()
         self.positions = [p + 1 for p in self.positions]
+        self._on_device = None
         return d.read_output_by_index(0)[: self.active]
+
+    def decode_argmax(self, tokens: Sequence[int]) -> list[int]:
+        """``argmax(decode(tokens), axis=-1)``, chosen on the device, as :meth:`LlamaRunner.decode_argmax`."""
+        return [row[0] for row in self.decode_greedy(tokens, 1)]
+
+    def decode_greedy(self, tokens: Sequence[int], count: int) -> list[list[int]]:
+        """``count`` greedy steps per sequence, as :meth:`LlamaRunner.decode_greedy`: each sequence's
+        chosen tokens (with fewer prompts than ``batch``, the spare rows' tokens are uploaded each call)."""
+        if len(tokens) != self.active:
+            raise ValueError(f"decode: expected {self.active} tokens (one per prompt of the last prefill), got {len(tokens)}")
+        chosen = self._greedy_steps(list(tokens) + [tokens[0]] * (self.batch - self.active), self.positions, count)
+        self.positions = [p + count for p in self.positions]
+        return chosen[: self.active]
 
 
 def logits(cfg: LlamaConfig, params: dict[str, np.ndarray], ids: Sequence[int], device: str = "cpu") -> np.ndarray:
@@ -484,9 +555,6 @@ def save_config(cfg: LlamaConfig, path: str | Path) -> None:
     Path(path).write_text(json.dumps(cfg.to_dict(), indent=2))
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json")
-
-
 def export_folder(
     out_dir: str | Path,
     *,
@@ -502,98 +570,13 @@ def export_folder(
     Writes the ``past`` graph as ``OUT_DIR/model.onnx`` (+ ``model.onnx.data``) with int64
     ``input_ids``/``attention_mask``/``position_ids``, the present length named
     ``total_sequence_length``; copies ``config.json`` (or writes the preset's) and the tokenizer
-    files found beside the weights; writes ``genai_config.json`` for onnxruntime-genai. Returns the
-    files written.
+    files found beside the weights; writes ``genai_config.json``. Returns the files written.
     """
-    from meganeura_onnx import export_onnx
-    from meganeura_onnx.io import parameters_from_file
-
-    out = Path(out_dir)
     if config is None and weights is not None:
         config = config_beside(weights)
         if not config.is_file():
             raise FileNotFoundError(f"no config.json beside {weights}; pass --config")
     cfg = load_config(config, None if config is not None else preset)
-    graph = build_graph(cfg, "past")
-    params: dict[str, np.ndarray] = {}
-    if weights is not None:
-        params, report = parameters_from_file(graph, weights, allow_missing=allow_missing)
-        if report.missing:
-            print(
-                f"note: {len(report.missing)} parameters are not in {weights} and take the default init: {report.missing[:8]}",
-                file=sys.stderr,
-            )
-    model_path = out / "model.onnx"
-    export_onnx(
-        graph,
-        model_path,
-        parameters=params,
-        seed=seed,
-        opset=opset,
-        external_data=True,
-        int64_indices=True,
-        dim_names={f"{PAST}+{SEQ}": TOTAL},
-    )
-    written = [model_path, out / "model.onnx.data"]
     raw = json.loads(Path(config).read_text()) if config is not None else cfg.to_dict()
-    (out / "config.json").write_text(json.dumps(raw, indent=2))
-    (out / "genai_config.json").write_text(json.dumps(genai_config(cfg, raw), indent=2))
-    written += [out / "config.json", out / "genai_config.json"]
-    for name in TOKENIZER_FILES:
-        src = Path(weights).with_name(name) if weights is not None else None
-        if src is not None and src.is_file():
-            shutil.copyfile(src, out / name)
-            written.append(out / name)
-    return written
-
-
-def genai_config(cfg: LlamaConfig, raw: dict) -> dict:
-    """onnxruntime-genai's ``genai_config.json`` for the ``past`` model (the fields its model builder writes)."""
-    eos = raw.get("eos_token_id", cfg.eos_token_id)
-    eos = eos if eos is not None else 0
-    bos = raw.get("bos_token_id", cfg.bos_token_id)
-    pad = raw.get("pad_token_id")
-    pad = pad if pad is not None else eos[0] if isinstance(eos, list) else eos
-    return {
-        "model": {
-            "bos_token_id": bos if bos is not None else 1,
-            "context_length": cfg.max_position_embeddings,
-            "decoder": {
-                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
-                "filename": "model.onnx",
-                "head_size": cfg.head_dim,
-                "hidden_size": cfg.hidden_size,
-                "inputs": {
-                    "input_ids": "input_ids",
-                    "attention_mask": "attention_mask",
-                    "position_ids": "position_ids",
-                    "past_key_names": "past_key_values.%d.key",
-                    "past_value_names": "past_key_values.%d.value",
-                },
-                "outputs": {"logits": "logits", "present_key_names": "present.%d.key", "present_value_names": "present.%d.value"},
-                "num_attention_heads": cfg.num_attention_heads,
-                "num_hidden_layers": cfg.num_hidden_layers,
-                "num_key_value_heads": cfg.num_key_value_heads,
-            },
-            "eos_token_id": eos,
-            "pad_token_id": pad,
-            "type": "llama",
-            "vocab_size": cfg.vocab_size,
-        },
-        "search": {
-            "diversity_penalty": 0.0,
-            "do_sample": False,
-            "early_stopping": True,
-            "length_penalty": 1.0,
-            "max_length": cfg.max_position_embeddings,
-            "min_length": 0,
-            "no_repeat_ngram_size": 0,
-            "num_beams": 1,
-            "num_return_sequences": 1,
-            "past_present_share_buffer": False,
-            "repetition_penalty": 1.0,
-            "temperature": 1.0,
-            "top_k": 1,
-            "top_p": 1.0,
-        },
-    }
+    graph, names = build_graph(cfg, "past"), {f"{PAST}+{SEQ}": TOTAL}
+    return export_genai_folder(graph, cfg, raw, out_dir, weights, allow_missing=allow_missing, seed=seed, opset=opset, dim_names=names)

@@ -10,6 +10,7 @@ from . import (  # noqa: F401
     embedding,
     flash_attention,
     fused,
+    indices,
     kv_cache,
     leaves,
     linalg,

@@ -14,7 +14,7 @@ from ..transforms.rewrite import optimize as optimize_graph
 from .custom_ops import custom_op_library
 from .half import check_precision
 from .positions import position_rules, upload_limits
-from .session import Session, checked_parameters
+from .session import NUMPY, Session, checked_parameters
 
 
 def position_limits(graph: Graph) -> dict[str, int]:
@@ -45,6 +45,7 @@ def build_inference_session(
     session_options: Mapping[str, object] | None = None,
     merge_projections: bool = True,
     decode_layer: bool | None = None,
+    feedback: Mapping[str, str] | None = None,
 ) -> Session:
     """Compile ``graph`` for inference on ``device`` ("cpu" or "cuda").
 
@@ -73,6 +74,11 @@ def build_inference_session(
     ``session_options``: ``ort.SessionOptions`` attributes by name, e.g. ``{"intra_op_num_threads": 1}``.
     ``decode_layer``: each decoder layer of a decode step as one ``DecodeLayer``; None (default): on
     CUDA, as the other decode-step fusions; False: off (to compare); True: any device.
+
+    ``feedback``: input -> output; after each ``step()`` the output's value becomes the input's on the
+    device (two alternating buffers), e.g. ``{"input_ids": "next_token", "kv_pos": "next_pos"}`` for
+    greedy decode steps with nothing uploaded; ``set_input_u32`` still overwrites it. Fed-back positions
+    are checked by the kernels only (CUDA: guarded on the device, never out of bounds; CPU: an error).
     """
     check_precision(precision, device, providers, "build_inference_session")
     compiled, report = _optimized(graph, device, merge_projections, decode_layer, providers, use_custom_ops) if optimize else (graph, None)
@@ -80,32 +86,14 @@ def build_inference_session(
     model, half_storage, precisions = _lower_to_half(model, spec, precision, device, providers, use_custom_ops)
     given = checked_parameters(parameters, graph.parameters(), "build_inference_session")
     values = {**default_parameters(graph, seed, skip=set(given)), **given}
-    types = {n.attrs["name"]: n.ty for n in graph.nodes() if n.op in ("input", "input_u32")}
-    state = _zero_state(spec, types)
-    outputs = graph.output_names()
-    output_types = {name: graph.node(nid).ty for name, nid in zip(outputs, graph.outputs(), strict=True)}
-    output_types.update({out: types[name] for name, out in spec.state.items()})
+    inputs, state, output_types = _inputs_state_outputs(graph, spec, feedback)
     session = Session(
-        model,
-        inputs={k: v for k, v in types.items() if k not in spec.state},
-        persistent=values,
-        state=state,
-        outputs=outputs,
-        output_types=output_types,
-        parameter_names=list(values),
-        device=device,
-        providers=providers,
-        use_custom_ops=use_custom_ops,
-        inplace_state=sorted(spec.inplace),
-        cuda_graph=cuda_graph,
-        position_rules=position_rules(graph),
-        check_finite=check_finite,
-        half_storage=half_storage,
-        precision=precision,
-        precisions=precisions,
-        session_config=session_config,
-        session_options=session_options,
-    )
+        model, inputs=inputs, persistent=values, state=state, outputs=graph.output_names(), output_types=output_types,
+        parameter_names=list(values), device=device, providers=providers, use_custom_ops=use_custom_ops,
+        inplace_state=sorted(spec.inplace), cuda_graph=cuda_graph, position_rules=position_rules(graph),
+        check_finite=check_finite, half_storage=half_storage, precision=precision, precisions=precisions,
+        session_config=session_config, session_options=session_options,
+    )  # fmt: skip
     session.report = report
     return session
 
@@ -156,3 +144,39 @@ def _zero_state(spec, types: Mapping) -> dict[str, tuple[str, np.ndarray]]:
                 f"build_inference_session: KV-cache input {name!r} must have a static shape (it is session state), got {list(types[name].shape)}"
             )
     return {name: (out, np.zeros(types[name].shape, np.float32)) for name, out in spec.state.items()}
+
+
+def _inputs_state_outputs(graph: Graph, spec, feedback: Mapping[str, str] | None) -> tuple[dict, dict, dict]:
+    """The session's runtime inputs, its state (KV caches, fed-back inputs) and every output's type."""
+    types = {n.attrs["name"]: n.ty for n in graph.nodes() if n.op in ("input", "input_u32")}
+    output_types = {name: graph.node(nid).ty for name, nid in zip(graph.output_names(), graph.outputs(), strict=True)}
+    state = {**_zero_state(spec, types), **_feedback_state(feedback, types, output_types, spec.state)}
+    output_types.update({out: types[name] for name, out in spec.state.items()})
+    return {k: v for k, v in types.items() if k not in state}, state, output_types
+
+
+def _feedback_state(
+    feedback: Mapping[str, str] | None, types: Mapping, output_types: Mapping, cache_state: Mapping[str, str]
+) -> dict[str, tuple[str, np.ndarray]]:
+    """The session state for ``feedback`` (input -> the output that feeds it), checked: a static
+    input that is no KV cache, a graph output of the same shape and element type, each once."""
+    if feedback is None:
+        return {}
+    if not isinstance(feedback, Mapping):
+        raise TypeError(f"build_inference_session: feedback must be a dict input name -> output name, got {type(feedback).__name__}")
+    state: dict[str, tuple[str, np.ndarray]] = {}
+    for name, out in feedback.items():
+        where = f"build_inference_session: feedback {name!r} -> {out!r}"
+        if name not in types or name in cache_state:
+            raise ValueError(f"{where}: {name!r} is not an input of the graph (inputs: {sorted(set(types) - set(cache_state))})")
+        if out not in output_types:
+            raise ValueError(f"{where}: {out!r} is not an output of the graph (outputs: {sorted(output_types)})")
+        ty, out_ty = types[name], output_types[out]
+        if not ty.is_static() or ty != out_ty:
+            raise ValueError(
+                f"{where}: the input is {ty.dtype.name} {list(ty.shape)}, the output {out_ty.dtype.name} {list(out_ty.shape)}; they must be equal and static"
+            )
+        if list(feedback.values()).count(out) > 1:
+            raise ValueError(f"{where}: {out!r} feeds more than one input")
+        state[name] = (out, np.zeros(ty.shape, NUMPY[ty.dtype]))
+    return state

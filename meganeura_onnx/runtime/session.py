@@ -146,20 +146,15 @@ class Session:
         if symbolic and cuda_graph:
             raise ValueError(f"cuda_graph=True replays fixed buffer shapes; inputs {sorted(symbolic)} have symbolic dimensions")
         self._output_names = list(outputs)
+        # Outputs that are also state (a session's ``feedback``): after a step, the input's buffer.
+        self._fed_back = {out: name for name, out in self._pairs.items() if out in self._output_names}
         self._allocate(inputs, symbolic, persistent, state, output_types)
         # set_input's fast path (a training loop calls it per step): static float32 inputs stored as
         # float32 -> their shape. A C-contiguous float32 array of exactly that shape passes every
         # check of host_array unchanged, so it is copied straight into the buffer.
         self._plain_f32 = {n: ty.shape for n, ty in inputs.items() if ty.is_static() and ty.dtype is DType.F32 and n not in self._half}
         self._bind()
-        # A captured CUDA graph replays fixed addresses. State buffers that are swapped after each
-        # step (parameters and optimizer state in training) alternate between two IOBindings, so
-        # each binding gets its own graph (ORT's ``gpu_graph_id``): both replay fixed addresses.
-        self._run_options: list[ort.RunOptions | None] = [None, None]
-        if cuda_graph:
-            for parity in (0, 1):
-                self._run_options[parity] = ort.RunOptions()
-                self._run_options[parity].add_run_config_entry("gpu_graph_id", str(parity + 1))
+        self._run_options, self._queued_options = _run_options(cuda_graph)  # (CUDA graphs per binding)
         self._runs = [0, 0]  # runs per binding: ORT captures a binding's graph on a run after the first
 
     def _aliased_state(self, inplace_state: Sequence[str], inplace_kernels: Collection[tuple[str, str]]) -> set[str]:
@@ -361,6 +356,34 @@ class Session:
                 self._values[name], self._spare[name] = self._spare[name], self._values[name]
             self._parity ^= 1
 
+    def steps(self, count: int) -> None:
+        """Run ``count`` steps back to back, waiting only for the last one: for a session whose steps
+        need no uploads in between (its ``feedback`` makes each step's inputs, e.g. greedy decoding).
+        On CUDA the host queues the next step while the device runs the previous one, instead of
+        synchronising after each; elsewhere (and with ``check_finite`` or symbolic sizes) it is
+        ``count`` calls of :meth:`step`."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"steps: count must be a positive int, got {count!r}")
+        done = 0
+        while done < count and (self._device != "cuda" or self.check_finite or self._sizes is not None or self._capturing()):
+            self.step()
+            done += 1
+        if done == count:
+            return
+        self._bindings[self._parity].synchronize_inputs()  # host writes before the first step
+        for _ in range(count - done):
+            parity = self._parity
+            self._ort.run_with_iobinding(self._bindings[parity], self._queued_options[parity])
+            self._runs[parity] += 1
+            for name in self._swapped:
+                self._values[name], self._spare[name] = self._spare[name], self._values[name]
+            self._parity ^= 1
+        self._bindings[self._parity].synchronize_outputs()
+
+    def _capturing(self) -> bool:
+        """Whether a step would still capture a CUDA graph (ORT's first run of each binding)."""
+        return self._cuda_graph and min(self._runs if self._swapped else self._runs[:1]) == 0
+
     def _run(self) -> None:
         parity = self._parity
         binding = self._bindings[parity]
@@ -474,6 +497,8 @@ class Session:
         return self._read_output(self._output_names[index], out, "read_output_by_index", f"output {index}")
 
     def _read_output(self, name: str, out: np.ndarray | None, what: str, label: str) -> np.ndarray:
+        if name in self._fed_back:  # swapped in after the step: it is now its input's value
+            return self._read(self._values[self._fed_back[name]], out, label)
         if name not in self._outputs:  # a symbolic shape: the buffer comes with the first step
             raise RuntimeError(f"{what}: {label} has symbolic shape {list(self._output_types[name].shape)}; run step() first")
         return self._read(self._outputs[name], out, label)
@@ -555,3 +580,21 @@ class Session:
         """The ONNX model this session runs (its position ops marked ``check_positions=0`` where the
         Session validates the positions itself: :mod:`meganeura_onnx.runtime.positions`)."""
         return self._model
+
+
+def _run_options(cuda_graph: bool) -> tuple[list[ort.RunOptions | None], list[ort.RunOptions]]:
+    """Per binding parity: the options of ``step()``'s runs and of ``steps()``' queued ones. A captured
+    CUDA graph replays fixed addresses; state buffers that are swapped after each step (parameters and
+    optimizer state in training, fed-back inputs) alternate between two IOBindings, so each binding
+    gets its own graph (ORT's ``gpu_graph_id``). Queued runs skip ORT's synchronisation at their end."""
+    step_options: list[ort.RunOptions | None] = [None, None]
+    queued = []
+    for parity in (0, 1):
+        options = ort.RunOptions()
+        if cuda_graph:
+            step_options[parity] = ort.RunOptions()
+            step_options[parity].add_run_config_entry("gpu_graph_id", str(parity + 1))
+            options.add_run_config_entry("gpu_graph_id", str(parity + 1))
+        options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        queued.append(options)
+    return step_options, queued
