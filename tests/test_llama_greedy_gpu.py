@@ -18,14 +18,19 @@ pytestmark = kc.CUDA_SKIPS
 CFG = llama.PRESETS["tiny"]
 
 
-@pytest.mark.parametrize("precision", ["fp32", "fp16"])
-@pytest.mark.parametrize("batch", [None, 3], ids=["one-sequence", "batch-3"])
-def test_decode_argmax_in_cuda_graphs_chooses_what_the_host_argmax_chooses(batch, precision):
-    kw = {"max_seq": 64, "prefill_chunk": 8, "device": "cuda", "seed": 7, "precision": precision}
+def _runners(batch: int | None, precision: str, max_seq: int, seed: int):
+    """Tiny-LLaMA runners on CUDA with the same random weights: with CUDA graphs, and without."""
+    kw = {"max_seq": max_seq, "prefill_chunk": 8, "device": "cuda", "seed": seed, "precision": precision}
     if batch is not None:
         kw["batch"] = batch
     cls = llama.LlamaRunner if batch is None else llama.LlamaBatchRunner
-    graphed, plain = cls(CFG, cuda_graph=True, **kw), cls(CFG, cuda_graph=False, **kw)
+    return cls(CFG, cuda_graph=True, **kw), cls(CFG, cuda_graph=False, **kw)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("batch", [None, 3], ids=["one-sequence", "batch-3"])
+def test_decode_argmax_in_cuda_graphs_chooses_what_the_host_argmax_chooses(batch, precision):
+    graphed, plain = _runners(batch, precision, max_seq=64, seed=7)
     prompts = [[3, 17, 42, 7, 99], [5, 6], [200, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]]
     if batch is None:
         first = int(np.argmax(graphed.prefill(prompts[0])))
@@ -52,11 +57,7 @@ def test_decode_argmax_in_cuda_graphs_chooses_what_the_host_argmax_chooses(batch
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 @pytest.mark.parametrize("batch", [None, 3], ids=["one-sequence", "batch-3"])
 def test_decode_greedy_queued_in_cuda_graphs_chooses_what_the_host_argmax_chooses(batch, precision):
-    kw = {"max_seq": 96, "prefill_chunk": 8, "device": "cuda", "seed": 11, "precision": precision}
-    if batch is not None:
-        kw["batch"] = batch
-    cls = llama.LlamaRunner if batch is None else llama.LlamaBatchRunner
-    graphed, plain = cls(CFG, cuda_graph=True, **kw), cls(CFG, cuda_graph=False, **kw)
+    graphed, plain = _runners(batch, precision, max_seq=96, seed=11)
     prompts = [[3, 17, 42, 7, 99], [5, 6], [200, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]][: batch or 1]
     first = np.argmax(graphed.prefill(prompts if batch else prompts[0]), axis=-1).reshape(-1).tolist()
     assert first == np.argmax(plain.prefill(prompts if batch else prompts[0]), axis=-1).reshape(-1).tolist()
