@@ -357,15 +357,15 @@ class Session:
             self._parity ^= 1
 
     def steps(self, count: int) -> None:
-        """Run ``count`` steps back to back, waiting only for the last one: for a session whose steps
-        need no uploads in between (its ``feedback`` makes each step's inputs, e.g. greedy decoding).
-        On CUDA the host queues the next step while the device runs the previous one, instead of
-        synchronising after each; elsewhere (and with ``check_finite`` or symbolic sizes) it is
-        ``count`` calls of :meth:`step`."""
+        """Run ``count`` steps back to back, waiting only for the last one (for steps that need no uploads
+        in between: ``feedback`` makes their inputs, e.g. greedy decoding). On CUDA the host queues a step
+        while the device runs the previous one; elsewhere (and with ``check_finite``, symbolic sizes, or
+        a class with its own ``step``, e.g. training's) it is ``count`` calls of :meth:`step`."""
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"steps: count must be a positive int, got {count!r}")
+        plain = type(self).step is Session.step and type(self)._accept_step is Session._accept_step
         done = 0
-        while done < count and (self._device != "cuda" or self.check_finite or self._sizes is not None or self._capturing()):
+        while done < count and (not plain or self._device != "cuda" or self.check_finite or self._sizes is not None or self._capturing()):
             self.step()
             done += 1
         if done == count:
