@@ -174,6 +174,16 @@ def profiled_nodes(sess) -> list[dict]:
 
 
 # ----------------------------------------------------------------- numpy references (float32, independent of the package)
+def assert_kernel_matches_reference_and_body(names, got, want, body, tol: float) -> None:
+    """A float32 kernel's outputs ``got`` against the numpy reference ``want`` (shape, dtype, values)
+    and the function body's outputs ``body``, output by output, each within ``tol``."""
+    for name, g, w in zip(names, got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == np.float32, name
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=name)
+    for name, b, g in zip(names, body, got, strict=True):
+        np.testing.assert_allclose(b, g, rtol=tol, atol=tol, err_msg=f"function body: {name}")
+
+
 def inv_freq(theta: float, head_dim: int) -> np.ndarray:
     """float32 ``theta ** (-2j/hd)`` rounded correctly, as C ``powf`` (and ORT's Pow) give it.
 

@@ -46,12 +46,7 @@ def run(inputs, heads, library, dtype=np.float32):
 def test_kernel_matches_numpy_and_the_function_body(k):
     inputs, heads = case(k)
     want = dc.reference(inputs, *heads)
-    got = run(inputs, heads, LIB)
-    for name, g, w in zip(dc.OUTPUTS, got, want, strict=True):
-        assert g.shape == w.shape and g.dtype == np.float32, name
-        np.testing.assert_allclose(g, w, rtol=TOL, atol=TOL, err_msg=name)
-    for name, b, g in zip(dc.OUTPUTS, run(inputs, heads, None), got, strict=True):
-        np.testing.assert_allclose(b, g, rtol=TOL, atol=TOL, err_msg=f"function body: {name}")
+    kc.assert_kernel_matches_reference_and_body(dc.OUTPUTS, run(inputs, heads, LIB), want, run(inputs, heads, None), TOL)
 
 
 @needs_library
