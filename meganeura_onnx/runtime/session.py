@@ -351,10 +351,13 @@ class Session:
             self._check_finite(self._finite_checked_state(), "update of", self._spare)
         if not self._accept_step():  # (a training step with an fp16 overflow): nothing swapped
             return
-        if self._swapped:
-            for name in self._swapped:
-                self._values[name], self._spare[name] = self._spare[name], self._values[name]
-            self._parity ^= 1
+        self._swap()
+
+    def _swap(self) -> None:
+        """After an accepted step: the swapped state's new values become current (the other binding)."""
+        for name in self._swapped:
+            self._values[name], self._spare[name] = self._spare[name], self._values[name]
+        self._parity ^= 1 if self._swapped else 0
 
     def steps(self, count: int) -> None:
         """Run ``count`` steps back to back, waiting only for the last one (for steps that need no uploads
@@ -375,9 +378,7 @@ class Session:
             parity = self._parity
             self._ort.run_with_iobinding(self._bindings[parity], self._queued_options[parity])
             self._runs[parity] += 1
-            for name in self._swapped:
-                self._values[name], self._spare[name] = self._spare[name], self._values[name]
-            self._parity ^= 1
+            self._swap()
         self._bindings[self._parity].synchronize_outputs()
 
     def _capturing(self) -> bool:
@@ -583,10 +584,9 @@ class Session:
 
 
 def _run_options(cuda_graph: bool) -> tuple[list[ort.RunOptions | None], list[ort.RunOptions]]:
-    """Per binding parity: the options of ``step()``'s runs and of ``steps()``' queued ones. A captured
-    CUDA graph replays fixed addresses; state buffers that are swapped after each step (parameters and
-    optimizer state in training, fed-back inputs) alternate between two IOBindings, so each binding
-    gets its own graph (ORT's ``gpu_graph_id``). Queued runs skip ORT's synchronisation at their end."""
+    """Per binding parity: the options of ``step()``'s runs and of ``steps()``' queued ones (those skip ORT's
+    end-of-run synchronisation). A captured CUDA graph replays fixed addresses; swapped state (training's
+    parameters and moments, fed-back inputs) alternates between two IOBindings: a graph each (``gpu_graph_id``)."""
     step_options: list[ort.RunOptions | None] = [None, None]
     queued = []
     for parity in (0, 1):
