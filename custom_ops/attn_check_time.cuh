@@ -19,6 +19,20 @@ __global__ void ReadAll(const uint4* __restrict__ k, const uint4* __restrict__ v
   if (acc == 0x12345u) sink[blockIdx.x] = 1.f;  // keeps the loads alive
 }
 
+// The same bytes read in the attention's pattern: block (KV head, split) reads its head's 16-byte chunks
+// (c16 per row) of rows [split * chunk, ...) of a [rows][kvh][c16] cache, as a decode block does.
+__global__ void ReadHeads(const uint4* __restrict__ k, const uint4* __restrict__ v, int64_t rows, int kvh, int c16, float* sink) {
+  const int64_t chunk = (rows + gridDim.y - 1) / gridDim.y, r0 = blockIdx.y * chunk;
+  const int64_t n = (min(rows, r0 + chunk) - r0) * c16;
+  uint32_t acc = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const int64_t at = ((r0 + i / c16) * kvh + blockIdx.x) * c16 + i % c16;
+    const uint4 x = __ldcs(k + at), y = __ldcs(v + at);
+    acc ^= x.x ^ x.y ^ x.z ^ x.w ^ y.x ^ y.y ^ y.z ^ y.w;
+  }
+  if (acc == 0x12345u) sink[blockIdx.x] = 1.f;
+}
+
 // The launch floor: the attention grid's shape, shared memory and PDL, no work but one store.
 __global__ void EmptyLaunch(float* sink) {
   GridDependencyWait();
@@ -161,6 +175,32 @@ static void TimeDefaultVariants(Timer& tm, int dt, const void* q, const CacheSet
   g_attn_pdl = true;
 }
 
+// The ceiling: a plain streaming read of the same K/V bytes (n16 16-byte chunks of each of K and V from
+// the sets' bases: B * L rows), one launch per set in rotation, as the attention's launches read them.
+static void TimePlainRead(Timer& tm, int dt, const CacheSets& kv, int64_t n16, int B, int L, double peak) {
+  float* sink = nullptr;
+  CK(cudaMalloc(&sink, 4 * 132 * 64 * 8));
+  const int sms = NumSMs();
+  int it = 0;
+  auto read = [&](cudaStream_t s) {
+    ReadAll<<<sms * 8, 256, 0, s>>>(static_cast<const uint4*>(kv.K(it)), static_cast<const uint4*>(kv.V(it)), n16, sink);
+    ++it;
+  };
+  Record("plain-read-kv", kTypeName[dt], "grid-stride 16B", B, L, 2.0 * n16 * 16, tm.Graph(read, kv.GraphLaunches()), tm.Stream(read),
+         peak, &kv);
+  if (B == 1) {  // the attention's pattern: a block per (KV head, split), 4 blocks per SM
+    const int kvh = 8, c16 = static_cast<int>(n16 / L / kvh), splits = sms * 4 / kvh;
+    auto heads = [&](cudaStream_t s) {
+      ReadHeads<<<dim3(kvh, splits), 256, 0, s>>>(static_cast<const uint4*>(kv.K(it)), static_cast<const uint4*>(kv.V(it)), L, kvh, c16,
+                                                   sink);
+      ++it;
+    };
+    Record("plain-read-kv", kTypeName[dt], "per KV head and split", B, L, 2.0 * n16 * 16, tm.Graph(heads, kv.GraphLaunches()),
+           tm.Stream(heads), peak, &kv);
+  }
+  cudaFree(sink);
+}
+
 // Decode with 32 query heads over 8 KV heads: batch 1 up to 16384 cached, batch 8 up to 4096; the
 // library's configuration, and with `sweep` the others at the lengths the goal names.
 template <class T, int HD>
@@ -177,6 +217,7 @@ static void TimeAttention(Timer& tm, int dt, bool sweep, double peak) {
       int64_t* dpos = nullptr;
       const MnPos pos = DevPositions(std::vector<int64_t>(B, L - 1), &dpos);
       TimeDefaultVariants<T, HD>(tm, dt, dq, kv, dout, B, L, max_seq, pos, peak);
+      if (L >= 2048) TimePlainRead(tm, dt, kv, (int64_t)B * L * KVH * HD * sizeof(T) / 16, B, L, peak);
       if (sweep && (L == 1 || L >= 4096)) {
 #define ATTN_TIME_ONE(nw, st, stb, gb, mma, cap)                                                                              \
   if constexpr (kSweepable<T, mma>) {                                                                                        \
@@ -190,20 +231,9 @@ static void TimeAttention(Timer& tm, int dt, bool sweep, double peak) {
       }
       cudaFree(dpos);
     }
-    // the ceiling: a plain streaming read of as many K/V bytes (L = max_seq), rotating over sets too
     const CacheSets kv(B, max_seq, max_seq, (size_t)KVH * HD * sizeof(T));
-    const int64_t n16 = (int64_t)B * max_seq * KVH * HD * sizeof(T) / 16;
-    float* sink = nullptr;
-    CK(cudaMalloc(&sink, 4 * 132 * 64 * 8));
-    const int sms = NumSMs();
-    int it = 0;
-    auto read = [&](cudaStream_t s) {
-      ReadAll<<<sms * 8, 256, 0, s>>>(static_cast<const uint4*>(kv.K(it)), static_cast<const uint4*>(kv.V(it)), n16, sink);
-      ++it;
-    };
-    Record("plain-read-kv", kTypeName[dt], "grid-stride 16B", B, max_seq, 2.0 * n16 * 16, tm.Graph(read, kv.GraphLaunches()),
-           tm.Stream(read), peak, &kv);
-    for (void* p : {dq, dout, static_cast<void*>(sink)}) cudaFree(p);
+    TimePlainRead(tm, dt, kv, (int64_t)B * max_seq * KVH * HD * sizeof(T) / 16, B, max_seq, peak);
+    for (void* p : {dq, dout}) cudaFree(p);
   }
 }
 

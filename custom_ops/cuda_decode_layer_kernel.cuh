@@ -1,6 +1,9 @@
 // The DecodeLayer megakernel's pieces: one persistent cooperative launch per decoder layer
 // (cuda_decode_layer.cu has the kernel and its launch, cuda_decode_layer_attn.cuh the attention). Grid =
-// one block per SM, all co-resident (cooperative launch); five phases separated by four grid barriers:
+// one block per SM, all co-resident (cooperative launch), launched as a programmatic dependent launch
+// where the GPU has it: a block starts as soon as the previous layer's block on its SM ends, loads its
+// first weight rows and waits there for that layer (0.5 us between layers instead of 1.4 on an H200);
+// five phases separated by four grid barriers:
 //   1. every block loads x's rows and both gammas into shared memory (redundantly: a few KB); warps take
 //      pairs of q|k|v weight rows (j, j + hd/2 of one head, so RoPE is the epilogue) grid-wide; q is
 //      rotated into the workspace, k rotated and v written into the caches at row kv_pos[b] + t.

@@ -167,11 +167,12 @@ struct Stack {
   void Run(cudaStream_t s, int layers) {
     for (int l = 0; l < layers; ++l) Launch(Args(p, L[l], l ? y[l - 1] : x0, y[l], kc[l], vc[l], pos, inv), st[l], s);
   }
-  void SetPath(int path, int barrier, int phases) {
+  void SetPath(int path, int barrier, int phases, bool pdl) {
     for (auto* s : st) {
       mn_cuda_decode_layer_set_path(s, path);
       s->barrier = barrier;
       s->phases = phases;
+      s->pdl = pdl;
     }
   }
   std::vector<unsigned char> Last() const { return Download(y.back(), p.d.D * ElemBytes(p.dt)); }
@@ -220,6 +221,8 @@ static double LmHeadUs(int dt, Timer& tm) {
 struct Variant {
   const char* name;
   int path, barrier, phases;
+  bool pdl;
+  bool Main() const { return path == MN_DECODE_LAYER_FUSED && barrier == dl::kBarrierGrowOnly && phases == 127 && pdl; }
 };
 
 // The one-launch kernel's phase stamps (dl::Trace points) over one graph replay of the stack: per
@@ -274,7 +277,7 @@ static std::string TracePhases(Stack& sk, const Variant& v, Timer& tm) {
 // Per-layer times of one variant: back-to-back launches of layer 0, and the graph of the whole stack.
 static bool TimeVariant(Stack& sk, const Variant& v, int64_t len, double lm_us, int replays, Timer& tm, std::vector<std::string>* json) {
   const int n = static_cast<int>(sk.L.size());
-  sk.SetPath(v.path, v.barrier, v.phases);
+  sk.SetPath(v.path, v.barrier, v.phases, v.pdl);
   sk.Run(tm.s, n);
   CK(cudaStreamSynchronize(tm.s));
   const std::vector<unsigned char> direct = sk.Last();
@@ -304,17 +307,19 @@ static bool RunTimings(int replays, std::vector<std::string>* json) {
   Timer tm;
   bool ok = true;
   const int F = MN_DECODE_LAYER_FUSED, G = dl::kBarrierGrowOnly;
-  const Variant variants[] = {{"one-launch", F, G, 127},
-                              {"one-launch generation barrier", F, dl::kBarrierGeneration, 127},
-                              {"launch only (no phase, no barrier)", F, G, 0},
-                              {"launch + 4 barriers", F, G, 32},
-                              {"five-kernels", MN_DECODE_LAYER_FIVE_KERNELS, G, 127}};
+  const Variant variants[] = {{"one-launch", F, G, 127, true},
+                              {"one-launch no-PDL", F, G, 127, false},
+                              {"one-launch generation barrier", F, dl::kBarrierGeneration, 127, true},
+                              {"launch only (no phase, no barrier)", F, G, 0, true},
+                              {"launch + 4 barriers", F, G, 32, true},
+                              {"five-kernels", MN_DECODE_LAYER_FIVE_KERNELS, G, 127, true}};
   for (int dt : {MN_F32, MN_F16, MN_BF16}) {
     const double lm = LmHeadUs(dt, tm);
     for (int64_t len : {128, 1024, 4096}) {
       Stack sk(dt, len, 30);
       for (const Variant& v : variants)
-        if ((dt != MN_BF16 || (v.barrier == G && v.phases == 127)) && ((v.phases == 127 && v.barrier == G) || len == 128))
+        // every variant at 128 cached rows, the main one and the five kernels at every length; bfloat16: the main one
+        if (v.Main() || (dt != MN_BF16 && (len == 128 || (v.path != F && v.phases == 127))))
           ok &= TimeVariant(sk, v, len, lm, replays, tm, json);
     }
   }
