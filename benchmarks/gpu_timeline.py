@@ -8,7 +8,8 @@ every kernel of the process, ORT's and cuBLAS's included, also inside CUDA graph
 - ``train``: the SmolLM2-135M-shaped AdamW step of ``benchmarks/train_gpu.py`` (fp32, bf16 as a CUDA
   graph) and Hugging Face ``LlamaForCausalLM`` eager fp32 on the same weights and batch;
 - ``decode``: ``LlamaRunner`` (``models/llama.py``), SmolLM2-135M shape, random weights: the one-token
-  decode step and the 128-token prefill, fp32 and fp16, CUDA graph on and off.
+  decode step and the 128-token prefill, fp32 and fp16, CUDA graph on and off; with the graph also
+  greedy decoding on the device (``decode_greedy``, 16 tokens per call as ``generate`` runs, per token).
 
 Per variant: wall time per step, GPU busy time per step (union of kernel / copy / memset intervals),
 kernels per step, and the kernels by total device time (name, launches per step, us per step).
@@ -37,10 +38,12 @@ for p in (ROOT, ROOT / "benchmarks", ROOT / "models"):
 import run_info  # noqa: E402
 
 DEVICE_EVENTS = ("kernel", "gpu_memcpy", "gpu_memset")
+GREEDY_CHUNK = 16
 
 
-def timeline(step: Callable[[], None], steps: int, sync: Callable[[], None]) -> dict:
-    """``steps`` calls of ``step`` under CUPTI (after three untimed ones): per-step wall, busy, kernels."""
+def timeline(step: Callable[[], None], steps: int, sync: Callable[[], None], per_call: int = 1) -> dict:
+    """``steps`` calls of ``step`` under CUPTI (after three untimed ones): per-step wall, busy, kernels
+    (a step is 1 / ``per_call`` of a call: ``decode_greedy`` runs ``per_call`` tokens per call)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -52,13 +55,13 @@ def timeline(step: Callable[[], None], steps: int, sync: Callable[[], None]) -> 
         for _ in range(steps):
             step()
         sync()
-        wall = (time.perf_counter() - t0) / steps
+        wall = (time.perf_counter() - t0) / (steps * per_call)
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(trace))
         events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") in DEVICE_EVENTS and "dur" in e]
     del torch
-    return summarize(events, steps, wall)
+    return summarize(events, steps * per_call, wall)
 
 
 def summarize(events: list[dict], steps: int, wall_s: float) -> dict:
@@ -131,13 +134,22 @@ def decode_variants(steps: int) -> dict:
     for precision in ("fp32", "fp16"):
         for graph in (True, False):
             runner = llama.LlamaRunner(
-                cfg, None, max_seq=128 + 3 * steps + 8, prefill_chunk=128, device="cuda", cuda_graph=graph, precision=precision
+                cfg,
+                None,
+                max_seq=128 + 3 * steps + 8 + 5 * GREEDY_CHUNK,
+                prefill_chunk=128,
+                device="cuda",
+                cuda_graph=graph,
+                precision=precision,
             )
             tag = f"{precision}{'_cuda_graph' if graph else ''}"
             res[f"prefill_{tag}"] = timeline(functools.partial(runner.prefill, prompt), 3, lambda: None)
             runner.prefill(prompt)
             res[f"decode_{tag}"] = timeline(functools.partial(runner.decode, 7), steps, lambda: None)
-            for k in (f"prefill_{tag}", f"decode_{tag}"):
+            if graph:  # the argmax, next position and token log on the device, queued 16 steps per wait
+                greedy = functools.partial(runner.decode_greedy, 7, GREEDY_CHUNK)
+                res[f"decode_greedy_{tag}"] = timeline(greedy, 2, lambda: None, per_call=GREEDY_CHUNK)
+            for k in [k for k in res if k.endswith(tag)]:
                 print(k, {a: b for a, b in res[k].items() if a != "kernels"}, flush=True)
             del runner
             gc.collect()
