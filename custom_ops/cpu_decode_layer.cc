@@ -12,10 +12,14 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
 #include "cpu_parallel.h"
+#include "cpu_team_policy.h"
 #include "decode_layer.h"
 #include "decode_linear.h"
 #include "rope_attention.h"
@@ -27,6 +31,10 @@ namespace {
 constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+
+// Calls run by the leader alone and by a team of several (MeganeuraDecodeLayerCpuCalls: the tests see
+// what MEGANEURA_CPU_TEAM and the policy chose).
+std::atomic<int64_t> g_calls[2];
 
 // A temporary of `count` elements of `type`, float-aligned.
 struct Scratch {
@@ -76,13 +84,19 @@ LinearResidualCall ResidualCall(ONNXTensorElementDataType type, const Tensor& x,
 
 class DecodeLayerCpu : public Kernel {
  public:
-  explicit DecodeLayerCpu(const DecodeLayerAttrs& a) : a_(a), inv_freq_(a.heads.head_dim / 2) {
+  DecodeLayerCpu(const DecodeLayerAttrs& a, size_t forced_team) : a_(a), inv_freq_(a.heads.head_dim / 2), forced_team_(forced_team) {
     RopeInvFreq(a.theta, a.heads.head_dim, inv_freq_.data());
   }
+  // MEGANEURA_CPU_TEAM is read here, once per kernel: a bad value fails the session's creation.
   static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
     DecodeLayerAttrs a;
     MN_RETURN_IF(ReadDecodeLayerAttrs(info, &a));
-    *out = new DecodeLayerCpu(a);
+    size_t forced = 0;
+    const char* setting = std::getenv("MEGANEURA_CPU_TEAM");
+    if (!ParseTeamSetting(setting, &forced))
+      return MN_INVALID("DecodeLayer: MEGANEURA_CPU_TEAM must be 'auto' or a thread count from 1 to %ld, got '%s'",
+                        kMaxForcedTeam, setting);
+    *out = new DecodeLayerCpu(a, forced);
     return nullptr;
   }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
@@ -94,8 +108,16 @@ class DecodeLayerCpu : public Kernel {
     MN_RETURN_IF(GetOutput(ctx, 0, in[kDlX].shape, &y));
     MN_RETURN_IF(GetOutput(ctx, 1, in[kDlKCache].shape, &kc));
     MN_RETURN_IF(GetOutput(ctx, 2, in[kDlVCache].shape, &vc));
-    // The five kernels' work on one team of threads (cpu_parallel.h): one wake-up of ORT's pool per layer.
-    return Team::Run(ctx, TeamSize(), [&](const Pool& pool) { return Run(pool, p, in, y, kc, vc); });
+    // The five kernels' work on one team of threads (cpu_parallel.h): one wake-up of ORT's pool per layer,
+    // or on this thread alone where the policy (cpu_team_policy.h) found that faster.
+    const bool timed = forced_team_ == 0 && TeamSize() > 1;  // else a count is forced, or one CPU leaves no choice
+    const bool team = timed && policy_.ChooseTeam();
+    const size_t members = forced_team_ != 0 ? forced_team_ : team ? TeamSize() : 1;
+    g_calls[members > 1].fetch_add(1, std::memory_order_relaxed);
+    const auto start = std::chrono::steady_clock::now();
+    OrtStatus* st = Team::Run(ctx, members, [&](const Pool& pool) { return Run(pool, p, in, y, kc, vc); });
+    if (timed && st == nullptr) policy_.Record(team, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return st;
   }
 
  private:
@@ -143,6 +165,8 @@ class DecodeLayerCpu : public Kernel {
 
   DecodeLayerAttrs a_;
   std::vector<float> inv_freq_;
+  const size_t forced_team_;  // MEGANEURA_CPU_TEAM's count; 0: the policy chooses
+  SharedTeamPolicy policy_;
 };
 
 }  // namespace
@@ -155,3 +179,23 @@ void AddCpuDecodeLayerOps(std::vector<OpDef*>* ops) {
 }
 
 }  // namespace mn
+
+// Diagnostics: how many CPU DecodeLayer calls ran on a team of several threads (team != 0) or on one.
+extern "C" __attribute__((visibility("default"))) int64_t MeganeuraDecodeLayerCpuCalls(int team) {
+  return mn::g_calls[team != 0].load();
+}
+
+// The policy's decisions for `calls` calls that would take alone[i] seconds on one thread and team[i] on
+// the team: chosen[i] = 1 where call i runs on the team. Returns how many did (a test of the policy).
+extern "C" __attribute__((visibility("default"))) int64_t MeganeuraTeamPolicyReplay(const double* alone, const double* team,
+                                                                                     int64_t calls, uint8_t* chosen) {
+  mn::TeamPolicy policy;
+  int64_t on_team = 0;
+  for (int64_t i = 0; i < calls; ++i) {
+    const bool t = policy.ChooseTeam();
+    policy.Record(t, t ? team[i] : alone[i]);
+    chosen[i] = t;
+    on_team += t;
+  }
+  return on_team;
+}
