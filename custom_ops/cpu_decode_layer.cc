@@ -111,16 +111,24 @@ class DecodeLayerCpu : public Kernel {
     // The five kernels' work on one team of threads (cpu_parallel.h): one wake-up of ORT's pool per layer,
     // or on this thread alone where the policy (cpu_team_policy.h) found that faster.
     const bool timed = forced_team_ == 0 && TeamSize() > 1;  // else a count is forced, or one CPU leaves no choice
-    const bool team = timed && policy_.ChooseTeam();
+    const TeamPolicies::Key key{p.type, p.B, p.S, p.R, p.D, p.H, p.KVH, p.hd, p.I, p.max_seq, a_.trans_b};
+    const bool team = timed && Policies().ChooseTeam(key);
     const size_t members = forced_team_ != 0 ? forced_team_ : team ? TeamSize() : 1;
     g_calls[members > 1].fetch_add(1, std::memory_order_relaxed);
     const auto start = std::chrono::steady_clock::now();
     OrtStatus* st = Team::Run(ctx, members, [&](const Pool& pool) { return Run(pool, p, in, y, kc, vc); });
-    if (timed && st == nullptr) policy_.Record(team, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (timed && st == nullptr) Policies().Record(key, team, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     return st;
   }
 
  private:
+  // The policies of every DecodeLayer kernel of the process, by shape (never destroyed: a session may
+  // run while the process exits).
+  static TeamPolicies& Policies() {
+    static TeamPolicies* policies = new TeamPolicies;
+    return *policies;
+  }
+
   // Members of the team: one per CPU this process may run on (ORT's pool has at most that many threads
   // by default; an item no thread takes before the layer ends returns at once).
   static size_t TeamSize() {
@@ -166,7 +174,6 @@ class DecodeLayerCpu : public Kernel {
   DecodeLayerAttrs a_;
   std::vector<float> inv_freq_;
   const size_t forced_team_;  // MEGANEURA_CPU_TEAM's count; 0: the policy chooses
-  SharedTeamPolicy policy_;
 };
 
 }  // namespace
