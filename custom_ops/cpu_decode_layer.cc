@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -32,9 +31,9 @@ constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
 
-// Calls run by the leader alone and by a team of several (MeganeuraDecodeLayerCpuCalls: the tests see
-// what MEGANEURA_CPU_TEAM and the policy chose).
-std::atomic<int64_t> g_calls[2];
+// Calls run by the leader alone and by a team of several, team calls that stalled on a preempted member
+// (MeganeuraDecodeLayerCpuCalls: the tests see what MEGANEURA_CPU_TEAM and the policy chose).
+std::atomic<int64_t> g_calls[2], g_stalls;
 
 // A temporary of `count` elements of `type`, float-aligned.
 struct Scratch {
@@ -109,15 +108,16 @@ class DecodeLayerCpu : public Kernel {
     MN_RETURN_IF(GetOutput(ctx, 1, in[kDlKCache].shape, &kc));
     MN_RETURN_IF(GetOutput(ctx, 2, in[kDlVCache].shape, &vc));
     // The five kernels' work on one team of threads (cpu_parallel.h): one wake-up of ORT's pool per layer,
-    // or on this thread alone where the policy (cpu_team_policy.h) found that faster.
-    const bool timed = forced_team_ == 0 && TeamSize() > 1;  // else a count is forced, or one CPU leaves no choice
+    // or on this thread alone while the team's members get preempted (cpu_team_policy.h).
+    const bool choose = forced_team_ == 0 && TeamSize() > 1;  // else a count is forced, or one CPU leaves no choice
     const TeamPolicies::Key key{p.type, p.B, p.S, p.R, p.D, p.H, p.KVH, p.hd, p.I, p.max_seq, a_.trans_b};
-    const bool team = timed && Policies().ChooseTeam(key);
+    const bool team = choose && Policies().ChooseTeam(key);
     const size_t members = forced_team_ != 0 ? forced_team_ : team ? TeamSize() : 1;
     g_calls[members > 1].fetch_add(1, std::memory_order_relaxed);
-    const auto start = std::chrono::steady_clock::now();
-    OrtStatus* st = Team::Run(ctx, members, [&](const Pool& pool) { return Run(pool, p, in, y, kc, vc); });
-    if (timed && st == nullptr) Policies().Record(key, team, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    bool stalled = false;
+    OrtStatus* st = Team::Run(ctx, members, [&](const Pool& pool) { return Run(pool, p, in, y, kc, vc); }, &stalled);
+    g_stalls.fetch_add(stalled, std::memory_order_relaxed);
+    if (choose) Policies().Record(key, team, stalled);
     return st;
   }
 
@@ -187,20 +187,21 @@ void AddCpuDecodeLayerOps(std::vector<OpDef*>* ops) {
 
 }  // namespace mn
 
-// Diagnostics: how many CPU DecodeLayer calls ran on a team of several threads (team != 0) or on one.
-extern "C" __attribute__((visibility("default"))) int64_t MeganeuraDecodeLayerCpuCalls(int team) {
-  return mn::g_calls[team != 0].load();
+// Diagnostics: how many CPU DecodeLayer calls ran on a team of several threads (kind 1) or on one (kind
+// 0), and how many team calls waited for a preempted member (kind 2).
+extern "C" __attribute__((visibility("default"))) int64_t MeganeuraDecodeLayerCpuCalls(int kind) {
+  return kind == 2 ? mn::g_stalls.load() : mn::g_calls[kind != 0].load();
 }
 
-// The policy's decisions for `calls` calls that would take alone[i] seconds on one thread and team[i] on
+// The policy's decisions for `calls` calls where stalls[i] says whether call i would stall if it ran on
 // the team: chosen[i] = 1 where call i runs on the team. Returns how many did (a test of the policy).
-extern "C" __attribute__((visibility("default"))) int64_t MeganeuraTeamPolicyReplay(const double* alone, const double* team,
-                                                                                     int64_t calls, uint8_t* chosen) {
+extern "C" __attribute__((visibility("default"))) int64_t MeganeuraTeamPolicyReplay(const uint8_t* stalls, int64_t calls,
+                                                                                     uint8_t* chosen) {
   mn::TeamPolicy policy;
   int64_t on_team = 0;
   for (int64_t i = 0; i < calls; ++i) {
     const bool t = policy.ChooseTeam();
-    policy.Record(t, t ? team[i] : alone[i]);
+    policy.Record(t, t && stalls[i] != 0);
     chosen[i] = t;
     on_team += t;
   }

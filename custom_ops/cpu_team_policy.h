@@ -1,11 +1,16 @@
 // How many threads a CPU DecodeLayer call runs its loops on (cpu_decode_layer.cc): its Team
 // (cpu_parallel.h), or the leader alone. On a quiet machine the team is faster; on a busy one the OS
-// preempts a member in the middle of an item it claimed, the leader waits for it (a time slice,
-// milliseconds, against about a millisecond per layer) and the leader alone is faster. The policy
-// times every call and runs the faster of the two, trying the other now and then, as the load changes.
-// The layers of one shape share a policy (TeamPolicies): a model's 30 layers learn 30 times as fast
-// as each on its own, so a probe comes about once per token and a change of load is followed within
-// a token or two. Results do not depend on the choice (the team's do not depend on who runs which item).
+// preempts a member in the middle of an item it claimed and the leader waits for it (a time slice,
+// milliseconds, against about a millisecond per layer): the team then loses to one thread. The policy
+// watches for those waits (Team::Run's `stalled`) rather than for slow calls: a preempted leader slows
+// a call on one thread as much as on the team, and call times on a busy machine are too scattered to
+// compare in a few calls. A stall costs a few milliseconds, a call alone ~0.3 ms more than on the team
+// (SmolLM2-135M's layer on a 2-core VM), so one thread wins from about one stall in 20 team calls: a
+// quiet machine stalls one call in a few hundred, a busy one one in five to eight. Two stalls within
+// kWindow team calls send the leader alone for a stretch of calls, which doubles each time it comes
+// again within kCalm team calls, up to kMaxAlone calls. The layers of one shape share a policy
+// (TeamPolicies): a model's 30 layers make a stretch of kMinAlone calls about one token.
+// Results do not depend on the choice (the team's do not depend on who runs which item).
 // No ORT here: the policy's decisions are replayed by a test through MeganeuraTeamPolicyReplay.
 #pragma once
 
@@ -23,39 +28,38 @@ namespace mn {
 // The decision and its bookkeeping, for the calls of one shape.
 class TeamPolicy {
  public:
-  // Every kProbeEvery-th call runs the mode that is not the faster one, to see whether it became so.
-  static constexpr uint32_t kProbeEvery = 32;
-  // Weight of a new call's time in its mode's average: a few calls follow a change of load. A probe's
-  // time weighs more: its mode's average is older (a probe per kProbeEvery calls), and two probes
-  // faster than the other mode win it back; one lucky probe of the team on a busy machine does not.
-  static constexpr double kWeight = 0.25, kProbeWeight = 0.5, kOutlier = 2;
+  static constexpr uint32_t kWindow = 32, kMinAlone = 32, kMaxAlone = 1024, kCalm = 256;
 
   // Whether the next call runs on the team (else the leader alone).
   bool ChooseTeam() {
-    if (average_[1] == 0) return true;  // each mode is timed once before comparing
-    if (average_[0] == 0) return false;
-    const bool team = average_[1] <= average_[0];
-    if (++since_probe_ < kProbeEvery) return team;
-    since_probe_ = 0;
-    return !team;
+    if (alone_left_ == 0) return true;
+    --alone_left_;
+    return false;
   }
 
-  // A call's wall time in seconds, on the team or not. One call counts at most kOutlier times its mode's
-  // average: a member preempted once (another process woke up) does not send the layers off the team
-  // for many calls; a busy machine, stalling many calls, still does.
-  void Record(bool team, double seconds) {
-    double& a = average_[team ? 1 : 0];
-    const bool probe = a > average_[team ? 0 : 1];  // the slower mode ran: a probe
-    if (a == 0) {
-      a = seconds;
+  // What a call on the team (team) found: whether the leader waited for a preempted member (stalled).
+  void Record(bool team, bool stalled) {
+    if (!team) return;
+    if (++calm_ >= kCalm) stretch_ = kMinAlone;
+    if (!stalled) {
+      since_stall_ = std::min(since_stall_ + 1, kWindow);
       return;
     }
-    a += (std::min(seconds, kOutlier * a) - a) * (probe ? kProbeWeight : kWeight);
+    if (since_stall_ >= kWindow) {  // the first stall in a while: the team is still the better bet
+      since_stall_ = 0;
+      return;
+    }
+    alone_left_ = stretch_;
+    stretch_ = std::min(2 * stretch_, kMaxAlone);
+    since_stall_ = kWindow;  // back on the team, two new stalls are needed to leave it again
+    calm_ = 0;
   }
 
  private:
-  double average_[2] = {0, 0};  // seconds per call of the leader alone, of the team; 0: not timed yet
-  uint32_t since_probe_ = 0;
+  uint32_t alone_left_ = 0;         // calls still to run alone
+  uint32_t stretch_ = kMinAlone;    // calls alone when the team stalls twice again
+  uint32_t since_stall_ = kWindow;  // team calls since its last stall, at most kWindow
+  uint32_t calm_ = 0;               // team calls since it was last left
 };
 
 // The policies of the DecodeLayer kernels of a process, one per shape (a key of the call's sizes), each
@@ -67,9 +71,9 @@ class TeamPolicies {
     std::lock_guard<std::mutex> lock(mu_);
     return policies_[key].ChooseTeam();
   }
-  void Record(const Key& key, bool team, double seconds) {
+  void Record(const Key& key, bool team, bool stalled) {
     std::lock_guard<std::mutex> lock(mu_);
-    policies_[key].Record(team, seconds);
+    policies_[key].Record(team, stalled);
   }
 
  private:
