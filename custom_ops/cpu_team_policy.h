@@ -5,11 +5,12 @@
 // watches for those waits (Team::Run's `stalled`) rather than for slow calls: a preempted leader slows
 // a call on one thread as much as on the team, and call times on a busy machine are too scattered to
 // compare in a few calls. A stall costs a few milliseconds, a call alone ~0.3 ms more than on the team
-// (SmolLM2-135M's layer on a 2-core VM), so one thread wins from about one stall in 20 team calls: a
-// quiet machine stalls one call in a few hundred, a busy one one in five to eight. Two stalls within
-// kWindow team calls send the leader alone for a stretch of calls, which doubles each time it comes
-// again within kCalm team calls, up to kMaxAlone calls. The layers of one shape share a policy
-// (TeamPolicies): a model's 30 layers make a stretch of kMinAlone calls about one token.
+// (SmolLM2-135M's layer on a 2-core VM): on a quiet machine about one team call in 200 stalls and the
+// team wins, under one other busy thread about one in 7 does and one thread wins by a quarter. When
+// the share of stalled team calls (an average over about kWindow calls) passes kMaxStallShare, the
+// leader runs alone for a stretch of calls, which doubles each time the team is left again within
+// kCalm team calls, up to kMaxAlone calls: short, as the load may have gone when it ends. The layers
+// of one shape share a policy (TeamPolicies): a model's 30 layers make kMinAlone calls about a token.
 // Results do not depend on the choice (the team's do not depend on who runs which item).
 // No ORT here: the policy's decisions are replayed by a test through MeganeuraTeamPolicyReplay.
 #pragma once
@@ -28,7 +29,8 @@ namespace mn {
 // The decision and its bookkeeping, for the calls of one shape.
 class TeamPolicy {
  public:
-  static constexpr uint32_t kWindow = 32, kMinAlone = 32, kMaxAlone = 1024, kCalm = 256;
+  static constexpr uint32_t kWindow = 32, kMinAlone = 32, kMaxAlone = 256, kCalm = 256;
+  static constexpr double kMaxStallShare = 0.08;
 
   // Whether the next call runs on the team (else the leader alone).
   bool ChooseTeam() {
@@ -41,25 +43,19 @@ class TeamPolicy {
   void Record(bool team, bool stalled) {
     if (!team) return;
     if (++calm_ >= kCalm) stretch_ = kMinAlone;
-    if (!stalled) {
-      since_stall_ = std::min(since_stall_ + 1, kWindow);
-      return;
-    }
-    if (since_stall_ >= kWindow) {  // the first stall in a while: the team is still the better bet
-      since_stall_ = 0;
-      return;
-    }
+    stall_share_ += ((stalled ? 1.0 : 0.0) - stall_share_) / kWindow;
+    if (stall_share_ <= kMaxStallShare) return;
     alone_left_ = stretch_;
     stretch_ = std::min(2 * stretch_, kMaxAlone);
-    since_stall_ = kWindow;  // back on the team, two new stalls are needed to leave it again
+    stall_share_ = 0;  // the stalls before the stretch say little about the load after it
     calm_ = 0;
   }
 
  private:
-  uint32_t alone_left_ = 0;         // calls still to run alone
-  uint32_t stretch_ = kMinAlone;    // calls alone when the team stalls twice again
-  uint32_t since_stall_ = kWindow;  // team calls since its last stall, at most kWindow
-  uint32_t calm_ = 0;               // team calls since it was last left
+  uint32_t alone_left_ = 0;       // calls still to run alone
+  uint32_t stretch_ = kMinAlone;  // calls alone when the team is left next
+  uint32_t calm_ = 0;             // team calls since it was last left
+  double stall_share_ = 0;        // of the recent team calls, the share that stalled
 };
 
 // The policies of the DecodeLayer kernels of a process, one per shape (a key of the call's sizes), each

@@ -104,39 +104,41 @@ def test_policy_ignores_stalls_far_apart():
     stalls = np.zeros(20000, bool)
     stalls[100::200] = True
     assert _replay(stalls).all()
-    assert _replay(np.random.default_rng(3).random(20000) < 0.005).mean() >= 0.95
+    assert _replay(np.random.default_rng(3).random(20000) < 0.005).mean() >= 0.99
+    assert _replay(np.random.default_rng(4).random(20000) < 0.02).mean() >= 0.95
 
 
 @needs_library
-def test_policy_runs_alone_for_a_stretch_after_two_close_stalls_then_returns_to_the_team():
+def test_policy_runs_alone_for_a_stretch_after_a_burst_of_stalls_then_returns_to_the_team():
     stalls = np.zeros(1000, bool)
-    stalls[[100, 110]] = True
+    stalls[[100, 103, 106, 109]] = True
     chosen = _replay(stalls)
-    assert chosen[:111].all() and not chosen[111], "the call after the second stall runs alone"
+    left = int(np.argmin(chosen))
+    assert chosen[:101].all() and 101 < left <= 110, f"left the team at call {left}"
     assert len(_stretches_alone(chosen)) == 1 and 8 <= (~chosen).sum() <= 64, _stretches_alone(chosen)
     assert chosen[200:].all(), "back on the team for good"
 
 
 @needs_library
 def test_policy_runs_alone_ever_longer_while_the_team_keeps_stalling():
-    """A fifth of the team's calls stall (a busy machine): after the first stalls almost every call runs
-    alone; the stretches alone grow (the team is tried less and less often) up to a bound."""
+    """A fifth of the team's calls stall (a busy machine): after the first stalls most calls run alone;
+    the stretches alone grow (the team is tried less and less often), up to a bound (the load may go)."""
     stalls = np.random.default_rng(1).random(20000) < 0.2
     chosen = _replay(stalls)
-    assert chosen[2000:].mean() <= 0.02, f"{chosen[2000:].mean():.1%} of the calls on the team"
+    assert chosen[2000:].mean() <= 0.1, f"{chosen[2000:].mean():.1%} of the calls on the team"
     stretches = _stretches_alone(chosen)
-    assert stretches[-1] >= 8 * stretches[0] and max(stretches) <= 20000 // 10, stretches
+    assert max(stretches) >= 4 * stretches[0] and max(stretches) <= 20000 // 50, stretches
 
 
 @needs_library
 def test_policy_follows_the_load_from_team_to_alone_and_back():
     """Quiet (no stall), busy (a fifth of the team's calls stall), quiet again: the policy leaves the
-    team at the first stall and is back on it within a stretch alone, bounded, of the end of the stalls."""
+    team within a few stalls and is back on it within a stretch alone, bounded, of the end of the stalls."""
     rng = np.random.default_rng(2)
     stalls = np.concatenate([np.zeros(1000, bool), rng.random(3000) < 0.2, np.zeros(3000, bool)])
     chosen = _replay(stalls)
     quiet, busy, quiet_again = chosen[:1000], chosen[1000:4000], chosen[4000:]
     assert quiet.all()
-    assert busy[100:].mean() <= 0.05, f"busy: {busy[100:].mean():.0%} of the calls on the team"
+    assert busy[100:].mean() <= 0.1, f"busy: {busy[100:].mean():.0%} of the calls on the team"
     back = int(np.argmax(quiet_again))
-    assert 0 < back <= 1100 and quiet_again[back:].all(), f"back on the team after {back} quiet calls"
+    assert back <= 300 and quiet_again[back:].all(), f"back on the team after {back} quiet calls"
