@@ -1,7 +1,8 @@
 // How many threads a CPU DecodeLayer call runs its loops on (cpu_decode_layer.cc): its Team
 // (cpu_parallel.h), or the leader alone. On a quiet machine the team is faster; on a busy one the OS
-// preempts a member in the middle of an item it claimed and the leader waits for it (a time slice,
-// milliseconds, against about a millisecond per layer): the team then loses to one thread. The policy
+// preempts a member, holding an item it claimed or spinning between rounds (ORT's loop waits for it at
+// the layer's end), and the leader waits for it to run again (a time slice, milliseconds, against
+// about a millisecond per layer): the team then loses to one thread. The policy
 // watches for those waits (Team::Run's `stalled`) rather than for slow calls: a preempted leader slows
 // a call on one thread as much as on the team, and call times on a busy machine are too scattered to
 // compare in a few calls. A stall costs a few milliseconds, a call alone ~0.3 ms more than on the team
