@@ -57,7 +57,7 @@ class Team {
     });
     // ORT's loop returns when every item that started has returned: a member preempted anywhere (while
     // it spins between rounds, too) holds the layer until it runs again and sees the end.
-    if (stalled != nullptr) *stalled = team.stalled_ || Seconds(ended) >= kStallSeconds;
+    if (stalled != nullptr) *stalled = st == nullptr && (team.stalled_ || Seconds(ended) >= kStallSeconds);
     if (st != nullptr && status != nullptr) g_api->ReleaseStatus(status);
     return st != nullptr ? st : status;
   }
