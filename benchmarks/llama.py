@@ -18,6 +18,8 @@ Configurations (``--sides``, ``--precisions``, ``--batches``):
   without (the default, named), or on one thread (``threads=1``: the least CPU time per token).
 - ``ours-separate``: ``ours`` with the prefill's q/k/v and gate/up products kept separate
   (``merge_projections=False``; by default a prefill runs each group as one product).
+- ``ours-team2`` (CPU): ``ours`` with ``MEGANEURA_CPU_TEAM=2``: every DecodeLayer call on its team of
+  threads (by default each layer's kernel times its calls and runs the faster of its team and one thread).
 - ``ours-nolayer``: ``ours`` with ``decode_layer=False``: each decoder layer of the decode step as its
   five fused kernels (CUDA) or its products as ONNX Runtime's MatMul (CPU) instead of one DecodeLayer.
 - ``ours-hostargmax``: ``ours`` choosing each greedy token on the host (numpy argmax of the logits
@@ -68,13 +70,14 @@ OURS_MODES = {
     "separate": {"separate_projections": True},
     "nolayer": {"no_decode_layer": True},
     "hostargmax": {"host_argmax": True},
+    "team2": {"cpu_team": "2"},
 }
 """``ours-<mode>`` sides: what they change in the spec (``spin``: ``thread_spinning``, ``threads``,
 ``separate_projections``: ``merge_projections=False``, ``no_decode_layer``: ``decode_layer=False``,
-``host_argmax``: the greedy token from the logits on the host)."""
+``host_argmax``: the greedy token from the logits on the host, ``cpu_team``: ``MEGANEURA_CPU_TEAM``)."""
 DEFAULTS = {  # per device: what the issue asks to be shown
     "cpu": {
-        "sides": "ours,ours-spin,ours-1thread,genai,hf-eager",
+        "sides": "ours,ours-team2,ours-spin,ours-1thread,genai,hf-eager",
         "precisions": "fp32",
         "batches": "1",
         "new_tokens": 64,
@@ -216,7 +219,8 @@ class Worker:
 
 def finish(entry: dict, spec: dict) -> dict:
     """Medians and spreads (min-max) of the runs, in the units of the JSON."""
-    keys = ("side", "hf_mode", "nospin", "spin", "threads", "separate_projections", "no_decode_layer", "precision", "batch", "cuda_graph")
+    keys = ("side", "hf_mode", "nospin", "spin", "threads", "cpu_team", "separate_projections", "no_decode_layer")
+    keys += ("precision", "batch", "cuda_graph")
     entry["config"] = {k: spec.get(k) for k in keys}
     runs = entry.pop("runs", [])
     if not runs:

@@ -14,7 +14,7 @@ and the same prompts (``B`` rows of one length), greedy, end-of-sequence ignored
 
 - ``ours``: ``LlamaRunner`` (batch 1) or ``LlamaBatchRunner`` of ``models/llama.py`` with its default
   threads (``ours-spin``: with ``thread_spinning=True``, ``ours-nospin``: ``False``, ``ours-1thread``:
-  ``threads=1``; ``ours-separate``: with ``merge_projections=False``; ``ours-nolayer``: with
+  ``threads=1``; ``ours-team2``: ``MEGANEURA_CPU_TEAM=2``; ``ours-separate``: with ``merge_projections=False``; ``ours-nolayer``: with
   ``decode_layer=False``, each decoder layer as its five fused kernels on CUDA, as MatMul on the CPU;
   ``ours-hostargmax``: each greedy token chosen on the host from the logits; by default ours runs
   ``decode_greedy`` as ``generate`` does: tokens chosen and fed back on the device, in queued chunks);
@@ -32,6 +32,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -94,6 +95,8 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
         kw["thread_spinning"] = spec["spin"]
     if spec.get("threads"):
         kw["threads"] = spec["threads"]
+    if spec.get("cpu_team"):  # read by the DecodeLayer kernels as the session creates them
+        os.environ["MEGANEURA_CPU_TEAM"] = spec["cpu_team"]
     if spec.get("separate_projections"):
         if "merge_projections" not in inspect.signature(llama.LlamaRunner).parameters:
             raise NotAvailable("LlamaRunner takes no merge_projections= (products are never merged on this branch)")

@@ -12,10 +12,13 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
 #include "cpu_parallel.h"
+#include "cpu_team_policy.h"
 #include "decode_layer.h"
 #include "decode_linear.h"
 #include "rope_attention.h"
@@ -27,6 +30,10 @@ namespace {
 constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
+
+// Calls run by the leader alone and by a team of several, team calls that stalled on a preempted member
+// (MeganeuraDecodeLayerCpuCalls: the tests see what MEGANEURA_CPU_TEAM and the policy chose).
+std::atomic<int64_t> g_calls[2], g_stalls;
 
 // A temporary of `count` elements of `type`, float-aligned.
 struct Scratch {
@@ -76,13 +83,19 @@ LinearResidualCall ResidualCall(ONNXTensorElementDataType type, const Tensor& x,
 
 class DecodeLayerCpu : public Kernel {
  public:
-  explicit DecodeLayerCpu(const DecodeLayerAttrs& a) : a_(a), inv_freq_(a.heads.head_dim / 2) {
+  DecodeLayerCpu(const DecodeLayerAttrs& a, size_t forced_team) : a_(a), inv_freq_(a.heads.head_dim / 2), forced_team_(forced_team) {
     RopeInvFreq(a.theta, a.heads.head_dim, inv_freq_.data());
   }
+  // MEGANEURA_CPU_TEAM is read here, once per kernel: a bad value fails the session's creation.
   static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
     DecodeLayerAttrs a;
     MN_RETURN_IF(ReadDecodeLayerAttrs(info, &a));
-    *out = new DecodeLayerCpu(a);
+    size_t forced = 0;
+    const char* setting = std::getenv("MEGANEURA_CPU_TEAM");
+    if (!ParseTeamSetting(setting, &forced))
+      return MN_INVALID("DecodeLayer: MEGANEURA_CPU_TEAM must be 'auto' or a thread count from 1 to %ld, got '%s'",
+                        kMaxForcedTeam, setting);
+    *out = new DecodeLayerCpu(a, forced);
     return nullptr;
   }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
@@ -94,11 +107,28 @@ class DecodeLayerCpu : public Kernel {
     MN_RETURN_IF(GetOutput(ctx, 0, in[kDlX].shape, &y));
     MN_RETURN_IF(GetOutput(ctx, 1, in[kDlKCache].shape, &kc));
     MN_RETURN_IF(GetOutput(ctx, 2, in[kDlVCache].shape, &vc));
-    // The five kernels' work on one team of threads (cpu_parallel.h): one wake-up of ORT's pool per layer.
-    return Team::Run(ctx, TeamSize(), [&](const Pool& pool) { return Run(pool, p, in, y, kc, vc); });
+    // The five kernels' work on one team of threads (cpu_parallel.h): one wake-up of ORT's pool per layer,
+    // or on this thread alone while the team's members get preempted (cpu_team_policy.h).
+    const bool choose = forced_team_ == 0 && TeamSize() > 1;  // else a count is forced, or one CPU leaves no choice
+    const TeamPolicies::Key key{p.type, p.B, p.S, p.R, p.D, p.H, p.KVH, p.hd, p.I, p.max_seq, a_.trans_b};
+    const bool team = choose && Policies().ChooseTeam(key);
+    const size_t members = forced_team_ != 0 ? forced_team_ : team ? TeamSize() : 1;
+    g_calls[members > 1].fetch_add(1, std::memory_order_relaxed);
+    bool stalled = false;
+    OrtStatus* st = Team::Run(ctx, members, [&](const Pool& pool) { return Run(pool, p, in, y, kc, vc); }, &stalled);
+    g_stalls.fetch_add(stalled, std::memory_order_relaxed);
+    if (choose) Policies().Record(key, team, stalled);
+    return st;
   }
 
  private:
+  // The policies of every DecodeLayer kernel of the process, by shape (never destroyed: a session may
+  // run while the process exits).
+  static TeamPolicies& Policies() {
+    static TeamPolicies* policies = new TeamPolicies;
+    return *policies;
+  }
+
   // Members of the team: one per CPU this process may run on (ORT's pool has at most that many threads
   // by default; an item no thread takes before the layer ends returns at once).
   static size_t TeamSize() {
@@ -143,6 +173,7 @@ class DecodeLayerCpu : public Kernel {
 
   DecodeLayerAttrs a_;
   std::vector<float> inv_freq_;
+  const size_t forced_team_;  // MEGANEURA_CPU_TEAM's count; 0: the policy chooses
 };
 
 }  // namespace
@@ -155,3 +186,24 @@ void AddCpuDecodeLayerOps(std::vector<OpDef*>* ops) {
 }
 
 }  // namespace mn
+
+// Diagnostics: how many CPU DecodeLayer calls ran on a team of several threads (kind 1) or on one (kind
+// 0), and how many team calls waited for a preempted member (kind 2).
+extern "C" __attribute__((visibility("default"))) int64_t MeganeuraDecodeLayerCpuCalls(int kind) {
+  return kind == 2 ? mn::g_stalls.load() : mn::g_calls[kind != 0].load();
+}
+
+// The policy's decisions for `calls` calls where stalls[i] says whether call i would stall if it ran on
+// the team: chosen[i] = 1 where call i runs on the team. Returns how many did (a test of the policy).
+extern "C" __attribute__((visibility("default"))) int64_t MeganeuraTeamPolicyReplay(const uint8_t* stalls, int64_t calls,
+                                                                                     uint8_t* chosen) {
+  mn::TeamPolicy policy;
+  int64_t on_team = 0;
+  for (int64_t i = 0; i < calls; ++i) {
+    const bool t = policy.ChooseTeam();
+    policy.Record(t, t && stalls[i] != 0);
+    chosen[i] = t;
+    on_team += t;
+  }
+  return on_team;
+}

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -33,19 +34,30 @@ OrtStatus* ParallelFor(OrtKernelContext* ctx, size_t total, F&& f) {
 // item to start leads: it runs the layer's code, whose For calls hand their items to the members
 // that serve (spinning, then yielding) until it ends. Items are claimed from one counter, so a member
 // that never arrives (a busy machine) leaves its share to the others and nobody waits for it; the
-// leader waits only for items already claimed. The results do not depend on who runs which item.
+// leader waits only for items already claimed, and tells the caller when a wait was long (a member
+// preempted holding an item: cpu_team_policy.h). The results do not depend on who runs which item.
 class Team {
  public:
+  // The leader waited this long for an item claimed by a member: the member was preempted (an item
+  // takes tens of microseconds; the OS preempts for a time slice, milliseconds).
+  static constexpr double kStallSeconds = 500e-6;
+
   // Runs lead(Pool) on one thread of a loop of `members` items on ORT's pool; returns its status.
+  // *stalled (if given): whether the leader waited kStallSeconds or more for a member's item.
   template <class Lead>
-  static OrtStatus* Run(OrtKernelContext* ctx, size_t members, Lead&& lead) {
+  static OrtStatus* Run(OrtKernelContext* ctx, size_t members, Lead&& lead, bool* stalled = nullptr) {
     Team team;
     OrtStatus* status = nullptr;
+    std::chrono::steady_clock::time_point ended;
     OrtStatus* st = ParallelFor(ctx, std::max<size_t>(1, members), [&](size_t) {
       if (team.led_.exchange(true, std::memory_order_acq_rel)) return team.Serve();
       status = lead(Pool(ctx, &team));
       team.ended_.store(true, std::memory_order_release);
+      ended = std::chrono::steady_clock::now();
     });
+    // ORT's loop returns when every item that started has returned: a member preempted anywhere (while
+    // it spins between rounds, too) holds the layer until it runs again and sees the end.
+    if (stalled != nullptr) *stalled = st == nullptr && (team.stalled_ || Seconds(ended) >= kStallSeconds);
     if (st != nullptr && status != nullptr) g_api->ReleaseStatus(status);
     return st != nullptr ? st : status;
   }
@@ -67,7 +79,7 @@ class Team {
       ticket_.store(generation_ << 40 | static_cast<uint64_t>(count) << 20, std::memory_order_release);
       while (Claim()) {
       }
-      for (unsigned spins = 0; done_.load(std::memory_order_acquire) < count; ++spins) Pause(spins);
+      if (done_.load(std::memory_order_acquire) < count) WaitFor(count);
     }
   }
 
@@ -101,6 +113,17 @@ class Team {
     }
   }
 
+  // Waits until the round's `count` items are done, noting a stall (kStallSeconds).
+  void WaitFor(size_t count) {
+    const auto start = std::chrono::steady_clock::now();
+    for (unsigned spins = 0; done_.load(std::memory_order_acquire) < count; ++spins) Pause(spins);
+    if (Seconds(start) >= kStallSeconds) stalled_ = true;
+  }
+
+  static double Seconds(std::chrono::steady_clock::time_point since) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  }
+
   void Serve() {
     for (unsigned spins = 0; !ended_.load(std::memory_order_acquire);) {
       if (Claim())
@@ -114,6 +137,7 @@ class Team {
   std::atomic<uint64_t> ticket_{0};
   std::atomic<size_t> done_{0};
   uint64_t generation_ = 0;
+  bool stalled_ = false;  // the leader's only
   void (*fn_)(void*, size_t) = nullptr;
   void* arg_ = nullptr;
 };
