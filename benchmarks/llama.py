@@ -19,7 +19,8 @@ Configurations (``--sides``, ``--precisions``, ``--batches``):
 - ``ours-separate``: ``ours`` with the prefill's q/k/v and gate/up products kept separate
   (``merge_projections=False``; by default a prefill runs each group as one product).
 - ``ours-team2`` (CPU): ``ours`` with ``MEGANEURA_CPU_TEAM=2``: every DecodeLayer call on its team of
-  threads (by default each layer's kernel times its calls and runs the faster of its team and one thread).
+  threads (by default a layer runs on one thread for a stretch of calls while its team keeps waiting
+  for members the OS preempted: ``custom_ops/cpu_team_policy.h``).
 - ``ours-nolayer``: ``ours`` with ``decode_layer=False``: each decoder layer of the decode step as its
   five fused kernels (CUDA) or its products as ONNX Runtime's MatMul (CPU) instead of one DecodeLayer.
 - ``ours-hostargmax``: ``ours`` choosing each greedy token on the host (numpy argmax of the logits
