@@ -177,7 +177,7 @@ static void TimeDefaultVariants(Timer& tm, int dt, const void* q, const CacheSet
 
 // The ceiling: a plain streaming read of the same K/V bytes (n16 16-byte chunks of each of K and V from
 // the sets' bases: B * L rows), one launch per set in rotation, as the attention's launches read them.
-static void TimePlainRead(Timer& tm, int dt, const CacheSets& kv, int64_t n16, int B, int L, double peak) {
+static void TimePlainRead(Timer& tm, int dt, const CacheSets& kv, int64_t n16, int B, int L, int kvh, double peak) {
   float* sink = nullptr;
   CK(cudaMalloc(&sink, 4 * 132 * 64 * 8));
   const int sms = NumSMs();
@@ -189,7 +189,7 @@ static void TimePlainRead(Timer& tm, int dt, const CacheSets& kv, int64_t n16, i
   Record("plain-read-kv", kTypeName[dt], "grid-stride 16B", B, L, 2.0 * n16 * 16, tm.Graph(read, kv.GraphLaunches()), tm.Stream(read),
          peak, &kv);
   if (B == 1) {  // the attention's pattern: a block per (KV head, split), 4 blocks per SM
-    const int kvh = 8, c16 = static_cast<int>(n16 / L / kvh), splits = sms * 4 / kvh;
+    const int c16 = static_cast<int>(n16 / L / kvh), splits = sms * 4 / kvh;
     auto heads = [&](cudaStream_t s) {
       ReadHeads<<<dim3(kvh, splits), 256, 0, s>>>(static_cast<const uint4*>(kv.K(it)), static_cast<const uint4*>(kv.V(it)), L, kvh, c16,
                                                    sink);
@@ -217,7 +217,7 @@ static void TimeAttention(Timer& tm, int dt, bool sweep, double peak) {
       int64_t* dpos = nullptr;
       const MnPos pos = DevPositions(std::vector<int64_t>(B, L - 1), &dpos);
       TimeDefaultVariants<T, HD>(tm, dt, dq, kv, dout, B, L, max_seq, pos, peak);
-      if (L >= 2048) TimePlainRead(tm, dt, kv, (int64_t)B * L * KVH * HD * sizeof(T) / 16, B, L, peak);
+      if (L >= 2048) TimePlainRead(tm, dt, kv, (int64_t)B * L * KVH * HD * sizeof(T) / 16, B, L, KVH, peak);
       if (sweep && (L == 1 || L >= 4096)) {
 #define ATTN_TIME_ONE(nw, st, stb, gb, mma, cap)                                                                              \
   if constexpr (kSweepable<T, mma>) {                                                                                        \
@@ -232,7 +232,7 @@ static void TimeAttention(Timer& tm, int dt, bool sweep, double peak) {
       cudaFree(dpos);
     }
     const CacheSets kv(B, max_seq, max_seq, (size_t)KVH * HD * sizeof(T));
-    TimePlainRead(tm, dt, kv, (int64_t)B * max_seq * KVH * HD * sizeof(T) / 16, B, max_seq, peak);
+    TimePlainRead(tm, dt, kv, (int64_t)B * max_seq * KVH * HD * sizeof(T) / 16, B, max_seq, KVH, peak);
     for (void* p : {dq, dout}) cudaFree(p);
   }
 }
