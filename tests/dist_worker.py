@@ -40,7 +40,7 @@ def data(n_train: int = 64, n_test: int = 16) -> dict:
 
 
 def main(case_path: str, out_dir: str) -> None:
-    from meganeura_onnx.runtime.distributed import DataParallelSession, init_distributed
+    from meganeura_onnx.runtime.distributed import DataParallelSession, init_distributed, leave_distributed
 
     case = np.load(case_path)
     device = str(case["device"]) if "device" in case.files else "cpu"
@@ -63,6 +63,7 @@ def main(case_path: str, out_dir: str) -> None:
     out = Path(out_dir)
     np.savez(out / f"rank{ctx.rank}.npz", losses=np.array(losses), **{f"param.{n}": s.read_param(n) for n in s.parameter_names()})
     s.save_checkpoint(out / "ckpt.safetensors", metadata={"epoch": "1"})
+    leave_distributed()  # as the CLI does: a gloo group left to interpreter shutdown can abort a rank
 
 
 if __name__ == "__main__":
