@@ -117,15 +117,22 @@ struct Shared {
   float* act;
   float *gamma1, *gamma2;  // attn_norm, mlp_norm (loaded at the start with x)
   Seqs* sq;
-  float* rms;      // this warp's slot of the rows' rms (WarpRms)
   unsigned epoch;  // this launch's number (the grow-only barrier's targets)
 };
 
 // The phases' bits in Params::phases (decode_layer_check's breakdown; every bit set otherwise).
 enum { kPhase1 = 1, kPhase2 = 2, kPhase3 = 4, kPhase4 = 8, kPhase5 = 16, kPhaseBarriers = 32, kPrefetch = 64, kAllPhases = 127 };
 
-__device__ __forceinline__ void Barrier(const Params& p, const Shared& sh, int k, int trace) {
-  if (p.phases & kPhaseBarriers) GridBarrier(p, sh.epoch, k);
+// Grid barrier k (Arrive, then between(), then Await), stamped with trace point `trace` once passed.
+template <class Between>
+__device__ __forceinline__ void Barrier(const Params& p, const Shared& sh, int k, int trace, Between between) {
+  if (p.phases & kPhaseBarriers) {
+    const Ticket t = Arrive(p);
+    between();
+    Await(p, t, sh.epoch, k);
+  } else {
+    between();
+  }
   Trace(p, trace);
 }
 
@@ -170,8 +177,6 @@ __device__ void LoadRows(const Params& p, const Shared& sh) {
   SetSeqs(p, pos, sh.sq);
   __syncthreads();
   Trace(p, 1);
-  WarpRms(sh.act, p.R, p.D, p.eps, sh.rms);
-  Trace(p, 2);
 }
 
 template <class T, int HD>
@@ -179,7 +184,6 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(Params p) {
   using E = Elem<T>;
   extern __shared__ float4 smem4[];
   __shared__ Seqs sq;
-  __shared__ float red[kWarps * kMaxRows];
   const Items<T, HD> it{p};
   auto qkv = [&](int i, Pair<T>& r) { it.QkvRows(i, r); };
   Pair<T> pair, pair2;
@@ -190,11 +194,11 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(Params p) {
   GridDependentsRelease();
   Trace(p, 0);
   float* act = reinterpret_cast<float*>(smem4);
-  const Shared sh{act, act + p.act_floats, act + p.act_floats + p.D, &sq, red + (threadIdx.x >> 5) * kMaxRows,
+  const Shared sh{act, act + p.act_floats, act + p.act_floats + p.D, &sq,
                   p.barrier == kBarrierGrowOnly ? __ldcg(p.bar + 96) : 0u};
   if ((p.phases & (kPhaseBarriers - 1)) == 0) {  // decode_layer_check's floor: the launch (and the barriers) alone
 #pragma unroll 1
-    for (int k = 0; k < kBarriers; ++k) Barrier(p, sh, k, 16);
+    for (int k = 0; k < kBarriers; ++k) Barrier(p, sh, k, 14, [] {});
     // the epoch moves only with the barriers' arrivals (else later launches' targets would run ahead of the count)
     if ((p.phases & kPhaseBarriers) && p.barrier == kBarrierGrowOnly && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;
     return;
@@ -210,56 +214,55 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(Params p) {
   const int splits = Splits(p, sq);
   if (p.phases & kPrefetch) Attn<T, HD>::Prefetch(p, sq, splits);
   if (p.phases & kPhase1)
-    ItemLoop<true>(pair, pair2, false, it.Qkv(), act, sh.gamma1, sh.rms, p.R, qkv, none,
+    ItemLoop<true>(pair, pair2, false, it.Qkv(), act, sh.gamma1, p.eps, p.R, qkv, none,
                    [&](int i, int m, const float(&g)[2], float) { QkvEpilogue<T, HD>(p, sq, i, m, g); });
-  if (p.phases & kPrefetch) {  // the later phases' weights into L2, now that phase 1's loads are served
-    PrefetchItems<Single<T>>(p.D, orow);
-    PrefetchItems<Pair<T>>(p.I, gateup);
-    PrefetchItems<Single<T>>(p.D, down);
-  }
-  Trace(p, 3);
-  Barrier(p, sh, 0, 4);
-  // 2: attention partials (then the first w_o rows into registers: loaded while the barrier waits)
+  Trace(p, 2);
+  Barrier(p, sh, 0, 3, [] {});
+  // 2: attention partials (then the first w_o rows into registers: loaded while the barrier waits; the
+  // blocks without attention units prefetch the later phases' rows into L2 meanwhile)
   if (p.phases & kPhase2) Attn<T, HD>::Run(p, sq, splits, act);
-  LoadItem(one, FirstItem(), p.D, orow);
-  Trace(p, 6);
-  Barrier(p, sh, 1, 7);
+  Trace(p, 5);
+  Barrier(p, sh, 1, 6, [&] {
+    LoadItem(one, FirstItem(), p.D, orow);
+    if (p.phases & kPrefetch) {
+      const int busy = min(Attn<T, HD>::Units(p, splits), static_cast<int>(gridDim.x));
+      PrefetchItems<Single<T>>(p.D, busy, orow);
+      PrefetchItems<Pair<T>>(p.I, busy, gateup);
+      PrefetchItems<Single<T>>(p.D, busy, down);
+    }
+  });
   // 3: x1 = a @ w_o^T + x
   if (p.phases & kPhase3) {
     MergeHeads<T, HD>(p, sq, splits, act);
-    Trace(p, 8);
+    Trace(p, 7);
     ItemLoop<false>(
-        one, one2, false, p.D, act, nullptr, nullptr, p.R, orow, [&](int n, int m) { return E::ToF(x[m * p.D + n]); },
+        one, one2, false, p.D, act, nullptr, 0.f, p.R, orow, [&](int n, int m) { return E::ToF(x[m * p.D + n]); },
         [&](int n, int m, const float(&g)[1], float res) { p.x1[m * p.D + n] = E::ToF(E::FromF(g[0] + res)); });
   }
-  LoadItem(pair, FirstItem(), p.I, gateup);
-  Trace(p, 9);
-  Barrier(p, sh, 2, 10);
+  Trace(p, 8);
+  Barrier(p, sh, 2, 9, [&] { LoadItem(pair, FirstItem(), p.I, gateup); });
   // 4: h = silu(rmsnorm(x1) @ w_gate^T) * (rmsnorm(x1) @ w_up^T)
   if (p.phases & kPhase4) {
     LoadItem(pair2, FirstItem() + gridDim.x * kWarps, p.I, gateup);  // the second round's rows, while x1 loads
     BlockLoad([&](int i) { return __ldcg(p.x1 + i); }, p.R * p.D, [&](int i, float v) { act[i] = v; });
     __syncthreads();
-    Trace(p, 11);
-    WarpRms(act, p.R, p.D, p.eps, sh.rms);
-    Trace(p, 12);
-    ItemLoop<true>(pair, pair2, true, p.I, act, sh.gamma2, sh.rms, p.R, gateup, none,
+    Trace(p, 10);
+    ItemLoop<true>(pair, pair2, true, p.I, act, sh.gamma2, p.eps, p.R, gateup, none,
                    [&](int n, int m, const float(&g)[2], float) { p.h[m * p.I + n] = E::ToF(E::FromF(Silu(g[0]) * g[1])); });
   }
-  LoadItem(one, FirstItem(), p.D, down);
-  Trace(p, 13);
-  Barrier(p, sh, 3, 14);
+  Trace(p, 11);
+  Barrier(p, sh, 3, 12, [&] { LoadItem(one, FirstItem(), p.D, down); });
   // 5: y = h @ w_down^T + x1
   if (p.phases & kPhase5) {
     BlockLoad([&](int i) { return __ldcg(p.h + i); }, p.R * p.I, [&](int i, float v) { act[i] = v; });
     __syncthreads();
-    Trace(p, 15);
+    Trace(p, 13);
     ItemLoop<false>(
-        one, one2, false, p.D, act, nullptr, nullptr, p.R, down, [&](int n, int m) { return __ldcg(p.x1 + m * p.D + n); },
+        one, one2, false, p.D, act, nullptr, 0.f, p.R, down, [&](int n, int m) { return __ldcg(p.x1 + m * p.D + n); },
         [&](int n, int m, const float(&g)[1], float res) { static_cast<T*>(p.y)[m * p.D + n] = E::FromF(g[0] + res); });
   }
   if (p.barrier == kBarrierGrowOnly && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;  // every block read it before barrier 0
-  Trace(p, 16);
+  Trace(p, 14);
 }
 
 }  // namespace dl
@@ -276,7 +279,7 @@ struct MnDecodeLayerState {
   MnScratch* attn = nullptr;  // the five-kernel path's RopeCachedAttention scratch
   MnScratch* rope = nullptr;
   int path = MN_DECODE_LAYER_AUTO, last = 0;
-  int barrier = dl::kBarrierGrowOnly;  // dl::GridBarrier's kind (the harness compares the generation barrier)
+  int barrier = dl::kBarrierGrowOnly;  // dl::Arrive/Await's kind (the harness compares the generation barrier)
   int phases = 127;          // dl::Params::phases: which phases run (the harness's breakdown; all of them otherwise)
   bool pdl = true;           // programmatic dependent launch where the GPU has it (the harness compares)
   unsigned long long* trace = nullptr;  // decode_layer_check's phase stamps (dl::Params::trace)

@@ -199,7 +199,7 @@ struct Attn {
       constexpr int kTileRows = kWarps * RS * kRT;
 #pragma unroll 1
       for (int t0 = un.start; t0 < un.end; t0 += kTileRows) Tile(p, un, s, t0 + (warp * RS + slot) * kRT, sl);
-      Trace(p, 5);
+      Trace(p, 4);
       MergeSlots(s);
       MergeWarps(p, un, s, sl, sm);
     }

@@ -14,12 +14,14 @@
 //      memory, then warps take rows of w_o: x1 = a @ w_o^T + x (rounded to T) into the workspace.
 //   4. every block loads x1; warps take (gate, up) row pairs: h = silu(g) * u into the workspace.
 //   5. every block loads h; warps take rows of w_down: y = h @ w_down^T + x1.
-// The RMSNorms are folded into the products (WarpRms). Rounding to T happens exactly where the five-op
+// The RMSNorms are folded into the products (Rows::Products). Rounding to T happens exactly where the five-op
 // composition rounds (q, k, v; rotated q and k; a; x1; h; y), accumulation in float32, so the result
 // equals the composition within float rounding. Latency, not bytes, is the cost (a layer's weights are
-// ~7 MB at 16 bits): each phase's first weight rows are loaded into registers before the barrier that
-// precedes it (so the barrier's wait overlaps the loads), the later phases' rows are prefetched into L2,
-// and loops stay rolled where unrolling buys nothing (the kernel's code is ~100 KB per instantiation).
+// ~7 MB at 16 bits): each phase's first weight rows are loaded into registers between the arrival at the
+// barrier that precedes it and its wait (so the wait overlaps the loads), the blocks without attention
+// work prefetch the later phases' rows into L2 while the others attend (issued on the critical path, the
+// prefetches cost more than they saved), and loops stay rolled where unrolling buys nothing (the kernel's
+// code is ~100 KB per instantiation).
 #pragma once
 #include "cuda_common.cuh"
 
@@ -31,7 +33,7 @@ constexpr int kMaxRows = 16;  // R = B * S rows at most (one block holds them al
 constexpr int kGmax = 2;      // query heads of one KV head per attention unit (more: more registers and code per unit)
 constexpr int kRT = 4;        // cache rows per lane slot and attention tile
 constexpr int kMaxSplits = 16;  // attention splits per (row, head) at most: phase 3 merges them in two batches of loads
-constexpr int kTracePoints = 17;  // Params::trace: globaltimer stamps per block
+constexpr int kTracePoints = 15;  // Params::trace: globaltimer stamps per block
 
 struct Params {
   const void *x, *attn_norm, *w_q, *w_k, *w_v, *w_o, *mlp_norm, *w_gate, *w_up, *w_down;
@@ -43,7 +45,7 @@ struct Params {
   int max_splits;      // the workspace's partials per head
   int min_split_rows;  // a split covers at least this many cache rows
   int act_floats;      // shared memory: act rows (or the attention merge area), then the two gammas
-  int barrier;         // which grid barrier (GridBarrier: kBarrierGrowOnly or kBarrierGeneration)
+  int barrier;         // which grid barrier (Arrive/Await: kBarrierGrowOnly or kBarrierGeneration)
   unsigned* bar;       // generation barrier: [0] arrivals, [32] generation; grow-only: [64] arrivals, [96] epoch
   float *q, *part, *x1, *h;
   float2* ml;
@@ -91,33 +93,51 @@ enum { kBarrierGeneration = 0, kBarrierGrowOnly = 2 };  // Params::barrier
 // block 0 at the end: barrier k of launch e is passed when the count reaches (e * kBarriers + k + 1) *
 // blocks (modulo 2^32; one round trip, the poll's). kBarrierGeneration: an arrival count that the last block resets and a
 // generation it advances (two round trips: the arrival's atomic, then the poll).
-__device__ __forceinline__ void GridBarrier(const Params& p, unsigned epoch, int k) {
+// A barrier is split in two: Arrive (the block's writes released, its arrival counted) and Await. Work
+// that the next phase does not need from other blocks (loading its weight rows, L2 prefetches) goes in
+// between, so it overlaps the wait; issued before the arrival, the loads would delay it (a release
+// waits for the thread's outstanding memory operations).
+struct Ticket {
+  unsigned gen;  // kBarrierGeneration: the generation at the arrival (thread 0)
+  bool last;     // kBarrierGeneration: this block arrived last (it advanced the generation)
+};
+
+__device__ __forceinline__ Ticket Arrive(const Params& p) {
+  Ticket t{0u, false};
   __syncthreads();
   if (threadIdx.x == 0) {
     if (p.barrier == kBarrierGrowOnly) {
-      unsigned* count = p.bar + 64;
-      const unsigned target = (epoch * kBarriers + k + 1) * gridDim.x;
-      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
-      unsigned cur;
-      do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(cur) : "l"(count) : "memory");
-      } while (static_cast<int>(cur - target) < 0);
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.bar + 64) : "memory");
     } else {
       unsigned* count = p.bar;
       unsigned* gen = p.bar + 32;
-      unsigned g, old;
-      asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(g) : "l"(gen) : "memory");
+      unsigned old;
+      asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(t.gen) : "l"(gen) : "memory");
       __threadfence();  // the block's writes (ordered before this thread by the __syncthreads) before the arrival
       asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(count) : "memory");
-      if (old == gridDim.x - 1) {
+      t.last = old == gridDim.x - 1;
+      if (t.last) {
         asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(count), "r"(0u) : "memory");
-        asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(gen), "r"(g + 1) : "memory");
-      } else {
-        unsigned cur;
-        do {
-          asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(cur) : "l"(gen) : "memory");
-        } while (cur == g);
+        asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(gen), "r"(t.gen + 1) : "memory");
       }
+    }
+  }
+  return t;
+}
+
+// Barrier k of the launch numbered `epoch`: returns once every block has arrived.
+__device__ __forceinline__ void Await(const Params& p, Ticket t, unsigned epoch, int k) {
+  if (threadIdx.x == 0) {
+    unsigned cur;
+    if (p.barrier == kBarrierGrowOnly) {
+      const unsigned target = (epoch * kBarriers + k + 1) * gridDim.x;
+      do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(cur) : "l"(p.bar + 64) : "memory");
+      } while (static_cast<int>(cur - target) < 0);
+    } else if (!t.last) {
+      do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(cur) : "l"(p.bar + 32) : "memory");
+      } while (cur == t.gen);
     }
   }
   __syncthreads();
@@ -151,27 +171,6 @@ __device__ int Splits(const Params& p, const Seqs& sq) {
   return static_cast<int>(want < 1 ? 1 : want > p.max_splits ? p.max_splits : want);
 }
 
-// The RMSNorm is folded into the products: a normalised row's product is dot(w, x * gamma) / rms(x),
-// rms(x) = sqrt(mean(x^2) + eps) (the same float32 quantities as the unfused kernels' x / rms * gamma,
-// summed in another order), so x goes to shared memory as it is and no block-wide normalisation pass
-// (and its barriers) stands between the loads and the products. Each warp computes the rms of every
-// row itself (the same order in every warp: one value per row) into its slot of `red`.
-__device__ void WarpRms(const float* act, int R, int K, float eps, float* rms) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll 1
-  for (int m = 0; m < R; ++m) {
-    float ss = 0.f;
-#pragma unroll 2
-    for (int k = lane * 4; k < K; k += 128) {  // K % 4 == 0 (whole 16-byte chunks)
-      const float4 v = *reinterpret_cast<const float4*>(act + m * K + k);
-      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    }
-    ss = WarpSum(ss);
-    if (lane == 0) rms[m] = sqrtf(ss / static_cast<float>(K) + eps);
-  }
-  __syncwarp();
-}
-
 // NR weight rows of K elements (16-byte chunks), the first HOLD chunks per lane held in registers.
 template <class T, int NR, int HOLD>
 struct Rows {
@@ -193,45 +192,59 @@ struct Rows {
 #pragma unroll 1
       for (int c = lane * 8; c < chunks; c += 32 * 8) PrefetchL2(w[r] + c);
   }
-  // acc += dot(the chunk's weights, x) (x * gamma with NORM).
+  // The chunk's act values as float32, times gamma with NORM; with NORM also adds their squares to ss.
   template <bool NORM>
-  __device__ static void Dot(const uint4& u, const float* x, const float* g, float& acc) {
+  __device__ static void Act(const float* x, const float* g, float (&v)[EPC], float& ss) {
+#pragma unroll
+    for (int q = 0; q < EPC / 4; ++q) {
+      float4 a = reinterpret_cast<const float4*>(x)[q];
+      if (NORM) {
+        ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+        const float4 gv = reinterpret_cast<const float4*>(g)[q];
+        a = make_float4(a.x * gv.x, a.y * gv.y, a.z * gv.z, a.w * gv.w);
+      }
+      v[4 * q] = a.x, v[4 * q + 1] = a.y, v[4 * q + 2] = a.z, v[4 * q + 3] = a.w;
+    }
+  }
+  // acc += dot(the chunk's weights, v).
+  __device__ static void Dot(const uint4& u, const float (&v)[EPC], float& acc) {
     float f[EPC];
     Elem<T>::Unpack(u, f);
 #pragma unroll
-    for (int q = 0; q < EPC / 4; ++q) {
-      float4 v = reinterpret_cast<const float4*>(x)[q];
-      if (NORM) {
-        const float4 gv = reinterpret_cast<const float4*>(g)[q];
-        v = make_float4(v.x * gv.x, v.y * gv.y, v.z * gv.z, v.w * gv.w);
-      }
-      acc += f[4 * q] * v.x + f[4 * q + 1] * v.y + f[4 * q + 2] * v.z + f[4 * q + 3] * v.w;
-    }
+    for (int e = 0; e < EPC; ++e) acc = fmaf(f[e], v[e], acc);
   }
-  // out[r] (every lane) = dot(weight row r, act row m) (act row * gamma with NORM); act rows of stride K.
+  // out[r] (every lane) = dot(weight row r, act row m); act rows of stride K. NORM: the RMSNorm folded in,
+  // dot(w, act * gamma) / rms(act row) with rms = sqrt(mean(act^2) + eps) summed from the same loads: the
+  // same float32 quantities as the unfused kernels' x / rms * gamma, in another order, and no block-wide
+  // normalisation pass (nor its latency) between the act rows' loads and the products. Every warp sums a
+  // row's squares in the same order (the lanes' chunks are the same for every item): one rms per row.
   template <bool NORM>
-  __device__ void Products(const float* act, const float* gamma, int m, int lane, float (&out)[NR]) const {
-    float acc[NR];
+  __device__ void Products(const float* act, const float* gamma, float eps, int m, int lane, float (&out)[NR]) const {
+    float acc[NR], ss = 0.f, v[EPC];
 #pragma unroll
     for (int r = 0; r < NR; ++r) acc[r] = 0.f;
     const float* xr = act + m * chunks * EPC;
 #pragma unroll
     for (int j = 0; j < HOLD; ++j) {
       const int c = lane + 32 * j;
-      if (c < chunks)
+      if (c < chunks) {
+        Act<NORM>(xr + c * EPC, gamma + c * EPC, v, ss);
 #pragma unroll
-        for (int r = 0; r < NR; ++r) Dot<NORM>(held[r][j], xr + c * EPC, gamma + c * EPC, acc[r]);
+        for (int r = 0; r < NR; ++r) Dot(held[r][j], v, acc[r]);
+      }
     }
 #pragma unroll 1
     for (int c = lane + 32 * HOLD; c < chunks; c += 32) {
       uint4 u[NR];
 #pragma unroll
       for (int r = 0; r < NR; ++r) u[r] = __ldg(w[r] + c);
+      Act<NORM>(xr + c * EPC, gamma + c * EPC, v, ss);
 #pragma unroll
-      for (int r = 0; r < NR; ++r) Dot<NORM>(u[r], xr + c * EPC, gamma + c * EPC, acc[r]);
+      for (int r = 0; r < NR; ++r) Dot(u[r], v, acc[r]);
     }
+    const float rms = NORM ? sqrtf(WarpSum(ss) / static_cast<float>(chunks * EPC) + eps) : 1.f;
 #pragma unroll
-    for (int r = 0; r < NR; ++r) out[r] = WarpSum(acc[r]);
+    for (int r = 0; r < NR; ++r) out[r] = WarpSum(acc[r]) / rms;
   }
 };
 // Chunks held per lane: for a 576-wide SmolLM2 row, 5 (float32) or 3 (16-bit) chunks; for its 1536-wide
@@ -259,8 +272,8 @@ __device__ __forceinline__ void LoadItem(R& rows, int i, int items, Setup setup)
 // the warp's first item (loaded before the barrier that precedes the phase); each next item is loaded
 // into `nxt` before the current one's products (already, when nxt_loaded), so its latency overlaps them.
 template <bool NORM, class R, class Setup, class Pre, class Epi>
-__device__ void ItemLoop(R& cur, R& nxt, bool nxt_loaded, int items, const float* act, const float* gamma, const float* rms, int rows,
-                         Setup setup, Pre pre, Epi epi) {
+__device__ void ItemLoop(R& cur, R& nxt, bool nxt_loaded, int items, const float* act, const float* gamma, float eps, int rows, Setup setup,
+                         Pre pre, Epi epi) {
   const int lane = threadIdx.x & 31;
   const int tw = gridDim.x * kWarps;
 #pragma unroll 1
@@ -271,21 +284,21 @@ __device__ void ItemLoop(R& cur, R& nxt, bool nxt_loaded, int items, const float
     for (int m = 0; m < rows; ++m) {
       const float extra = lane == 0 ? pre(i, m) : 0.f;
       float out[R::kRows];
-      cur.template Products<NORM>(act, gamma, m, lane, out);
-      if (NORM)
-        for (float& o : out) o /= rms[m];
+      cur.template Products<NORM>(act, gamma, eps, m, lane, out);
       if (lane == 0) epi(i, m, out, extra);
     }
     if (more) cur = nxt;
   }
 }
 
-// L2 prefetch of every item of the warp in a phase.
+// L2 prefetch of a phase's weight rows by the blocks from `first_idle` on (those without attention work:
+// they wait at barrier 1 while the others attend); item i goes to the idle blocks' warps round-robin.
 template <class R, class Setup>
-__device__ void PrefetchItems(int items, Setup setup) {
-  const int tw = gridDim.x * kWarps;
+__device__ void PrefetchItems(int items, int first_idle, Setup setup) {
+  const int idle = static_cast<int>(gridDim.x) - first_idle;
+  if (static_cast<int>(blockIdx.x) < first_idle) return;
 #pragma unroll 1
-  for (int i = FirstItem(); i < items; i += tw) {
+  for (int i = (threadIdx.x >> 5) * idle + static_cast<int>(blockIdx.x) - first_idle; i < items; i += idle * kWarps) {
     R rows;
     setup(i, rows);
     rows.Prefetch(threadIdx.x & 31);

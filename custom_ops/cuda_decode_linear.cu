@@ -33,6 +33,7 @@ struct Projections {
   int64_t end[kMaxWeights];  // cumulative work items (columns, or [K, N] tiles) up to and including weight i
   int count;
   const void* residual;  // LinearResidual: [rows, n[0]], added to the product
+  int group;             // columns per warp of GroupedKernel (ColumnGroup)
 };
 
 // What a launch computes: y_i = xn @ w_i (Linear), silu(xn @ w_0) * (xn @ w_1) (SwiGLU), both after
@@ -202,6 +203,58 @@ __device__ __forceinline__ void ColumnRows(const Projections& p, int64_t c, int6
   *w2 = SWIGLU ? static_cast<const T*>(p.w[1]) + *n * K : nullptr;
 }
 
+// One row (M = 1) through one wide weight (the LM head: 49152 columns): a warp takes G = kPrefetch / H
+// adjacent columns at once, lane l holding chunk l + 32 * (j % H) of column j / H in its slot j (H slots
+// per column: at least a row's chunks per lane). With one column per warp only one row per warp is in flight (1152 bytes for a
+// 576-wide fp16 row) at the 3 blocks per SM RowsKernel's registers allow: too little to cover DRAM's
+// latency (fp16 LM head at 43% of the H200's bandwidth). Its own kernel, bounded to 64 registers (4
+// blocks per SM), with H a template parameter so the slots' mapping costs no registers.
+template <class T, int H>
+__global__ void __launch_bounds__(kThreads, 4) GroupedKernel(const T* __restrict__ x, const T* __restrict__ gamma, int64_t K, float eps,
+                                                             Projections p) {
+  constexpr int EPC = Elem<T>::EPC, G = kPrefetch / H;
+  extern __shared__ float4 smem4[];
+  float* xn = reinterpret_cast<float*>(smem4);
+  const int lane = threadIdx.x & 31;
+  const int chunks = static_cast<int>(K / EPC);
+  const int64_t N = p.n[0], stride = static_cast<int64_t>(gridDim.x) * kWarps * G;
+  const uint4* w = static_cast<const uint4*>(p.w[0]);
+  int64_t c = (static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * G;
+  uint4 a[kPrefetch];
+  // slot j holds chunk lane + 32 * (j % H) of column c0 + j / H, where that chunk exists
+  auto held = [&](int j, int64_t c0) { return c0 + j / H < N && lane + 32 * (j % H) < chunks; };
+  auto load = [&](int64_t c0) {
+#pragma unroll
+    for (int j = 0; j < kPrefetch; ++j)
+      if (held(j, c0)) a[j] = __ldg(w + (c0 + j / H) * chunks + lane + 32 * (j % H));
+  };
+  if (c < N) load(c);
+  GridDependencyWait();  // x is the previous kernel's output
+  GridDependentsRelease();
+  NormalizeTile<T, 1>(x, gamma, K, 1, eps, xn);
+  for (bool first = true; c < N; c += stride, first = false) {
+    if (!first) load(c);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = g * H; j < (g + 1) * H; ++j) {
+        if (!held(j, c)) continue;
+        float f[EPC];
+        Elem<T>::Unpack(a[j], f);
+        const float4* xr = reinterpret_cast<const float4*>(xn + (lane + 32 * (j % H)) * EPC);
+#pragma unroll
+        for (int q = 0; q < EPC / 4; ++q) {
+          const float4 v = xr[q];
+          sum += f[4 * q] * v.x + f[4 * q + 1] * v.y + f[4 * q + 2] * v.z + f[4 * q + 3] * v.w;
+        }
+      }
+      sum = WarpSum(sum);
+      if (lane == 0 && c + g < N) static_cast<T*>(p.y[0])[c + g] = Elem<T>::FromF(sum);
+    }
+  }
+}
+
 // trans_b: w [N, K]. One warp per output column (grid-stride over the columns of every weight).
 template <class T, int MT, int MODE>
 __global__ void __launch_bounds__(kThreads) RowsKernel(const T* __restrict__ x, const T* __restrict__ gamma, int64_t K, int rows,
@@ -299,10 +352,21 @@ __global__ void __launch_bounds__(kThreads) ColumnsKernel(const T* __restrict__ 
 // at least; K = 0, a LinearResidual of empty rows, holds no row in shared memory).
 int64_t RowTile(int64_t M, int64_t K) { return std::min<int64_t>(std::min<int64_t>(M, 16), K == 0 ? 16 : kSmemBytes / (4 * K)); }
 
+// Columns per warp (GroupedKernel when > 1; else RowsKernel) for one row through one weight whose columns
+// take more than two passes of the grid and whose rows fill at most half of a lane's kPrefetch slots.
+template <class T, int MODE>
+int ColumnGroup(const Projections& p, int64_t K, int rows, int64_t warps) {
+  constexpr int EPC = Elem<T>::EPC;
+  if (MODE != kLinear || rows != 1 || p.count != 1 || K % EPC || reinterpret_cast<uintptr_t>(p.w[0]) % 16) return 1;
+  const int64_t H = (K / EPC + 31) / 32;  // a row's chunks per lane: 1 -> 8 columns, 2 -> 4, 3 or 4 -> 2
+  return p.n[0] > 2 * warps && 2 * H <= kPrefetch ? static_cast<int>(kPrefetch / (H == 3 ? 4 : H)) : 1;
+}
+
 template <class T, int MT, int MODE>
 int LaunchTile(const T* x, const T* gamma, int64_t K, int rows, float eps, bool trans_b, Projections p, cudaStream_t s) {
   if (trans_b) {
-    const int64_t columns = p.end[p.count - 1];
+    p.group = ColumnGroup<T, MODE>(p, K, rows, static_cast<int64_t>(NumSMs()) * 8 * kWarps);
+    const int64_t columns = (p.end[p.count - 1] + p.group - 1) / p.group;
     const int64_t blocks = std::min<int64_t>((columns + kWarps - 1) / kWarps, static_cast<int64_t>(NumSMs()) * 8);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(static_cast<unsigned>(blocks));
@@ -314,7 +378,12 @@ int LaunchTile(const T* x, const T* gamma, int64_t K, int rows, float eps, bool 
     pdl.val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = &pdl;
     cfg.numAttrs = g_decode_linear_pdl && HasPdl() ? 1 : 0;
-    if (cudaError_t e = cudaLaunchKernelEx(&cfg, RowsKernel<T, MT, MODE>, x, gamma, K, rows, eps, p)) return e;
+    // GroupedKernel's slots per column: kPrefetch / group (8, 4 or 2 columns: 1, 2 or 4 slots)
+    cudaError_t e = MT != 1 || MODE != kLinear || p.group == 1 ? cudaLaunchKernelEx(&cfg, RowsKernel<T, MT, MODE>, x, gamma, K, rows, eps, p)
+                    : p.group == 8                           ? cudaLaunchKernelEx(&cfg, GroupedKernel<T, 1>, x, gamma, K, eps, p)
+                    : p.group == 4                           ? cudaLaunchKernelEx(&cfg, GroupedKernel<T, 2>, x, gamma, K, eps, p)
+                                                             : cudaLaunchKernelEx(&cfg, GroupedKernel<T, 4>, x, gamma, K, eps, p);
+    if (e != cudaSuccess) return e;
   } else {
     const size_t smem = sizeof(float) * std::max<int64_t>(rows * K, int64_t(2) * kWarps * MT * kTile);
     ColumnsKernel<T, MT, MODE><<<static_cast<unsigned>(p.end[p.count - 1]), dim3(kTile, kWarps), smem, s>>>(x, gamma, K, rows, eps, p);

@@ -230,8 +230,8 @@ struct Variant {
 // each barrier took from its last arrival to its last departure, the blocks' start skew, and the gap
 // from a layer's last block to the next layer's first.
 static const char* kPointNames[dl::kTracePoints] = {
-    "start", "x and gammas loaded", "rms done", "qkv done", "barrier0 out", "attention tiles done", "attention done", "barrier1 out",
-    "heads merged", "o_proj done", "barrier2 out", "x1 loaded", "x1 rms done", "gate_up done", "barrier3 out", "h loaded", "end"};
+    "start", "x and gammas loaded", "qkv done", "barrier0 out", "attention tiles done", "attention done", "barrier1 out",
+    "heads merged", "o_proj done", "barrier2 out", "x1 loaded", "gate_up done", "barrier3 out", "h loaded", "end"};
 
 static std::string TracePhases(Stack& sk, const Variant& v, Timer& tm) {
   const int n = static_cast<int>(sk.L.size()), blocks = NumSMs(), P = dl::kTracePoints;
@@ -244,7 +244,7 @@ static std::string TracePhases(Stack& sk, const Variant& v, Timer& tm) {
   tm.Graph([&](cudaStream_t s) { sk.Run(s, n); }, 1, 1);
   std::vector<double> at(P, 0.0), bar(4, 0.0);
   double gap = 0, prev_end = 0, skew = 0;
-  const int arrive[4] = {3, 6, 9, 13};
+  const int arrive[4] = {2, 5, 8, 11};
   for (int l = 0; l < n; ++l) {
     std::vector<unsigned long long> t(static_cast<size_t>(blocks) * P);
     CK(cudaMemcpy(t.data(), bufs[l], t.size() * sizeof(t[0]), cudaMemcpyDeviceToHost));
@@ -310,6 +310,7 @@ static bool RunTimings(int replays, std::vector<std::string>* json) {
   const Variant variants[] = {{"one-launch", F, G, 127, true},
                               {"one-launch no-PDL", F, G, 127, false},
                               {"one-launch generation barrier", F, dl::kBarrierGeneration, 127, true},
+                              {"one-launch no L2 prefetch", F, G, 127 & ~dl::kPrefetch, true},
                               {"launch only (no phase, no barrier)", F, G, 0, true},
                               {"launch + 4 barriers", F, G, 32, true},
                               {"five-kernels", MN_DECODE_LAYER_FIVE_KERNELS, G, 127, true}};

@@ -1,5 +1,6 @@
 """CUDA kernels of RMSNormLinear, RMSNormSwiGLU and LinearResidual: placement on CUDAExecutionProvider,
 parity with a float64 numpy reference in float32/float16/bfloat16, M = 1 and 8 (and 16), odd K and N,
+wide weights at M = 1 (several columns per warp),
 both weight layouts, row counts that take several launches; a batched decode step replayed as a CUDA
 graph with every residual product in LinearResidual (the tiny LLaMA's fused one-sequence decode step on
 CUDA, as a CUDA graph and in fp16: ``test_fused_kernels_gpu.py``).
@@ -17,8 +18,18 @@ import pytest
 from test_decode_linear_kernels import RTOL, case_id
 
 pytestmark = kc.CUDA_SKIPS
-# + a K so large that 16 rows of it do not fit one block's shared memory: row tiles of 5 (several launches)
-LINEAR = [*dl.LINEAR, (16, 2048, (40, 24), True), (16, 2048, (33,), False), (8, 576, (49152,), True)]
+# + a K so large that 16 rows of it do not fit one block's shared memory: row tiles of 5 (several launches);
+# one row through a weight wide enough for the grouped kernel (several columns per warp: K = 256, 576 and
+# 1024 hold 1, 3 and 4 of a lane's 16-byte chunks at 16 bits, 2 at float32; N = 20001 ends in a partial group)
+LINEAR = [
+    *dl.LINEAR,
+    (16, 2048, (40, 24), True),
+    (16, 2048, (33,), False),
+    (8, 576, (49152,), True),
+    (1, 576, (49152,), True),
+    (1, 256, (20001,), True),
+    (1, 1024, (33000,), True),
+]
 SWIGLU = [*dl.SWIGLU, (16, 2048, 40, False), (1, 576, 1536, False)]
 # + 16 rows of K = 4096 (a tile of 2 rows per launch) and SmolLM2's down_proj in the [K, N] layout
 RESIDUAL = [*dl.RESIDUAL, (16, 4096, 40, True), (16, 4096, 33, False), (1, 1536, 576, False)]
