@@ -36,6 +36,12 @@ struct Items {
     r.w[0] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.w_down) + static_cast<int64_t>(n) * p.I);
     r.chunks = p.I / EPC;
   }
+  // Phases 3-5's rows into L2, by the blocks from `first_idle` on (PrefetchItems).
+  __device__ void PrefetchLater(int first_idle) const {
+    PrefetchItems<Single<T>>(p.D, first_idle, [&](int i, Single<T>& r) { ORow(i, r); });
+    PrefetchItems<Pair<T>>(p.I, first_idle, [&](int i, Pair<T>& r) { GateUpRows(i, r); });
+    PrefetchItems<Single<T>>(p.D, first_idle, [&](int i, Single<T>& r) { DownRow(i, r); });
+  }
 };
 
 // Phase 1's epilogue for row m of pair item i: q, k, v rounded to T as RMSNormLinear's outputs; q and k
@@ -224,12 +230,7 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(Params p) {
   Trace(p, 5);
   Barrier(p, sh, 1, 6, [&] {
     LoadItem(one, FirstItem(), p.D, orow);
-    if (p.phases & kPrefetch) {
-      const int busy = min(Attn<T, HD>::Units(p, splits), static_cast<int>(gridDim.x));
-      PrefetchItems<Single<T>>(p.D, busy, orow);
-      PrefetchItems<Pair<T>>(p.I, busy, gateup);
-      PrefetchItems<Single<T>>(p.D, busy, down);
-    }
+    if (p.phases & kPrefetch) it.PrefetchLater(min(Attn<T, HD>::Units(p, splits), static_cast<int>(gridDim.x)));
   });
   // 3: x1 = a @ w_o^T + x
   if (p.phases & kPhase3) {
