@@ -95,8 +95,7 @@ enum { kBarrierGeneration = 0, kBarrierGrowOnly = 2 };  // Params::barrier
 // generation it advances (two round trips: the arrival's atomic, then the poll).
 // A barrier is split in two: Arrive (the block's writes released, its arrival counted) and Await. Work
 // that the next phase does not need from other blocks (loading its weight rows, L2 prefetches) goes in
-// between, so it overlaps the wait; issued before the arrival, the loads would delay it (a release
-// waits for the thread's outstanding memory operations).
+// between, so it overlaps the wait instead of preceding the arrival.
 struct Ticket {
   unsigned gen;  // kBarrierGeneration: the generation at the arrival (thread 0)
   bool last;     // kBarrierGeneration: this block arrived last (it advanced the generation)
