@@ -205,10 +205,10 @@ __device__ __forceinline__ void ColumnRows(const Projections& p, int64_t c, int6
 
 // One row (M = 1) through one wide weight (the LM head: 49152 columns): a warp takes G = kPrefetch / H
 // adjacent columns at once, lane l holding chunk l + 32 * (j % H) of column j / H in its slot j (H slots
-// per column: at least a row's chunks per lane). With one column per warp only one row per warp is in flight (1152 bytes for a
-// 576-wide fp16 row) at the 3 blocks per SM RowsKernel's registers allow: too little to cover DRAM's
-// latency (fp16 LM head at 43% of the H200's bandwidth). Its own kernel, bounded to 64 registers (4
-// blocks per SM), with H a template parameter so the slots' mapping costs no registers.
+// per column: at least a row's chunks per lane). With one column per warp only one row per warp is in
+// flight (1152 bytes for a 576-wide fp16 row) at the 3 blocks per SM RowsKernel's registers allow: too
+// little to cover DRAM's latency (fp16 LM head at 43% of the H200's bandwidth). Its own kernel, bounded
+// to 64 registers (4 blocks per SM), with H a template parameter so the slots' mapping costs no registers.
 template <class T, int H>
 __global__ void __launch_bounds__(kThreads, 4) GroupedKernel(const T* __restrict__ x, const T* __restrict__ gamma, int64_t K, float eps,
                                                              Projections p) {
@@ -238,17 +238,8 @@ __global__ void __launch_bounds__(kThreads, 4) GroupedKernel(const T* __restrict
     for (int g = 0; g < G; ++g) {
       float sum = 0.0f;
 #pragma unroll
-      for (int j = g * H; j < (g + 1) * H; ++j) {
-        if (!held(j, c)) continue;
-        float f[EPC];
-        Elem<T>::Unpack(a[j], f);
-        const float4* xr = reinterpret_cast<const float4*>(xn + (lane + 32 * (j % H)) * EPC);
-#pragma unroll
-        for (int q = 0; q < EPC / 4; ++q) {
-          const float4 v = xr[q];
-          sum += f[4 * q] * v.x + f[4 * q + 1] * v.y + f[4 * q + 2] * v.z + f[4 * q + 3] * v.w;
-        }
-      }
+      for (int j = g * H; j < (g + 1) * H; ++j)
+        if (held(j, c)) ChunkDots<T, 1, false>(a[j], a[j], xn, K, lane + 32 * (j % H), 1, &sum, &sum);
       sum = WarpSum(sum);
       if (lane == 0 && c + g < N) static_cast<T*>(p.y[0])[c + g] = Elem<T>::FromF(sum);
     }
