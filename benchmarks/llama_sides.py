@@ -120,6 +120,7 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
     # Greedy steps as generate() runs them: on the device in queued chunks (decode_greedy: the chosen
     # tokens fed back, read back once per chunk) unless the spec asks for the host's argmax of the logits.
     on_device = hasattr(runner, "decode_greedy") and not spec.get("host_argmax")
+    chunk_size = spec.get("greedy_chunk") or GREEDY_CHUNK
     if rows == 1:
         prefill = lambda: [int(np.argmax(runner.prefill(prompts[0])))]  # noqa: E731
         step = lambda last: [int(np.argmax(runner.decode(last[0])))]  # noqa: E731
@@ -132,12 +133,12 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
     info = {
         "session_build_s": round(build_s, 3),
         "prefill_chunk": runner.chunk,
-        "argmax": f"device (decode_greedy, chunks of {GREEDY_CHUNK})" if on_device else "host (numpy, from the logits)",
+        "argmax": f"device (decode_greedy, chunks of {chunk_size})" if on_device else "host (numpy, from the logits)",
         "custom_ops": plan.kernels(),
         "providers": plan.providers,
         "versions": {"onnxruntime": ort.__version__},
     }
-    return info, loop_runner(prefill, step, n, chunk if on_device else None, GREEDY_CHUNK)
+    return info, loop_runner(prefill, step, n, chunk if on_device else None, chunk_size)
 
 
 def open_hf(spec: dict) -> tuple[dict, Callable]:

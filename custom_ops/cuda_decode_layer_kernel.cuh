@@ -20,7 +20,8 @@
 // ~7 MB at 16 bits): each phase's first weight rows are loaded into registers between the arrival at the
 // barrier that precedes it and its wait (so the wait overlaps the loads), the blocks without attention
 // work prefetch the later phases' rows into L2 while the others attend (issued on the critical path, the
-// prefetches cost more than they saved), and loops stay rolled where unrolling buys nothing (the kernel's
+// prefetches cost more than they saved; with short caches, <= 256 rows, they cost more than they save
+// anyway and are skipped), and loops stay rolled where unrolling buys nothing (the kernel's
 // code is ~100 KB per instantiation).
 #pragma once
 #include "cuda_common.cuh"

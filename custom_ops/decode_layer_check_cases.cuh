@@ -316,12 +316,15 @@ static bool RunTimings(int replays, std::vector<std::string>* json) {
                               {"five-kernels", MN_DECODE_LAYER_FIVE_KERNELS, G, 127, true}};
   for (int dt : {MN_F32, MN_F16, MN_BF16}) {
     const double lm = LmHeadUs(dt, tm);
-    for (int64_t len : {128, 1024, 4096}) {
+    for (int64_t len : {128, 256, 512, 1024, 4096}) {
       Stack sk(dt, len, 30);
-      for (const Variant& v : variants)
-        // every variant at 128 cached rows, the main one and the five kernels at every length; bfloat16: the main one
-        if (v.Main() || (dt != MN_BF16 && (len == 128 || (v.path != F && v.phases == 127))))
+      for (const Variant& v : variants) {
+        // every variant at 128 cached rows; the main one and the one without L2 prefetches at every length (the
+        // kernel prefetches from 512 rows on), the five kernels at 128, 1024 and 4096; bfloat16: those two
+        const bool two = v.Main() || v.phases == (127 & ~dl::kPrefetch);
+        if (two || (dt != MN_BF16 && (len == 128 || (v.path != F && v.phases == 127 && len != 256 && len != 512))))
           ok &= TimeVariant(sk, v, len, lm, replays, tm, json);
+      }
     }
   }
   return ok;
