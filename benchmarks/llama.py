@@ -26,9 +26,9 @@ Configurations (``--sides``, ``--precisions``, ``--batches``):
 - ``ours-hostargmax``: ``ours`` choosing each greedy token on the host (numpy argmax of the logits
   copied back after each step) instead of on the device (ours' default where the runner has
   ``decode_greedy``, as ``generate`` runs it: the chosen tokens fed back on the device, steps queued
-  in chunks of 16 with one wait and one read-back per chunk).
-- ``ours-chunk64``: ``ours`` with the greedy steps queued in chunks of 64 (one wait and read-back per
-  64 tokens; the host's turnaround between chunks leaves the GPU idle).
+  in chunks with one wait and one read-back per chunk: 8 steps, then up to 64, ``GreedyChunks``).
+- ``ours-chunk16`` / ``ours-chunk64``: ``ours`` with the greedy steps queued in fixed chunks of 16
+  (``generate``'s before its chunks grew) or 64 (the host's turnaround between chunks leaves the GPU idle).
 - ``hf-eager``: ``generate`` with ``attn_implementation="eager"``, in each precision.
 - ``hf-static``: ``generate`` with ``cache_implementation="static"`` (SDPA attention; on CUDA
   transformers compiles the decode step with ``torch.compile``), in each precision.
@@ -74,12 +74,13 @@ OURS_MODES = {
     "nolayer": {"no_decode_layer": True},
     "hostargmax": {"host_argmax": True},
     "team2": {"cpu_team": "2"},
+    "chunk16": {"greedy_chunk": 16},
     "chunk64": {"greedy_chunk": 64},
 }
 """``ours-<mode>`` sides: what they change in the spec (``spin``: ``thread_spinning``, ``threads``,
 ``separate_projections``: ``merge_projections=False``, ``no_decode_layer``: ``decode_layer=False``,
 ``host_argmax``: the greedy token from the logits on the host, ``cpu_team``: ``MEGANEURA_CPU_TEAM``,
-``greedy_chunk``: greedy steps queued per read-back instead of ``generate``'s ``GREEDY_CHUNK``)."""
+``greedy_chunk``: greedy steps queued per read-back, fixed, instead of ``generate``'s ``GreedyChunks``)."""
 DEFAULTS = {  # per device: what the issue asks to be shown
     "cpu": {
         "sides": "ours,ours-team2,ours-spin,ours-1thread,genai,hf-eager",
@@ -286,7 +287,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--sides",
         default=None,
-        help="comma-separated: ours, ours-spin, ours-nospin, ours-1thread, ours-separate, ours-nolayer, ours-hostargmax, ours-team2, ours-chunk64, genai, hf-eager, hf-static [default: per device]",
+        help="comma-separated: ours, ours-spin, ours-nospin, ours-1thread, ours-separate, ours-nolayer, ours-hostargmax, ours-team2, ours-chunk16, ours-chunk64, genai, hf-eager, hf-static [default: per device]",
     )
     ap.add_argument("--precisions", default=None, help="comma-separated: fp32, fp16, bf16 [CPU: fp32; CUDA: all]")
     ap.add_argument("--batches", default=None, help="comma-separated batch sizes [CPU: 1; CUDA: 1,8]")

@@ -57,21 +57,23 @@ def load_llama_module():
     return module
 
 
-def loop_runner(prefill: Callable[[], list[int]], step: Callable[[list[int]], list[int]], new_tokens: int, chunk=None, chunk_size: int = 1):
+def loop_runner(prefill: Callable[[], list[int]], step: Callable[[list[int]], list[int]], new_tokens: int, chunk=None, chunks=None):
     """One run: prefill, then ``new_tokens - 1`` steps, each fed the tokens it chose last (reading
     them on the host waits for the device). Returns ``prefill_s``, ``decode_s``, ``decode_cpu_s``
     (CPU time of this process, all threads, during the decode: on a shared machine it shows the
     work done where wall time also shows the waiting) and ``tokens [rows][new_tokens]``.
-    ``chunk(last, k)``, when given, runs up to ``k`` (at most ``chunk_size``) steps at once and returns
-    them ``[step][row]`` (our greedy decoding queued on the device, in the chunks ``generate`` uses)."""
+    ``chunk(last, k)``, when given, runs ``k`` steps at once and returns them ``[step][row]`` (our
+    greedy decoding queued on the device), in the chunk sizes ``chunks()`` (a fresh
+    ``GreedyChunks`` per run: ``generate``'s) picks."""
 
     def run() -> dict:
+        sizes = chunks() if chunk else None
         t0 = time.perf_counter()
         last = prefill()
         t1, c1 = time.perf_counter(), time.process_time()
         out = [last]
         while len(out) < new_tokens:
-            steps = chunk(last, min(chunk_size, new_tokens - len(out))) if chunk else [step(last)]
+            steps = sizes.run(chunk, last, new_tokens - len(out)) if chunk else [step(last)]
             out += steps
             last = steps[-1]
         t2, c2 = time.perf_counter(), time.process_time()
@@ -84,7 +86,7 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
     sys.path.insert(0, str(ROOT))
     import onnxruntime as ort
 
-    from meganeura_onnx.generation import GREEDY_CHUNK
+    from meganeura_onnx.generation import GreedyChunks
 
     llama = load_llama_module()
     folder, prompts, n = Path(spec["hf_dir"]), spec["prompts"], spec["new_tokens"]
@@ -120,7 +122,8 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
     # Greedy steps as generate() runs them: on the device in queued chunks (decode_greedy: the chosen
     # tokens fed back, read back once per chunk) unless the spec asks for the host's argmax of the logits.
     on_device = hasattr(runner, "decode_greedy") and not spec.get("host_argmax")
-    chunk_size = spec.get("greedy_chunk") or GREEDY_CHUNK
+    fixed = spec.get("greedy_chunk")
+    chunks = (lambda: GreedyChunks(fixed, fixed)) if fixed else GreedyChunks  # noqa: E731
     if rows == 1:
         prefill = lambda: [int(np.argmax(runner.prefill(prompts[0])))]  # noqa: E731
         step = lambda last: [int(np.argmax(runner.decode(last[0])))]  # noqa: E731
@@ -133,12 +136,14 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
     info = {
         "session_build_s": round(build_s, 3),
         "prefill_chunk": runner.chunk,
-        "argmax": f"device (decode_greedy, chunks of {chunk_size})" if on_device else "host (numpy, from the logits)",
+        "argmax": (f"device (decode_greedy, chunks of {fixed})" if fixed else "device (decode_greedy, generate's chunks)")
+        if on_device
+        else "host (numpy, from the logits)",
         "custom_ops": plan.kernels(),
         "providers": plan.providers,
         "versions": {"onnxruntime": ort.__version__},
     }
-    return info, loop_runner(prefill, step, n, chunk if on_device else None, chunk_size)
+    return info, loop_runner(prefill, step, n, chunk if on_device else None, chunks)
 
 
 def open_hf(spec: dict) -> tuple[dict, Callable]:

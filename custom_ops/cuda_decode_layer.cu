@@ -127,7 +127,7 @@ struct Shared {
 };
 
 // The phases' bits in Params::phases (decode_layer_check's breakdown; every bit set otherwise).
-constexpr int kPrefetchMinSplits = 3;  // fewer attention splits: no L2 prefetches (see the kernel)
+constexpr int64_t kPrefetchMinRows = 257;  // shorter attended lengths: no L2 prefetches (see the kernel)
 enum { kPhase1 = 1, kPhase2 = 2, kPhase3 = 4, kPhase4 = 8, kPhase5 = 16, kPhaseBarriers = 32, kPrefetch = 64, kAllPhases = 127 };
 
 // Grid barrier k (Arrive, then between(), then Await), stamped with trace point `trace` once passed.
@@ -218,11 +218,12 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(Params p) {
   Single<T> one, one2;
   // 1: q | k | v (rms-normalised x), rope, cache rows
   LoadRows<T, HD>(p, sh);
-  const int splits = Splits(p, sq);
-  // L2 prefetches pay off once the attention phase is long enough to hide them: with at most
-  // kPrefetchMinSplits - 1 splits (<= 256 cached rows at batch 1) they cost more than they save (H200:
-  // float32 18.6 -> 17.6-17.8 us per layer without them, 16-bit types 0.1-0.2 us; from 512 rows on they gain).
-  const bool prefetch = (p.phases & kPrefetch) && splits >= kPrefetchMinSplits;
+  const int64_t attended = AttendedRows(p, sq);
+  const int splits = Splits(p, attended);
+  // L2 prefetches pay off once the attention phase is long enough to hide them: up to 256 attended rows
+  // they cost more than they save (H200, per layer: float32 18.6 -> 17.6-17.8 us without them at 128
+  // and 256 cached rows, 16-bit types 0.1-0.2 us; from 512 rows on they gain, or float32 loses <= 0.2).
+  const bool prefetch = (p.phases & kPrefetch) && attended >= kPrefetchMinRows;
   if (prefetch) Attn<T, HD>::Prefetch(p, sq, splits);
   if (p.phases & kPhase1)
     ItemLoop<true>(pair, pair2, false, it.Qkv(), act, sh.gamma1, p.eps, p.R, qkv, none,

@@ -161,12 +161,17 @@ __device__ __forceinline__ void SetSeqs(const Params& p, int64_t v, Seqs* s) {
   }
 }
 
-// Attention splits per (row, head), from the longest attended length (every thread computes the same).
-__device__ int Splits(const Params& p, const Seqs& sq) {
+// The longest attended length (cache rows up to and including the last new row) of the valid sequences.
+__device__ int64_t AttendedRows(const Params& p, const Seqs& sq) {
   int64_t L = 1;
 #pragma unroll 1
   for (int b = 0; b < p.B; ++b)
     if (sq.valid[b]) L = max(L, sq.pos[b] + p.S);
+  return L;
+}
+
+// Attention splits per (row, head), from the longest attended length (every thread computes the same).
+__device__ int Splits(const Params& p, int64_t L) {
   const int64_t want = (L + p.min_split_rows - 1) / p.min_split_rows;
   return static_cast<int>(want < 1 ? 1 : want > p.max_splits ? p.max_splits : want);
 }
