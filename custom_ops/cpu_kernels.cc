@@ -26,6 +26,7 @@ constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
 constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;  // index inputs: int64, int32 or uint32
+constexpr auto U32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32;
 
 // ------------------------------------------------------------------ Rope
 // cos / sin of pos * inv_freq[j] for positions [0, positions), shared by every Rope kernel with the same
@@ -387,6 +388,55 @@ class ScatterAddCpu : public Kernel {
   int64_t num_rows_;
 };
 
+// ------------------------------------------------------------------ GreedyStep
+// The index of the row's largest value, the first on ties, a NaN counting as larger than any number
+// (numpy.argmax, and the function body's ArgMax on these inputs).
+template <class T>
+int64_t RowArgmax(const T* row, int64_t V) {
+  int64_t best = 0;
+  float top = ToFloat(row[0]);
+  for (int64_t i = 0; i < V; ++i) {
+    const float v = ToFloat(row[i]);
+    if (std::isnan(v)) return i;
+    if (v > top) top = v, best = i;
+  }
+  return best;
+}
+
+class GreedyStepCpu : public Kernel {
+ public:
+  static OrtStatus* Create(const OrtKernelInfo*, Kernel** out) {
+    *out = new GreedyStepCpu;
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor logits, pos, log;
+    MN_RETURN_IF(GetInput(ctx, 0, &logits));
+    MN_RETURN_IF(GetInput(ctx, 1, &pos));
+    MN_RETURN_IF(GetInput(ctx, 2, &log));
+    GreedyStepProblem p;
+    MN_RETURN_IF(CheckGreedyStep(logits, pos, log, &p));
+    void *token = nullptr, *next_pos = nullptr, *next_log = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, {p.B}, &token));
+    MN_RETURN_IF(GetOutput(ctx, 1, {p.B}, &next_pos));
+    MN_RETURN_IF(GetOutput(ctx, 2, {p.B, p.n}, &next_log));
+    const uint32_t* kv = static_cast<const uint32_t*>(pos.data);
+    uint32_t *t = static_cast<uint32_t*>(token), *np = static_cast<uint32_t*>(next_pos), *out = static_cast<uint32_t*>(next_log);
+    if (next_log != log.data) std::memcpy(out, log.data, sizeof(uint32_t) * static_cast<size_t>(p.B * p.n));
+    return DispatchFloat(logits.type, [&](auto tag) -> OrtStatus* {
+      using T = decltype(tag);
+      for (int64_t b = 0; b < p.B; ++b) {
+        const uint32_t chosen = static_cast<uint32_t>(RowArgmax(static_cast<const T*>(logits.data) + b * p.V, p.V));
+        const uint32_t at = kv[b] + 1u;  // modulo 2^32; read before next_pos (which may be kv_pos's buffer) is written
+        t[b] = chosen;
+        np[b] = at;
+        out[b * p.n + std::min<int64_t>(at, p.n - 1)] = chosen;
+      }
+      return nullptr;
+    });
+  }
+};
+
 }  // namespace
 
 OrtStatus* CachedAttentionCpuRun(const Pool& ctx, const AttnProblem& p, const void* q, const void* k, const void* v,
@@ -412,6 +462,11 @@ void AddCpuOps(std::vector<OpDef*>* ops) {
   }
   ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {false, false},
                            ScatterAddCpu::Create, -1));
+  for (const auto T : {F32, F16, BF16}) {
+    ops->push_back(new OpDef("GreedyStep", ep, {T, U32, U32}, {U32, U32, U32}, {false, false, false}, {false, false, false},
+                             GreedyStepCpu::Create, 1));
+    ops->back()->UseKvCacheOutputs(1);  // outputs 1, 2: kv_pos's and token_log's shapes (may be updated in place)
+  }
 }
 
 }  // namespace mn

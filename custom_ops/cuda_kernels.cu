@@ -1,5 +1,5 @@
-// CUDA kernels of the com.meganeura ops Rope, CacheWrite (float32, float16, bfloat16) and ScatterAdd,
-// and the position/index read-back.
+// CUDA kernels of the com.meganeura ops Rope, CacheWrite (float32, float16, bfloat16), ScatterAdd and
+// GreedyStep, and the position/index read-back.
 // Built by nvcc; called through cuda_kernels.h. CachedAttention lives in cuda_attention.cu.
 #include <cstring>
 
@@ -122,6 +122,63 @@ __global__ void PoisonIfBad(const int* __restrict__ bad, float* __restrict__ out
     out[i] = __int_as_float(0x7fc00000);
 }
 
+// ------------------------------------------------------------------ GreedyStep
+// Whether (a, ia) comes before (b, ib) in numpy.argmax's order: a NaN before any number, then the larger
+// value, then the smaller index (the first of equal values).
+__device__ __forceinline__ bool Before(float a, int64_t ia, float b, int64_t ib) {
+  const bool na = a != a, nb = b != b;
+  if (na != nb) return na;
+  if (!na && a != b) return a > b;
+  return ia < ib;
+}
+
+__device__ __forceinline__ void WarpBest(float& v, int64_t& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int64_t oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (Before(ov, oi, v, i)) v = ov, i = oi;
+  }
+}
+
+constexpr int kGreedyThreads = 1024;
+
+// Block b: row b's argmax (every thread strides the row; any element comes before the start value, index
+// V), then kv_pos[b] + 1, the log's row copied (unless updated in place) and the token written at column
+// min(kv_pos[b] + 1, n - 1): one launch for what the standard ops take ten nodes for.
+template <class T>
+__global__ void __launch_bounds__(kGreedyThreads) GreedyStepKernel(const T* __restrict__ logits, int64_t V, const uint32_t* kv_pos,
+                                                                   const uint32_t* log_in, int64_t n, uint32_t* token, uint32_t* next_pos,
+                                                                   uint32_t* log_out) {
+  __shared__ float best_v[kGreedyThreads / 32];
+  __shared__ int64_t best_i[kGreedyThreads / 32];
+  const int64_t b = blockIdx.x;
+  const T* row = logits + b * V;
+  float v = -INFINITY;
+  int64_t at = V;
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < V; i += kGreedyThreads) {
+    const float x = Elem<T>::ToF(row[i]);
+    if (Before(x, i, v, at)) v = x, at = i;
+  }
+  WarpBest(v, at);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) best_v[warp] = v, best_i[warp] = at;
+  if (log_out != log_in)
+    for (int64_t j = threadIdx.x; j < n; j += kGreedyThreads) log_out[b * n + j] = log_in[b * n + j];
+  __syncthreads();
+  if (warp == 0) {
+    v = best_v[lane], at = best_i[lane];
+    WarpBest(v, at);
+    if (lane == 0) {
+      const uint32_t p1 = kv_pos[b] + 1u;  // modulo 2^32; read before next_pos (kv_pos's buffer in place) is written
+      token[b] = static_cast<uint32_t>(at);
+      next_pos[b] = p1;
+      log_out[b * n + (static_cast<int64_t>(p1) < n ? static_cast<int64_t>(p1) : n - 1)] = static_cast<uint32_t>(at);
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -237,6 +294,22 @@ int mn_cuda_scatter_add_f32(MnPos idx, const float* src, float* out, int64_t N, 
   }
   cudaFreeAsync(bad, s);
   return e;
+}
+
+int mn_cuda_greedy_step(int dtype, const void* logits, int64_t B, int64_t V, const uint32_t* kv_pos, const uint32_t* log_in, int64_t n,
+                        uint32_t* token, uint32_t* next_pos, uint32_t* log_out, void* stream) {
+  if (B == 0) return 0;
+  if (int e = UseDeviceOf(token)) return e;
+  const dim3 grid(static_cast<unsigned>(B));
+  cudaStream_t s = S(stream);
+  if (dtype == MN_F16)
+    GreedyStepKernel<<<grid, kGreedyThreads, 0, s>>>(static_cast<const __half*>(logits), V, kv_pos, log_in, n, token, next_pos, log_out);
+  else if (dtype == MN_BF16)
+    GreedyStepKernel<<<grid, kGreedyThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(logits), V, kv_pos, log_in, n, token, next_pos,
+                                                     log_out);
+  else
+    GreedyStepKernel<<<grid, kGreedyThreads, 0, s>>>(static_cast<const float*>(logits), V, kv_pos, log_in, n, token, next_pos, log_out);
+  return cudaGetLastError();
 }
 
 }  // extern "C"

@@ -79,6 +79,13 @@ int mn_cuda_rope_cached_attention(int dtype, const void* q, const void* k_new, c
 // Stream-ordered only (no sync, no host memory): capturable in a CUDA graph.
 int mn_cuda_scatter_add_f32(MnPos idx, const float* src, float* out, int64_t N, int64_t D, int64_t num_rows, void* stream);
 
+// GreedyStep: per row b of logits [B, V] (dtype), token[b] = its argmax (numpy's: the first of equal values, a
+// NaN before any number), next_pos[b] = kv_pos[b] + 1 (modulo 2^32), log_out [B, n] = log_in with row b's
+// column min(next_pos[b], n - 1) set to token[b]. log_out may be log_in and next_pos kv_pos (in place).
+// B < 2^31 rows (one block each); the caller has checked the shapes (CheckGreedyStep).
+int mn_cuda_greedy_step(int dtype, const void* logits, int64_t B, int64_t V, const uint32_t* kv_pos, const uint32_t* log_in, int64_t n,
+                        uint32_t* token, uint32_t* next_pos, uint32_t* log_out, void* stream);
+
 // Copies `bytes` of device memory `idx` to `host` and synchronises `stream`, unless `stream` is
 // capturing a CUDA graph: then *captured = 1 and nothing is read (validation happens on the device).
 int mn_cuda_read_indices(const void* idx, size_t bytes, void* host, void* stream, int* captured);

@@ -30,6 +30,7 @@ constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 constexpr auto BF16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16;
 constexpr auto ANY = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+constexpr auto U32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32;
 
 class RopeCuda : public Kernel {
  public:
@@ -242,6 +243,33 @@ class ScatterAddCuda : public Kernel {
   bool check_indices_;  // the node's check_positions
 };
 
+// A greedy decode step in one launch (mn_cuda_greedy_step): every input in device memory, nothing read
+// back (CUDA-graph capturable); the checks are of shapes and types only (the kernel clamps the column).
+class GreedyStepCuda : public Kernel {
+ public:
+  static OrtStatus* Create(const OrtKernelInfo*, Kernel** out) {
+    *out = new GreedyStepCuda;
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor logits, pos, log;
+    MN_RETURN_IF(GetInput(ctx, 0, &logits));
+    MN_RETURN_IF(GetInput(ctx, 1, &pos));
+    MN_RETURN_IF(GetInput(ctx, 2, &log));
+    GreedyStepProblem p;
+    MN_RETURN_IF(CheckGreedyStep(logits, pos, log, &p));
+    void *token = nullptr, *next_pos = nullptr, *next_log = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, {p.B}, &token));
+    MN_RETURN_IF(GetOutput(ctx, 1, {p.B}, &next_pos));
+    MN_RETURN_IF(GetOutput(ctx, 2, {p.B, p.n}, &next_log));
+    void* stream = nullptr;
+    MN_RETURN_IF(Stream(ctx, &stream));
+    return Cuda("GreedyStep", mn_cuda_greedy_step(DType(logits.type), logits.data, p.B, p.V, static_cast<const uint32_t*>(pos.data),
+                                                  static_cast<const uint32_t*>(log.data), p.n, static_cast<uint32_t*>(token),
+                                                  static_cast<uint32_t*>(next_pos), static_cast<uint32_t*>(next_log), stream));
+  }
+};
+
 }  // namespace
 
 void AddCudaOps(std::vector<OpDef*>* ops) {
@@ -258,6 +286,11 @@ void AddCudaOps(std::vector<OpDef*>* ops) {
     ops->back()->UseKvCacheOutputs();  // outputs 1, 2: the caches (inputs 3, 4), written in place
   }
   ops->push_back(new OpDef("ScatterAdd", ep, {ANY, F32}, {F32}, {false, false}, {false, false}, ScatterAddCuda::Create, -1));
+  for (const auto T : {F32, F16, BF16}) {
+    ops->push_back(new OpDef("GreedyStep", ep, {T, U32, U32}, {U32, U32, U32}, {false, false, false}, {false, false, false},
+                             GreedyStepCuda::Create, 1));
+    ops->back()->UseKvCacheOutputs(1);  // outputs 1, 2: kv_pos's and token_log's shapes (may be updated in place)
+  }
   AddCudaOptimOps(ops);  // AdamUpdate (cuda_optim_ops.cc)
   AddCudaFusedOps(ops);  // SwiGLU, SwiGLUGrad, RMSNormGrad, RopeCacheWrite (cuda_fused_ops.cc)
   AddCudaDecodeLinearOps(ops);  // RMSNormLinear, RMSNormSwiGLU (cuda_decode_linear_ops.cc)

@@ -193,4 +193,28 @@ OrtStatus* CheckScatterAdd(int64_t num_rows, const Tensor& idx, const Tensor& sr
   return nullptr;
 }
 
+OrtStatus* CheckGreedyStep(const Tensor& logits, const Tensor& kv_pos, const Tensor& token_log, GreedyStepProblem* p) {
+  const char* op = "GreedyStep";
+  MN_RETURN_IF(CheckFloatTensor(op, "logits", logits, 2));
+  MN_RETURN_IF(CheckTensor(op, "kv_pos", kv_pos, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32, 1));
+  MN_RETURN_IF(CheckTensor(op, "token_log", token_log, ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32, 2));
+  p->B = logits.shape[0];
+  p->V = logits.shape[1];
+  p->n = token_log.shape[1];
+  // The chosen index is a uint32 token id; a row's elements are counted in int64 (no overflow below 2^62).
+  if (p->B > INT32_MAX)  // a CUDA block per row
+    return MN_INVALID("%s: logits must have at most 2^31 - 1 rows, got shape %s", op, ShapeStr(logits.shape).c_str());
+  if (p->V < 1 || p->V > (int64_t(1) << 32))
+    return MN_INVALID("%s: logits must be [B, V] with 1 <= V <= 2^32, got shape %s", op, ShapeStr(logits.shape).c_str());
+  if (kv_pos.shape[0] != p->B)
+    return MN_INVALID("%s: kv_pos must be [%lld] (one per row of logits %s), got shape %s", op, (long long)p->B,
+                      ShapeStr(logits.shape).c_str(), ShapeStr(kv_pos.shape).c_str());
+  if (token_log.shape[0] != p->B || p->n < 1)
+    return MN_INVALID("%s: token_log must be [%lld, n] with n >= 1, got shape %s", op, (long long)p->B, ShapeStr(token_log.shape).c_str());
+  int64_t cells = 0;
+  if (__builtin_mul_overflow(p->B, p->V, &cells) || __builtin_mul_overflow(p->B, p->n, &cells))
+    return MN_INVALID("%s: logits %s and token_log %s are too large", op, ShapeStr(logits.shape).c_str(), ShapeStr(token_log.shape).c_str());
+  return nullptr;
+}
+
 }  // namespace mn

@@ -335,7 +335,8 @@ size_t ORT_API_CALL CacheMayInplace(int** in, int** out) {
   *out = new int[1]{0};
   return 1;
 }
-// RopeCachedAttention: outputs 1 and 2 may reuse inputs 3 and 4 (the K and V caches); DecodeLayer: 10 and 11.
+// RopeCachedAttention: outputs 1 and 2 may reuse inputs 3 and 4 (the K and V caches); DecodeLayer: 10 and 11;
+// GreedyStep: 1 and 2 (the position and the token log, updated).
 template <int K_CACHE>
 size_t ORT_API_CALL KvCacheMayInplace(int** in, int** out) {
   *in = new int[2]{K_CACHE, K_CACHE + 1};
@@ -410,7 +411,7 @@ OpDef* OptionalOutputs(OpDef* def, std::vector<bool> optional) {
 void OpDef::UseKvCacheOutputs(size_t k_cache_input) {
   kv_cache_outputs = true;
   kv_cache_input = k_cache_input;
-  GetMayInplace = k_cache_input == 10 ? KvCacheMayInplace<10> : KvCacheMayInplace<3>;
+  GetMayInplace = k_cache_input == 10 ? KvCacheMayInplace<10> : k_cache_input == 1 ? KvCacheMayInplace<1> : KvCacheMayInplace<3>;
 }
 
 OrtStatus* AdamUpdateArity(OrtKernelContext* ctx, size_t* n_params) {

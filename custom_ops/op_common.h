@@ -148,6 +148,12 @@ struct ScatterAddProblem {
 OrtStatus* CheckScatterAdd(int64_t num_rows, const Tensor& idx, const Tensor& src, ScatterAddProblem* p,
                            bool host_indices = true);
 
+// GreedyStep: logits [B, V] (float32, float16 or bfloat16), kv_pos uint32 [B], token_log uint32 [B, n].
+struct GreedyStepProblem {
+  int64_t B, V, n;
+};
+OrtStatus* CheckGreedyStep(const Tensor& logits, const Tensor& kv_pos, const Tensor& token_log, GreedyStepProblem* p);
+
 // ---- the op descriptor: an OrtCustomOp filled from a table row ----
 
 class Kernel {
@@ -169,8 +175,8 @@ struct OpDef : OrtCustomOp {
   int shape_from;
   std::vector<bool> out_optional;  // empty: every output required (see OptionalOutputs)
   // RopeCachedAttention: outputs 1 and 2 are inputs 3 and 4 (the K and V caches), with their shapes; each
-  // may reuse its cache's buffer (written in place). DecodeLayer: inputs 10 and 11. Set by UseKvCacheOutputs
-  // after construction.
+  // may reuse its cache's buffer (written in place). DecodeLayer: inputs 10 and 11; GreedyStep: 1 and 2 (the
+  // position and the token log). Set by UseKvCacheOutputs after construction.
   bool kv_cache_outputs = false;
   size_t kv_cache_input = 3;  // the K cache's input index (the V cache follows it)
   void UseKvCacheOutputs(size_t k_cache_input = 3);

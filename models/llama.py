@@ -155,8 +155,8 @@ def build_graph(
 
     ``greedy`` (``decode`` only): outputs ``logits``, ``next_token`` (each row's argmax, U32 like
     ``input_ids``), ``next_pos`` (``kv_pos + 1``) and ``next_log``: the input ``token_log [n, max_seq + 1]``
-    with each row's token written at its ``next_pos``; :class:`LlamaRunner` feeds them back into
-    ``input_ids``, ``kv_pos`` and ``token_log`` on the device.
+    with each row's token written at its ``next_pos`` (one ``greedy_step`` op: one kernel);
+    :class:`LlamaRunner` feeds them back into ``input_ids``, ``kv_pos`` and ``token_log`` on the device.
     """
     if greedy and mode != "decode":
         raise ValueError(f"build: greedy is for mode 'decode', got mode={mode!r}")
@@ -188,8 +188,7 @@ def build_graph(
     caches = [KvCache.new(g, f"model.layers.{i}.self_attn", max_seq, cfg.kv_dim, kv_pos, batch) for i in layers]
     logits = model.forward(g, ids, caches, last)
     if greedy:
-        token, pos = g.argmax(logits), g.add_u32(kv_pos, 1)
-        log = g.put_u32(g.input_u32("token_log", [n, max_seq + 1]), pos, token)
+        token, pos, log = g.greedy_step(logits, kv_pos, g.input_u32("token_log", [n, max_seq + 1]))
         g.set_outputs({"logits": logits, "next_token": token, "next_pos": pos, "next_log": log})
     else:
         g.set_outputs([logits])

@@ -51,12 +51,14 @@ OPS = {  # op -> (input names, attributes with a plausible value)
         ["x", "attn_norm", "w_q", "w_k", "w_v", "w_o", "mlp_norm", "w_gate", "w_up", "w_down", "k_cache", "v_cache", "kv_pos"],
         {"num_heads": 2, "num_kv_heads": 1, "head_dim": 4, "theta": 10000.0, "epsilon": 1e-5, "trans_b": 1},
     ),
+    "GreedyStep": (["logits", "kv_pos", "token_log"], {}),
     # The fused optimizer: 6 [1] hyper-parameters, then (p, g, m, v) per parameter; 3 outputs each.
     "AdamUpdate": (["lr", "beta1", "beta2", "eps", "step", "weight_decay", "p0", "g0", "m0", "v0", "p1", "g1", "m1", "v1"], {}),
 }
 HYPER = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "step": 1.0, "weight_decay": 0.01}
 BAD_FLOATS = [0.0, -1.0, 1.0, float("nan"), float("inf"), -float("inf"), 1e38, 0.5]
 INDEX_INPUTS = {"offset_dyn", "kv_pos", "indices"}
+UINT32_OPS = {"GreedyStep"}  # their index inputs (and token_log) are uint32 only: plausible models use it
 
 
 def _array(rng: np.random.Generator, dtype, shape: list[int], index: bool) -> np.ndarray:
@@ -94,6 +96,9 @@ def _plausible_shapes(op: str, rng: np.random.Generator) -> dict[str, list[int]]
     if op == "DecodeLayer":  # D 8, 2 heads and 1 KV head of 4, intermediate 6
         weights = {"w_q": [8, 8], "w_k": [4, 8], "w_v": [4, 8], "w_o": [8, 8], "w_gate": [6, 8], "w_up": [6, 8], "w_down": [8, 6]}
         return {"x": [T, 8], "attn_norm": [8], "mlp_norm": [8], **weights, "k_cache": [max_seq, 4], "v_cache": [max_seq, 4], "kv_pos": [1]}
+    if op == "GreedyStep":
+        rows = int(rng.choice([0, 1, 3]))
+        return {"logits": [rows, int(rng.choice([1, 5, 40]))], "kv_pos": [rows], "token_log": [rows, int(rng.choice([1, 6]))]}
     if op == "AdamUpdate":
         shapes = {h: [1] for h in HYPER}
         for k, shape in enumerate(([T, 3], [max_seq])):
@@ -122,6 +127,8 @@ def random_case(rng: np.random.Generator) -> tuple[str, dict[str, np.ndarray], d
         names = names[: int(rng.choice([10, 10, 14, 14, 12, 6]))]
     shapes = _plausible_shapes(op, rng)
     dtypes = {n: (np.int64 if rng.random() < 0.6 else np.uint32) if n in INDEX_INPUTS else np.float32 for n in names}
+    if op in UINT32_OPS:
+        dtypes.update({"kv_pos": np.uint32, "token_log": np.uint32})
     attrs: dict = dict(good_attrs)
     input_names = list(names)
     extreme_index = False
@@ -170,11 +177,14 @@ def build(op: str, inputs: dict[str, np.ndarray], attrs: dict, input_names: list
     outputs = [f"Y{i}" for i in range(3 * max(1, (len(input_names) - len(HYPER)) // 4))] if op == "AdamUpdate" else ["Y"]
     if op == "DecodeLayer":  # y and both caches
         outputs = ["Y", "Y_k_cache", "Y_v_cache"]
+    out_type = TensorProto.FLOAT
+    if op == "GreedyStep":  # the token, the position and the log
+        outputs, out_type = ["Y_token", "Y_pos", "Y_log"], TensorProto.UINT32
     vis = [
         helper.make_tensor_value_info(n, ONNX_TYPE[inputs[n].dtype.type], None if unknown_shapes else list(inputs[n].shape)) for n in used
     ]
     node = helper.make_node(op, input_names, outputs, domain=kc.DOMAIN, name=f"{op}_0", **attrs)
-    graph = helper.make_graph([node], f"fuzz_{op}", vis, [helper.make_tensor_value_info(y, TensorProto.FLOAT, None) for y in outputs])
+    graph = helper.make_graph([node], f"fuzz_{op}", vis, [helper.make_tensor_value_info(y, out_type, None) for y in outputs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", kc.OPSET), helper.make_opsetid(kc.DOMAIN, 1)])
     model.ir_version = 10
     return model.SerializeToString()

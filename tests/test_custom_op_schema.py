@@ -73,7 +73,7 @@ SCHEMAS = {d.custom.name: d.custom for d in OPS.values() if d.custom is not None
 # attributes and accepted values are still checked below, their arity by their own kernel tests.
 FIXED_ARITY = {name: s for name, s in SCHEMAS.items() if not s.variadic_inputs}
 # T: the float type of a per-type registration loop; FP32: float32 whatever T is (a log-sum-exp).
-C_TYPE = {"F32": "float", "T": "float", "FP32": "float32", "ANY": "index"}
+C_TYPE = {"F32": "float", "T": "float", "FP32": "float32", "ANY": "index", "U32": "uint32"}
 C_ELEMENT = {"F32": "float", "F16": "float16", "BF16": "bfloat16"}
 HALF_TYPES = {d.custom.name: d.half_types for d in OPS.values() if d.custom is not None}
 TYPE_LOOP = re.compile(r"for \(const auto T : \{(?P<types>[^}]*)\}\) \{(?P<body>.*?)\n  \}", re.S)
@@ -213,12 +213,13 @@ ONNX_ELEMENT = {"float": TensorProto.FLOAT, "float16": TensorProto.FLOAT16, "bfl
 
 def library_element_types(op_name: str) -> set[str]:
     """The float element types for which the CPU library gives ``op_name``'s custom op a kernel: a
-    one-node model per type (float inputs/outputs of that type, int64 indices), a session for each."""
+    one-node model per type (float inputs/outputs of that type, int64 indices, uint32 tokens), a session for
+    each."""
     schema = OPS[op_name].custom
     _, example = _custom_model(op_name)
     accepted = set()
     for name, elem in ONNX_ELEMENT.items():
-        kind = {"float": elem, "float32": TensorProto.FLOAT, "index": TensorProto.INT64}
+        kind = {"float": elem, "float32": TensorProto.FLOAT, "index": TensorProto.INT64, "uint32": TensorProto.UINT32}
         ins = [helper.make_tensor_value_info(t.name, kind[t.dtype], None) for t in schema.inputs]
         outs = [helper.make_tensor_value_info(t.name, kind[t.dtype], None) for t in schema.outputs]
         node = helper.make_node(schema.name, [t.name for t in schema.inputs], [t.name for t in schema.outputs], domain=schema.domain)

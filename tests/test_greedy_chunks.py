@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from meganeura_onnx.generation import GREEDY_CHUNK, GREEDY_CHUNK_MAX, GreedyChunks, generate, generate_batch
 
 

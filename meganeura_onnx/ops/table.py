@@ -215,8 +215,9 @@ def dims(*names: str) -> tuple[Attr, ...]:
 class TensorArg:
     """An input or output of a ``com.meganeura`` ONNX op. ``dtype``: ``"float"`` (float32, or the
     half type the op runs in: its ``half_types``), ``"float32"`` (float32 whatever the op runs in: a
-    log-sum-exp kept exact next to half tensors) or ``"index"`` (any integer type the kernels read:
-    int64, int32, uint32)."""
+    log-sum-exp kept exact next to half tensors), ``"index"`` (any integer type the kernels read:
+    int64, int32, uint32) or ``"uint32"`` (uint32 only: the token ids and positions a greedy step
+    reads and makes)."""
 
     name: str
     dtype: str = "float"
