@@ -123,53 +123,40 @@ __global__ void PoisonIfBad(const int* __restrict__ bad, float* __restrict__ out
 }
 
 // ------------------------------------------------------------------ GreedyStep
-// Whether (a, ia) comes before (b, ib) in numpy.argmax's order: a NaN before any number, then the larger
-// value, then the smaller index (the first of equal values).
-__device__ __forceinline__ bool Before(float a, int64_t ia, float b, int64_t ib) {
-  const bool na = a != a, nb = b != b;
-  if (na != nb) return na;
-  if (!na && a != b) return a > b;
-  return ia < ib;
+// numpy.argmax's order as one unsigned 64-bit key per element, compared with max (no branches): the high
+// word orders the values (the float's bits made monotonic, -0 as +0 so equal values tie, every NaN above
+// +inf), the low word is 2^32 - 1 - index so that of equal values the first wins. Every element's key is
+// above 0 (the start value); V <= 2^32 keeps the index in the low word.
+__device__ __forceinline__ unsigned long long ArgKey(float x, int64_t i) {
+  const uint32_t bits = __float_as_uint(x), u = bits == 0x80000000u ? 0u : bits;  // -0 as +0
+  const uint32_t order = x != x ? 0xffffffffu : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<unsigned long long>(order) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
 }
 
-__device__ __forceinline__ void WarpBest(float& v, int64_t& i) {
+__device__ __forceinline__ unsigned long long WarpMax(unsigned long long k) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int64_t oi = __shfl_xor_sync(0xffffffffu, i, o);
-    if (Before(ov, oi, v, i)) v = ov, i = oi;
-  }
+  for (int o = 16; o > 0; o >>= 1) k = max(k, __shfl_xor_sync(0xffffffffu, k, o));
+  return k;
 }
 
 constexpr int kGreedyThreads = 1024, kGreedyBatch = 8;  // 16-byte loads in flight per thread (a 49152-entry fp16 row: one batch)
 
-// Folds row[i0 ..] (16-byte chunks of EPC elements, element i0 first) into the thread's best (v, at).
-template <class T>
-__device__ __forceinline__ void BestOfChunk(const uint4& u, int64_t i0, float& v, int64_t& at) {
-  float f[Elem<T>::EPC];
-  Elem<T>::Unpack(u, f);
-#pragma unroll
-  for (int e = 0; e < Elem<T>::EPC; ++e)
-    if (Before(f[e], i0 + e, v, at)) v = f[e], at = i0 + e;
-}
-
-// Block b: row b's argmax (every thread strides the row; any element comes before the start value, index
-// V), then kv_pos[b] + 1, the log's row copied (unless updated in place) and the token written at column
-// min(kv_pos[b] + 1, n - 1): one launch for what the standard ops take ten nodes for. A 16-byte aligned
-// row is read in batches of kGreedyBatch 16-byte loads per thread, all in flight before any is compared
-// (one element at a time, the compares' branches kept the loads one after another: 9 us for SmolLM2's
-// 49152 fp16 logits); the rest of the row, or an unaligned one, an element at a time.
+// Block b: row b's argmax (every thread strides the row, keys folded with max), then kv_pos[b] + 1, the
+// log's row copied (unless updated in place) and the token written at column min(kv_pos[b] + 1, n - 1):
+// one launch for what the standard ops take ten nodes for. A 16-byte aligned row is read in batches of
+// kGreedyBatch 16-byte loads per thread, all in flight before any is folded in; the rest of the row, or
+// an unaligned one, an element at a time. (Compares with branches, one element at a time, took 9 us for
+// SmolLM2's 49152 fp16 logits on an H200; batched loads alone, 8 us: one SM's compare work was the cost.)
 template <class T>
 __global__ void __launch_bounds__(kGreedyThreads) GreedyStepKernel(const T* __restrict__ logits, int64_t V, const uint32_t* kv_pos,
                                                                    const uint32_t* log_in, int64_t n, uint32_t* token, uint32_t* next_pos,
                                                                    uint32_t* log_out) {
   constexpr int EPC = Elem<T>::EPC;
-  __shared__ float best_v[kGreedyThreads / 32];
-  __shared__ int64_t best_i[kGreedyThreads / 32];
+  __shared__ unsigned long long best[kGreedyThreads / 32];
   const int64_t b = blockIdx.x;
   const T* row = logits + b * V;
-  float v = -INFINITY;
-  int64_t at = V, done = 0;
+  unsigned long long key = 0;
+  int64_t done = 0;
   if ((reinterpret_cast<uintptr_t>(row) & 15) == 0) {
     const int64_t chunks = V / EPC;
     const uint4* r4 = reinterpret_cast<const uint4*>(row);
@@ -179,29 +166,31 @@ __global__ void __launch_bounds__(kGreedyThreads) GreedyStepKernel(const T* __re
       for (int k = 0; k < kGreedyBatch; ++k)
         if (c0 + k * kGreedyThreads < chunks) u[k] = r4[c0 + k * kGreedyThreads];
 #pragma unroll
-      for (int k = 0; k < kGreedyBatch; ++k)
-        if (c0 + k * kGreedyThreads < chunks) BestOfChunk<T>(u[k], (c0 + k * kGreedyThreads) * EPC, v, at);
+      for (int k = 0; k < kGreedyBatch; ++k) {
+        if (c0 + k * kGreedyThreads >= chunks) continue;
+        float f[EPC];
+        Elem<T>::Unpack(u[k], f);
+#pragma unroll
+        for (int e = 0; e < EPC; ++e) key = max(key, ArgKey(f[e], (c0 + k * kGreedyThreads) * EPC + e));
+      }
     }
     done = chunks * EPC;
   }
-  for (int64_t i = done + threadIdx.x; i < V; i += kGreedyThreads) {
-    const float x = Elem<T>::ToF(row[i]);
-    if (Before(x, i, v, at)) v = x, at = i;
-  }
-  WarpBest(v, at);
+  for (int64_t i = done + threadIdx.x; i < V; i += kGreedyThreads) key = max(key, ArgKey(Elem<T>::ToF(row[i]), i));
+  key = WarpMax(key);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane == 0) best_v[warp] = v, best_i[warp] = at;
+  if (lane == 0) best[warp] = key;
   if (log_out != log_in)
     for (int64_t j = threadIdx.x; j < n; j += kGreedyThreads) log_out[b * n + j] = log_in[b * n + j];
   __syncthreads();
   if (warp == 0) {
-    v = best_v[lane], at = best_i[lane];
-    WarpBest(v, at);
+    key = WarpMax(best[lane]);
     if (lane == 0) {
+      const uint32_t chosen = 0xffffffffu - static_cast<uint32_t>(key);
       const uint32_t p1 = kv_pos[b] + 1u;  // modulo 2^32; read before next_pos (kv_pos's buffer in place) is written
-      token[b] = static_cast<uint32_t>(at);
+      token[b] = chosen;
       next_pos[b] = p1;
-      log_out[b * n + (static_cast<int64_t>(p1) < n ? static_cast<int64_t>(p1) : n - 1)] = static_cast<uint32_t>(at);
+      log_out[b * n + (static_cast<int64_t>(p1) < n ? static_cast<int64_t>(p1) : n - 1)] = chosen;
     }
   }
 }

@@ -40,13 +40,16 @@ def model(dtype=np.float32, declared: bool = True, *, kv_type=TensorProto.UINT32
 
 
 def hostile_logits(rng: np.random.Generator, rows: int, vocab: int) -> np.ndarray:
-    """Random rows with a tie for the maximum (row 0), a NaN after the maximum (row 1), only -inf (row 2)."""
+    """Random rows with a tie for the maximum (row 0), a NaN after the maximum (row 1), only -inf (row 2),
+    a -0 before a +0 as the maximum (row 3)."""
     x = rng.standard_normal((rows, vocab)).astype(np.float32)
     x[0, [3, vocab - 2]] = 9.0  # the first of two equal maxima wins
     if rows > 1:
         x[1, 5], x[1, 9] = 20.0, np.nan  # a NaN beats any number
     if rows > 2:
         x[2, :] = -np.inf  # no number above -inf: index 0
+    if rows > 3:
+        x[3, :], x[3, 4], x[3, 8] = -1.0, -0.0, 0.0  # -0 and +0 are equal: the first wins
     return x
 
 
@@ -65,7 +68,7 @@ def test_kernel_and_function_body_match_numpy_argmax_add_and_clamped_put(dtype):
     kv_pos = np.array([2, 2**32 - 1, 40, 0], np.uint32)  # row 1 wraps to 0; row 2's column is clamped to n - 1
     log = rng.integers(0, 1000, (4, 6)).astype(np.uint32)
     want = greedy_step_ref(logits.astype(np.float32), kv_pos, log)
-    assert want[0][:3].tolist() == [3, 9, 0] and want[1][1] == 0 and want[2][2, 5] == want[0][2]
+    assert want[0].tolist() == [3, 9, 0, 4] and want[1][1] == 0 and want[2][2, 5] == want[0][2]
     for library in (LIB, None):  # the kernel, then the function body
         got = run(kc.session(model(dtype), library=library), logits, kv_pos, log)
         for name, g, w in zip(OUTPUTS, got, want, strict=True):
