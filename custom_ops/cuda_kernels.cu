@@ -139,60 +139,83 @@ __device__ __forceinline__ unsigned long long WarpMax(unsigned long long k) {
   return k;
 }
 
-constexpr int kGreedyThreads = 1024, kGreedyBatch = 8;  // 16-byte loads in flight per thread (a 49152-entry fp16 row: one batch)
+constexpr int kGreedyThreads = 256, kGreedySlice = 4096;  // a block per slice of a row: 16 elements per thread
 
-// Block b: row b's argmax (every thread strides the row, keys folded with max), then kv_pos[b] + 1, the
-// log's row copied (unless updated in place) and the token written at column min(kv_pos[b] + 1, n - 1):
-// one launch for what the standard ops take ten nodes for. A 16-byte aligned row is read in batches of
-// kGreedyBatch 16-byte loads per thread, all in flight before any is folded in; the rest of the row, or
-// an unaligned one, an element at a time. (Compares with branches, one element at a time, took 9 us for
-// SmolLM2's 49152 fp16 logits on an H200; batched loads alone, 8 us: one SM's compare work was the cost.)
-template <class T>
-__global__ void __launch_bounds__(kGreedyThreads) GreedyStepKernel(const T* __restrict__ logits, int64_t V, const uint32_t* kv_pos,
-                                                                   const uint32_t* log_in, int64_t n, uint32_t* token, uint32_t* next_pos,
-                                                                   uint32_t* log_out) {
-  constexpr int EPC = Elem<T>::EPC;
-  __shared__ unsigned long long best[kGreedyThreads / 32];
-  const int64_t b = blockIdx.x;
-  const T* row = logits + b * V;
-  unsigned long long key = 0;
-  int64_t done = 0;
-  if ((reinterpret_cast<uintptr_t>(row) & 15) == 0) {
-    const int64_t chunks = V / EPC;
-    const uint4* r4 = reinterpret_cast<const uint4*>(row);
-    for (int64_t c0 = threadIdx.x; c0 < chunks; c0 += int64_t(kGreedyThreads) * kGreedyBatch) {
-      uint4 u[kGreedyBatch];
-#pragma unroll
-      for (int k = 0; k < kGreedyBatch; ++k)
-        if (c0 + k * kGreedyThreads < chunks) u[k] = r4[c0 + k * kGreedyThreads];
-#pragma unroll
-      for (int k = 0; k < kGreedyBatch; ++k) {
-        if (c0 + k * kGreedyThreads >= chunks) continue;
-        float f[EPC];
-        Elem<T>::Unpack(u[k], f);
-#pragma unroll
-        for (int e = 0; e < EPC; ++e) key = max(key, ArgKey(f[e], (c0 + k * kGreedyThreads) * EPC + e));
-      }
-    }
-    done = chunks * EPC;
-  }
-  for (int64_t i = done + threadIdx.x; i < V; i += kGreedyThreads) key = max(key, ArgKey(Elem<T>::ToF(row[i]), i));
+__device__ __forceinline__ unsigned long long BlockMax(unsigned long long key, unsigned long long* shared) {
   key = WarpMax(key);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane == 0) best[warp] = key;
+  if (lane == 0) shared[warp] = key;
+  __syncthreads();
+  return WarpMax(lane < kGreedyThreads / 32 ? shared[lane] : 0ull);
+}
+
+// Block (s, b): the largest key of slice s (kGreedySlice elements) of row b, into keys[b * gridDim.x + s].
+// Spread over a block per slice because the keys are instruction-bound: one block of 1024 threads per row
+// took ~8 us for SmolLM2's 49152 logits on an H200, whatever their type, alignment or batch. A 16-byte
+// aligned row is read in 16-byte loads (all of a thread's in flight together), else an element at a time.
+template <class T>
+__global__ void __launch_bounds__(kGreedyThreads) GreedyPartialKernel(const T* __restrict__ logits, int64_t V,
+                                                                      unsigned long long* __restrict__ keys) {
+  constexpr int EPC = Elem<T>::EPC, PER = kGreedySlice / kGreedyThreads / EPC;  // 16-byte chunks per thread
+  __shared__ unsigned long long shared[kGreedyThreads / 32];
+  const int64_t b = blockIdx.y, begin = static_cast<int64_t>(blockIdx.x) * kGreedySlice;
+  const int64_t end = begin + kGreedySlice < V ? begin + kGreedySlice : V;
+  const T* row = logits + b * V;
+  unsigned long long key = 0;
+  if ((reinterpret_cast<uintptr_t>(row) & 15) == 0 && end - begin == kGreedySlice) {
+    const uint4* r4 = reinterpret_cast<const uint4*>(row + begin);
+    uint4 u[PER];
+#pragma unroll
+    for (int k = 0; k < PER; ++k) u[k] = r4[threadIdx.x + k * kGreedyThreads];
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      float f[EPC];
+      Elem<T>::Unpack(u[k], f);
+      const int64_t i0 = begin + (threadIdx.x + k * kGreedyThreads) * int64_t(EPC);
+#pragma unroll
+      for (int e = 0; e < EPC; ++e) key = max(key, ArgKey(f[e], i0 + e));
+    }
+  } else {
+#pragma unroll 4
+    for (int64_t i = begin + threadIdx.x; i < end; i += kGreedyThreads) key = max(key, ArgKey(Elem<T>::ToF(row[i]), i));
+  }
+  key = BlockMax(key, shared);
+  if (threadIdx.x == 0) keys[b * gridDim.x + blockIdx.x] = key;
+}
+
+// Block b: row b's argmax from its slices' keys, then kv_pos[b] + 1, the log's row copied (unless updated
+// in place) and the token written at column min(kv_pos[b] + 1, n - 1).
+__global__ void __launch_bounds__(kGreedyThreads) GreedyFinishKernel(const unsigned long long* __restrict__ keys, int slices,
+                                                                     const uint32_t* kv_pos, const uint32_t* log_in, int64_t n,
+                                                                     uint32_t* token, uint32_t* next_pos, uint32_t* log_out) {
+  __shared__ unsigned long long shared[kGreedyThreads / 32];
+  const int64_t b = blockIdx.x;
+  unsigned long long key = 0;
+  for (int s = threadIdx.x; s < slices; s += kGreedyThreads) key = max(key, keys[b * slices + s]);
   if (log_out != log_in)
     for (int64_t j = threadIdx.x; j < n; j += kGreedyThreads) log_out[b * n + j] = log_in[b * n + j];
-  __syncthreads();
-  if (warp == 0) {
-    key = WarpMax(best[lane]);
-    if (lane == 0) {
-      const uint32_t chosen = 0xffffffffu - static_cast<uint32_t>(key);
-      const uint32_t p1 = kv_pos[b] + 1u;  // modulo 2^32; read before next_pos (kv_pos's buffer in place) is written
-      token[b] = chosen;
-      next_pos[b] = p1;
-      log_out[b * n + (static_cast<int64_t>(p1) < n ? static_cast<int64_t>(p1) : n - 1)] = chosen;
-    }
+  key = BlockMax(key, shared);  // its __syncthreads also orders the copy before the token's write
+  if (threadIdx.x == 0) {
+    const uint32_t chosen = 0xffffffffu - static_cast<uint32_t>(key);
+    const uint32_t p1 = kv_pos[b] + 1u;  // modulo 2^32; read before next_pos (kv_pos's buffer in place) is written
+    token[b] = chosen;
+    next_pos[b] = p1;
+    log_out[b * n + (static_cast<int64_t>(p1) < n ? static_cast<int64_t>(p1) : n - 1)] = chosen;
   }
+}
+
+template <class T>
+int LaunchGreedyStep(const T* logits, int64_t B, int64_t V, const uint32_t* kv_pos, const uint32_t* log_in, int64_t n, uint32_t* token,
+                     uint32_t* next_pos, uint32_t* log_out, cudaStream_t s) {
+  const int64_t slices = (V + kGreedySlice - 1) / kGreedySlice;  // V <= 2^32: <= 2^20 slices
+  unsigned long long* keys = nullptr;  // stream-ordered: a graph allocation node under capture, freed in the same graph
+  if (int e = ScratchAlloc(reinterpret_cast<void**>(&keys), sizeof(unsigned long long) * B * slices, s)) return e;
+  GreedyPartialKernel<<<dim3(static_cast<unsigned>(slices), static_cast<unsigned>(B)), kGreedyThreads, 0, s>>>(logits, V, keys);
+  GreedyFinishKernel<<<static_cast<unsigned>(B), kGreedyThreads, 0, s>>>(keys, static_cast<int>(slices), kv_pos, log_in, n, token, next_pos,
+                                                                         log_out);
+  const cudaError_t e = cudaGetLastError();
+  cudaFreeAsync(keys, s);
+  return e;
 }
 
 }  // namespace
@@ -315,17 +338,13 @@ int mn_cuda_scatter_add_f32(MnPos idx, const float* src, float* out, int64_t N, 
 int mn_cuda_greedy_step(int dtype, const void* logits, int64_t B, int64_t V, const uint32_t* kv_pos, const uint32_t* log_in, int64_t n,
                         uint32_t* token, uint32_t* next_pos, uint32_t* log_out, void* stream) {
   if (B == 0) return 0;
+  if (B > 65535) return cudaErrorInvalidValue;  // the grid's y: the caller's checks keep B far below (CheckGreedyStep)
   if (int e = UseDeviceOf(token)) return e;
-  const dim3 grid(static_cast<unsigned>(B));
   cudaStream_t s = S(stream);
-  if (dtype == MN_F16)
-    GreedyStepKernel<<<grid, kGreedyThreads, 0, s>>>(static_cast<const __half*>(logits), V, kv_pos, log_in, n, token, next_pos, log_out);
-  else if (dtype == MN_BF16)
-    GreedyStepKernel<<<grid, kGreedyThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(logits), V, kv_pos, log_in, n, token, next_pos,
-                                                     log_out);
-  else
-    GreedyStepKernel<<<grid, kGreedyThreads, 0, s>>>(static_cast<const float*>(logits), V, kv_pos, log_in, n, token, next_pos, log_out);
-  return cudaGetLastError();
+  if (dtype == MN_F16) return LaunchGreedyStep(static_cast<const __half*>(logits), B, V, kv_pos, log_in, n, token, next_pos, log_out, s);
+  if (dtype == MN_BF16)
+    return LaunchGreedyStep(static_cast<const __nv_bfloat16*>(logits), B, V, kv_pos, log_in, n, token, next_pos, log_out, s);
+  return LaunchGreedyStep(static_cast<const float*>(logits), B, V, kv_pos, log_in, n, token, next_pos, log_out, s);
 }
 
 }  // extern "C"

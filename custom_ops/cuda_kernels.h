@@ -82,7 +82,8 @@ int mn_cuda_scatter_add_f32(MnPos idx, const float* src, float* out, int64_t N, 
 // GreedyStep: per row b of logits [B, V] (dtype), token[b] = its argmax (numpy's: the first of equal values, a
 // NaN before any number), next_pos[b] = kv_pos[b] + 1 (modulo 2^32), log_out [B, n] = log_in with row b's
 // column min(next_pos[b], n - 1) set to token[b]. log_out may be log_in and next_pos kv_pos (in place).
-// B < 2^31 rows (one block each); the caller has checked the shapes (CheckGreedyStep).
+// B <= 65535 rows, V <= 2^32; the caller has checked the shapes (CheckGreedyStep). Two launches: a block per
+// 4096-element slice of each row, then a block per row.
 int mn_cuda_greedy_step(int dtype, const void* logits, int64_t B, int64_t V, const uint32_t* kv_pos, const uint32_t* log_in, int64_t n,
                         uint32_t* token, uint32_t* next_pos, uint32_t* log_out, void* stream);
 

@@ -202,8 +202,8 @@ OrtStatus* CheckGreedyStep(const Tensor& logits, const Tensor& kv_pos, const Ten
   p->V = logits.shape[1];
   p->n = token_log.shape[1];
   // The chosen index is a uint32 token id; a row's elements are counted in int64 (no overflow below 2^62).
-  if (p->B > INT32_MAX)  // a CUDA block per row
-    return MN_INVALID("%s: logits must have at most 2^31 - 1 rows, got shape %s", op, ShapeStr(logits.shape).c_str());
+  if (p->B > 65535)  // the CUDA kernel's grid has a row per y index
+    return MN_INVALID("%s: logits must have at most 65535 rows, got shape %s", op, ShapeStr(logits.shape).c_str());
   if (p->V < 1 || p->V > (int64_t(1) << 32))
     return MN_INVALID("%s: logits must be [B, V] with 1 <= V <= 2^32, got shape %s", op, ShapeStr(logits.shape).c_str());
   if (kv_pos.shape[0] != p->B)
