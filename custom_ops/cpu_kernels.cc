@@ -410,27 +410,19 @@ class GreedyStepCpu : public Kernel {
     return nullptr;
   }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
-    Tensor logits, pos, log;
-    MN_RETURN_IF(GetInput(ctx, 0, &logits));
-    MN_RETURN_IF(GetInput(ctx, 1, &pos));
-    MN_RETURN_IF(GetInput(ctx, 2, &log));
-    GreedyStepProblem p;
-    MN_RETURN_IF(CheckGreedyStep(logits, pos, log, &p));
-    void *token = nullptr, *next_pos = nullptr, *next_log = nullptr;
-    MN_RETURN_IF(GetOutput(ctx, 0, {p.B}, &token));
-    MN_RETURN_IF(GetOutput(ctx, 1, {p.B}, &next_pos));
-    MN_RETURN_IF(GetOutput(ctx, 2, {p.B, p.n}, &next_log));
-    const uint32_t* kv = static_cast<const uint32_t*>(pos.data);
-    uint32_t *t = static_cast<uint32_t*>(token), *np = static_cast<uint32_t*>(next_pos), *out = static_cast<uint32_t*>(next_log);
-    if (next_log != log.data) std::memcpy(out, log.data, sizeof(uint32_t) * static_cast<size_t>(p.B * p.n));
-    return DispatchFloat(logits.type, [&](auto tag) -> OrtStatus* {
+    GreedyStepCall c;
+    MN_RETURN_IF(PrepareGreedyStep(ctx, &c));
+    const GreedyStepProblem& p = c.p;
+    const uint32_t* kv = static_cast<const uint32_t*>(c.kv_pos.data);
+    if (c.next_log != c.token_log.data) std::memcpy(c.next_log, c.token_log.data, sizeof(uint32_t) * static_cast<size_t>(p.B * p.n));
+    return DispatchFloat(c.logits.type, [&](auto tag) -> OrtStatus* {
       using T = decltype(tag);
       for (int64_t b = 0; b < p.B; ++b) {
-        const uint32_t chosen = static_cast<uint32_t>(RowArgmax(static_cast<const T*>(logits.data) + b * p.V, p.V));
+        const uint32_t chosen = static_cast<uint32_t>(RowArgmax(static_cast<const T*>(c.logits.data) + b * p.V, p.V));
         const uint32_t at = kv[b] + 1u;  // modulo 2^32; read before next_pos (which may be kv_pos's buffer) is written
-        t[b] = chosen;
-        np[b] = at;
-        out[b * p.n + std::min<int64_t>(at, p.n - 1)] = chosen;
+        c.token[b] = chosen;
+        c.next_pos[b] = at;
+        c.next_log[b * p.n + std::min<int64_t>(at, p.n - 1)] = chosen;
       }
       return nullptr;
     });

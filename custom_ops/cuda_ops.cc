@@ -252,21 +252,13 @@ class GreedyStepCuda : public Kernel {
     return nullptr;
   }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
-    Tensor logits, pos, log;
-    MN_RETURN_IF(GetInput(ctx, 0, &logits));
-    MN_RETURN_IF(GetInput(ctx, 1, &pos));
-    MN_RETURN_IF(GetInput(ctx, 2, &log));
-    GreedyStepProblem p;
-    MN_RETURN_IF(CheckGreedyStep(logits, pos, log, &p));
-    void *token = nullptr, *next_pos = nullptr, *next_log = nullptr;
-    MN_RETURN_IF(GetOutput(ctx, 0, {p.B}, &token));
-    MN_RETURN_IF(GetOutput(ctx, 1, {p.B}, &next_pos));
-    MN_RETURN_IF(GetOutput(ctx, 2, {p.B, p.n}, &next_log));
+    GreedyStepCall c;
+    MN_RETURN_IF(PrepareGreedyStep(ctx, &c));
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
-    return Cuda("GreedyStep", mn_cuda_greedy_step(DType(logits.type), logits.data, p.B, p.V, static_cast<const uint32_t*>(pos.data),
-                                                  static_cast<const uint32_t*>(log.data), p.n, static_cast<uint32_t*>(token),
-                                                  static_cast<uint32_t*>(next_pos), static_cast<uint32_t*>(next_log), stream));
+    return Cuda("GreedyStep", mn_cuda_greedy_step(DType(c.logits.type), c.logits.data, c.p.B, c.p.V, static_cast<const uint32_t*>(c.kv_pos.data),
+                                                  static_cast<const uint32_t*>(c.token_log.data), c.p.n, c.token, c.next_pos, c.next_log,
+                                                  stream));
   }
 };
 

@@ -217,4 +217,19 @@ OrtStatus* CheckGreedyStep(const Tensor& logits, const Tensor& kv_pos, const Ten
   return nullptr;
 }
 
+OrtStatus* PrepareGreedyStep(OrtKernelContext* ctx, GreedyStepCall* c) {
+  MN_RETURN_IF(GetInput(ctx, 0, &c->logits));
+  MN_RETURN_IF(GetInput(ctx, 1, &c->kv_pos));
+  MN_RETURN_IF(GetInput(ctx, 2, &c->token_log));
+  MN_RETURN_IF(CheckGreedyStep(c->logits, c->kv_pos, c->token_log, &c->p));
+  void *token = nullptr, *next_pos = nullptr, *next_log = nullptr;
+  MN_RETURN_IF(GetOutput(ctx, 0, {c->p.B}, &token));
+  MN_RETURN_IF(GetOutput(ctx, 1, {c->p.B}, &next_pos));
+  MN_RETURN_IF(GetOutput(ctx, 2, {c->p.B, c->p.n}, &next_log));
+  c->token = static_cast<uint32_t*>(token);
+  c->next_pos = static_cast<uint32_t*>(next_pos);
+  c->next_log = static_cast<uint32_t*>(next_log);
+  return nullptr;
+}
+
 }  // namespace mn

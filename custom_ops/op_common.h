@@ -153,6 +153,13 @@ struct GreedyStepProblem {
   int64_t B, V, n;
 };
 OrtStatus* CheckGreedyStep(const Tensor& logits, const Tensor& kv_pos, const Tensor& token_log, GreedyStepProblem* p);
+// A GreedyStep call: its inputs read and checked, its three outputs allocated (the CPU and CUDA kernels' common part).
+struct GreedyStepCall {
+  Tensor logits, kv_pos, token_log;
+  GreedyStepProblem p;
+  uint32_t *token, *next_pos, *next_log;
+};
+OrtStatus* PrepareGreedyStep(OrtKernelContext* ctx, GreedyStepCall* c);
 
 // ---- the op descriptor: an OrtCustomOp filled from a table row ----
 
