@@ -414,7 +414,8 @@ class GreedyStepCpu : public Kernel {
     MN_RETURN_IF(PrepareGreedyStep(ctx, &c));
     const GreedyStepProblem& p = c.p;
     const uint32_t* kv = static_cast<const uint32_t*>(c.kv_pos.data);
-    if (c.next_log != c.token_log.data) std::memcpy(c.next_log, c.token_log.data, sizeof(uint32_t) * static_cast<size_t>(p.B * p.n));
+    if (p.B * p.n > 0 && c.next_log != c.token_log.data)  // an empty tensor's data may be null: memcpy must not see it
+      std::memcpy(c.next_log, c.token_log.data, sizeof(uint32_t) * static_cast<size_t>(p.B * p.n));
     return DispatchFloat(c.logits.type, [&](auto tag) -> OrtStatus* {
       using T = decltype(tag);
       for (int64_t b = 0; b < p.B; ++b) {
