@@ -320,9 +320,9 @@ static bool RunTimings(int replays, std::vector<std::string>* json) {
       Stack sk(dt, len, 30);
       for (const Variant& v : variants) {
         // every variant at 128 cached rows; the main one and the one without L2 prefetches at every length (the
-        // kernel prefetches past 256 attended rows), the five kernels at 128, 1024 and 4096; bfloat16: those two
-        const bool two = v.Main() || v.phases == (127 & ~dl::kPrefetch);
-        if (two || (dt != MN_BF16 && (len == 128 || (v.path != F && v.phases == 127 && len != 256 && len != 512))))
+        // kernel prefetches past 256 attended rows), the five kernels at 128, 1024 and 4096; bfloat16: only those two
+        const bool every_length = v.Main() || v.phases == (127 & ~dl::kPrefetch);
+        if (every_length || (dt != MN_BF16 && (len == 128 || (v.path != F && v.phases == 127 && len != 256 && len != 512))))
           ok &= TimeVariant(sk, v, len, lm, replays, tm, json);
       }
     }
