@@ -56,6 +56,8 @@ ATTN_CASES = [  # (T, H, KVH, head_dim, max_seq, kv_pos)
     (6, 6, 3, 64, 64, 58),
     (7, 12, 4, 64, 1100, 1000),  # cache split into chunks, T > 1
     (1, 16, 2, 32, 3000, 2999),  # chunks, head group of 8
+    (1, 4, 2, 40, 70, 69),  # head_dim of 32 + 8 lanes (the AVX2 form's partial blocks), two tiles of rows
+    (2, 6, 3, 12, 140, 130),  # head_dim below 32 and no multiple of 8: lanes one at a time
 ]
 # Batches of sequences, each at its own position (the [B, ...] forms with [B] positions).
 BATCH_ROPE_CASES = [  # (B, S, D, head_dim, static offset, dynamic offsets)
