@@ -183,10 +183,10 @@ def decode_layer_function(opset: int):
 @decode_layer.onnx
 def _(ctx, node, *ins):
     a = node.attrs
-    key = ("DecodeLayer", *ins, a["eps"], a["trans_b"])
-    if key not in ctx.shared:  # the first of the three nodes emits the one ONNX node
+
+    def emit():
         ctx.use_function(decode_layer_function(ctx.opset))
-        ctx.shared[key] = ctx.op(
+        return ctx.op(
             "DecodeLayer",
             *ins[:-1],
             ctx.to_int64(ins[-1]),
@@ -199,7 +199,8 @@ def _(ctx, node, *ins):
             epsilon=float(a["eps"]),
             trans_b=int(bool(a["trans_b"])),
         )
-    return ctx.shared[key][a["index"]]
+
+    return ctx.shared_node(("DecodeLayer", *ins, a["eps"], a["trans_b"]), emit)[a["index"]]
 
 
 def _ex(g, f, max_seq, t, d, h, kvh, hd, inter, kv_pos, trans_b=True, index=0):

@@ -208,13 +208,14 @@ def _onnx_attrs(node) -> dict:
 
 @rms_norm_linear.onnx
 def _(ctx, node, x, weight, *ws):
-    key = ("RMSNormLinear", x, weight, ws, node.attrs["eps"], node.attrs["trans_b"])
-    if key not in ctx.shared:  # the first of the group's nodes emits the one ONNX node
+    def emit():
         ctx.use_function(rms_norm_linear_function(ctx.opset, len(ws)))
         outs = ctx.op("RMSNormLinear", x, weight, *ws, domain=CUSTOM_DOMAIN, outputs=len(ws), **_onnx_attrs(node))
         ctx.nodes[-1].overload = overload(len(ws))
-        ctx.shared[key] = [outs] if isinstance(outs, str) else outs
-    return ctx.shared[key][node.attrs["index"]]
+        return outs
+
+    key = ("RMSNormLinear", x, weight, ws, node.attrs["eps"], node.attrs["trans_b"])
+    return ctx.shared_node(key, emit)[node.attrs["index"]]
 
 
 @rms_norm_swiglu.onnx

@@ -150,11 +150,11 @@ def swiglu_grad_function(opset: int):
 
 @swiglu_grad.onnx
 def _(ctx, node, gate, up, dy):
-    key = ("SwiGLUGrad", gate, up, dy)
-    if key not in ctx.shared:  # the first of the pair emits the one ONNX node
+    def emit():
         ctx.use_function(swiglu_grad_function(ctx.opset))
-        ctx.shared[key] = ctx.op("SwiGLUGrad", gate, up, dy, domain=CUSTOM_DOMAIN, outputs=2)
-    return ctx.shared[key][node.attrs["index"]]
+        return ctx.op("SwiGLUGrad", gate, up, dy, domain=CUSTOM_DOMAIN, outputs=2)
+
+    return ctx.shared_node(("SwiGLUGrad", gate, up, dy), emit)[node.attrs["index"]]
 
 
 def _swiglu_grad_example(g, f: Feeds, shape, index):

@@ -251,32 +251,37 @@ def _lse_shape(a: dict, tq: TensorType, batch: Dim) -> list[Dim]:
 @flash_attention.onnx
 def _(ctx, node, q, k, v):
     a, batch = node.attrs, node.attrs.get("batch", 1)
-    key = ("FlashAttention", q, k, v, tuple(_onnx_attrs(a).items()), batch)
-    if key not in ctx.shared:  # the first of the nodes (output, log-sum-exp) emits the ONNX node
+
+    def emit():
         ctx.use_function(flash_attention_function(ctx.opset))
         tq, tk, tv = ctx.input_types(node)
         q3, k3, v3 = _seq3(ctx, q, tq, batch), _seq3(ctx, k, tk, batch), _seq3(ctx, v, tv, batch)
-        ctx.shared[key] = y, lse = ctx.op("FlashAttention", q3, k3, v3, domain=CUSTOM_DOMAIN, outputs=2, **_onnx_attrs(a))
+        y, lse = ctx.op("FlashAttention", q3, k3, v3, domain=CUSTOM_DOMAIN, outputs=2, **_onnx_attrs(a))
         # the backward's reshapes of Y and LSE back to these shapes fold onto them (LoweringContext.reshape)
         ctx.note_shape(y, ctx.static_shapes.get(q3))
         ctx.note_shape(lse, _lse_shape(a, tq, batch))
-    y, lse = ctx.shared[key]
+        return [y, lse]
+
+    y, lse = ctx.shared_node(("FlashAttention", q, k, v, tuple(_onnx_attrs(a).items()), batch), emit)
     return ctx.reshape(y, list(node.ty.shape)) if a.get("part", 0) == 0 else ctx.reshape(lse, [-1])
 
 
 @flash_attention_backward.onnx
 def _(ctx, node, q, k, v, out, dy, lse):
     a, batch = node.attrs, node.attrs.get("batch", 1)
-    key = ("FlashAttentionGrad", q, k, v, out, dy, lse, tuple(_onnx_attrs(a).items()), batch)
-    if key not in ctx.shared:  # the first of dq, dk, dv emits the ONNX node
+
+    def emit():
         ctx.use_function(flash_attention_grad_function(ctx.opset))
         tq, tk, tv, to, tdy, _ = ctx.input_types(node)
         seq = [_seq3(ctx, x, t, batch) for x, t in ((q, tq), (k, tk), (v, tv), (out, to), (dy, tdy))]
         lse3 = ctx.reshape(lse, _lse_shape(a, tq, batch))
-        ctx.shared[key] = ctx.op("FlashAttentionGrad", *seq, lse3, domain=CUSTOM_DOMAIN, outputs=3, **_onnx_attrs(a))
-        for grad, x3 in zip(ctx.shared[key], seq, strict=False):  # dq, dk, dv have the shapes of q, k, v
+        grads = ctx.op("FlashAttentionGrad", *seq, lse3, domain=CUSTOM_DOMAIN, outputs=3, **_onnx_attrs(a))
+        for grad, x3 in zip(grads, seq, strict=False):  # dq, dk, dv have the shapes of q, k, v
             ctx.note_shape(grad, ctx.static_shapes.get(x3))
-    return ctx.reshape(ctx.shared[key][a["part"]], list(node.ty.shape))
+        return grads
+
+    key = ("FlashAttentionGrad", q, k, v, out, dy, lse, tuple(_onnx_attrs(a).items()), batch)
+    return ctx.reshape(ctx.shared_node(key, emit)[a["part"]], list(node.ty.shape))
 
 
 @flash_attention.vjp

@@ -190,11 +190,11 @@ def greedy_step_function(opset: int):
 
 @greedy_step.onnx
 def _(ctx, node, logits, kv_pos, token_log):
-    key = ("GreedyStep", logits, kv_pos, token_log)
-    if key not in ctx.shared:  # the first of the three emits the one ONNX node
+    def emit():
         ctx.use_function(greedy_step_function(ctx.opset))
-        ctx.shared[key] = ctx.op("GreedyStep", logits, kv_pos, token_log, domain=CUSTOM_DOMAIN, outputs=3)
-    return ctx.shared[key][node.attrs["index"]]
+        return ctx.op("GreedyStep", logits, kv_pos, token_log, domain=CUSTOM_DOMAIN, outputs=3)
+
+    return ctx.shared_node(("GreedyStep", logits, kv_pos, token_log), emit)[node.attrs["index"]]
 
 
 def _greedy_step_example(g, f, rows, vocab, width, index):

@@ -190,11 +190,12 @@ def _count(ctx, labels: str, ignore: int) -> str:
 @sparse_ce.onnx
 def _(ctx, node, logits, labels):
     ignore = _onnx_ignore(node)
-    key = ("SparseCrossEntropy", logits, labels, ignore)
-    if key not in ctx.shared:  # the first of the nodes (loss, log-sum-exp) emits the ONNX node
+
+    def emit():
         ctx.use_function(sparse_cross_entropy_function(ctx.opset))
-        ctx.shared[key] = ctx.op("SparseCrossEntropy", logits, labels, domain=CUSTOM_DOMAIN, outputs=2, ignore_index=ignore)
-    rows, lse = ctx.shared[key]
+        return ctx.op("SparseCrossEntropy", logits, labels, domain=CUSTOM_DOMAIN, outputs=2, ignore_index=ignore)
+
+    rows, lse = ctx.shared_node(("SparseCrossEntropy", logits, labels, ignore), emit)
     if node.attrs.get("part", 0) == 1:
         return lse
     total = ctx.op("ReduceSum", rows, ctx.ints([0]), keepdims=1)  # [1]

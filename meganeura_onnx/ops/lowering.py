@@ -7,6 +7,7 @@ through ``ref_attr_name``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,9 +32,7 @@ class LoweringContext:
         self.prefix = prefix
         self.doc = ""
         self.graph: Any = None  # the Graph being lowered (None inside function bodies)
-        # Multi-output ONNX nodes already emitted, by key: the Graph IR has one output per node, so
-        # an op such as adam_update is several IR nodes lowered to ONE ONNX node (the first emits it).
-        self.shared: dict[Any, Any] = {}
+        self.shared: dict[Any, list[str]] = {}  # shared_node's ONNX nodes already emitted, by key
         self.symbols: dict[str, tuple[str, int]] = {}
         """Symbolic dim name -> (graph input, axis) whose runtime size it is (read with ``Shape``)."""
         self._sizes: dict[Dim, str] = {}
@@ -45,6 +44,15 @@ class LoweringContext:
         in ``value_info`` (ONNX shape inference cannot see through the function bodies)."""
         self.reshape_sources: dict[str, str] = {}
         self._reshapes: dict[tuple[str, tuple[int, ...]], str] = {}
+
+    def shared_node(self, key: Any, emit: Callable[[], str | list[str]]) -> list[str]:
+        """The outputs of the one ONNX node that several IR nodes lower to (the Graph IR has one output
+        per node, so e.g. ``adam_update`` is several IR nodes and ONE ONNX node): the first of them
+        calls ``emit()`` to append the node, under ``key``; the others get the same output names."""
+        if key not in self.shared:
+            outs = emit()
+            self.shared[key] = [outs] if isinstance(outs, str) else list(outs)
+        return self.shared[key]
 
     def input_types(self, node: Any) -> list:
         """TensorTypes of a Graph node's inputs (lowerings that need static sizes read them here)."""

@@ -205,11 +205,13 @@ def rms_norm_grad_function(opset: int):
 
 @rms_norm_grad.onnx
 def _(ctx, node, x, w, dy):
-    key = ("RMSNormGrad", x, w, dy, float(node.attrs["eps"]))
-    if key not in ctx.shared:  # the first of dx, dweight emits the one ONNX node
+    eps = float(node.attrs["eps"])
+
+    def emit():
         ctx.use_function(rms_norm_grad_function(ctx.opset))
-        ctx.shared[key] = ctx.op("RMSNormGrad", x, w, dy, domain=CUSTOM_DOMAIN, outputs=2, epsilon=float(node.attrs["eps"]))
-    return ctx.shared[key][node.attrs.get("index", 0)]
+        return ctx.op("RMSNormGrad", x, w, dy, domain=CUSTOM_DOMAIN, outputs=2, epsilon=eps)
+
+    return ctx.shared_node(("RMSNormGrad", x, w, dy, eps), emit)[node.attrs.get("index", 0)]
 
 
 def _ex_rms_grad(g, f, m, n, eps, index=0):

@@ -112,12 +112,12 @@ def adam_update_function(opset: int, n: int = 1):
 @adam_update.onnx
 def _(ctx, node, *names):
     n = (len(names) - len(HYPER)) // 4
-    key = ("AdamUpdate", names)
-    if key not in ctx.shared:  # the first of the 3n nodes emits the one ONNX node
+
+    def emit():
         ctx.use_function(adam_update_function(ctx.opset, n))
-        ctx.shared[key] = ctx.op("AdamUpdate", *names, domain=CUSTOM_DOMAIN, outputs=3 * n)
-    outs = ctx.shared[key]
-    return outs[3 * node.attrs["index"] + node.attrs["part"]]
+        return ctx.op("AdamUpdate", *names, domain=CUSTOM_DOMAIN, outputs=3 * n)
+
+    return ctx.shared_node(("AdamUpdate", names), emit)[3 * node.attrs["index"] + node.attrs["part"]]
 
 
 def _example(g, f, shapes, part, index):

@@ -117,10 +117,10 @@ def rope_cached_attention_function(opset: int):
 @rope_cached_attention.onnx
 def _(ctx, node, q, k_new, v_new, k_cache, v_cache, kv_pos):
     a = node.attrs
-    key = ("RopeCachedAttention", q, k_new, v_new, k_cache, v_cache, kv_pos)
-    if key not in ctx.shared:  # the first of the three nodes emits the one ONNX node
+
+    def emit():
         ctx.use_function(rope_cached_attention_function(ctx.opset))
-        ctx.shared[key] = ctx.op(
+        return ctx.op(
             "RopeCachedAttention",
             q,
             k_new,
@@ -135,7 +135,8 @@ def _(ctx, node, q, k_new, v_new, k_cache, v_cache, kv_pos):
             head_dim=a["head_dim"],
             theta=float(a["theta"]),
         )
-    return ctx.shared[key][a["index"]]
+
+    return ctx.shared_node(("RopeCachedAttention", q, k_new, v_new, k_cache, v_cache, kv_pos), emit)[a["index"]]
 
 
 def _ex(g, f, max_seq, t, h, kvh, hd, kv_pos, index=0):

@@ -199,11 +199,11 @@ split.numpy(lambda x, *, axis, sizes, index: np.split(x, np.cumsum(sizes)[:-1], 
 @split.onnx
 def _(ctx, node, x):
     a = node.attrs
-    key = ("Split", x, a["axis"], a["sizes"])
-    if key not in ctx.shared:  # the first of the pieces emits the one ONNX node
-        outs = ctx.op("Split", x, ctx.ints(list(a["sizes"])), axis=a["axis"], outputs=len(a["sizes"]))
-        ctx.shared[key] = [outs] if isinstance(outs, str) else outs
-    return ctx.shared[key][a["index"]]
+
+    def emit():
+        return ctx.op("Split", x, ctx.ints(list(a["sizes"])), axis=a["axis"], outputs=len(a["sizes"]))
+
+    return ctx.shared_node(("Split", x, a["axis"], a["sizes"]), emit)[a["index"]]
 
 
 def _split_input_gradient(g, x: NodeId, axis: int, sizes: Sequence[int], dys: Sequence[NodeId | None]) -> NodeId:
