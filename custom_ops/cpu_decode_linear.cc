@@ -233,8 +233,8 @@ inline __attribute__((always_inline)) void ProductSpan(const float* __restrict__
     return;
   }
   std::memset(acc, 0, sizeof(float) * M * width);  // w [K, N]: axpys of weight row slices, 8 rows per pass
-  int64_t k = k0;  // (the accumulators' load and store once per 8 weight rows: one core then streams the
-                   // weights ~8% faster than with 4, as fast as a plain read of them)
+  int64_t k = k0;  // (the accumulators' load and store once per 8 weight rows instead of 4: on the
+                   // 2-core VM one thread streamed a decode step's weights a few percent faster)
   for (; k + kRowsPerPass <= k1; k += kRowsPerPass) {
     const T* wr = w + k * N + n0;
     const float* __restrict__ w0 = FloatRow(wr, width, wbuf);
