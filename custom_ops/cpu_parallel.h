@@ -10,10 +10,34 @@
 #include <thread>
 #include <type_traits>
 
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "cpu_pool.h"
 #include "op_common.h"
 
 namespace mn {
+
+// Sleeps while *word == expected (a spurious or early return is fine: callers re-check); wakes them.
+// Elsewhere than Linux: a yield, and waking is a no-op.
+inline void FutexWait(std::atomic<uint32_t>* word, uint32_t expected) {
+#ifdef __linux__
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+#else
+  (void)word, (void)expected;
+  std::this_thread::yield();
+#endif
+}
+inline void FutexWakeAll(std::atomic<uint32_t>* word) {
+#ifdef __linux__
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1 << 30, nullptr, nullptr, 0);
+#else
+  (void)word;
+#endif
+}
 
 // Runs f(i) for i in [0, total) on ORT's intra-op pool.
 template <class F>
@@ -32,10 +56,13 @@ OrtStatus* ParallelFor(OrtKernelContext* ctx, size_t total, F&& f) {
 // one per product: without spinning ORT's pool threads sleep between loops, and waking one costs tens
 // of microseconds on a VM, against a few hundred microseconds of work per product). The first loop
 // item to start leads: it runs the layer's code, whose For calls hand their items to the members
-// that serve (spinning, then yielding) until it ends. Items are claimed from one counter, so a member
+// that serve (spinning, then sleeping until a round or the end is published) until it ends. Items are claimed from one counter, so a member
 // that never arrives (a busy machine) leaves its share to the others and nobody waits for it; the
 // leader waits only for items already claimed, and tells the caller when a wait was long (a member
-// preempted holding an item: cpu_team_policy.h). The results do not depend on who runs which item.
+// preempted holding an item: cpu_team_policy.h). Waits spin for about kSpins pauses, then sleep on a
+// futex: on a busy machine a spinning member or leader burnt its share of a CPU that another thread
+// (the preempted member, or the other work) could have run on. The results do not depend on who runs
+// which item.
 class Team {
  public:
   // The leader waited this long for an item claimed by a member: the member was preempted (an item
@@ -52,7 +79,8 @@ class Team {
     OrtStatus* st = ParallelFor(ctx, std::max<size_t>(1, members), [&](size_t) {
       if (team.led_.exchange(true, std::memory_order_acq_rel)) return team.Serve();
       status = lead(Pool(ctx, &team));
-      team.ended_.store(true, std::memory_order_release);
+      team.ended_.store(true, std::memory_order_seq_cst);
+      team.Publish();  // sleeping members wake, see the end and return
       ended = std::chrono::steady_clock::now();
     });
     // ORT's loop returns when every item that started has returned: a member preempted anywhere (while
@@ -77,6 +105,7 @@ class Team {
       done_.store(0, std::memory_order_relaxed);
       generation_ = (generation_ + 1) & kGenerationMask;
       ticket_.store(generation_ << 40 | static_cast<uint64_t>(count) << 20, std::memory_order_release);
+      Publish();
       while (Claim()) {
       }
       if (done_.load(std::memory_order_acquire) < count) WaitFor(count);
@@ -86,15 +115,24 @@ class Team {
  private:
   static constexpr size_t kMaxItems = (1u << 20) - 1;
   static constexpr uint64_t kGenerationMask = (uint64_t{1} << 24) - 1;
+  static constexpr unsigned kSpins = 4096;  // ~0.1 ms of pauses: a round's items take tens of microseconds
 
-  static void Pause(unsigned spins) {
-    if (spins < 4096) {
+  static void Pause() {
 #if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
+    __builtin_ia32_pause();
 #endif
-    } else {
-      std::this_thread::yield();
-    }
+  }
+
+  // A round (or the end) was published: wakes the members that sleep for one.
+  void Publish() {
+    round_.fetch_add(1, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&round_);
+  }
+
+  // Whether the published round has an item left to claim.
+  bool HasWork() const {
+    const uint64_t t = ticket_.load(std::memory_order_acquire);
+    return (t & kMaxItems) < ((t >> 20) & kMaxItems);
   }
 
   // Claims and runs one item of the published round; false when it has none left. The ticket packs
@@ -107,7 +145,8 @@ class Team {
       if (i >= count) return false;
       if (ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
         fn_(arg_, i);
-        done_.fetch_add(1, std::memory_order_release);
+        done_.fetch_add(1, std::memory_order_seq_cst);
+        if (leader_sleeps_.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&done_);
         return true;
       }
     }
@@ -116,7 +155,16 @@ class Team {
   // Waits until the round's `count` items are done, noting a stall (kStallSeconds).
   void WaitFor(size_t count) {
     const auto start = std::chrono::steady_clock::now();
-    for (unsigned spins = 0; done_.load(std::memory_order_acquire) < count; ++spins) Pause(spins);
+    for (unsigned spins = 0; done_.load(std::memory_order_acquire) < count; ++spins) {
+      if (spins < kSpins) {
+        Pause();
+        continue;
+      }
+      leader_sleeps_.store(1, std::memory_order_seq_cst);  // then a member that finishes an item wakes it
+      const uint32_t done = done_.load(std::memory_order_seq_cst);
+      if (done < count) FutexWait(&done_, done);
+      leader_sleeps_.store(0, std::memory_order_relaxed);
+    }
     if (Seconds(start) >= kStallSeconds) stalled_ = true;
   }
 
@@ -126,16 +174,24 @@ class Team {
 
   void Serve() {
     for (unsigned spins = 0; !ended_.load(std::memory_order_acquire);) {
-      if (Claim())
+      if (Claim()) {
         spins = 0;
-      else
-        Pause(spins++);
+      } else if (spins < kSpins) {
+        Pause();
+        ++spins;
+      } else {  // sleep until the leader publishes (the round counter read before the last look for work)
+        const uint32_t round = round_.load(std::memory_order_seq_cst);
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        if (!ended_.load(std::memory_order_seq_cst) && !HasWork()) FutexWait(&round_, round);
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+        spins = 0;
+      }
     }
   }
 
   std::atomic<bool> led_{false}, ended_{false};
   std::atomic<uint64_t> ticket_{0};
-  std::atomic<size_t> done_{0};
+  std::atomic<uint32_t> done_{0}, round_{0}, sleepers_{0}, leader_sleeps_{0};  // futex words and their waiters
   uint64_t generation_ = 0;
   bool stalled_ = false;  // the leader's only
   void (*fn_)(void*, size_t) = nullptr;
