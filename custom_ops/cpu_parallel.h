@@ -83,8 +83,8 @@ class Team {
       team.Publish();  // sleeping members wake, see the end and return
       ended = std::chrono::steady_clock::now();
     });
-    // ORT's loop returns when every item that started has returned: a member preempted anywhere (while
-    // it spins between rounds, too) holds the layer until it runs again and sees the end.
+    // ORT's loop returns when every item that started has returned: a member preempted anywhere (between
+    // rounds, too) holds the layer until it runs again and sees the end.
     if (stalled != nullptr) *stalled = st == nullptr && (team.stalled_ || Seconds(ended) >= kStallSeconds);
     if (st != nullptr && status != nullptr) g_api->ReleaseStatus(status);
     return st != nullptr ? st : status;

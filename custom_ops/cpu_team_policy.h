@@ -1,13 +1,14 @@
 // How many threads a CPU DecodeLayer call runs its loops on (cpu_decode_layer.cc): its Team
 // (cpu_parallel.h), or the leader alone. On a quiet machine the team is faster; on a busy one the OS
-// preempts a member, holding an item it claimed or spinning between rounds (ORT's loop waits for it at
-// the layer's end), and the leader waits for it to run again (a time slice, milliseconds, against
+// preempts a member, holding an item it claimed or between rounds (ORT's loop waits for it at the
+// layer's end), and the leader waits for it to run again (a time slice, milliseconds, against
 // about a millisecond per layer): the team then loses to one thread. The policy
 // watches for those waits (Team::Run's `stalled`) rather than for slow calls: a preempted leader slows
 // a call on one thread as much as on the team, and call times on a busy machine are too scattered to
 // compare in a few calls. A stall costs a few milliseconds, a call alone ~0.3 ms more than on the team
 // (SmolLM2-135M's layer on a 2-core VM): on a quiet machine about one team call in 200 stalls and the
-// team wins, under one other busy thread about one in 7 does and one thread wins by a quarter. When
+// team wins, under one other busy thread about one in 7 did and one thread won by a quarter (measured
+// when the team's waits still spun; they sleep now, see cpu_parallel.h). When
 // the share of stalled team calls (an average over about kWindow calls) passes kMaxStallShare, the
 // leader runs alone for a stretch of calls, which doubles each time the team is left again within
 // kCalm team calls, up to kMaxAlone calls: short, as the load may have gone when it ends. The layers
