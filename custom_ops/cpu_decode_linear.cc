@@ -279,8 +279,7 @@ __attribute__((target("avx2,fma"))) void ProductAvx2(const float* xn, const floa
 template <>
 void Product<float>(const float* xn, const float* w, int64_t M, int64_t K, int64_t N, bool trans_b, int64_t n0, int64_t width, int64_t k0,
                     int64_t k1, float*, float* acc) {
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2)
+  if (HasAvx2Fma())
     ProductAvx2(xn, w, M, K, N, trans_b, n0, width, k0, k1, acc);
   else
     ProductSpan(xn, w, M, K, N, trans_b, n0, width, k0, k1, nullptr, acc);

@@ -101,6 +101,11 @@ inline bool HasF16c() {
   static const bool f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
   return f16c;
 }
+// Whether the CPU runs the kernels' target("avx2,fma") forms of their float32 loops (read once).
+inline bool HasAvx2Fma() {
+  static const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return avx2_fma;
+}
 __attribute__((target("avx,f16c"))) inline void ToFloatRowF16c(const Half* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)

@@ -168,8 +168,7 @@ class SwiGLUCpu : public Kernel {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     // On a CPU with AVX2 + FMA the same loop compiled for 8 lanes (the library's baseline,
     // x86-64-v2, has 4), picked at run time as ORT's own elementwise kernels do.
-    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2) return SpanAvx2(g, u, out, begin, end);
+    if (HasAvx2Fma()) return SpanAvx2(g, u, out, begin, end);
 #endif
     SpanBaseline(g, u, out, begin, end);
   }
@@ -237,8 +236,7 @@ class SwiGLUGradCpu : public Kernel {
   }
   static void Span(const Ptrs<float>& p, int64_t begin, int64_t end) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");  // as SwiGLU's forward
-    if (avx2) return SpanAvx2(p.g, p.u, p.d, p.dg, p.du, begin, end);
+    if (HasAvx2Fma()) return SpanAvx2(p.g, p.u, p.d, p.dg, p.du, begin, end);  // as SwiGLU's forward
 #endif
     SpanBaseline(p.g, p.u, p.d, p.dg, p.du, begin, end);
   }

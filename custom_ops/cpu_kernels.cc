@@ -308,8 +308,7 @@ void AttendRows(const float* __restrict__ q, const T* __restrict__ kc, const T* 
                 float* __restrict__ l, float* __restrict__ acc, float* __restrict__ rowbuf) {
 #ifdef MN_ATTEND_AVX2
   if constexpr (std::is_same<T, float>::value) {
-    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2) return AttendRowsAvx2(q, kc, vc, H, G, hd, kvw, r0, r1, scale, sc, m, l, acc);
+    if (HasAvx2Fma()) return AttendRowsAvx2(q, kc, vc, H, G, hd, kvw, r0, r1, scale, sc, m, l, acc);
   }
 #endif
   const int64_t width = H / G * hd;  // the KV heads of these query heads (a row's leading `width` values)
