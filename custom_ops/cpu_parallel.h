@@ -52,17 +52,17 @@ OrtStatus* ParallelFor(OrtKernelContext* ctx, size_t total, F&& f) {
   return g_api->KernelContext_ParallelFor(ctx, tramp, total, 0, &f);
 }
 
-// A DecodeLayer call's threads, held for the whole call (one ORT parallel loop per layer instead of
-// one per product: without spinning ORT's pool threads sleep between loops, and waking one costs tens
-// of microseconds on a VM, against a few hundred microseconds of work per product). The first loop
-// item to start leads: it runs the layer's code, whose For calls hand their items to the members
-// that serve (spinning, then sleeping until a round or the end is published) until it ends. Items are claimed from one counter, so a member
-// that never arrives (a busy machine) leaves its share to the others and nobody waits for it; the
-// leader waits only for items already claimed, and tells the caller when a wait was long (a member
-// preempted holding an item: cpu_team_policy.h). Waits spin for about kSpins pauses, then sleep on a
-// futex: on a busy machine a spinning member or leader burnt its share of a CPU that another thread
-// (the preempted member, or the other work) could have run on. The results do not depend on who runs
-// which item.
+// A DecodeLayer call's threads, held for the whole call (one ORT parallel loop per layer instead of one
+// per product: without spinning ORT's pool threads sleep between loops, and waking one costs tens of
+// microseconds on a VM, against a few hundred microseconds of work per product). The first loop item to
+// start leads: it runs the layer's code, whose For calls hand their items to the members that serve
+// (spinning, then sleeping until a round or the end is published) until it ends. Items are claimed from
+// one counter, so a member that never arrives (a busy machine) leaves its share to the others and
+// nobody waits for it; the leader waits only for items already claimed, and tells the caller when a
+// wait was long (a member preempted holding an item: cpu_team_policy.h). Waits spin for about kSpins
+// pauses, then sleep on a futex: on a busy machine a spinning member or leader burnt its share of a CPU
+// that another thread (the preempted member, or the other work) could have run on. The results do not
+// depend on who runs which item.
 class Team {
  public:
   // The leader waited this long for an item claimed by a member: the member was preempted (an item
