@@ -5,16 +5,17 @@
 //   1. plain 16-byte loads (8 per thread in flight) from N SMs, as separate blocks and as clusters of
 //      up to 16: the bandwidth one cluster can stream a layer's ~7.2 MB at;
 //   2. TMA bulk copies alone (one thread keeps `slots` copies of `piece` bytes in flight per SM);
-//   3. the layer's five products chained over 30 layers in one launch on one 16-block cluster: a producer
-//      warp copies each block's rows of every phase into a shared-memory ring with TMA, running ahead
-//      across phases and layers (weights do not depend on activations); 16 consumer warps wait for a
-//      phase's input (each block's outputs: an mbarrier arrival on every block, then DSMEM reads) and
+//   3. the layer's five products chained over 30 layers in one launch on one cluster (8 or 16 blocks): a
+//      producer warp copies each block's rows of every phase into a shared-memory ring with TMA, running
+//      ahead across phases and layers (weights do not depend on activations); 16 consumer warps wait for
+//      a phase's input (each block's outputs: an mbarrier arrival on every block, then DSMEM reads) and
 //      take the rows of each slot (float32 accumulation of fp16 weights). Shapes: q|k|v [960 x 576], an
 //      attention stand-in reading 98 KB (128 cached rows of k and v), o [576 x 576], gate|up
 //      [3072 x 576], down [576 x 1536]; each output is tanh(0.05 * dot) so 150 chained phases stay
-//      bounded. Checked against plain per-phase kernels; then with the products, the DSMEM gathers and
-//      the phase syncs switched off in turn (mode bits 1, 2, 4), and block 0's first pieces traced.
-// No norms, RoPE or softmax: a floor for the design, not a kernel. Build and run on the GPU machine:
+//      bounded. Checked against plain per-phase kernels. Then parts switched off (mode bits: 1 products,
+//      2 DSMEM gathers, 4 phase syncs; 8 switches the copies off, so the consumers run their control
+//      code alone), and the weights laid out block by block (one contiguous stretch per block and layer).
+// No norms, RoPE or softmax: it bounds the design, it is not a kernel. Build and run on the GPU machine:
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o cluster_layer_probe benchmarks/cluster_layer_probe.cu && ./cluster_layer_probe
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
@@ -47,9 +48,6 @@ struct Phase {
   size_t offset;  // halves, into a layer
 };
 __constant__ Phase c_ph[kPhases];
-// Block 0's first pieces: when the producer issued each, when the consumers saw it land (globaltimer, ns).
-__device__ unsigned long long g_trace[2][128];
-__device__ __forceinline__ unsigned long long Now() { unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
 
 __device__ __forceinline__ unsigned Addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void MbarInit(uint64_t* b, unsigned count) {
@@ -102,7 +100,7 @@ struct Share {
 
 template <int NV>
 __device__ void Consume(const Phase& ph, const Share& sh, const float* x, float* out, unsigned char* ring, uint64_t* full,
-                        uint64_t* empty, int slots, unsigned& seq, bool compute) {
+                        uint64_t* empty, int slots, unsigned& seq, bool compute, bool weights) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, vecs = ph.cols / 8;
   float xr[NV][8];
 #pragma unroll
@@ -113,9 +111,8 @@ __device__ void Consume(const Phase& ph, const Share& sh, const float* x, float*
   }
   for (int piece = 0; piece < sh.pieces; ++piece, ++seq) {
     const int s = seq % slots;
-    if (lane == 0) MbarWait(&full[s], (seq / slots) & 1);
+    if (lane == 0 && weights) MbarWait(&full[s], (seq / slots) & 1);
     __syncwarp();
-    if (blockIdx.x == 0 && threadIdx.x == 0 && seq < 128) g_trace[1][seq] = Now();
     const int r0 = sh.lo + piece * sh.per_slot, n = min(sh.per_slot, sh.hi - r0);
     const uint4* slot = reinterpret_cast<const uint4*>(ring + static_cast<size_t>(s) * kSlotBytes);
     for (int i = warp; i < n; i += kConsumerWarps) {
@@ -142,13 +139,45 @@ __device__ void Consume(const Phase& ph, const Share& sh, const float* x, float*
       if (lane == 0) out[r0 + i] = tanhf(acc * 0.05f);
     }
     __syncwarp();
-    if (lane == 0) MbarArrive(&empty[s]);
+    if (lane == 0 && weights) MbarArrive(&empty[s]);
+  }
+}
+
+// The producer: the block's rows of every phase of every layer into the ring, a slot at a time as the
+// consumers free them. `packed`: w holds each layer's rows block by block ([layer][rank][phase rows]),
+// so a block's copies walk one contiguous stretch per layer instead of five.
+__device__ void Produce(const __half* w, size_t layer_halves, int layers, int rotate, int slots, bool packed, int rank, int C,
+                        unsigned char* ring, uint64_t* full, uint64_t* empty) {
+  size_t base = 0;  // the block's stretch in a packed layer
+  for (int r = 0; packed && r < rank; ++r)
+    for (int p = 0; p < kPhases; ++p) {
+      const Share other(c_ph[p], r, C);
+      base += static_cast<size_t>(other.hi - other.lo) * c_ph[p].cols;
+    }
+  unsigned seq = 0;
+  for (int l = 0; l < layers; ++l) {
+    const __half* lw = w + static_cast<size_t>(l % rotate) * layer_halves;
+    size_t next = base;
+    for (int p = 0; p < kPhases; ++p) {
+      const Phase ph = c_ph[p];
+      const Share sh(ph, rank, C);
+      for (int piece = 0; piece < sh.pieces; ++piece, ++seq) {
+        const int s = seq % slots;
+        if (seq >= static_cast<unsigned>(slots)) MbarWait(&empty[s], ((seq / slots) - 1) & 1);
+        const int r0 = sh.lo + piece * sh.per_slot, n = min(sh.per_slot, sh.hi - r0);
+        const unsigned bytes = static_cast<unsigned>(n) * ph.cols * 2;
+        MbarExpect(&full[s], bytes);
+        const __half* src = packed ? lw + next : lw + ph.offset + static_cast<size_t>(r0) * ph.cols;
+        next += static_cast<size_t>(n) * ph.cols;
+        BulkCopy(ring + static_cast<size_t>(s) * kSlotBytes, src, bytes, &full[s]);
+      }
+    }
   }
 }
 
 __global__ void __launch_bounds__(kThreads, 1) Layers(const __half* w, size_t layer_halves, int layers, int rotate, int slots,
-                                                      const float* x0, float* y, int mode) {
-  const bool compute = mode & 1, gather = mode & 2, sync = mode & 4;
+                                                      const float* x0, float* y, int mode, bool packed) {
+  const bool compute = mode & 1, gather = mode & 2, sync = mode & 4, weights = !(mode & 8);
   extern __shared__ __align__(128) unsigned char smem[];
   cg::cluster_group cl = cg::this_cluster();
   const int C = cl.num_blocks(), rank = cl.block_rank();
@@ -169,25 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1) Layers(const __half* w, size_t la
   for (int k = threadIdx.x; k < kMaxVec; k += kThreads) x[k] = x0[k];
   cl.sync();  // barriers initialised everywhere before any remote arrival
   if (threadIdx.x >= kConsumers) {  // the producer warp
-    if (threadIdx.x == kConsumers) {
-      unsigned seq = 0;
-      for (int l = 0; l < layers; ++l) {
-        const __half* lw = w + static_cast<size_t>(l % rotate) * layer_halves;
-        for (int p = 0; p < kPhases; ++p) {
-          const Phase ph = c_ph[p];
-          const Share sh(ph, rank, C);
-          for (int piece = 0; piece < sh.pieces; ++piece, ++seq) {
-            const int s = seq % slots;
-            if (seq >= static_cast<unsigned>(slots)) MbarWait(&empty[s], ((seq / slots) - 1) & 1);
-            const int r0 = sh.lo + piece * sh.per_slot, n = min(sh.per_slot, sh.hi - r0);
-            const unsigned bytes = static_cast<unsigned>(n) * ph.cols * 2;
-            if (blockIdx.x == 0 && seq < 128) g_trace[0][seq] = Now();
-            MbarExpect(&full[s], bytes);
-            BulkCopy(ring + static_cast<size_t>(s) * kSlotBytes, lw + ph.offset + static_cast<size_t>(r0) * ph.cols, bytes, &full[s]);
-          }
-        }
-      }
-    }
+    if (threadIdx.x == kConsumers && weights) Produce(w, layer_halves, layers, rotate, slots, packed, rank, C, ring, full, empty);
     __syncwarp();  // the warp whole again for the cluster barrier
   } else {
     unsigned seq = 0, step = 0;
@@ -196,9 +207,9 @@ __global__ void __launch_bounds__(kThreads, 1) Layers(const __half* w, size_t la
         const Phase ph = c_ph[p];
         const Share sh(ph, rank, C);
         float* out = outs + (step & 1) * kMaxVec;
-        if (ph.cols <= 256) Consume<1>(ph, sh, x, out, ring, full, empty, slots, seq, compute);
-        else if (ph.cols <= 768) Consume<3>(ph, sh, x, out, ring, full, empty, slots, seq, compute);
-        else Consume<6>(ph, sh, x, out, ring, full, empty, slots, seq, compute);
+        if (ph.cols <= 256) Consume<1>(ph, sh, x, out, ring, full, empty, slots, seq, compute, weights);
+        else if (ph.cols <= 768) Consume<3>(ph, sh, x, out, ring, full, empty, slots, seq, compute, weights);
+        else Consume<6>(ph, sh, x, out, ring, full, empty, slots, seq, compute, weights);
         ConsumerSync();  // the block's outputs written (and x read by all) before the arrivals
         if (sync) {
           if (threadIdx.x < C) MbarArriveRemote(&ready[step & 1], threadIdx.x);
@@ -364,47 +375,70 @@ static std::vector<float> Reference(const __half* w, const Phase* ph, size_t lay
   return ref;
 }
 
-// Block 0's first layer of pieces: when each was issued and when it landed.
-static void PrintTrace() {
-  unsigned long long tr[2][128];
-  CK(cudaMemcpyFromSymbol(tr, g_trace, sizeof tr));
-  printf("  block 0, first layer's pieces (issued -> landed, us from the first issue):");
-  for (int q = 0; q < 17; ++q) printf(" %.2f->%.2f", (tr[0][q] - tr[0][0]) * 1e-3, (tr[1][q] - tr[0][0]) * 1e-3);
+// One configuration of the layer chain, timed (and checked where everything runs); false on a mismatch.
+struct ChainRun {
+  const __half* w;
+  size_t layer_halves;
+  int layers, C, slots, mode, rotate;
+  bool packed;
+};
+static bool RunChain(const ChainRun& r, const std::vector<float>& ref, const float* x0, float* y) {
+  const size_t smem = static_cast<size_t>(r.slots) * kSlotBytes + 3 * kMaxVec * 4 + (2 * r.slots + 2) * 8;
+  CK(cudaFuncSetAttribute(Layers, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  std::vector<float> t;
+  for (int rep = 0; rep < 7; ++rep) {
+    CK(cudaMemset(y, 0, kMaxVec * 4));
+    t.push_back(TimeLaunch(Layers, r.C, r.C, kThreads, smem, r.w, r.layer_halves, r.layers, r.rotate, r.slots, x0, y, r.mode, r.packed) *
+                1e3f / r.layers);
+  }
+  const bool checked = r.mode == 7 && r.rotate == r.layers;
+  double err = 0;
+  if (checked) {
+    std::vector<float> got(kMaxVec);
+    CK(cudaMemcpy(got.data(), y, kMaxVec * 4, cudaMemcpyDeviceToHost));
+    for (int k = 0; k < 576; ++k) err = std::max(err, static_cast<double>(std::fabs(got[k] - ref[k])));  // phase 0's input
+  }
+  printf("layer chain, cluster of %2d, %d slots, products %d gathers %d syncs %d, weights %s%s: %6.2f us per layer (%.2f-%.2f)", r.C,
+         r.slots, r.mode & 1, (r.mode >> 1) & 1, (r.mode >> 2) & 1,
+         r.mode & 8 ? "none (no copies)" : r.rotate == 1 ? "one layer's (L2)" : "30 layers' (DRAM)",
+         r.packed ? ", packed by block" : "", Median(t), *std::min_element(t.begin(), t.end()), *std::max_element(t.begin(), t.end()));
+  if (checked) printf(", max |error| vs reference %.1e", err);
   printf("\n");
+  return !checked || err < 1e-4;
 }
 
-// 3. the layer chain on one cluster; returns how many checked runs differ from the reference.
-static int ProbeChain(const __half* w, size_t layer_halves, int layers, const std::vector<float>& ref, const float* x0, float* y) {
+// 3. the layer chain on one cluster (w as the model lays it out; packed16: each layer's rows block by
+// block for clusters of 16); returns how many checked runs differ from the reference.
+static int ProbeChain(const __half* w, const __half* packed16, size_t layer_halves, int layers, const std::vector<float>& ref,
+                      const float* x0, float* y) {
   CK(cudaFuncSetAttribute(Layers, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  std::vector<float> got(kMaxVec);
   int failed = 0;
   for (int C : {8, 16})
     for (int slots : {2, 5})
       for (int mode : {7, 6, 4, 0})
-        for (int rotate : {layers, 1}) {
-          if (rotate == 1 && mode != 7 && mode != 0) continue;
-          const size_t smem = static_cast<size_t>(slots) * kSlotBytes + 3 * kMaxVec * 4 + (2 * slots + 2) * 8;
-          CK(cudaFuncSetAttribute(Layers, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-          std::vector<float> t;
-          for (int rep = 0; rep < 7; ++rep) {
-            CK(cudaMemset(y, 0, kMaxVec * 4));
-            t.push_back(TimeLaunch(Layers, C, C, kThreads, smem, w, layer_halves, layers, rotate, slots, x0, y, mode) * 1e3f / layers);
-          }
-          const bool checked = mode == 7 && rotate == layers;
-          double err = 0;
-          if (checked) {
-            CK(cudaMemcpy(got.data(), y, kMaxVec * 4, cudaMemcpyDeviceToHost));
-            for (int k = 0; k < 576; ++k) err = std::max(err, static_cast<double>(std::fabs(got[k] - ref[k])));  // phase 0's input
-            failed += !(err < 1e-4);
-          }
-          printf("layer chain, cluster of %2d, %d slots, products %d gathers %d syncs %d, weights %s: %6.2f us per layer (%.2f-%.2f)",
-                 C, slots, mode & 1, (mode >> 1) & 1, (mode >> 2) & 1, rotate == 1 ? "one layer's (L2)" : "30 layers' (DRAM)", Median(t),
-                 *std::min_element(t.begin(), t.end()), *std::max_element(t.begin(), t.end()));
-          if (checked) printf(", max |error| vs reference %.1e", err);
-          printf("\n");
-          if (C == 16 && slots == 5 && mode == 0 && rotate == layers) PrintTrace();
-        }
+        for (int rotate : {layers, 1})
+          if (rotate == layers || mode == 7 || mode == 0)
+            failed += !RunChain({w, layer_halves, layers, C, slots, mode, rotate, false}, ref, x0, y);
+  for (int C : {8, 16})
+    for (int mode : {8, 12, 14}) failed += !RunChain({w, layer_halves, layers, C, 5, mode, layers, false}, ref, x0, y);
+  for (int mode : {7, 6, 4, 0})
+    for (int rotate : {layers, 1})
+      if (rotate == layers || mode == 7 || mode == 0) failed += !RunChain({packed16, layer_halves, layers, 16, 5, mode, rotate, true}, ref, x0, y);
   return failed;
+}
+
+// Each layer's rows block by block for a cluster of C: [layer][rank][phase][the rank's rows].
+static std::vector<__half> PackByBlock(const std::vector<__half>& w, const Phase* ph, size_t layer_halves, int layers, int C) {
+  std::vector<__half> packed;
+  packed.reserve(w.size());
+  for (int l = 0; l < layers; ++l)
+    for (int r = 0; r < C; ++r)
+      for (int p = 0; p < kPhases; ++p) {
+        const int chunk = (ph[p].rows + C - 1) / C, lo = std::min(ph[p].rows, r * chunk), hi = std::min(ph[p].rows, lo + chunk);
+        const size_t first = l * layer_halves + ph[p].offset + static_cast<size_t>(lo) * ph[p].cols;
+        packed.insert(packed.end(), w.begin() + first, w.begin() + first + static_cast<size_t>(hi - lo) * ph[p].cols);
+      }
+  return packed;
 }
 
 int main() {
@@ -421,12 +455,15 @@ int main() {
   CK(cudaGetDeviceProperties(&prop, 0));
   printf("%s, %d SMs; layer %.2f MB fp16, %d distinct layers (%.0f MB: past the L2)\n", prop.name, prop.multiProcessorCount,
          layer_halves * 2 / 1e6, layers, layer_halves * 2.0 * layers / 1e6);
-  __half* w;
+  __half *w, *packed16;
   CK(cudaMalloc(&w, layer_halves * 2 * layers));
+  CK(cudaMalloc(&packed16, layer_halves * 2 * layers));
   {
     std::vector<__half> host(layer_halves * layers);
     for (size_t i = 0; i < host.size(); ++i) host[i] = __float2half(((i * 2654435761u) >> 20 & 1023) / 1024.f - 0.5f);
     CK(cudaMemcpy(w, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+    const std::vector<__half> packed = PackByBlock(host, ph, layer_halves, layers, 16);
+    CK(cudaMemcpy(packed16, packed.data(), packed.size() * 2, cudaMemcpyHostToDevice));
   }
   float *x0, *y, *rx, *rout;
   for (float** p : {&x0, &y, &rx, &rout}) CK(cudaMalloc(p, kMaxVec * 4));
@@ -439,7 +476,7 @@ int main() {
     CK(cudaMemcpy(x0, h.data(), kMaxVec * 4, cudaMemcpyHostToDevice));
   }
   const std::vector<float> ref = Reference(w, ph, layer_halves, layers, x0, rx, rout);
-  const int failed = ProbeChain(w, layer_halves, layers, ref, x0, y);
+  const int failed = ProbeChain(w, packed16, layer_halves, layers, ref, x0, y);
   printf(failed ? "FAILED: the layer chain differs from the reference\n" : "the layer chain matches the reference\n");
   return failed ? 1 : 0;
 }
