@@ -7,14 +7,14 @@
 //   2. TMA bulk copies alone (one thread keeps `slots` copies of `piece` bytes in flight per SM);
 //   3. the layer's five products chained over 30 layers in one launch on one cluster (8 or 16 blocks): a
 //      producer warp copies each block's rows of every phase into a shared-memory ring with TMA, running
-//      ahead across phases and layers (weights do not depend on activations); 16 consumer warps wait for
+//      ahead across phases and layers (weights do not depend on activations); 15 consumer warps wait for
 //      a phase's input (each block's outputs: an mbarrier arrival on every block, then DSMEM reads) and
 //      take the rows of each slot (float32 accumulation of fp16 weights). Shapes: q|k|v [960 x 576], an
 //      attention stand-in reading 98 KB (128 cached rows of k and v), o [576 x 576], gate|up
 //      [3072 x 576], down [576 x 1536]; each output is tanh(0.05 * dot) so 150 chained phases stay
 //      bounded. Checked against plain per-phase kernels. Then parts switched off (mode bits: 1 products,
 //      2 DSMEM gathers, 4 phase syncs; 8 switches the copies off, so the consumers run their control
-//      code alone), and the weights laid out block by block (one contiguous stretch per block and layer).
+//      code alone).
 // No norms, RoPE or softmax: it bounds the design, it is not a kernel. Build and run on the GPU machine:
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o cluster_layer_probe benchmarks/cluster_layer_probe.cu && ./cluster_layer_probe
 #include <cooperative_groups.h>
@@ -38,8 +38,10 @@ namespace cg = cooperative_groups;
     }                                                                          \
   } while (0)
 
-constexpr int kConsumerWarps = 16, kConsumers = kConsumerWarps * 32, kThreads = kConsumers + 32;
+constexpr int kConsumerWarps = 15,  // with the producer, 16 warps: 128 registers each
+              kConsumers = kConsumerWarps * 32, kThreads = kConsumers + 32;
 constexpr int kMaxVec = 3072;
+constexpr int kGatherPerThread = (kMaxVec + kConsumers - 1) / kConsumers;
 constexpr int kSlotBytes = 32768;
 constexpr int kPhases = 5;
 
@@ -47,7 +49,6 @@ struct Phase {
   int rows, cols;
   size_t offset;  // halves, into a layer
 };
-__constant__ Phase c_ph[kPhases];
 
 __device__ __forceinline__ unsigned Addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void MbarInit(uint64_t* b, unsigned count) {
@@ -86,158 +87,175 @@ __device__ __forceinline__ void BulkCopy(void* dst, const void* src, unsigned by
 }
 __device__ __forceinline__ void ConsumerSync() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
 
-// The block's rows of phase ph: [lo, hi); rows per slot; slots.
-struct Share {
-  int lo, hi, per_slot, pieces;
-  __device__ Share(const Phase& ph, int rank, int C) {
-    const int chunk = (ph.rows + C - 1) / C;
-    lo = min(ph.rows, rank * chunk);
-    hi = min(ph.rows, lo + chunk);
-    per_slot = kSlotBytes / (ph.cols * 2);
-    pieces = (hi - lo + per_slot - 1) / per_slot;
+constexpr int kRowsP[kPhases] = {960, 384, 576, 3072, 576};
+constexpr int kColsP[kPhases] = {576, 128, 576, 576, 1536};
+constexpr size_t OffP(int p) { return p == 0 ? 0 : OffP(p - 1) + static_cast<size_t>(kRowsP[p - 1]) * kColsP[p - 1]; }
+constexpr size_t kLayerHalves = OffP(kPhases);
+
+// Phase P's shapes for clusters of C, all compile-time (with runtime shapes the warps' bookkeeping of
+// slots and phases, integer divisions and reloads, took 15.3 us per layer on its own; 7.5 now).
+template <int P, int C>
+struct PhaseC {
+  static constexpr int rows = kRowsP[P], cols = kColsP[P], vecs = cols / 8, NV = (vecs + 31) / 32, chunk = (rows + C - 1) / C,
+                       per_slot = kSlotBytes / (cols * 2), next_cols = kColsP[(P + 1) % kPhases];
+  static constexpr size_t offset = OffP(P);
+  __device__ static int Lo(int rank) { return min(rows, rank * chunk); }
+  __device__ static int Hi(int rank) { return min(rows, Lo(rank) + chunk); }
+  __device__ static int Pieces(int rank) { return (Hi(rank) - Lo(rank) + per_slot - 1) / per_slot; }
+};
+
+// A position in the ring: the slot, and how many times the ring went round (its mbarriers' phase).
+template <int kSlots>
+struct SlotPos {
+  int slot = 0;
+  unsigned round = 0;
+  __device__ void Next() {
+    if (++slot == kSlots) slot = 0, ++round;
   }
 };
 
-template <int NV>
-__device__ void Consume(const Phase& ph, const Share& sh, const float* x, float* out, unsigned char* ring, uint64_t* full,
-                        uint64_t* empty, int slots, unsigned& seq, bool compute, bool weights) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, vecs = ph.cols / 8;
-  float xr[NV][8];
-#pragma unroll
-  for (int j = 0; j < NV; ++j) {
-    const int c = lane + 32 * j;
-#pragma unroll
-    for (int u = 0; u < 8; ++u) xr[j][u] = c < vecs ? x[c * 8 + u] : 0.f;
+// What a block's consumers work on: x (the phase's input) and the outputs in shared memory, the ring
+// and its mbarriers (full / empty per slot, ready: two alternating phase barriers), and the mode.
+struct Ctx {
+  const float* x;
+  float* x_w;
+  float* outs;
+  unsigned char* ring;
+  uint64_t *full, *empty, *ready;
+  int rank;
+  bool compute, gather, sync, weights;
+};
+
+// The producer's copies of phase P: the block's rows, a slot at a time as the consumers free them.
+template <int P, int C, int kSlots>
+__device__ void ProducePhase(const __half* lw, int rank, unsigned char* ring, uint64_t* full, uint64_t* empty, SlotPos<kSlots>& pos) {
+  using Ph = PhaseC<P, C>;
+  const int lo = Ph::Lo(rank), hi = Ph::Hi(rank), pieces = Ph::Pieces(rank);
+  for (int piece = 0; piece < pieces; ++piece, pos.Next()) {
+    if (pos.round > 0) MbarWait(&empty[pos.slot], (pos.round - 1) & 1);
+    const int r0 = lo + piece * Ph::per_slot, n = min(Ph::per_slot, hi - r0);
+    const unsigned bytes = static_cast<unsigned>(n) * Ph::cols * 2;
+    MbarExpect(&full[pos.slot], bytes);
+    BulkCopy(ring + static_cast<size_t>(pos.slot) * kSlotBytes, lw + Ph::offset + static_cast<size_t>(r0) * Ph::cols, bytes, &full[pos.slot]);
   }
-  for (int piece = 0; piece < sh.pieces; ++piece, ++seq) {
-    const int s = seq % slots;
-    if (lane == 0 && weights) MbarWait(&full[s], (seq / slots) & 1);
+}
+
+// Phase P on the consumers: each slot's rows (a warp per row), then the phase's sync (an mbarrier
+// arrival on every block of the cluster, a wait on this block's) and the next phase's input gathered
+// from every block's outputs (row r is block r / chunk's) through distributed shared memory.
+template <int P, int C, int kSlots>
+__device__ void ConsumePhase(const Ctx& c, unsigned step, SlotPos<kSlots>& pos, cg::cluster_group& cl) {
+  using Ph = PhaseC<P, C>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int lo = Ph::Lo(c.rank), hi = Ph::Hi(c.rank), pieces = Ph::Pieces(c.rank);
+  float* out = c.outs + (step & 1) * kMaxVec;
+  float xr[Ph::NV][8];
+#pragma unroll
+  for (int j = 0; j < Ph::NV; ++j) {
+    const int col = lane + 32 * j;
+    const float4 a = col < Ph::vecs ? reinterpret_cast<const float4*>(c.x)[2 * col] : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 b = col < Ph::vecs ? reinterpret_cast<const float4*>(c.x)[2 * col + 1] : make_float4(0.f, 0.f, 0.f, 0.f);
+    xr[j][0] = a.x, xr[j][1] = a.y, xr[j][2] = a.z, xr[j][3] = a.w, xr[j][4] = b.x, xr[j][5] = b.y, xr[j][6] = b.z, xr[j][7] = b.w;
+  }
+  for (int piece = 0; piece < pieces; ++piece, pos.Next()) {
+    if (lane == 0 && c.weights) MbarWait(&c.full[pos.slot], pos.round & 1);
     __syncwarp();
-    const int r0 = sh.lo + piece * sh.per_slot, n = min(sh.per_slot, sh.hi - r0);
-    const uint4* slot = reinterpret_cast<const uint4*>(ring + static_cast<size_t>(s) * kSlotBytes);
+    const int r0 = lo + piece * Ph::per_slot, n = min(Ph::per_slot, hi - r0);
+    const uint4* slot = reinterpret_cast<const uint4*>(c.ring + static_cast<size_t>(pos.slot) * kSlotBytes);
     for (int i = warp; i < n; i += kConsumerWarps) {
-      if (!compute) {
-        if (lane == 0) out[r0 + i] = xr[0][0];
-        continue;
-      }
       float acc = 0.f;
+      if (c.compute) {
 #pragma unroll
-      for (int j = 0; j < NV; ++j) {
-        const int c = lane + 32 * j;
-        if (c < vecs) {
-          const uint4 q = slot[i * vecs + c];
-          const __half2* h = reinterpret_cast<const __half2*>(&q);
+        for (int j = 0; j < Ph::NV; ++j) {
+          const int col = lane + 32 * j;
+          if (col < Ph::vecs) {
+            const uint4 q = slot[i * Ph::vecs + col];
+            const __half2* h = reinterpret_cast<const __half2*>(&q);
 #pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            const float2 f = __half22float2(h[u]);
-            acc += f.x * xr[j][2 * u] + f.y * xr[j][2 * u + 1];
+            for (int u = 0; u < 4; ++u) {
+              const float2 f = __half22float2(h[u]);
+              acc += f.x * xr[j][2 * u] + f.y * xr[j][2 * u + 1];
+            }
           }
         }
-      }
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-      if (lane == 0) out[r0 + i] = tanhf(acc * 0.05f);
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      }
+      if (lane == 0) out[r0 + i] = c.compute ? tanhf(acc * 0.05f) : xr[0][0];
     }
     __syncwarp();
-    if (lane == 0 && weights) MbarArrive(&empty[s]);
+    if (lane == 0 && c.weights) MbarArrive(&c.empty[pos.slot]);
   }
+  ConsumerSync();
+  if (c.sync) {
+    if (threadIdx.x < C) MbarArriveRemote(&c.ready[step & 1], threadIdx.x);
+    if (lane == 0) MbarWaitCluster(&c.ready[step & 1], (step >> 1) & 1);
+    __syncwarp();
+  }
+  float v[kGatherPerThread];
+#pragma unroll
+  for (int i = 0; i < kGatherPerThread; ++i) {
+    const int k = threadIdx.x + i * kConsumers, r = k % Ph::rows;
+    if (k < Ph::next_cols) v[i] = c.gather ? cl.map_shared_rank(out, r / Ph::chunk)[r] : out[r];
+  }
+#pragma unroll
+  for (int i = 0; i < kGatherPerThread; ++i) {
+    const int k = threadIdx.x + i * kConsumers;
+    if (k < Ph::next_cols) c.x_w[k] = v[i];
+  }
+  ConsumerSync();
 }
 
-// The producer: the block's rows of every phase of every layer into the ring, a slot at a time as the
-// consumers free them. `packed`: w holds each layer's rows block by block ([layer][rank][phase rows]),
-// so a block's copies walk one contiguous stretch per layer instead of five.
-__device__ void Produce(const __half* w, size_t layer_halves, int layers, int rotate, int slots, bool packed, int rank, int C,
-                        unsigned char* ring, uint64_t* full, uint64_t* empty) {
-  size_t base = 0;  // the block's stretch in a packed layer
-  for (int r = 0; packed && r < rank; ++r)
-    for (int p = 0; p < kPhases; ++p) {
-      const Share other(c_ph[p], r, C);
-      base += static_cast<size_t>(other.hi - other.lo) * c_ph[p].cols;
-    }
-  unsigned seq = 0;
-  for (int l = 0; l < layers; ++l) {
-    const __half* lw = w + static_cast<size_t>(l % rotate) * layer_halves;
-    size_t next = base;
-    for (int p = 0; p < kPhases; ++p) {
-      const Phase ph = c_ph[p];
-      const Share sh(ph, rank, C);
-      for (int piece = 0; piece < sh.pieces; ++piece, ++seq) {
-        const int s = seq % slots;
-        if (seq >= static_cast<unsigned>(slots)) MbarWait(&empty[s], ((seq / slots) - 1) & 1);
-        const int r0 = sh.lo + piece * sh.per_slot, n = min(sh.per_slot, sh.hi - r0);
-        const unsigned bytes = static_cast<unsigned>(n) * ph.cols * 2;
-        MbarExpect(&full[s], bytes);
-        const __half* src = packed ? lw + next : lw + ph.offset + static_cast<size_t>(r0) * ph.cols;
-        next += static_cast<size_t>(n) * ph.cols;
-        BulkCopy(ring + static_cast<size_t>(s) * kSlotBytes, src, bytes, &full[s]);
-      }
-    }
-  }
-}
-
-__global__ void __launch_bounds__(kThreads, 1) Layers(const __half* w, size_t layer_halves, int layers, int rotate, int slots,
-                                                      const float* x0, float* y, int mode, bool packed) {
-  const bool compute = mode & 1, gather = mode & 2, sync = mode & 4, weights = !(mode & 8);
+// `layers` layers of the five phases on one cluster of C blocks: a producer warp (TMA copies, running
+// ahead across phases and layers), 15 consumer warps. mode bits: 1 products, 2 gathers, 4 syncs;
+// 8: no copies (the consumers run their control code alone). y <- the final x of block 0.
+template <int C, int kSlots>
+__global__ void __launch_bounds__(kThreads, 1) Layers(const __half* w, int layers, int rotate, const float* x0, float* y, int mode) {
   extern __shared__ __align__(128) unsigned char smem[];
   cg::cluster_group cl = cg::this_cluster();
-  const int C = cl.num_blocks(), rank = cl.block_rank();
-  unsigned char* ring = smem;
-  float* x = reinterpret_cast<float*>(smem + static_cast<size_t>(slots) * kSlotBytes);
-  float* outs = x + kMaxVec;  // [2][kMaxVec]
-  uint64_t* bars = reinterpret_cast<uint64_t*>(outs + 2 * kMaxVec);
-  uint64_t *full = bars, *empty = bars + slots, *ready = bars + 2 * slots;  // ready[2]
+  const int rank = cl.block_rank();
+  float* x = reinterpret_cast<float*>(smem + static_cast<size_t>(kSlots) * kSlotBytes);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(x + 3 * kMaxVec);
+  Ctx c{x, x, x + kMaxVec, smem, bars, bars + kSlots, bars + 2 * kSlots, rank, (mode & 1) != 0, (mode & 2) != 0, (mode & 4) != 0, !(mode & 8)};
   if (threadIdx.x == 0) {
-    for (int s = 0; s < slots; ++s) {
-      MbarInit(&full[s], 1);
-      MbarInit(&empty[s], kConsumerWarps);
+    for (int s = 0; s < kSlots; ++s) {
+      MbarInit(&c.full[s], 1);
+      MbarInit(&c.empty[s], kConsumerWarps);
     }
-    MbarInit(&ready[0], C);
-    MbarInit(&ready[1], C);
+    MbarInit(&c.ready[0], C);
+    MbarInit(&c.ready[1], C);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   for (int k = threadIdx.x; k < kMaxVec; k += kThreads) x[k] = x0[k];
-  cl.sync();  // barriers initialised everywhere before any remote arrival
-  if (threadIdx.x >= kConsumers) {  // the producer warp
-    if (threadIdx.x == kConsumers && weights) Produce(w, layer_halves, layers, rotate, slots, packed, rank, C, ring, full, empty);
-    __syncwarp();  // the warp whole again for the cluster barrier
-  } else {
-    unsigned seq = 0, step = 0;
-    for (int l = 0; l < layers; ++l) {
-      for (int p = 0; p < kPhases; ++p, ++step) {
-        const Phase ph = c_ph[p];
-        const Share sh(ph, rank, C);
-        float* out = outs + (step & 1) * kMaxVec;
-        if (ph.cols <= 256) Consume<1>(ph, sh, x, out, ring, full, empty, slots, seq, compute, weights);
-        else if (ph.cols <= 768) Consume<3>(ph, sh, x, out, ring, full, empty, slots, seq, compute, weights);
-        else Consume<6>(ph, sh, x, out, ring, full, empty, slots, seq, compute, weights);
-        ConsumerSync();  // the block's outputs written (and x read by all) before the arrivals
-        if (sync) {
-          if (threadIdx.x < C) MbarArriveRemote(&ready[step & 1], threadIdx.x);
-          if (threadIdx.x % 32 == 0) MbarWaitCluster(&ready[step & 1], (step >> 1) & 1);
-          __syncwarp();
-        }
-        // x <- every block's outputs (row r is block r / chunk's), the next phase's length
-        const int next_cols = c_ph[(p + 1) % kPhases].cols, chunk = (ph.rows + C - 1) / C;
-        float v[kMaxVec / kConsumers];
-#pragma unroll
-        for (int i = 0; i < kMaxVec / kConsumers; ++i) {
-          const int k = threadIdx.x + i * kConsumers, r = k % ph.rows;
-          if (k < next_cols) v[i] = gather ? cl.map_shared_rank(out, r / chunk)[r] : out[r];
-        }
-#pragma unroll
-        for (int i = 0; i < kMaxVec / kConsumers; ++i) {
-          const int k = threadIdx.x + i * kConsumers;
-          if (k < next_cols) x[k] = v[i];
-        }
-        ConsumerSync();
+  cl.sync();
+  if (threadIdx.x >= kConsumers) {
+    if (threadIdx.x == kConsumers && c.weights) {
+      SlotPos<kSlots> pos;
+      for (int l = 0; l < layers; ++l) {
+        const __half* lw = w + static_cast<size_t>(l % rotate) * kLayerHalves;
+        ProducePhase<0, C, kSlots>(lw, rank, smem, c.full, c.empty, pos);
+        ProducePhase<1, C, kSlots>(lw, rank, smem, c.full, c.empty, pos);
+        ProducePhase<2, C, kSlots>(lw, rank, smem, c.full, c.empty, pos);
+        ProducePhase<3, C, kSlots>(lw, rank, smem, c.full, c.empty, pos);
+        ProducePhase<4, C, kSlots>(lw, rank, smem, c.full, c.empty, pos);
       }
+    }
+    __syncwarp();
+  } else {
+    SlotPos<kSlots> pos;
+    unsigned step = 0;
+    for (int l = 0; l < layers; ++l) {
+      ConsumePhase<0, C, kSlots>(c, step++, pos, cl);
+      ConsumePhase<1, C, kSlots>(c, step++, pos, cl);
+      ConsumePhase<2, C, kSlots>(c, step++, pos, cl);
+      ConsumePhase<3, C, kSlots>(c, step++, pos, cl);
+      ConsumePhase<4, C, kSlots>(c, step++, pos, cl);
     }
     if (rank == 0)
       for (int k = threadIdx.x; k < kMaxVec; k += kConsumers) y[k] = x[k];
   }
-  cl.sync();  // no block exits while another may still read its shared memory
+  cl.sync();
 }
-
 
 // The reference: one warp per row, straight from global memory.
 __global__ void RefPhase(const __half* w, Phase ph, const float* x, float* out) {
@@ -360,13 +378,11 @@ static void ProbeTma(const uint4* w16, size_t n16, unsigned* sink, int sms) {
 }
 
 // The reference's final x after `layers` layers from x0 (plain per-phase kernels), copied to the host.
-static std::vector<float> Reference(const __half* w, const Phase* ph, size_t layer_halves, int layers, const float* x0, float* rx,
-                                    float* rout) {
+static std::vector<float> Reference(const __half* w, int layers, const float* x0, float* rx, float* rout) {
   CK(cudaMemcpy(rx, x0, kMaxVec * 4, cudaMemcpyDeviceToDevice));
   for (int l = 0; l < layers; ++l)
     for (int p = 0; p < kPhases; ++p) {
-      Phase q = ph[p];
-      q.offset += static_cast<size_t>(l) * layer_halves;
+      const Phase q{kRowsP[p], kColsP[p], OffP(p) + static_cast<size_t>(l) * kLayerHalves};
       RefPhase<<<(q.rows + 7) / 8, 256>>>(w, q, rx, rout);
       RefNext<<<1, 1024>>>(rout, q.rows, rx);
     }
@@ -375,99 +391,55 @@ static std::vector<float> Reference(const __half* w, const Phase* ph, size_t lay
   return ref;
 }
 
-// One configuration of the layer chain, timed (and checked where everything runs); false on a mismatch.
-struct ChainRun {
-  const __half* w;
-  size_t layer_halves;
-  int layers, C, slots, mode, rotate;
-  bool packed;
-};
-static bool RunChain(const ChainRun& r, const std::vector<float>& ref, const float* x0, float* y) {
-  const size_t smem = static_cast<size_t>(r.slots) * kSlotBytes + 3 * kMaxVec * 4 + (2 * r.slots + 2) * 8;
-  CK(cudaFuncSetAttribute(Layers, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  std::vector<float> t;
-  for (int rep = 0; rep < 7; ++rep) {
-    CK(cudaMemset(y, 0, kMaxVec * 4));
-    t.push_back(TimeLaunch(Layers, r.C, r.C, kThreads, smem, r.w, r.layer_halves, r.layers, r.rotate, r.slots, x0, y, r.mode, r.packed) *
-                1e3f / r.layers);
-  }
-  const bool checked = r.mode == 7 && r.rotate == r.layers;
-  double err = 0;
-  if (checked) {
-    std::vector<float> got(kMaxVec);
-    CK(cudaMemcpy(got.data(), y, kMaxVec * 4, cudaMemcpyDeviceToHost));
-    for (int k = 0; k < 576; ++k) err = std::max(err, static_cast<double>(std::fabs(got[k] - ref[k])));  // phase 0's input
-  }
-  printf("layer chain, cluster of %2d, %d slots, products %d gathers %d syncs %d, weights %s%s: %6.2f us per layer (%.2f-%.2f)", r.C,
-         r.slots, r.mode & 1, (r.mode >> 1) & 1, (r.mode >> 2) & 1,
-         r.mode & 8 ? "none (no copies)" : r.rotate == 1 ? "one layer's (L2)" : "30 layers' (DRAM)",
-         r.packed ? ", packed by block" : "", Median(t), *std::min_element(t.begin(), t.end()), *std::max_element(t.begin(), t.end()));
-  if (checked) printf(", max |error| vs reference %.1e", err);
-  printf("\n");
-  return !checked || err < 1e-4;
-}
-
-// 3. the layer chain on one cluster (w as the model lays it out; packed16: each layer's rows block by
-// block for clusters of 16); returns how many checked runs differ from the reference.
-static int ProbeChain(const __half* w, const __half* packed16, size_t layer_halves, int layers, const std::vector<float>& ref,
-                      const float* x0, float* y) {
-  CK(cudaFuncSetAttribute(Layers, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+// 3. the layer chain on one cluster of C blocks, 5 slots; returns how many checked runs differ from the reference.
+template <int C>
+static int ProbeChain(const __half* w, int layers, const std::vector<float>& ref, const float* x0, float* y) {
+  constexpr int kSlots = 5;
+  const size_t smem = static_cast<size_t>(kSlots) * kSlotBytes + 3 * kMaxVec * 4 + (2 * kSlots + 2) * 8;
+  CK(cudaFuncSetAttribute(Layers<C, kSlots>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  CK(cudaFuncSetAttribute(Layers<C, kSlots>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   int failed = 0;
-  for (int C : {8, 16})
-    for (int slots : {2, 5})
-      for (int mode : {7, 6, 4, 0})
-        for (int rotate : {layers, 1})
-          if (rotate == layers || mode == 7 || mode == 0)
-            failed += !RunChain({w, layer_halves, layers, C, slots, mode, rotate, false}, ref, x0, y);
-  for (int C : {8, 16})
-    for (int mode : {8, 12, 14}) failed += !RunChain({w, layer_halves, layers, C, 5, mode, layers, false}, ref, x0, y);
-  for (int mode : {7, 6, 4, 0})
-    for (int rotate : {layers, 1})
-      if (rotate == layers || mode == 7 || mode == 0) failed += !RunChain({packed16, layer_halves, layers, 16, 5, mode, rotate, true}, ref, x0, y);
+  std::vector<float> got(kMaxVec);
+  for (int mode : {7, 6, 4, 0, 14, 12, 8})
+    for (int rotate : {layers, 1}) {
+      if (rotate == 1 && mode != 7 && mode != 0) continue;
+      std::vector<float> t;
+      for (int rep = 0; rep < 7; ++rep) {
+        CK(cudaMemset(y, 0, kMaxVec * 4));
+        t.push_back(TimeLaunch(Layers<C, kSlots>, C, C, kThreads, smem, w, layers, rotate, x0, y, mode) * 1e3f / layers);
+      }
+      const bool checked = mode == 7 && rotate == layers;
+      double err = 0;
+      if (checked) {
+        CK(cudaMemcpy(got.data(), y, kMaxVec * 4, cudaMemcpyDeviceToHost));
+        for (int k = 0; k < kColsP[0]; ++k) err = std::max(err, static_cast<double>(std::fabs(got[k] - ref[k])));
+        failed += !(err < 1e-4);
+      }
+      printf("layer chain, cluster of %2d, products %d gathers %d syncs %d, weights %s: %6.2f us per layer (%.2f-%.2f)", C, mode & 1,
+             (mode >> 1) & 1, (mode >> 2) & 1, mode & 8 ? "none (no copies)" : rotate == 1 ? "one layer's (L2)" : "30 layers' (DRAM)",
+             Median(t), *std::min_element(t.begin(), t.end()), *std::max_element(t.begin(), t.end()));
+      if (checked) printf(", max |error| vs reference %.1e", err);
+      printf("\n");
+    }
   return failed;
 }
 
-// Each layer's rows block by block for a cluster of C: [layer][rank][phase][the rank's rows].
-static std::vector<__half> PackByBlock(const std::vector<__half>& w, const Phase* ph, size_t layer_halves, int layers, int C) {
-  std::vector<__half> packed;
-  packed.reserve(w.size());
-  for (int l = 0; l < layers; ++l)
-    for (int r = 0; r < C; ++r)
-      for (int p = 0; p < kPhases; ++p) {
-        const int chunk = (ph[p].rows + C - 1) / C, lo = std::min(ph[p].rows, r * chunk), hi = std::min(ph[p].rows, lo + chunk);
-        const size_t first = l * layer_halves + ph[p].offset + static_cast<size_t>(lo) * ph[p].cols;
-        packed.insert(packed.end(), w.begin() + first, w.begin() + first + static_cast<size_t>(hi - lo) * ph[p].cols);
-      }
-  return packed;
-}
-
 int main() {
-  Phase ph[kPhases] = {{960, 576, 0}, {384, 128, 0}, {576, 576, 0}, {3072, 576, 0}, {576, 1536, 0}};
-  size_t off = 0;
-  for (auto& p : ph) {
-    p.offset = off;
-    off += static_cast<size_t>(p.rows) * p.cols;
-  }
-  const size_t layer_halves = off;
-  CK(cudaMemcpyToSymbol(c_ph, ph, sizeof ph));
   const int layers = 30;
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   printf("%s, %d SMs; layer %.2f MB fp16, %d distinct layers (%.0f MB: past the L2)\n", prop.name, prop.multiProcessorCount,
-         layer_halves * 2 / 1e6, layers, layer_halves * 2.0 * layers / 1e6);
-  __half *w, *packed16;
-  CK(cudaMalloc(&w, layer_halves * 2 * layers));
-  CK(cudaMalloc(&packed16, layer_halves * 2 * layers));
+         kLayerHalves * 2 / 1e6, layers, kLayerHalves * 2.0 * layers / 1e6);
+  __half* w;
+  CK(cudaMalloc(&w, kLayerHalves * 2 * layers));
   {
-    std::vector<__half> host(layer_halves * layers);
+    std::vector<__half> host(kLayerHalves * layers);
     for (size_t i = 0; i < host.size(); ++i) host[i] = __float2half(((i * 2654435761u) >> 20 & 1023) / 1024.f - 0.5f);
     CK(cudaMemcpy(w, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
-    const std::vector<__half> packed = PackByBlock(host, ph, layer_halves, layers, 16);
-    CK(cudaMemcpy(packed16, packed.data(), packed.size() * 2, cudaMemcpyHostToDevice));
   }
   float *x0, *y, *rx, *rout;
   for (float** p : {&x0, &y, &rx, &rout}) CK(cudaMalloc(p, kMaxVec * 4));
-  const size_t n16 = layer_halves * 2 * layers / 16;
+  const size_t n16 = kLayerHalves * 2 * layers / 16;
   ProbeStreams(reinterpret_cast<const uint4*>(w), n16, reinterpret_cast<unsigned*>(y), prop.multiProcessorCount);
   ProbeTma(reinterpret_cast<const uint4*>(w), n16, reinterpret_cast<unsigned*>(y), prop.multiProcessorCount);
   {
@@ -475,8 +447,8 @@ int main() {
     for (int k = 0; k < kMaxVec; ++k) h[k] = std::sin(0.1f * k);
     CK(cudaMemcpy(x0, h.data(), kMaxVec * 4, cudaMemcpyHostToDevice));
   }
-  const std::vector<float> ref = Reference(w, ph, layer_halves, layers, x0, rx, rout);
-  const int failed = ProbeChain(w, packed16, layer_halves, layers, ref, x0, y);
+  const std::vector<float> ref = Reference(w, layers, x0, rx, rout);
+  const int failed = ProbeChain<8>(w, layers, ref, x0, y) + ProbeChain<16>(w, layers, ref, x0, y);
   printf(failed ? "FAILED: the layer chain differs from the reference\n" : "the layer chain matches the reference\n");
   return failed ? 1 : 0;
 }
