@@ -20,7 +20,8 @@ struct Attn {
     int start, end;  // cache rows [start, end) of this split (max_seq < 2^30: the host checks)
   };
 
-  __device__ static bool Locate(const Params& p, const Seqs& sq, int splits, int u, Unit* un) {
+  template <class P>
+  __device__ static bool Locate(const P& p, const Seqs& sq, int splits, int u, Unit* un) {
     const int G = p.H / p.KVH, NG = (G + kGmax - 1) / kGmax;
     un->split = u % splits;
     int rest = u / splits;
@@ -40,12 +41,14 @@ struct Attn {
   }
 
   // The 16-byte chunk `sl` of cache row `row` of the unit's KV head.
-  __device__ static int64_t ChunkAt(const Params& p, const Unit& un, int64_t row, int sl) {
+  template <class P>
+  __device__ static int64_t ChunkAt(const P& p, const Unit& un, int64_t row, int sl) {
     return ((static_cast<int64_t>(un.b) * p.max_seq + row) * p.KVH + un.kvh) * C16 + sl;
   }
 
   // The unit's K and V rows into L2: a thread per (row, 128-byte line of the head's slice).
-  __device__ static void PrefetchRows(const Params& p, const Unit& un) {
+  template <class P>
+  __device__ static void PrefetchRows(const P& p, const Unit& un) {
     constexpr int LINES = (C16 + 7) / 8;
 #pragma unroll 1
     for (int i = threadIdx.x; i < (un.end - un.start) * LINES; i += kThreads) {
@@ -60,7 +63,8 @@ struct Attn {
   };
 
   // One tile: kRT rows of this lane's slot, scored for every head, folded into the online softmax.
-  __device__ static void Tile(const Params& p, const Unit& un, Lane& s, int row0, int sl) {
+  template <class P>
+  __device__ static void Tile(const P& p, const Unit& un, Lane& s, int row0, int sl) {
     uint4 kk[kRT], vv[kRT];
 #pragma unroll
     for (int r = 0; r < kRT; ++r)
@@ -125,7 +129,8 @@ struct Attn {
   }
 
   // The warps' sums merged through shared memory into the unit's partial per head (workspace).
-  __device__ static void MergeWarps(const Params& p, const Unit& un, const Lane& s, int sl, float* sm) {
+  template <class P>
+  __device__ static void MergeWarps(const P& p, const Unit& un, const Lane& s, int sl, float* sm) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float* sm_ml = sm + kWarps * kGmax * HD;  // [kWarps][kGmax][2]
     if (lane < LPR) {
@@ -161,7 +166,8 @@ struct Attn {
   }
 
   // The block's units' K and V rows into L2 (before the barrier that precedes the phase).
-  __device__ static void Prefetch(const Params& p, const Seqs& sq, int splits) {
+  template <class P>
+  __device__ static void Prefetch(const P& p, const Seqs& sq, int splits) {
     const int units = Units(p, splits);
 #pragma unroll 1
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
@@ -170,9 +176,11 @@ struct Attn {
     }
   }
 
-  __device__ static int Units(const Params& p, int splits) { return p.R * p.KVH * ((p.H / p.KVH + kGmax - 1) / kGmax) * splits; }
+  template <class P>
+  __device__ static int Units(const P& p, int splits) { return p.R * p.KVH * ((p.H / p.KVH + kGmax - 1) / kGmax) * splits; }
 
-  __device__ static void Run(const Params& p, const Seqs& sq, int splits, float* sm) {
+  template <class P>
+  __device__ static void Run(const P& p, const Seqs& sq, int splits, float* sm) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = lane / LPR, sl = lane % LPR;
     const int units = Units(p, splits);
 #pragma unroll 1

@@ -55,6 +55,20 @@ struct Params {
   float inv[64];  // rope frequencies (head_dim / 2)
 };
 
+// Params with the model's dims fixed at compile time: the kernel's functions are templates on their
+// Params type and read p.D, p.H, ... as constants here (static members hide the base's fields, which
+// hold the same values), so the index arithmetic folds: divisions by H, KVH or S, loop bounds, row
+// strides. On an H200 that took ~1 us off SmolLM2-135M's layer (fp16 16.8 -> 15.8 us at 128 cached).
+// One instantiation per listed shape and element type (~100 KB of code each); other shapes read Params.
+template <int kD, int kH, int kKVH, int kI, int kB, int kS>
+struct FixedParams : Params {
+  static constexpr int D = kD, H = kH, KVH = kKVH, I = kI, B = kB, S = kS, R = kB * kS;
+  static bool Matches(int64_t d, int64_t h, int64_t kvh, int64_t i, int64_t b, int64_t s) {
+    return d == D && h == H && kvh == KVH && i == I && b == B && s == S;
+  }
+};
+using SmolLM2Batch1 = FixedParams<576, 9, 3, 1536, 1, 1>;  // SmolLM2-135M's decode step at batch 1 (head_dim 64)
+
 __device__ __forceinline__ void Trace(const Params& p, int k) {
   if (p.trace != nullptr && threadIdx.x == 0) {
     unsigned long long t;
@@ -150,10 +164,12 @@ struct Seqs {
 };
 
 // Thread b's sequence position (loaded early: SetSeqs stores it once other loads are in flight).
-__device__ __forceinline__ int64_t PosOf(const Params& p) { return threadIdx.x < p.B ? LoadPos(p.pos, threadIdx.x) : 0; }
+template <class P>
+__device__ __forceinline__ int64_t PosOf(const P& p) { return threadIdx.x < p.B ? LoadPos(p.pos, threadIdx.x) : 0; }
 
 // Before a __syncthreads that publishes it.
-__device__ __forceinline__ void SetSeqs(const Params& p, int64_t v, Seqs* s) {
+template <class P>
+__device__ __forceinline__ void SetSeqs(const P& p, int64_t v, Seqs* s) {
   if (threadIdx.x < p.B) {
     const bool ok = v >= 0 && v <= p.max_seq - p.S;
     s->valid[threadIdx.x] = ok;
@@ -162,7 +178,8 @@ __device__ __forceinline__ void SetSeqs(const Params& p, int64_t v, Seqs* s) {
 }
 
 // The longest attended length (cache rows up to and including the last new row) of the valid sequences.
-__device__ int64_t AttendedRows(const Params& p, const Seqs& sq) {
+template <class P>
+__device__ int64_t AttendedRows(const P& p, const Seqs& sq) {
   int64_t L = 1;
 #pragma unroll 1
   for (int b = 0; b < p.B; ++b)

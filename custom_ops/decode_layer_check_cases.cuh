@@ -167,12 +167,13 @@ struct Stack {
   void Run(cudaStream_t s, int layers) {
     for (int l = 0; l < layers; ++l) Launch(Args(p, L[l], l ? y[l - 1] : x0, y[l], kc[l], vc[l], pos, inv), st[l], s);
   }
-  void SetPath(int path, int barrier, int phases, bool pdl) {
+  void SetPath(int path, int barrier, int phases, bool pdl, bool fixed_shapes) {
     for (auto* s : st) {
       mn_cuda_decode_layer_set_path(s, path);
       s->barrier = barrier;
       s->phases = phases;
       s->pdl = pdl;
+      s->fixed_shapes = fixed_shapes;
     }
   }
   std::vector<unsigned char> Last() const { return Download(y.back(), p.d.D * ElemBytes(p.dt)); }
@@ -222,7 +223,8 @@ struct Variant {
   const char* name;
   int path, barrier, phases;
   bool pdl;
-  bool Main() const { return path == MN_DECODE_LAYER_FUSED && barrier == dl::kBarrierGrowOnly && phases == 127 && pdl; }
+  bool fixed_shapes = true;  // SmolLM2's batch-1 layer as the FixedParams instantiation (false: the generic one)
+  bool Main() const { return path == MN_DECODE_LAYER_FUSED && barrier == dl::kBarrierGrowOnly && phases == 127 && pdl && fixed_shapes; }
 };
 
 // The one-launch kernel's phase stamps (dl::Trace points) over one graph replay of the stack: per
@@ -277,7 +279,7 @@ static std::string TracePhases(Stack& sk, const Variant& v, Timer& tm) {
 // Per-layer times of one variant: back-to-back launches of layer 0, and the graph of the whole stack.
 static bool TimeVariant(Stack& sk, const Variant& v, int64_t len, double lm_us, int replays, Timer& tm, std::vector<std::string>* json) {
   const int n = static_cast<int>(sk.L.size());
-  sk.SetPath(v.path, v.barrier, v.phases, v.pdl);
+  sk.SetPath(v.path, v.barrier, v.phases, v.pdl, v.fixed_shapes);
   sk.Run(tm.s, n);
   CK(cudaStreamSynchronize(tm.s));
   const std::vector<unsigned char> direct = sk.Last();
@@ -311,6 +313,7 @@ static bool RunTimings(int replays, std::vector<std::string>* json) {
                               {"one-launch no-PDL", F, G, 127, false},
                               {"one-launch generation barrier", F, dl::kBarrierGeneration, 127, true},
                               {"one-launch no L2 prefetch", F, G, 127 & ~dl::kPrefetch, true},
+                              {"one-launch generic shapes", F, G, 127, true, false},
                               {"launch only (no phase, no barrier)", F, G, 0, true},
                               {"launch + 4 barriers", F, G, 32, true},
                               {"five-kernels", MN_DECODE_LAYER_FIVE_KERNELS, G, 127, true}};
@@ -319,9 +322,10 @@ static bool RunTimings(int replays, std::vector<std::string>* json) {
     for (int64_t len : {128, 256, 512, 1024, 4096}) {
       Stack sk(dt, len, 30);
       for (const Variant& v : variants) {
-        // every variant at 128 cached rows; the main one and the one without L2 prefetches at every length (the
-        // kernel prefetches past 256 attended rows), the five kernels at 128, 1024 and 4096; bfloat16: only those two
-        const bool every_length = v.Main() || v.phases == (127 & ~dl::kPrefetch);
+        // every variant at 128 cached rows; at every length the main one, the generic-shapes one and the one
+        // without L2 prefetches (the kernel prefetches past 256 attended rows); the five kernels at 128, 1024
+        // and 4096; bfloat16: only the every-length ones
+        const bool every_length = v.Main() || v.phases == (127 & ~dl::kPrefetch) || !v.fixed_shapes;
         if (every_length || (dt != MN_BF16 && (len == 128 || (v.path != F && v.phases == 127 && len != 256 && len != 512))))
           ok &= TimeVariant(sk, v, len, lm, replays, tm, json);
       }
