@@ -55,11 +55,12 @@ struct Params {
   float inv[64];  // rope frequencies (head_dim / 2)
 };
 
-// Params with the model's dims fixed at compile time: the kernel's functions are templates on their
-// Params type and read p.D, p.H, ... as constants here (static members hide the base's fields, which
-// hold the same values), so the index arithmetic folds: divisions by H, KVH or S, loop bounds, row
-// strides. On an H200 that took ~1 us off SmolLM2-135M's layer (fp16 16.8 -> 15.8 us at 128 cached).
-// One instantiation per listed shape and element type (~100 KB of code each); other shapes read Params.
+// Params with the model's dims fixed at compile time: the kernel and the functions that read the dims
+// are templates on their Params type and read p.D, p.H, ... as constants here (static members hide the
+// base's fields, which hold the same values), so the index arithmetic folds: divisions by H, KVH or S,
+// loop bounds, row strides. On an H200 that took ~1 us off SmolLM2-135M's layer (fp16 16.8 -> 15.8 us
+// at 128 cached). One instantiation per listed shape and element type (~100 KB of code each); other
+// shapes read Params.
 template <int kD, int kH, int kKVH, int kI, int kB, int kS>
 struct FixedParams : Params {
   static constexpr int D = kD, H = kH, KVH = kKVH, I = kI, B = kB, S = kS, R = kB * kS;
