@@ -134,7 +134,7 @@ enum { kPhase1 = 1, kPhase2 = 2, kPhase3 = 4, kPhase4 = 8, kPhase5 = 16, kPhaseB
 template <class Between>
 __device__ __forceinline__ void Barrier(const Params& p, const Shared& sh, int k, int trace, Between between) {
   if (p.phases & kPhaseBarriers) {
-    const Ticket t = Arrive(p);
+    const Ticket t = Arrive(p, k);
     between();
     Await(p, t, sh.epoch, k);
   } else {

@@ -112,15 +112,21 @@ enum { kBarrierGeneration = 0, kBarrierGrowOnly = 2 };  // Params::barrier
 // A barrier is split in two: Arrive (the block's writes released, its arrival counted) and Await. Work
 // that the next phase does not need from other blocks (loading its weight rows, L2 prefetches) goes in
 // between, so it overlaps the wait instead of preceding the arrival.
+// The thread that arrives at and polls barrier k. After barriers 1 and 3 come w_o and w_down (D items:
+// the last warps load no weight rows while those barriers wait), and a poll issued behind the thread's
+// own weight loads returned late: those two take the last warp's first lane, the others thread 0
+// (barrier 2 is followed by gate/up, whose rows every warp loads).
+__device__ __forceinline__ int BarrierThread(int k) { return (k & 1) ? kThreads - 32 : 0; }
+
 struct Ticket {
-  unsigned gen;  // kBarrierGeneration: the generation at the arrival (thread 0)
+  unsigned gen;  // kBarrierGeneration: the generation at the arrival (BarrierThread(k))
   bool last;     // kBarrierGeneration: this block arrived last (it advanced the generation)
 };
 
-__device__ __forceinline__ Ticket Arrive(const Params& p) {
+__device__ __forceinline__ Ticket Arrive(const Params& p, int k) {
   Ticket t{0u, false};
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == BarrierThread(k)) {
     if (p.barrier == kBarrierGrowOnly) {
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.bar + 64) : "memory");
     } else {
@@ -142,7 +148,7 @@ __device__ __forceinline__ Ticket Arrive(const Params& p) {
 
 // Barrier k of the launch numbered `epoch`: returns once every block has arrived.
 __device__ __forceinline__ void Await(const Params& p, Ticket t, unsigned epoch, int k) {
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == BarrierThread(k)) {
     unsigned cur;
     if (p.barrier == kBarrierGrowOnly) {
       const unsigned target = (epoch * kBarriers + k + 1) * gridDim.x;
