@@ -27,16 +27,10 @@
 #include <cstdlib>
 #include <vector>
 
-namespace cg = cooperative_groups;
+#include "../custom_ops/cuda_kernels.h"  // the element-type enum check_harness.cuh needs
+#include "../custom_ops/check_harness.cuh"  // CK, the kernel harnesses' CUDA error check
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e = (x);                                                       \
-    if (e != cudaSuccess) {                                                    \
-      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
+namespace cg = cooperative_groups;
 
 constexpr int kConsumerWarps = 15,  // with the producer, 16 warps: 128 registers each
               kConsumers = kConsumerWarps * 32, kThreads = kConsumers + 32;

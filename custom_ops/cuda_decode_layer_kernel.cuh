@@ -103,6 +103,12 @@ __device__ __forceinline__ void PrefetchL2(const void* p) { asm volatile("prefet
 constexpr int kBarriers = 4;  // grid barriers per launch
 enum { kBarrierGeneration = 0, kBarrierGrowOnly = 2 };  // Params::barrier
 
+// The thread that arrives at and polls barrier k. After barriers 1 and 3 come w_o and w_down (D items:
+// the last warps load no weight rows while those barriers wait), and a poll issued behind the thread's
+// own weight loads returned late: those two take the last warp's first lane, the others thread 0
+// (barrier 2 is followed by gate/up, whose rows every warp loads).
+__device__ __forceinline__ int BarrierThread(int k) { return (k & 1) ? kThreads - 32 : 0; }
+
 // Grid barriers, valid only because the launch is cooperative (every block resident); nothing needs
 // resetting between launches or CUDA-graph replays. kBarrierGrowOnly (the default): a count that only grows
 // (arrivals are fire-and-forget reductions) and an epoch per launch, read at the start and advanced by
@@ -112,12 +118,6 @@ enum { kBarrierGeneration = 0, kBarrierGrowOnly = 2 };  // Params::barrier
 // A barrier is split in two: Arrive (the block's writes released, its arrival counted) and Await. Work
 // that the next phase does not need from other blocks (loading its weight rows, L2 prefetches) goes in
 // between, so it overlaps the wait instead of preceding the arrival.
-// The thread that arrives at and polls barrier k. After barriers 1 and 3 come w_o and w_down (D items:
-// the last warps load no weight rows while those barriers wait), and a poll issued behind the thread's
-// own weight loads returned late: those two take the last warp's first lane, the others thread 0
-// (barrier 2 is followed by gate/up, whose rows every warp loads).
-__device__ __forceinline__ int BarrierThread(int k) { return (k & 1) ? kThreads - 32 : 0; }
-
 struct Ticket {
   unsigned gen;  // kBarrierGeneration: the generation at the arrival (BarrierThread(k))
   bool last;     // kBarrierGeneration: this block arrived last (it advanced the generation)
