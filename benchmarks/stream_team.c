@@ -1,6 +1,6 @@
 // What a second thread adds to a memory-bound stream shaped like a CPU decode step (README, the
 // SmolLM2-135M CPU row): a buffer read in "layers" of 14 MB (a layer's float32 weights), each split into
-// 64 KB chunks claimed from a counter, as the CPU DecodeLayer's team claims its items. Three ways, each
+// 64 KB chunks claimed from a counter, as the CPU DecodeLayer's team claims its items. Four ways, each
 // timed over PASSES passes of the whole buffer, interleaved over ROUNDS rounds:
 //   alone  - the leader reads every chunk;
 //   team   - the leader and one helper thread claim chunks; at a layer's end the leader waits for the
