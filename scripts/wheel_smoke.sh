@@ -50,7 +50,8 @@ install() {
 if ! install 2>/dev/null; then
   echo "filling the wheelhouse $WHEELHOUSE (once: later runs install offline)"
   mkdir -p "$WHEELHOUSE"
-  if ! "$PYTHON" -m pip download --quiet --disable-pip-version-check --dest "$WHEELHOUSE" --constraint "$WORK/constraints.txt" \
+  # --no-cache-dir: the wheels land in the wheelhouse only, not also in pip's cache (~0.5 GB less disk)
+  if ! "$PYTHON" -m pip download --quiet --disable-pip-version-check --no-cache-dir --dest "$WHEELHOUSE" --constraint "$WORK/constraints.txt" \
     "$WHEEL[hf,data]" > "$WORK/download.txt" 2>&1; then
     cat "$WORK/download.txt" >&2
     fail "pip download of the dependencies failed"
