@@ -3,6 +3,7 @@
 // does not take.
 #include "cuda_decode_layer.h"
 #include "cuda_decode_layer_attn.cuh"
+#include "cuda_decode_layer_heads.cuh"
 #include "cuda_decode_layer_kernel.cuh"
 #include "cuda_decode_linear.h"
 
@@ -224,36 +225,64 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(P p) {
   // L2 prefetches pay off once the attention phase is long enough to hide them: up to 256 attended rows
   // they cost more than they save (H200, per layer: float32 18.6 -> 17.6-17.8 us without them at 128
   // and 256 cached rows, 16-bit types 0.1-0.2 us; from 512 rows on they gain, or float32 loses <= 0.2).
-  const bool prefetch = (p.phases & kPrefetch) && attended >= kPrefetchMinRows;
+  // Short caches: phases 2 and 3 as Heads units, one barrier between them and phase 4 (grow-only
+  // barriers: the skipped barrier's arrivals still count, the generation barrier has no such count).
+  const bool heads = attended <= p.heads_max_rows && p.barrier == kBarrierGrowOnly;
+  const bool prefetch = !heads && (p.phases & kPrefetch) && attended >= kPrefetchMinRows;
   if (prefetch) Attn<T, HD>::Prefetch(p, sq, splits);
   if (p.phases & kPhase1)
     ItemLoop<true>(pair, pair2, false, it.Qkv(), act, sh.gamma1, p.eps, p.R, qkv, none,
                    [&](int i, int m, const float(&g)[2], float) { QkvEpilogue<T, HD>(p, sq, i, m, g); });
   Trace(p, 2);
-  Barrier(p, sh, 0, 3, [] {});
-  // 2: attention partials (then the first w_o rows into registers: loaded while the barrier waits; the
-  // blocks without attention units prefetch the later phases' rows into L2 meanwhile)
-  if (p.phases & kPhase2) Attn<T, HD>::Run(p, sq, splits, act);
-  Trace(p, 5);
-  Barrier(p, sh, 1, 6, [&] {
-    LoadItem(one, FirstItem(), p.D, orow);
-    if (prefetch) it.PrefetchLater(min(Attn<T, HD>::Units(p, splits), static_cast<int>(gridDim.x)));
+  using HeadUnits = Heads<T, HD>;
+  typename HeadUnits::Wo wo;
+  typename HeadUnits::Unit hu;
+  const bool head_unit = heads && static_cast<int>(blockIdx.x) < HeadUnits::Units(p);
+  if (head_unit) HeadUnits::Locate(p, blockIdx.x, &hu);
+  Barrier(p, sh, 0, 3, [&] {
+    if (!head_unit) return;
+    HeadUnits::LoadWo(p, hu, wo);
+    if (p.phases & kPrefetch) HeadUnits::PrefetchKv(p, sq, hu);
   });
-  // 3: x1 = a @ w_o^T + x
-  if (p.phases & kPhase3) {
-    MergeHeads<T, HD>(p, sq, splits, act);
+  if (heads) {
+    // 2 + 3: per (row, head, w_o rows) the head's attention and its w_o products (then the first gate/up
+    // rows into registers while the barrier waits)
+    if (p.phases & kPhase2) HeadUnits::Run(p, sq, wo, act);
+    Trace(p, 6);  // the trace's points 6-8 (barrier 1, merge, w_o) all read "done" here
     Trace(p, 7);
-    ItemLoop<false>(
-        one, one2, false, p.D, act, nullptr, 0.f, p.R, orow, [&](int n, int m) { return E::ToF(x[m * p.D + n]); },
-        [&](int n, int m, const float(&g)[1], float res) { p.x1[m * p.D + n] = E::ToF(E::FromF(g[0] + res)); });
+    Trace(p, 8);
+    Barrier(p, sh, 1, 9, [&] { LoadItem(pair, FirstItem(), p.I, gateup); });
+    if (p.phases & kPhaseBarriers) Arrive(p, 2);  // barrier 2's arrival, after barrier 1 was passed (see above)
+  } else {
+    // 2: attention partials (then the first w_o rows into registers: loaded while the barrier waits; the
+    // blocks without attention units prefetch the later phases' rows into L2 meanwhile)
+    if (p.phases & kPhase2) Attn<T, HD>::Run(p, sq, splits, act);
+    Trace(p, 5);
+    Barrier(p, sh, 1, 6, [&] {
+      LoadItem(one, FirstItem(), p.D, orow);
+      if (prefetch) it.PrefetchLater(min(Attn<T, HD>::Units(p, splits), static_cast<int>(gridDim.x)));
+    });
+    // 3: x1 = a @ w_o^T + x
+    if (p.phases & kPhase3) {
+      MergeHeads<T, HD>(p, sq, splits, act);
+      Trace(p, 7);
+      ItemLoop<false>(
+          one, one2, false, p.D, act, nullptr, 0.f, p.R, orow, [&](int n, int m) { return E::ToF(x[m * p.D + n]); },
+          [&](int n, int m, const float(&g)[1], float res) { p.x1[m * p.D + n] = E::ToF(E::FromF(g[0] + res)); });
+    }
+    Trace(p, 8);
+    Barrier(p, sh, 2, 9, [&] { LoadItem(pair, FirstItem(), p.I, gateup); });
   }
-  Trace(p, 8);
-  Barrier(p, sh, 2, 9, [&] { LoadItem(pair, FirstItem(), p.I, gateup); });
   // 4: h = silu(rmsnorm(x1) @ w_gate^T) * (rmsnorm(x1) @ w_up^T)
   if (p.phases & kPhase4) {
-    LoadItem(pair2, FirstItem() + gridDim.x * kWarps, p.I, gateup);  // the second round's rows, while x1 loads
-    BlockLoad([&](int i) { return __ldcg(p.x1 + i); }, p.R * p.D, [&](int i, float v) { act[i] = v; });
-    __syncthreads();
+    if (heads) {
+      SumHeads<T>(p, act);  // its L2 reads first: the second round's rows are not needed before the first's
+      LoadItem(pair2, FirstItem() + gridDim.x * kWarps, p.I, gateup);
+    } else {
+      LoadItem(pair2, FirstItem() + gridDim.x * kWarps, p.I, gateup);  // the second round's rows, while x1 loads
+      BlockLoad([&](int i) { return __ldcg(p.x1 + i); }, p.R * p.D, [&](int i, float v) { act[i] = v; });
+      __syncthreads();
+    }
     Trace(p, 10);
     ItemLoop<true>(pair, pair2, true, p.I, act, sh.gamma2, p.eps, p.R, gateup, none,
                    [&](int n, int m, const float(&g)[2], float) { p.h[m * p.I + n] = E::ToF(E::FromF(Silu(g[0]) * g[1])); });
@@ -291,6 +320,7 @@ struct MnDecodeLayerState {
   int phases = 127;          // dl::Params::phases: which phases run (the harness's breakdown; all of them otherwise)
   bool pdl = true;           // programmatic dependent launch where the GPU has it (the harness compares)
   bool fixed_shapes = true;  // the FixedParams instantiations where a call's shape is one (the harness compares)
+  int64_t heads_max_rows = -1;  // dl::Params::heads_max_rows; -1: the element type's default (the harness compares)
   unsigned long long* trace = nullptr;  // decode_layer_check's phase stamps (dl::Params::trace)
 };
 
@@ -398,6 +428,15 @@ int LaunchKernel(const dl::Params& params, size_t smem, int blocks, MnDecodeLaye
   return cudaGetLastError();
 }
 
+// The longest attended length whose phases 2-3 run as Heads units (cuda_decode_layer_heads.cuh), per
+// element type, from decode_layer_check's timings on an H200 (SmolLM2-135M's layer: Heads units always
+// against never, float32 16.0 against 16.3 us at 256 rows and 18.7 against 16.8 at 512; the 16-bit types
+// level at 512, 14.5 against 15.8 at 256).
+template <class T>
+constexpr int64_t HeadsMaxRows() {
+  return sizeof(T) == 4 ? 256 : 512;
+}
+
 template <class T, int HD>
 int LaunchFused(const MnDecodeLayer& a, MnDecodeLayerState* st, cudaStream_t s) {
   const size_t smem = FusedSmem<HD>(a);
@@ -420,18 +459,22 @@ int LaunchFused(const MnDecodeLayer& a, MnDecodeLayerState* st, cudaStream_t s) 
   p.trace = st->trace;
   p.phases = st->phases;
   for (int j = 0; j < HD / 2; ++j) p.inv[j] = a.inv_freq[j];
-  // workspace: barrier | q [R][H*HD] | partials [R*H][max_splits][HD] | (m, l) [R*H][max_splits] | x1 [R][D] | h [R][I]
+  // (Heads units sum their products with float4 loads: a row of D floats must end 16-byte aligned)
+  p.heads_max_rows = a.D % 4 != 0 ? -1 : static_cast<int>(std::min<int64_t>(st->heads_max_rows >= 0 ? st->heads_max_rows : HeadsMaxRows<T>(), 1 << 30));
+  // workspace: barrier | q [R][H*HD] | partials [R*H][max_splits][HD] | (m, l) [R*H][max_splits] | x1 [R][D] | h [R][I] |
+  // the heads' w_o products [R][H][D]
   const size_t q_b = Align16(sizeof(float) * R * a.H * HD), part_b = Align16(sizeof(float) * R * a.H * max_splits * HD);
   const size_t ml_b = Align16(sizeof(float2) * R * a.H * max_splits), x1_b = Align16(sizeof(float) * R * a.D);
-  const size_t h_b = Align16(sizeof(float) * R * a.I);
+  const size_t h_b = Align16(sizeof(float) * R * a.I), opart_b = Align16(sizeof(float) * R * a.H * a.D);
   char* ws = nullptr;
-  if (int e = Workspace(st, s, kBarrierBytes + q_b + part_b + ml_b + x1_b + h_b, &ws)) return e;
+  if (int e = Workspace(st, s, kBarrierBytes + q_b + part_b + ml_b + x1_b + h_b + opart_b, &ws)) return e;
   p.bar = reinterpret_cast<unsigned*>(ws);
   p.q = reinterpret_cast<float*>(ws + kBarrierBytes);
   p.part = reinterpret_cast<float*>(ws + kBarrierBytes + q_b);
   p.ml = reinterpret_cast<float2*>(ws + kBarrierBytes + q_b + part_b);
   p.x1 = reinterpret_cast<float*>(ws + kBarrierBytes + q_b + part_b + ml_b);
   p.h = reinterpret_cast<float*>(ws + kBarrierBytes + q_b + part_b + ml_b + x1_b);
+  p.opart = reinterpret_cast<float*>(ws + kBarrierBytes + q_b + part_b + ml_b + x1_b + h_b);
   if constexpr (HD == 64)
     if (st->fixed_shapes && dl::SmolLM2Batch1::Matches(a.D, a.H, a.KVH, a.I, a.B, a.S))
       return LaunchKernel<T, HD, dl::SmolLM2Batch1>(p, smem, blocks, st, s);

@@ -58,27 +58,29 @@ struct Attn {
     }
   }
 
+  // A lane's state for G heads (kGmax for split units; Heads units take one: half the code and the work).
+  template <int G>
   struct Lane {
-    float q[kGmax][EPC], acc[kGmax][EPC], m[kGmax], l[kGmax];
+    float q[G][EPC], acc[G][EPC], m[G], l[G];
   };
 
   // One tile: kRT rows of this lane's slot, scored for every head, folded into the online softmax.
-  template <class P>
-  __device__ static void Tile(const P& p, const Unit& un, Lane& s, int row0, int sl) {
-    uint4 kk[kRT], vv[kRT];
+  template <int RT, class P, int G>
+  __device__ static void Tile(const P& p, const Unit& un, Lane<G>& s, int row0, int sl) {
+    uint4 kk[RT], vv[RT];
 #pragma unroll
-    for (int r = 0; r < kRT; ++r)
+    for (int r = 0; r < RT; ++r)
       if (row0 + r < un.end) {
         kk[r] = __ldcg(static_cast<const uint4*>(p.k) + ChunkAt(p, un, row0 + r, sl));
         vv[r] = __ldcg(static_cast<const uint4*>(p.v) + ChunkAt(p, un, row0 + r, sl));
       }
-    float sc[kRT][kGmax];
+    float sc[RT][G];
 #pragma unroll
-    for (int r = 0; r < kRT; ++r) {
+    for (int r = 0; r < RT; ++r) {
       float kf[EPC];
       E::Unpack(kk[r], kf);
 #pragma unroll
-      for (int g = 0; g < kGmax; ++g) {
+      for (int g = 0; g < G; ++g) {
         float d = 0.f;
 #pragma unroll
         for (int e = 0; e < EPC; ++e) d = fmaf(s.q[g][e], kf[e], d);
@@ -88,10 +90,10 @@ struct Attn {
       }
     }
 #pragma unroll
-    for (int g = 0; g < kGmax; ++g) {
+    for (int g = 0; g < G; ++g) {
       float mt = sc[0][g];
 #pragma unroll
-      for (int r = 1; r < kRT; ++r) mt = fmaxf(mt, sc[r][g]);
+      for (int r = 1; r < RT; ++r) mt = fmaxf(mt, sc[r][g]);
       const float mn = fmaxf(s.m[g], mt);
       if (mn == -INFINITY) continue;  // no row of this slot yet
       const float corr = exp2f(s.m[g] - mn);  // 0 when m was -inf
@@ -100,7 +102,7 @@ struct Attn {
       for (int e = 0; e < EPC; ++e) s.acc[g][e] *= corr;
       s.m[g] = mn;
 #pragma unroll
-      for (int r = 0; r < kRT; ++r) {
+      for (int r = 0; r < RT; ++r) {
         if (!(row0 + r < un.end)) continue;
         const float pr = exp2f(sc[r][g] - mn);
         float vf[EPC];
@@ -113,11 +115,12 @@ struct Attn {
   }
 
   // Folds the slots of the warp together (lanes sl of slot 0 end with the warp's sums).
-  __device__ static void MergeSlots(Lane& s) {
+  template <int G>
+  __device__ static void MergeSlots(Lane<G>& s) {
 #pragma unroll
     for (int o = LPR; o < 32; o <<= 1)
 #pragma unroll
-      for (int g = 0; g < kGmax; ++g) {
+      for (int g = 0; g < G; ++g) {
         const float mo = __shfl_xor_sync(0xffffffffu, s.m[g], o), lo = __shfl_xor_sync(0xffffffffu, s.l[g], o);
         const float M = fmaxf(s.m[g], mo);
         const float cs = s.m[g] == -INFINITY ? 0.f : exp2f(s.m[g] - M), co = mo == -INFINITY ? 0.f : exp2f(mo - M);
@@ -128,41 +131,62 @@ struct Attn {
       }
   }
 
-  // The warps' sums merged through shared memory into the unit's partial per head (workspace).
-  template <class P>
-  __device__ static void MergeWarps(const P& p, const Unit& un, const Lane& s, int sl, float* sm) {
+  // The warps' sums merged through shared memory: sink(g, d, M, l, acc) per head g < ng and column d, by
+  // the thread that merged column d (each reads only its column of the warps' sums).
+  template <int G, class Sink>
+  __device__ static void MergeWarps(const Lane<G>& s, int sl, float* sm, int ng, Sink sink) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float* sm_ml = sm + kWarps * kGmax * HD;  // [kWarps][kGmax][2]
+    float* sm_ml = sm + kWarps * G * HD;  // [kWarps][G][2]
     if (lane < LPR) {
 #pragma unroll
-      for (int g = 0; g < kGmax; ++g) {
+      for (int g = 0; g < G; ++g) {
 #pragma unroll
-        for (int e = 0; e < EPC; ++e) sm[(warp * kGmax + g) * HD + sl * EPC + e] = s.acc[g][e];
+        for (int e = 0; e < EPC; ++e) sm[(warp * G + g) * HD + sl * EPC + e] = s.acc[g][e];
         if (lane == 0) {
-          sm_ml[(warp * kGmax + g) * 2] = s.m[g];
-          sm_ml[(warp * kGmax + g) * 2 + 1] = s.l[g];
+          sm_ml[(warp * G + g) * 2] = s.m[g];
+          sm_ml[(warp * G + g) * 2 + 1] = s.l[g];
         }
       }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < un.ng * HD; i += kThreads) {
+    for (int i = threadIdx.x; i < ng * HD; i += kThreads) {
       const int g = i / HD, d = i % HD;
       float M = -INFINITY;
-      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_ml[(w * kGmax + g) * 2]);
+      for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm_ml[(w * G + g) * 2]);
       float lt = 0.f, at = 0.f;
       if (M != -INFINITY)
         for (int w = 0; w < kWarps; ++w) {
-          const float mw = sm_ml[(w * kGmax + g) * 2];
+          const float mw = sm_ml[(w * G + g) * 2];
           if (mw == -INFINITY) continue;
           const float c = exp2f(mw - M);
-          lt += sm_ml[(w * kGmax + g) * 2 + 1] * c;
-          at += sm[(w * kGmax + g) * HD + d] * c;
+          lt += sm_ml[(w * G + g) * 2 + 1] * c;
+          at += sm[(w * G + g) * HD + d] * c;
         }
-      const int64_t slot = (static_cast<int64_t>(un.bt) * p.H + un.h0 + g) * p.max_splits + un.split;
-      p.part[slot * HD + d] = at;
-      if (d == 0) p.ml[slot] = make_float2(M, lt);
+      sink(g, d, M, lt, at);
     }
-    __syncthreads();  // the shared memory is free for the next unit
+    __syncthreads();  // the shared memory is free for the next unit (or holds what the sink wrote)
+  }
+
+  // The lane's q values (raw: the scale multiplies the scores, so the first K/V loads need not wait for
+  // q) and an empty online softmax, for each of the unit's heads (past ng: its last head again).
+  template <class P, int G>
+  __device__ static void Init(const P& p, const Unit& un, int sl, Lane<G>& s) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const float4* qp = reinterpret_cast<const float4*>(p.q + (static_cast<int64_t>(un.bt) * p.H + un.h0 + min(g, un.ng - 1)) * HD + sl * EPC);
+#pragma unroll
+      for (int e = 0; e < EPC / 4; ++e) {
+        const float4 v = __ldcg(qp + e);
+        s.q[g][4 * e] = v.x;
+        s.q[g][4 * e + 1] = v.y;
+        s.q[g][4 * e + 2] = v.z;
+        s.q[g][4 * e + 3] = v.w;
+      }
+#pragma unroll
+      for (int e = 0; e < EPC; ++e) s.acc[g][e] = 0.f;
+      s.m[g] = -INFINITY;
+      s.l[g] = 0.f;
+    }
   }
 
   // The block's units' K and V rows into L2 (before the barrier that precedes the phase).
@@ -187,29 +211,18 @@ struct Attn {
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
       Unit un;
       if (!Locate(p, sq, splits, u, &un)) continue;  // block-uniform: an invalid position, phase 3 writes NaN
-      Lane s;
-#pragma unroll
-      for (int g = 0; g < kGmax; ++g) {
-        const float4* qp = reinterpret_cast<const float4*>(p.q + (static_cast<int64_t>(un.bt) * p.H + un.h0 + min(g, un.ng - 1)) * HD + sl * EPC);
-#pragma unroll
-        for (int e = 0; e < EPC / 4; ++e) {  // raw: the scale multiplies the scores, so the first K/V loads need not wait for q
-          const float4 v = __ldcg(qp + e);
-          s.q[g][4 * e] = v.x;
-          s.q[g][4 * e + 1] = v.y;
-          s.q[g][4 * e + 2] = v.z;
-          s.q[g][4 * e + 3] = v.w;
-        }
-#pragma unroll
-        for (int e = 0; e < EPC; ++e) s.acc[g][e] = 0.f;
-        s.m[g] = -INFINITY;
-        s.l[g] = 0.f;
-      }
+      Lane<kGmax> s;
+      Init(p, un, sl, s);
       constexpr int kTileRows = kWarps * RS * kRT;
 #pragma unroll 1
-      for (int t0 = un.start; t0 < un.end; t0 += kTileRows) Tile(p, un, s, t0 + (warp * RS + slot) * kRT, sl);
+      for (int t0 = un.start; t0 < un.end; t0 += kTileRows) Tile<kRT>(p, un, s, t0 + (warp * RS + slot) * kRT, sl);
       Trace(p, 4);
       MergeSlots(s);
-      MergeWarps(p, un, s, sl, sm);
+      MergeWarps(s, sl, sm, un.ng, [&](int g, int d, float M, float l, float acc) {  // the unit's partial per head
+        const int64_t slot = (static_cast<int64_t>(un.bt) * p.H + un.h0 + g) * p.max_splits + un.split;
+        p.part[slot * HD + d] = acc;
+        if (d == 0) p.ml[slot] = make_float2(M, l);
+      });
     }
   }
 };

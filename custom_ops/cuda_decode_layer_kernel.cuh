@@ -47,8 +47,10 @@ struct Params {
   int min_split_rows;  // a split covers at least this many cache rows
   int act_floats;      // shared memory: act rows (or the attention merge area), then the two gammas
   int barrier;         // which grid barrier (Arrive/Await: kBarrierGrowOnly or kBarrierGeneration)
+  int heads_max_rows;  // attended lengths up to this take phases 2-3 as Heads units (cuda_decode_layer_heads.cuh)
   unsigned* bar;       // generation barrier: [0] arrivals, [32] generation; grow-only: [64] arrivals, [96] epoch
   float *q, *part, *x1, *h;
+  float* opart;  // Heads: the heads' w_o products [R][H][D]
   float2* ml;
   unsigned long long* trace;  // nullptr, or [blocks][kTracePoints] stamps (decode_layer_check's phase breakdown)
   int phases;                 // which phases run (bits kPhase1.. in cuda_decode_layer.cu; all of them but in timing breakdowns)

@@ -99,6 +99,9 @@ static bool RunChecks(std::vector<std::string>* json) {
   ok &= RunCheck("head_dim 128", {hd128, 1, 1, 1024, {700}, true, MN_F32}, F, rng, json);
   ok &= RunCheck("head_dim 128", {hd128, 2, 3, 512, {7, 400}, true, MN_BF16}, F, rng, json);
   ok &= RunCheck("8 heads per KV head", {g8, 1, 1, 512, {200}, true, MN_F16}, F, rng, json);
+  ok &= RunCheck("heads: head_dim 128", {hd128, 1, 1, 512, {90}, true, MN_F32}, F, rng, json);
+  ok &= RunCheck("heads: head_dim 128", {hd128, 2, 3, 512, {7, 60}, true, MN_F16}, F, rng, json);
+  ok &= RunCheck("heads: 8 heads per KV head", {g8, 1, 1, 512, {30}, true, MN_BF16}, F, rng, json);
   ok &= RunCheck("trans_b 0", {kSmol, 1, 1, 256, {100}, false, MN_F32}, FIVE, rng, json);
   ok &= RunCheck("head_dim 32", {hd32, 1, 2, 256, {50}, true, MN_F16}, FIVE, rng, json);
   ok &= RunCheck("17 rows", {kSmol, 1, 17, 256, {20}, true, MN_F32}, FIVE, rng, json);
@@ -167,13 +170,14 @@ struct Stack {
   void Run(cudaStream_t s, int layers) {
     for (int l = 0; l < layers; ++l) Launch(Args(p, L[l], l ? y[l - 1] : x0, y[l], kc[l], vc[l], pos, inv), st[l], s);
   }
-  void SetPath(int path, int barrier, int phases, bool pdl, bool fixed_shapes) {
+  void SetPath(int path, int barrier, int phases, bool pdl, bool fixed_shapes, int64_t heads_max_rows) {
     for (auto* s : st) {
       mn_cuda_decode_layer_set_path(s, path);
       s->barrier = barrier;
       s->phases = phases;
       s->pdl = pdl;
       s->fixed_shapes = fixed_shapes;
+      s->heads_max_rows = heads_max_rows;
     }
   }
   std::vector<unsigned char> Last() const { return Download(y.back(), p.d.D * ElemBytes(p.dt)); }
@@ -224,7 +228,10 @@ struct Variant {
   int path, barrier, phases;
   bool pdl;
   bool fixed_shapes = true;  // SmolLM2's batch-1 layer as the FixedParams instantiation (false: the generic one)
-  bool Main() const { return path == MN_DECODE_LAYER_FUSED && barrier == dl::kBarrierGrowOnly && phases == 127 && pdl && fixed_shapes; }
+  int64_t heads_max_rows = -1;  // phases 2-3 as Heads units up to this many attended rows (-1: the library's default)
+  bool Main() const {
+    return path == MN_DECODE_LAYER_FUSED && barrier == dl::kBarrierGrowOnly && phases == 127 && pdl && fixed_shapes && heads_max_rows < 0;
+  }
 };
 
 // The one-launch kernel's phase stamps (dl::Trace points) over one graph replay of the stack: per
@@ -279,7 +286,7 @@ static std::string TracePhases(Stack& sk, const Variant& v, Timer& tm) {
 // Per-layer times of one variant: back-to-back launches of layer 0, and the graph of the whole stack.
 static bool TimeVariant(Stack& sk, const Variant& v, int64_t len, double lm_us, int replays, Timer& tm, std::vector<std::string>* json) {
   const int n = static_cast<int>(sk.L.size());
-  sk.SetPath(v.path, v.barrier, v.phases, v.pdl, v.fixed_shapes);
+  sk.SetPath(v.path, v.barrier, v.phases, v.pdl, v.fixed_shapes, v.heads_max_rows);
   sk.Run(tm.s, n);
   CK(cudaStreamSynchronize(tm.s));
   const std::vector<unsigned char> direct = sk.Last();
@@ -314,6 +321,8 @@ static bool RunTimings(int replays, std::vector<std::string>* json) {
                               {"one-launch generation barrier", F, dl::kBarrierGeneration, 127, true},
                               {"one-launch no L2 prefetch", F, G, 127 & ~dl::kPrefetch, true},
                               {"one-launch generic shapes", F, G, 127, true, false},
+                              {"one-launch no heads", F, G, 127, true, true, 0},
+                              {"one-launch heads always", F, G, 127, true, true, int64_t{1} << 30},
                               {"launch only (no phase, no barrier)", F, G, 0, true},
                               {"launch + 4 barriers", F, G, 32, true},
                               {"five-kernels", MN_DECODE_LAYER_FIVE_KERNELS, G, 127, true}};
@@ -325,7 +334,7 @@ static bool RunTimings(int replays, std::vector<std::string>* json) {
         // every variant at 128 cached rows; at every length the main one, the generic-shapes one and the one
         // without L2 prefetches (the kernel prefetches past 256 attended rows); the five kernels at 128, 1024
         // and 4096; bfloat16: only the every-length ones
-        const bool every_length = v.Main() || v.phases == (127 & ~dl::kPrefetch) || !v.fixed_shapes;
+        const bool every_length = v.Main() || v.phases == (127 & ~dl::kPrefetch) || !v.fixed_shapes || v.heads_max_rows >= 0;
         if (every_length || (dt != MN_BF16 && (len == 128 || (v.path != F && v.phases == 127 && len != 256 && len != 512))))
           ok &= TimeVariant(sk, v, len, lm, replays, tm, json);
       }

@@ -1,0 +1,198 @@
+// The DecodeLayer megakernel's phases 2 and 3 for short caches (included by cuda_decode_layer.cu after
+// cuda_decode_layer_attn.cuh). A unit = (query row, query head, group of w_o rows): its block attends
+// over the head's whole cache (no split: nothing to merge across blocks), rounds the head's output to T
+// as phase 3's merge does, and multiplies it by the head's columns of w_o for the group's rows; the
+// products go to the workspace per head, and phase 4 sums them over the heads (in head order, every
+// block the same) into x1 = x + a @ w_o^T. That takes one grid barrier and the partials' merge pass
+// off the layer (attention | merge + w_o | barrier becomes attention + w_o | barrier), and every block
+// works in the attention instead of one per (KV head, split). The price: the blocks of a head's
+// groups each read that head's cache rows (from L2), so it pays only while the caches are short:
+// Params::heads_max_rows, chosen per element type on the host from the harness's timings.
+#pragma once
+#include "cuda_decode_layer_attn.cuh"
+
+namespace dl {
+
+template <class T, int HD>
+struct Heads {
+  using A = Attn<T, HD>;
+  using E = Elem<T>;
+  static constexpr int EPC = A::EPC, C16 = A::C16, LPR = A::LPR, RS = A::RS;
+  static constexpr int kHold = 4;  // w_o chunks per lane loaded before the attention (rows kWarps * RS * kHold)
+
+  struct Unit {
+    int bt, h, first, end;  // row bt, query head h, w_o rows [first, end)
+  };
+
+  template <class P>
+  __device__ static int Groups(const P& p) { return max(1, static_cast<int>(gridDim.x) / (p.R * p.H)); }
+  template <class P>
+  __device__ static int Units(const P& p) { return p.R * p.H * Groups(p); }
+  template <class P>
+  __device__ static void Locate(const P& p, int u, Unit* un) {
+    const int groups = Groups(p), g = u % groups, rh = u / groups, per = (p.D + groups - 1) / groups;
+    un->bt = rh / p.H;
+    un->h = rh % p.H;
+    un->first = min(p.D, g * per);
+    un->end = min(p.D, un->first + per);
+  }
+
+  // The 16-byte chunk `sl` of head h's columns in w_o's row n.
+  template <class P>
+  __device__ static const uint4* WoChunk(const P& p, int n, int h, int sl) {
+    return reinterpret_cast<const uint4*>(static_cast<const T*>(p.w_o) + static_cast<int64_t>(n) * p.H * HD + h * HD) + sl;
+  }
+  // The lane's row for its j-th product: the warp's row slots stride over the group's rows.
+  __device__ static int RowOf(const Unit& un, int j) {
+    const int lane = threadIdx.x & 31;
+    return un.first + (threadIdx.x >> 5) * RS + lane / LPR + j * kWarps * RS;
+  }
+
+  // The lane's first kHold w_o chunks of the block's first unit (between barrier 0's arrival and its wait).
+  struct Wo {
+    uint4 held[kHold];
+  };
+  template <class P>
+  __device__ static void LoadWo(const P& p, const Unit& un, Wo& w) {
+    const int sl = (threadIdx.x & 31) % LPR;
+#pragma unroll
+    for (int j = 0; j < kHold; ++j)
+      if (RowOf(un, j) < un.end) w.held[j] = __ldg(WoChunk(p, RowOf(un, j), un.h, sl));
+  }
+
+  // The attended cache rows of the unit's KV head into L2, the group's share of them (before barrier 0's
+  // wait: only the newest row is written in phase 1, and a prefetch of it is as good as its load).
+  template <class P>
+  __device__ static void PrefetchKv(const P& p, const Seqs& sq, const Unit& un) {
+    const int b = un.bt / p.S, groups = Groups(p);
+    if (!sq.valid[b]) return;
+    typename A::Unit au;
+    au.b = b;
+    au.kvh = un.h / (p.H / p.KVH);
+    const int L = static_cast<int>(sq.pos[b]) + un.bt % p.S + 1, per = (L + groups - 1) / groups;
+    const int g = (blockIdx.x % groups);
+    au.start = min(L, g * per);
+    au.end = min(L, au.start + per);
+    A::PrefetchRows(p, au);
+  }
+
+  // The head's output for row bt into a[0, HD) (rounded to T; NaN for an invalid sequence).
+  template <class P>
+  __device__ static void Attend(const P& p, const Seqs& sq, const Unit& un, float* sm) {
+    const int b = un.bt / p.S;
+    if (!sq.valid[b]) {
+      if (threadIdx.x < HD) sm[threadIdx.x] = __int_as_float(0x7fc00000);
+      __syncthreads();
+      return;
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = lane / LPR, sl = lane % LPR;
+    typename A::Unit au;
+    au.bt = un.bt;
+    au.b = b;
+    au.kvh = un.h / (p.H / p.KVH);
+    au.h0 = un.h;
+    au.ng = 1;
+    au.split = 0;
+    au.start = 0;
+    au.end = static_cast<int>(sq.pos[b]) + un.bt % p.S + 1;
+    // One head: half the registers of a split unit's two, so twice the rows in flight per tile (H200,
+    // SmolLM2's layer at 256 rows: float32 16.3 -> 16.0 us, 16-bit 14.7 -> 14.5; at 128, 16-bit +0.2).
+    typename A::template Lane<1> s;
+    A::Init(p, au, sl, s);
+    constexpr int RT = 2 * kRT, kTileRows = kWarps * RS * RT;
+#pragma unroll 1
+    for (int t0 = 0; t0 < au.end; t0 += kTileRows) A::template Tile<RT>(p, au, s, t0 + (warp * RS + slot) * RT, sl);
+    Trace(p, 4);
+    A::MergeSlots(s);
+    // Each thread d < HD reads only its own column of the warps' sums, so a[d] may overwrite one of them.
+    A::MergeWarps(s, sl, sm, 1, [&](int, int d, float, float l, float acc) { sm[d] = E::ToF(E::FromF(acc * (1.f / l))); });
+  }
+
+  // Phases 2 and 3 of the block's units; w0: the first unit's w_o chunks, loaded already.
+  template <class P>
+  __device__ static void Run(const P& p, const Seqs& sq, const Wo& w0, float* sm) {
+    const int lane = threadIdx.x & 31, sl = lane % LPR;
+    const int units = Units(p);
+#pragma unroll 1
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+      Unit un;
+      Locate(p, u, &un);
+      Wo w = w0;
+      if (u != static_cast<int>(blockIdx.x)) LoadWo(p, un, w);
+      Attend(p, sq, un, sm);
+      Trace(p, 5);
+      float a[EPC];
+#pragma unroll
+      for (int e = 0; e < EPC; ++e) a[e] = sm[sl * EPC + e];
+      float* out = p.opart + (static_cast<int64_t>(un.bt) * p.H + un.h) * p.D;
+      // Row j of the lane's slot: its chunk's product with a, summed over the row's LPR lanes. Every lane
+      // of the warp takes part while the warp's first row slot is in the group (lanes past the end idle).
+      auto product = [&](int j, const uint4& chunk) {
+        const int n = RowOf(un, j);
+        float d = 0.f;
+        if (n < un.end) {
+          float f[EPC];
+          E::Unpack(chunk, f);
+#pragma unroll
+          for (int e = 0; e < EPC; ++e) d = fmaf(f[e], a[e], d);
+        }
+#pragma unroll
+        for (int o = LPR / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        if (sl == 0 && n < un.end) out[n] = d;
+      };
+      const int slot = lane / LPR;
+#pragma unroll
+      for (int j = 0; j < kHold; ++j)  // unrolled: the held chunks stay in registers
+        if (RowOf(un, j) - slot < un.end) product(j, w.held[j]);
+#pragma unroll 1
+      for (int j = kHold; RowOf(un, j) - slot < un.end; ++j) {
+        const int n = min(RowOf(un, j), un.end - 1);  // a valid address for the idle lanes' load
+        product(j, __ldg(WoChunk(p, n, un.h, sl)));
+      }
+      __syncthreads();  // the shared memory is free for the next unit
+    }
+  }
+};
+
+// Phase 4's prologue after Heads: act [R][D] = x1 = x + the heads' products summed in head order (rounded
+// to T); block 0 also stores x1 for phase 5's residual. A thread takes 4 consecutive elements (float4
+// loads: the host takes Heads units only where D % 4 == 0), x and up to kHB heads' products in flight
+// together (H200: ~1 us, where scalar loads, 27 per thread, took 2).
+template <class T, class P>
+__device__ void SumHeads(const P& p, float* act) {
+  using E = Elem<T>;
+  constexpr int kHB = 12;
+  const T* x = static_cast<const T*>(p.x);
+#pragma unroll 1
+  for (int i = threadIdx.x * 4; i < p.R * p.D; i += kThreads * 4) {
+    const int m = i / p.D, n = i % p.D;
+    T xs[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) xs[e] = x[i + e];
+    const float4* part = reinterpret_cast<const float4*>(p.opart + static_cast<int64_t>(m) * p.H * p.D + n);
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+    for (int h0 = 0; h0 < p.H; h0 += kHB) {
+      float4 v[kHB];
+#pragma unroll
+      for (int u = 0; u < kHB; ++u) v[u] = __ldcg(part + static_cast<int64_t>(min(h0 + u, p.H - 1)) * (p.D / 4));
+#pragma unroll
+      for (int u = 0; u < kHB; ++u) {
+        const bool head = h0 + u < p.H;  // + 0 past the last head leaves the sums as they are
+        s[0] += head ? v[u].x : 0.f;
+        s[1] += head ? v[u].y : 0.f;
+        s[2] += head ? v[u].z : 0.f;
+        s[3] += head ? v[u].w : 0.f;
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float x1 = E::ToF(E::FromF(s[e] + E::ToF(xs[e])));
+      act[i + e] = x1;
+      if (blockIdx.x == 0) p.x1[i + e] = x1;
+    }
+  }
+  __syncthreads();
+}
+
+}  // namespace dl
