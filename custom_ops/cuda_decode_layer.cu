@@ -187,6 +187,58 @@ __device__ void LoadRows(const P& p, const Shared& sh) {
   Trace(p, 1);
 }
 
+// decode_layer_check's floor: the launch (and the barriers) alone.
+__device__ __forceinline__ void BarriersOnly(const Params& p, const Shared& sh) {
+#pragma unroll 1
+  for (int k = 0; k < kBarriers; ++k) Barrier(p, sh, k, 14, [] {});
+  // the epoch moves only with the barriers' arrivals (else later launches' targets would run ahead of the count)
+  if ((p.phases & kPhaseBarriers) && p.barrier == kBarrierGrowOnly && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;
+}
+
+// Phases 2 and 3 as Heads units (cuda_decode_layer_heads.cuh): per (row, head, w_o rows) the head's
+// attention and its w_o products; then barrier 1, the first gate/up rows loaded while it waits. w0: the
+// block's first unit's w_o chunks, loaded in barrier 0's wait.
+template <class T, int HD, class P, class GateUp>
+__device__ __forceinline__ void HeadsPhases23(const P& p, const Shared& sh, const typename Heads<T, HD>::Wo& w0, float* act,
+                                              Pair<T>& pair, GateUp gateup) {
+  if (p.phases & kPhase2) Heads<T, HD>::Run(p, *sh.sq, w0, act);
+  Trace(p, 6);  // the trace's points 6-8 (barrier 1, merge, w_o) all read "done" here
+  Trace(p, 7);
+  Trace(p, 8);
+  Barrier(p, sh, 1, 9, [&] { LoadItem(pair, FirstItem(), p.I, gateup); });
+  // barrier 2's arrival, after barrier 1 was passed (grow-only barriers: the skipped barrier's arrivals
+  // still count towards the next ones' targets)
+  if (p.phases & kPhaseBarriers) Arrive(p, 2);
+}
+
+// Phases 2 and 3 as split units: attention partials, then (the first w_o rows loaded while barrier 1
+// waits; the blocks without attention units prefetch the later phases' rows into L2 meanwhile) every
+// block merges the partials and takes w_o rows: x1 = a @ w_o^T + x; then barrier 2, the first gate/up
+// rows loaded while it waits.
+template <class T, int HD, class P, class GateUp>
+__device__ __forceinline__ void SplitPhases23(const P& p, const Shared& sh, const Items<T, HD, P>& it, int splits, bool prefetch,
+                                              float* act, Pair<T>& pair, GateUp gateup) {
+  using E = Elem<T>;
+  const T* x = static_cast<const T*>(p.x);
+  auto orow = [&](int i, Single<T>& r) { it.ORow(i, r); };
+  Single<T> one, one2;
+  if (p.phases & kPhase2) Attn<T, HD>::Run(p, *sh.sq, splits, act);
+  Trace(p, 5);
+  Barrier(p, sh, 1, 6, [&] {
+    LoadItem(one, FirstItem(), p.D, orow);
+    if (prefetch) it.PrefetchLater(min(Attn<T, HD>::Units(p, splits), static_cast<int>(gridDim.x)));
+  });
+  if (p.phases & kPhase3) {
+    MergeHeads<T, HD>(p, *sh.sq, splits, act);
+    Trace(p, 7);
+    ItemLoop<false>(
+        one, one2, false, p.D, act, nullptr, 0.f, p.R, orow, [&](int n, int m) { return E::ToF(x[m * p.D + n]); },
+        [&](int n, int m, const float(&g)[1], float res) { p.x1[m * p.D + n] = E::ToF(E::FromF(g[0] + res)); });
+  }
+  Trace(p, 8);
+  Barrier(p, sh, 2, 9, [&] { LoadItem(pair, FirstItem(), p.I, gateup); });
+}
+
 // P: Params, or a FixedParams shape (its dims compile-time constants).
 template <class T, int HD, class P>
 __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(P p) {
@@ -205,19 +257,10 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(P p) {
   float* act = reinterpret_cast<float*>(smem4);
   const Shared sh{act, act + p.act_floats, act + p.act_floats + p.D, &sq,
                   p.barrier == kBarrierGrowOnly ? __ldcg(p.bar + 96) : 0u};
-  if ((p.phases & (kPhaseBarriers - 1)) == 0) {  // decode_layer_check's floor: the launch (and the barriers) alone
-#pragma unroll 1
-    for (int k = 0; k < kBarriers; ++k) Barrier(p, sh, k, 14, [] {});
-    // the epoch moves only with the barriers' arrivals (else later launches' targets would run ahead of the count)
-    if ((p.phases & kPhaseBarriers) && p.barrier == kBarrierGrowOnly && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;
-    return;
-  }
-  auto orow = [&](int i, Single<T>& r) { it.ORow(i, r); };
+  if ((p.phases & (kPhaseBarriers - 1)) == 0) return BarriersOnly(p, sh);
   auto gateup = [&](int i, Pair<T>& r) { it.GateUpRows(i, r); };
   auto down = [&](int i, Single<T>& r) { it.DownRow(i, r); };
   auto none = [](int, int) { return 0.f; };
-  const T* x = static_cast<const T*>(p.x);
-  Single<T> one, one2;
   // 1: q | k | v (rms-normalised x), rope, cache rows
   LoadRows<T, HD>(p, sh);
   const int64_t attended = AttendedRows(p, sq);
@@ -244,35 +287,10 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(P p) {
     HeadUnits::LoadWo(p, hu, wo);
     if (p.phases & kPrefetch) HeadUnits::PrefetchKv(p, sq, hu);
   });
-  if (heads) {
-    // 2 + 3: per (row, head, w_o rows) the head's attention and its w_o products (then the first gate/up
-    // rows into registers while the barrier waits)
-    if (p.phases & kPhase2) HeadUnits::Run(p, sq, wo, act);
-    Trace(p, 6);  // the trace's points 6-8 (barrier 1, merge, w_o) all read "done" here
-    Trace(p, 7);
-    Trace(p, 8);
-    Barrier(p, sh, 1, 9, [&] { LoadItem(pair, FirstItem(), p.I, gateup); });
-    if (p.phases & kPhaseBarriers) Arrive(p, 2);  // barrier 2's arrival, after barrier 1 was passed (see above)
-  } else {
-    // 2: attention partials (then the first w_o rows into registers: loaded while the barrier waits; the
-    // blocks without attention units prefetch the later phases' rows into L2 meanwhile)
-    if (p.phases & kPhase2) Attn<T, HD>::Run(p, sq, splits, act);
-    Trace(p, 5);
-    Barrier(p, sh, 1, 6, [&] {
-      LoadItem(one, FirstItem(), p.D, orow);
-      if (prefetch) it.PrefetchLater(min(Attn<T, HD>::Units(p, splits), static_cast<int>(gridDim.x)));
-    });
-    // 3: x1 = a @ w_o^T + x
-    if (p.phases & kPhase3) {
-      MergeHeads<T, HD>(p, sq, splits, act);
-      Trace(p, 7);
-      ItemLoop<false>(
-          one, one2, false, p.D, act, nullptr, 0.f, p.R, orow, [&](int n, int m) { return E::ToF(x[m * p.D + n]); },
-          [&](int n, int m, const float(&g)[1], float res) { p.x1[m * p.D + n] = E::ToF(E::FromF(g[0] + res)); });
-    }
-    Trace(p, 8);
-    Barrier(p, sh, 2, 9, [&] { LoadItem(pair, FirstItem(), p.I, gateup); });
-  }
+  if (heads)
+    HeadsPhases23<T, HD>(p, sh, wo, act, pair, gateup);
+  else
+    SplitPhases23<T, HD>(p, sh, it, splits, prefetch, act, pair, gateup);
   // 4: h = silu(rmsnorm(x1) @ w_gate^T) * (rmsnorm(x1) @ w_up^T)
   if (p.phases & kPhase4) {
     if (heads) {
@@ -288,6 +306,7 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(P p) {
                    [&](int n, int m, const float(&g)[2], float) { p.h[m * p.I + n] = E::ToF(E::FromF(Silu(g[0]) * g[1])); });
   }
   Trace(p, 11);
+  Single<T> one, one2;
   Barrier(p, sh, 3, 12, [&] { LoadItem(one, FirstItem(), p.D, down); });
   // 5: y = h @ w_down^T + x1
   if (p.phases & kPhase5) {
