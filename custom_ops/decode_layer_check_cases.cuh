@@ -331,9 +331,10 @@ static bool RunTimings(int replays, std::vector<std::string>* json) {
     for (int64_t len : {128, 256, 512, 1024, 4096}) {
       Stack sk(dt, len, 30);
       for (const Variant& v : variants) {
-        // every variant at 128 cached rows; at every length the main one, the generic-shapes one and the one
-        // without L2 prefetches (the kernel prefetches past 256 attended rows); the five kernels at 128, 1024
-        // and 4096; bfloat16: only the every-length ones
+        // every variant at 128 cached rows; at every length the main one, the generic-shapes one, the one
+        // without L2 prefetches (the kernel prefetches past 256 attended rows) and the two that force the
+        // Heads units off and on (the thresholds' crossovers); the five kernels at 128, 1024 and 4096;
+        // bfloat16: only the every-length ones
         const bool every_length = v.Main() || v.phases == (127 & ~dl::kPrefetch) || !v.fixed_shapes || v.heads_max_rows >= 0;
         if (every_length || (dt != MN_BF16 && (len == 128 || (v.path != F && v.phases == 127 && len != 256 && len != 512))))
           ok &= TimeVariant(sk, v, len, lm, replays, tm, json);
