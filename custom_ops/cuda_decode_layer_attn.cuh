@@ -203,22 +203,29 @@ struct Attn {
   template <class P>
   __device__ static int Units(const P& p, int splits) { return p.R * p.KVH * ((p.H / p.KVH + kGmax - 1) / kGmax) * splits; }
 
+  // One unit's attention with G heads' lane state and RT rows per slot and tile: sink(g, d, M, l, acc)
+  // takes the merged result (MergeWarps). Split units and Heads units (cuda_decode_layer_heads.cuh) both.
+  template <int G, int RT, class P, class Sink>
+  __device__ static void Attend(const P& p, const Unit& un, float* sm, Sink sink) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = lane / LPR, sl = lane % LPR;
+    Lane<G> s;
+    Init(p, un, sl, s);
+    constexpr int kTileRows = kWarps * RS * RT;
+#pragma unroll 1
+    for (int t0 = un.start; t0 < un.end; t0 += kTileRows) Tile<RT>(p, un, s, t0 + (warp * RS + slot) * RT, sl);
+    Trace(p, 4);
+    MergeSlots(s);
+    MergeWarps(s, sl, sm, un.ng, sink);
+  }
+
   template <class P>
   __device__ static void Run(const P& p, const Seqs& sq, int splits, float* sm) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = lane / LPR, sl = lane % LPR;
     const int units = Units(p, splits);
 #pragma unroll 1
     for (int u = blockIdx.x; u < units; u += gridDim.x) {
       Unit un;
       if (!Locate(p, sq, splits, u, &un)) continue;  // block-uniform: an invalid position, phase 3 writes NaN
-      Lane<kGmax> s;
-      Init(p, un, sl, s);
-      constexpr int kTileRows = kWarps * RS * kRT;
-#pragma unroll 1
-      for (int t0 = un.start; t0 < un.end; t0 += kTileRows) Tile<kRT>(p, un, s, t0 + (warp * RS + slot) * kRT, sl);
-      Trace(p, 4);
-      MergeSlots(s);
-      MergeWarps(s, sl, sm, un.ng, [&](int g, int d, float M, float l, float acc) {  // the unit's partial per head
+      Attend<kGmax, kRT>(p, un, sm, [&](int g, int d, float M, float l, float acc) {  // the unit's partial per head
         const int64_t slot = (static_cast<int64_t>(un.bt) * p.H + un.h0 + g) * p.max_splits + un.split;
         p.part[slot * HD + d] = acc;
         if (d == 0) p.ml[slot] = make_float2(M, l);

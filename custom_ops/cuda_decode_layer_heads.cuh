@@ -85,7 +85,6 @@ struct Heads {
       __syncthreads();
       return;
     }
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = lane / LPR, sl = lane % LPR;
     typename A::Unit au;
     au.bt = un.bt;
     au.b = b;
@@ -97,15 +96,8 @@ struct Heads {
     au.end = static_cast<int>(sq.pos[b]) + un.bt % p.S + 1;
     // One head: half the registers of a split unit's two, so twice the rows in flight per tile (H200,
     // SmolLM2's layer at 256 rows: float32 16.3 -> 16.0 us, 16-bit 14.7 -> 14.5; at 128, 16-bit +0.2).
-    typename A::template Lane<1> s;
-    A::Init(p, au, sl, s);
-    constexpr int RT = 2 * kRT, kTileRows = kWarps * RS * RT;
-#pragma unroll 1
-    for (int t0 = 0; t0 < au.end; t0 += kTileRows) A::template Tile<RT>(p, au, s, t0 + (warp * RS + slot) * RT, sl);
-    Trace(p, 4);
-    A::MergeSlots(s);
     // Each thread d < HD reads only its own column of the warps' sums, so a[d] may overwrite one of them.
-    A::MergeWarps(s, sl, sm, 1, [&](int, int d, float, float l, float acc) { sm[d] = E::ToF(E::FromF(acc * (1.f / l))); });
+    A::template Attend<1, 2 * kRT>(p, au, sm, [&](int, int d, float, float l, float acc) { sm[d] = E::ToF(E::FromF(acc * (1.f / l))); });
   }
 
   // Phases 2 and 3 of the block's units; w0: the first unit's w_o chunks, loaded already.
