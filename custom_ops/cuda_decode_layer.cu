@@ -1,248 +1,15 @@
-// DecodeLayer on CUDA (cuda_decode_layer.h): the one-launch kernel (its pieces in
-// cuda_decode_layer_kernel.cuh), its workspace and launch, and the five-kernel path for the shapes it
-// does not take.
+// DecodeLayer on CUDA (cuda_decode_layer.h): the one-launch kernel (its phases in
+// cuda_decode_layer_phases.cuh, their pieces in cuda_decode_layer_kernel.cuh), its workspace and launch,
+// and the five-kernel path for the shapes it does not take.
 #include "cuda_decode_layer.h"
-#include "cuda_decode_layer_attn.cuh"
-#include "cuda_decode_layer_heads.cuh"
-#include "cuda_decode_layer_kernel.cuh"
+#include "cuda_decode_layer_phases.cuh"
 #include "cuda_decode_linear.h"
 
 namespace dl {
 
-// The phases' weight items. Phase 1: pairs of rows (j, j + hd/2) of one head of w_q | w_k | w_v;
-// phase 3: rows of w_o; phase 4: (gate, up) row pairs; phase 5: rows of w_down.
-template <class T, int HD, class P>
-struct Items {
-  const P& p;
-  static constexpr int EPC = Elem<T>::EPC;
-  __device__ int Qkv() const { return (p.H + 2 * p.KVH) * (HD / 2); }
-  __device__ void QkvRows(int i, Pair<T>& r) const {
-    const int hh = i / (HD / 2), j = i % (HD / 2);
-    const T* w = static_cast<const T*>(hh < p.H ? p.w_q : hh < p.H + p.KVH ? p.w_k : p.w_v);
-    const int row = (hh < p.H ? hh : hh < p.H + p.KVH ? hh - p.H : hh - p.H - p.KVH) * HD + j;
-    r.w[0] = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(row) * p.D);
-    r.w[1] = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(row + HD / 2) * p.D);
-    r.chunks = p.D / EPC;
-  }
-  __device__ void ORow(int n, Single<T>& r) const {
-    r.w[0] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.w_o) + static_cast<int64_t>(n) * p.H * HD);
-    r.chunks = p.H * HD / EPC;
-  }
-  __device__ void GateUpRows(int n, Pair<T>& r) const {
-    r.w[0] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.w_gate) + static_cast<int64_t>(n) * p.D);
-    r.w[1] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.w_up) + static_cast<int64_t>(n) * p.D);
-    r.chunks = p.D / EPC;
-  }
-  __device__ void DownRow(int n, Single<T>& r) const {
-    r.w[0] = reinterpret_cast<const uint4*>(static_cast<const T*>(p.w_down) + static_cast<int64_t>(n) * p.I);
-    r.chunks = p.I / EPC;
-  }
-  // Phases 3-5's rows into L2, by the blocks from `first_idle` on (PrefetchItems).
-  __device__ void PrefetchLater(int first_idle) const {
-    PrefetchItems<Single<T>>(p.D, first_idle, [&](int i, Single<T>& r) { ORow(i, r); });
-    PrefetchItems<Pair<T>>(p.I, first_idle, [&](int i, Pair<T>& r) { GateUpRows(i, r); });
-    PrefetchItems<Single<T>>(p.D, first_idle, [&](int i, Single<T>& r) { DownRow(i, r); });
-  }
-};
-
-// Phase 1's epilogue for row m of pair item i: q, k, v rounded to T as RMSNormLinear's outputs; q and k
-// rotated at position kv_pos[b] + t with the Rope kernels' arithmetic and rounded again; q into the
-// workspace (float32 holding T values), k and v into the caches (a sequence with an invalid position
-// writes nothing: the caches stay as they were, its output is NaN).
-template <class T, int HD, class P>
-__device__ void QkvEpilogue(const P& p, const Seqs& sq, int i, int m, const float (&g)[2]) {
-  using E = Elem<T>;
-  constexpr int half = HD / 2;
-  const int hh = i / half, j = i % half, b = m / p.S;
-  const float x0 = E::ToF(E::FromF(g[0])), x1 = E::ToF(E::FromF(g[1]));
-  const int64_t pos = sq.pos[b] + m % p.S;
-  if (hh >= p.H + p.KVH) {  // v: the rounded values as they are
-    if (!sq.valid[b]) return;
-    const int64_t dst = ((static_cast<int64_t>(b) * p.max_seq + pos) * p.KVH + (hh - p.H - p.KVH)) * HD + j;
-    static_cast<T*>(p.v)[dst] = E::FromF(x0);
-    static_cast<T*>(p.v)[dst + half] = E::FromF(x1);
-    return;
-  }
-  float sn, cs;
-  sincosf(static_cast<float>(pos) * p.inv[j], &sn, &cs);
-  const float r0 = x0 * cs - x1 * sn, r1 = x1 * cs + x0 * sn;
-  if (hh < p.H) {
-    float* q = p.q + static_cast<int64_t>(m) * p.H * HD + hh * HD + j;
-    q[0] = E::ToF(E::FromF(r0));
-    q[half] = E::ToF(E::FromF(r1));
-  } else if (sq.valid[b]) {
-    const int64_t dst = ((static_cast<int64_t>(b) * p.max_seq + pos) * p.KVH + (hh - p.H)) * HD + j;
-    static_cast<T*>(p.k)[dst] = E::FromF(r0);
-    static_cast<T*>(p.k)[dst + half] = E::FromF(r1);
-  }
-}
-
-// Phase 3's prologue: act [R][H * HD] = every head's attention output, its splits' partials merged
-// (a thread per 4 columns folds the splits in with a running maximum) and rounded to T.
-template <class T, int HD, class P>
-__device__ void MergeHeads(const P& p, const Seqs& sq, int splits, float* act) {
-  using E = Elem<T>;
-  constexpr int COLS = HD / 4;
-  for (int i = threadIdx.x; i < p.R * p.H * COLS; i += kThreads) {
-    const int c = i % COLS, bh = i / COLS, bt = bh / p.H;
-    const int64_t base = static_cast<int64_t>(bh) * p.max_splits;
-    float M = -INFINITY, ls = 0.f;
-    float4 s4 = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s0 = 0; s0 < splits; s0 += 8) {  // 8 splits' loads in flight together
-      float2 x[8];
-      float4 y[8];
-#pragma unroll
-      for (int u = 0; u < 8; ++u)
-        if (s0 + u < splits) {
-          x[u] = __ldcg(p.ml + base + s0 + u);
-          y[u] = __ldcg(reinterpret_cast<const float4*>(p.part + (base + s0 + u) * HD) + c);
-        }
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        if (s0 + u >= splits) break;
-        const float mn = fmaxf(M, x[u].x);
-        const float mu = mn == -INFINITY ? 0.f : mn;
-        const float old = exp2f(M - mu), wt = exp2f(x[u].x - mu);
-        ls = fmaf(ls, old, x[u].y * wt);
-        s4 = make_float4(fmaf(s4.x, old, y[u].x * wt), fmaf(s4.y, old, y[u].y * wt), fmaf(s4.z, old, y[u].z * wt),
-                         fmaf(s4.w, old, y[u].w * wt));
-        M = mn;
-      }
-    }
-    const float inv = sq.valid[bt / p.S] ? 1.f / ls : __int_as_float(0x7fc00000);
-    float* o = act + bh * HD + c * 4;  // bh * HD = bt * (H * HD) + head * HD
-    o[0] = E::ToF(E::FromF(s4.x * inv));
-    o[1] = E::ToF(E::FromF(s4.y * inv));
-    o[2] = E::ToF(E::FromF(s4.z * inv));
-    o[3] = E::ToF(E::FromF(s4.w * inv));
-  }
-  __syncthreads();
-}
-
-// The kernel's shared state: the activation rows (attention: its merge area), the gammas, the sequences.
-struct Shared {
-  float* act;
-  float *gamma1, *gamma2;  // attn_norm, mlp_norm (loaded at the start with x)
-  Seqs* sq;
-  unsigned epoch;  // this launch's number (the grow-only barrier's targets)
-};
-
-// The phases' bits in Params::phases (decode_layer_check's breakdown; every bit set otherwise).
-constexpr int64_t kPrefetchMinRows = 257;  // shorter attended lengths: no L2 prefetches (see the kernel)
-enum { kPhase1 = 1, kPhase2 = 2, kPhase3 = 4, kPhase4 = 8, kPhase5 = 16, kPhaseBarriers = 32, kPrefetch = 64, kAllPhases = 127 };
-
-// Grid barrier k (Arrive, then between(), then Await), stamped with trace point `trace` once passed.
-template <class Between>
-__device__ __forceinline__ void Barrier(const Params& p, const Shared& sh, int k, int trace, Between between) {
-  if (p.phases & kPhaseBarriers) {
-    const Ticket t = Arrive(p, k);
-    between();
-    Await(p, t, sh.epoch, k);
-  } else {
-    between();
-  }
-  Trace(p, trace);
-}
-
-// A thread's elements i0 + u * kThreads (u < 8) as raw loads, all issued before any is converted: a
-// value selected or converted as its load arrives makes the warp wait for each load in turn (16-bit x
-// and gammas: 2.8 us instead of 1.4 on an H200). at(i): the element's address, a valid one also past n.
-template <class T, class At>
-struct RawBatch {
-  T raw[8];
-  __device__ __forceinline__ RawBatch(int i0, At at) {
-#pragma unroll
-    for (int u = 0; u < 8; ++u) raw[u] = *at(i0 + u * kThreads);
-  }
-  // dst(i, element i as float32) for the batch's elements below n.
-  template <class Dst>
-  __device__ __forceinline__ void Store(int i0, int n, Dst dst) const {
-#pragma unroll
-    for (int u = 0; u < 8; ++u)
-      if (i0 + u * kThreads < n) dst(i0 + u * kThreads, Elem<T>::ToF(raw[u]));
-  }
-};
-
-// Phase 1's prologue: x's rows and both gammas into shared memory (the first q|k|v weight rows are in
-// flight already: the kernel loads them before it waits for the previous one), the position with them.
-template <class T, int HD, class P>
-__device__ void LoadRows(const P& p, const Shared& sh) {
-  const int RD = p.R * p.D, n = RD + 2 * p.D;
-  const T* x = static_cast<const T*>(p.x);
-  const T* g1 = static_cast<const T*>(p.attn_norm);
-  const T* g2 = static_cast<const T*>(p.mlp_norm);
-  // Element i's address (x, then gamma1, then gamma2); past n, x's first (loaded, never stored).
-  auto at = [&](int i) { return i >= n ? x : i < RD ? x + i : i < RD + p.D ? g1 + (i - RD) : g2 + (i - RD - p.D); };
-  auto dst = [&](int i, float v) {
-    if (i < RD) sh.act[i] = v;
-    else sh.gamma1[i - RD] = v;  // then gamma2, which follows gamma1
-  };
-  const RawBatch<T, decltype(at)> first(threadIdx.x, at);
-  const int64_t pos = PosOf(p);  // after x's loads: its type's branch waits for the kernel parameter
-  first.Store(threadIdx.x, n, dst);
-#pragma unroll 1
-  for (int i0 = threadIdx.x + 8 * kThreads; i0 < n; i0 += 8 * kThreads) RawBatch<T, decltype(at)>(i0, at).Store(i0, n, dst);
-  SetSeqs(p, pos, sh.sq);
-  __syncthreads();
-  Trace(p, 1);
-}
-
-// decode_layer_check's floor: the launch (and the barriers) alone.
-__device__ __forceinline__ void BarriersOnly(const Params& p, const Shared& sh) {
-#pragma unroll 1
-  for (int k = 0; k < kBarriers; ++k) Barrier(p, sh, k, 14, [] {});
-  // the epoch moves only with the barriers' arrivals (else later launches' targets would run ahead of the count)
-  if ((p.phases & kPhaseBarriers) && p.barrier == kBarrierGrowOnly && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;
-}
-
-// Phases 2 and 3 as Heads units (cuda_decode_layer_heads.cuh): per (row, head, w_o rows) the head's
-// attention and its w_o products; then barrier 1, the first gate/up rows loaded while it waits. w0: the
-// block's first unit's w_o chunks, loaded in barrier 0's wait.
-template <class T, int HD, class P, class GateUp>
-__device__ __forceinline__ void HeadsPhases23(const P& p, const Shared& sh, const typename Heads<T, HD>::Wo& w0, float* act,
-                                              Pair<T>& pair, GateUp gateup) {
-  if (p.phases & kPhase2) Heads<T, HD>::Run(p, *sh.sq, w0, act);
-  Trace(p, 6);  // the trace's points 6-8 (barrier 1, merge, w_o) all read "done" here
-  Trace(p, 7);
-  Trace(p, 8);
-  Barrier(p, sh, 1, 9, [&] { LoadItem(pair, FirstItem(), p.I, gateup); });
-  // barrier 2's arrival, after barrier 1 was passed (grow-only barriers: the skipped barrier's arrivals
-  // still count towards the next ones' targets)
-  if (p.phases & kPhaseBarriers) Arrive(p, 2);
-}
-
-// Phases 2 and 3 as split units: attention partials, then (the first w_o rows loaded while barrier 1
-// waits; the blocks without attention units prefetch the later phases' rows into L2 meanwhile) every
-// block merges the partials and takes w_o rows: x1 = a @ w_o^T + x; then barrier 2, the first gate/up
-// rows loaded while it waits.
-template <class T, int HD, class P, class GateUp>
-__device__ __forceinline__ void SplitPhases23(const P& p, const Shared& sh, const Items<T, HD, P>& it, int splits, bool prefetch,
-                                              float* act, Pair<T>& pair, GateUp gateup) {
-  using E = Elem<T>;
-  const T* x = static_cast<const T*>(p.x);
-  auto orow = [&](int i, Single<T>& r) { it.ORow(i, r); };
-  Single<T> one, one2;
-  if (p.phases & kPhase2) Attn<T, HD>::Run(p, *sh.sq, splits, act);
-  Trace(p, 5);
-  Barrier(p, sh, 1, 6, [&] {
-    LoadItem(one, FirstItem(), p.D, orow);
-    if (prefetch) it.PrefetchLater(min(Attn<T, HD>::Units(p, splits), static_cast<int>(gridDim.x)));
-  });
-  if (p.phases & kPhase3) {
-    MergeHeads<T, HD>(p, *sh.sq, splits, act);
-    Trace(p, 7);
-    ItemLoop<false>(
-        one, one2, false, p.D, act, nullptr, 0.f, p.R, orow, [&](int n, int m) { return E::ToF(x[m * p.D + n]); },
-        [&](int n, int m, const float(&g)[1], float res) { p.x1[m * p.D + n] = E::ToF(E::FromF(g[0] + res)); });
-  }
-  Trace(p, 8);
-  Barrier(p, sh, 2, 9, [&] { LoadItem(pair, FirstItem(), p.I, gateup); });
-}
-
 // P: Params, or a FixedParams shape (its dims compile-time constants).
 template <class T, int HD, class P>
 __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(P p) {
-  using E = Elem<T>;
   extern __shared__ float4 smem4[];
   __shared__ Seqs sq;
   const Items<T, HD, P> it{p};
@@ -256,7 +23,7 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(P p) {
   Trace(p, 0);
   float* act = reinterpret_cast<float*>(smem4);
   const Shared sh{act, act + p.act_floats, act + p.act_floats + p.D, &sq,
-                  p.barrier == kBarrierGrowOnly ? __ldcg(p.bar + 96) : 0u};
+                  p.barrier == kBarrierGrowOnly ? __ldcg(p.bar + 96) : 0u, act + p.act_floats + 2 * p.D};
   if ((p.phases & (kPhaseBarriers - 1)) == 0) return BarriersOnly(p, sh);
   auto gateup = [&](int i, Pair<T>& r) { it.GateUpRows(i, r); };
   auto down = [&](int i, Single<T>& r) { it.DownRow(i, r); };
@@ -273,15 +40,18 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(P p) {
   const bool heads = attended <= p.heads_max_rows && p.barrier == kBarrierGrowOnly;
   const bool prefetch = !heads && (p.phases & kPrefetch) && attended >= kPrefetchMinRows;
   if (prefetch) Attn<T, HD>::Prefetch(p, sq, splits);
+  using HeadUnits = Heads<T, HD>;
+  typename HeadUnits::Unit hu;
+  const bool head_unit = heads && static_cast<int>(blockIdx.x) < HeadUnits::Units(p);
+  if (head_unit) {
+    HeadUnits::Locate(p, blockIdx.x, &hu);
+    if (p.phases & kPrefetch) HeadUnits::PrefetchWo(p, hu);  // barrier 0's wait loads them
+  }
   if (p.phases & kPhase1)
     ItemLoop<true>(pair, pair2, false, it.Qkv(), act, sh.gamma1, p.eps, p.R, qkv, none,
                    [&](int i, int m, const float(&g)[2], float) { QkvEpilogue<T, HD>(p, sq, i, m, g); });
   Trace(p, 2);
-  using HeadUnits = Heads<T, HD>;
   typename HeadUnits::Wo wo;
-  typename HeadUnits::Unit hu;
-  const bool head_unit = heads && static_cast<int>(blockIdx.x) < HeadUnits::Units(p);
-  if (head_unit) HeadUnits::Locate(p, blockIdx.x, &hu);
   Barrier(p, sh, 0, 3, [&] {
     if (!head_unit) return;
     HeadUnits::LoadWo(p, hu, wo);
@@ -291,32 +61,7 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(P p) {
     HeadsPhases23<T, HD>(p, sh, wo, act, pair, gateup);
   else
     SplitPhases23<T, HD>(p, sh, it, splits, prefetch, act, pair, gateup);
-  // 4: h = silu(rmsnorm(x1) @ w_gate^T) * (rmsnorm(x1) @ w_up^T)
-  if (p.phases & kPhase4) {
-    if (heads) {
-      SumHeads<T>(p, act);  // its L2 reads first: the second round's rows are not needed before the first's
-      LoadItem(pair2, FirstItem() + gridDim.x * kWarps, p.I, gateup);
-    } else {
-      LoadItem(pair2, FirstItem() + gridDim.x * kWarps, p.I, gateup);  // the second round's rows, while x1 loads
-      BlockLoad([&](int i) { return __ldcg(p.x1 + i); }, p.R * p.D, [&](int i, float v) { act[i] = v; });
-      __syncthreads();
-    }
-    Trace(p, 10);
-    ItemLoop<true>(pair, pair2, true, p.I, act, sh.gamma2, p.eps, p.R, gateup, none,
-                   [&](int n, int m, const float(&g)[2], float) { p.h[m * p.I + n] = E::ToF(E::FromF(Silu(g[0]) * g[1])); });
-  }
-  Trace(p, 11);
-  Single<T> one, one2;
-  Barrier(p, sh, 3, 12, [&] { LoadItem(one, FirstItem(), p.D, down); });
-  // 5: y = h @ w_down^T + x1
-  if (p.phases & kPhase5) {
-    BlockLoad([&](int i) { return __ldcg(p.h + i); }, p.R * p.I, [&](int i, float v) { act[i] = v; });
-    __syncthreads();
-    Trace(p, 13);
-    ItemLoop<false>(
-        one, one2, false, p.D, act, nullptr, 0.f, p.R, down, [&](int n, int m) { return __ldcg(p.x1 + m * p.D + n); },
-        [&](int n, int m, const float(&g)[1], float res) { static_cast<T*>(p.y)[m * p.D + n] = E::FromF(g[0] + res); });
-  }
+  MlpPhases<T, HD>(p, sh, heads, act, pair, pair2, gateup, down);
   if (p.barrier == kBarrierGrowOnly && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;  // every block read it before barrier 0
   Trace(p, 14);
 }
@@ -329,6 +74,7 @@ struct MnDecodeLayerState {
     int device;
     void* ptr;
     size_t bytes;
+    size_t tagged;  // bytes after the barrier words that hold only tagged words or zeros (Workspace)
   };
   std::mutex mu;
   std::vector<Buffer> buffers;
@@ -347,8 +93,11 @@ namespace {
 
 constexpr size_t kBarrierBytes = 512;  // the grid barriers' words at the workspace's start
 
-// The workspace of (stream, device), at least `bytes`; a new buffer starts with its barrier words at 0.
-int Workspace(MnDecodeLayerState* st, cudaStream_t s, size_t bytes, char** out) {
+// The workspace of (stream, device), at least `bytes`; a new buffer starts zeroed (the barrier words at 0).
+// tagged: the bytes after the barrier words that the launch reads as tagged words (dl::StoreTagged): zeroed
+// where anything else may have written them (a tag read from other data could match the launch's);
+// 0 (the five-kernel path) marks them as written by other data.
+int Workspace(MnDecodeLayerState* st, cudaStream_t s, size_t bytes, size_t tagged, char** out) {
   int dev = 0;
   if (cudaError_t e = cudaGetDevice(&dev)) return e;
   std::lock_guard<std::mutex> lock(st->mu);
@@ -356,7 +105,7 @@ int Workspace(MnDecodeLayerState* st, cudaStream_t s, size_t bytes, char** out) 
   for (auto& x : st->buffers)
     if (x.stream == static_cast<void*>(s) && x.device == dev) b = &x;
   if (b == nullptr) {
-    st->buffers.push_back({static_cast<void*>(s), dev, nullptr, 0});
+    st->buffers.push_back({static_cast<void*>(s), dev, nullptr, 0, 0});
     b = &st->buffers.back();
   }
   if (b->bytes < bytes) {
@@ -368,7 +117,13 @@ int Workspace(MnDecodeLayerState* st, cudaStream_t s, size_t bytes, char** out) 
     }
     if (cudaError_t e = cudaMalloc(&b->ptr, bytes)) return e;
     b->bytes = bytes;
-    if (cudaError_t e = cudaMemsetAsync(b->ptr, 0, kBarrierBytes, s)) return e;
+    if (cudaError_t e = cudaMemsetAsync(b->ptr, 0, bytes, s)) return e;
+    b->tagged = bytes - kBarrierBytes;
+  }
+  if (tagged == 0) b->tagged = 0;
+  if (tagged > b->tagged) {
+    if (cudaError_t e = cudaMemsetAsync(static_cast<char*>(b->ptr) + kBarrierBytes + b->tagged, 0, tagged - b->tagged, s)) return e;
+    b->tagged = tagged;
   }
   *out = static_cast<char*>(b->ptr);
   return 0;
@@ -382,7 +137,7 @@ int DeviceAttr(cudaDeviceAttr attr) {
   return v;
 }
 
-// Shared memory: the activation rows (or the attention's merge area), then the two norms' gammas.
+// Shared memory: the activation rows (or the attention's merge area), then the two norms' gammas, then x1's rows.
 template <int HD>
 int64_t ActFloats(const MnDecodeLayer& a) {
   const int64_t R = a.B * a.S, K = std::max({a.D, a.H * a.head_dim, a.I});
@@ -390,7 +145,7 @@ int64_t ActFloats(const MnDecodeLayer& a) {
 }
 template <int HD>
 size_t FusedSmem(const MnDecodeLayer& a) {
-  return sizeof(float) * (ActFloats<HD>(a) + 2 * a.D);
+  return sizeof(float) * (ActFloats<HD>(a) + 2 * a.D + a.B * a.S * a.D);  // + the gammas, x1's rows
 }
 
 // Whether the one-launch kernel takes this call (see cuda_decode_layer.h).
@@ -477,23 +232,27 @@ int LaunchFused(const MnDecodeLayer& a, MnDecodeLayerState* st, cudaStream_t s) 
   p.act_floats = static_cast<int>(ActFloats<HD>(a));
   p.trace = st->trace;
   p.phases = st->phases;
+  // phase 5 polls the words phase 4 writes: the phases run all or none (the harness's breakdowns)
+  constexpr int kFive = dl::kPhase1 | dl::kPhase2 | dl::kPhase3 | dl::kPhase4 | dl::kPhase5;
+  if ((p.phases & kFive) != 0 && (p.phases & kFive) != kFive) return cudaErrorInvalidValue;
   for (int j = 0; j < HD / 2; ++j) p.inv[j] = a.inv_freq[j];
   // (Heads units sum their products with float4 loads: a row of D floats must end 16-byte aligned)
   p.heads_max_rows = a.D % 4 != 0 ? -1 : static_cast<int>(std::min<int64_t>(st->heads_max_rows >= 0 ? st->heads_max_rows : HeadsMaxRows<T>(), 1 << 30));
-  // workspace: barrier | q [R][H*HD] | partials [R*H][max_splits][HD] | (m, l) [R*H][max_splits] | x1 [R][D] | h [R][I] |
-  // the heads' w_o products [R][H][D]
-  const size_t q_b = Align16(sizeof(float) * R * a.H * HD), part_b = Align16(sizeof(float) * R * a.H * max_splits * HD);
-  const size_t ml_b = Align16(sizeof(float2) * R * a.H * max_splits), x1_b = Align16(sizeof(float) * R * a.D);
-  const size_t h_b = Align16(sizeof(float) * R * a.I), opart_b = Align16(sizeof(float) * R * a.H * a.D);
+  // workspace: barrier | h [R][I] (tagged words) | q [R][H*HD] | partials [R*H][max_splits][HD] | (m, l) [R*H][max_splits] |
+  // x1 [R][D] | the heads' w_o products [R][H][D]
+  const size_t h_b = Align16(sizeof(unsigned long long) * R * a.I), q_b = Align16(sizeof(float) * R * a.H * HD);
+  const size_t part_b = Align16(sizeof(float) * R * a.H * max_splits * HD), ml_b = Align16(sizeof(float2) * R * a.H * max_splits);
+  const size_t x1_b = Align16(sizeof(float) * R * a.D), opart_b = Align16(sizeof(float) * R * a.H * a.D);
   char* ws = nullptr;
-  if (int e = Workspace(st, s, kBarrierBytes + q_b + part_b + ml_b + x1_b + h_b + opart_b, &ws)) return e;
+  if (int e = Workspace(st, s, kBarrierBytes + h_b + q_b + part_b + ml_b + x1_b + opart_b, h_b, &ws)) return e;
   p.bar = reinterpret_cast<unsigned*>(ws);
-  p.q = reinterpret_cast<float*>(ws + kBarrierBytes);
-  p.part = reinterpret_cast<float*>(ws + kBarrierBytes + q_b);
-  p.ml = reinterpret_cast<float2*>(ws + kBarrierBytes + q_b + part_b);
-  p.x1 = reinterpret_cast<float*>(ws + kBarrierBytes + q_b + part_b + ml_b);
-  p.h = reinterpret_cast<float*>(ws + kBarrierBytes + q_b + part_b + ml_b + x1_b);
-  p.opart = reinterpret_cast<float*>(ws + kBarrierBytes + q_b + part_b + ml_b + x1_b + h_b);
+  char* at = ws + kBarrierBytes;
+  p.h = reinterpret_cast<unsigned long long*>(at);
+  p.q = reinterpret_cast<float*>(at += h_b);
+  p.part = reinterpret_cast<float*>(at += q_b);
+  p.ml = reinterpret_cast<float2*>(at += part_b);
+  p.x1 = reinterpret_cast<float*>(at += ml_b);
+  p.opart = reinterpret_cast<float*>(at += x1_b);
   if constexpr (HD == 64)
     if (st->fixed_shapes && dl::SmolLM2Batch1::Matches(a.D, a.H, a.KVH, a.I, a.B, a.S))
       return LaunchKernel<T, HD, dl::SmolLM2Batch1>(p, smem, blocks, st, s);
@@ -505,7 +264,7 @@ int LaunchFive(const MnDecodeLayer& a, MnDecodeLayerState* st, cudaStream_t s, s
   const int64_t R = a.B * a.S, qw = a.H * a.head_dim, kvw = a.KVH * a.head_dim;
   const size_t q_b = Align16(esize * R * qw), kv_b = Align16(esize * R * kvw), x1_b = Align16(esize * R * a.D);
   char* ws = nullptr;
-  if (int e = Workspace(st, s, kBarrierBytes + 2 * q_b + 2 * kv_b + x1_b + Align16(esize * R * a.I), &ws)) return e;
+  if (int e = Workspace(st, s, kBarrierBytes + 2 * q_b + 2 * kv_b + x1_b + Align16(esize * R * a.I), 0, &ws)) return e;
   char* q = ws + kBarrierBytes;
   char* k = q + q_b;
   char* v = k + kv_b;

@@ -60,6 +60,13 @@ struct Heads {
       if (RowOf(un, j) < un.end) w.held[j] = __ldg(WoChunk(p, RowOf(un, j), un.h, sl));
   }
 
+  // The unit's w_o rows (the head's columns) into L2, while phase 1 runs (barrier 0's wait loads them).
+  template <class P>
+  __device__ static void PrefetchWo(const P& p, const Unit& un) {
+    for (int n = un.first + static_cast<int>(threadIdx.x) / LPR; n < un.end; n += kThreads / LPR)
+      if ((threadIdx.x % LPR) * sizeof(uint4) % 128 == 0) PrefetchL2(WoChunk(p, n, un.h, threadIdx.x % LPR));
+  }
+
   // The attended cache rows of the unit's KV head into L2, the group's share of them (before barrier 0's
   // wait: only the newest row is written in phase 1, and a prefetch of it is as good as its load).
   template <class P>
@@ -147,11 +154,11 @@ struct Heads {
 };
 
 // Phase 4's prologue after Heads: act [R][D] = x1 = x + the heads' products summed in head order (rounded
-// to T); block 0 also stores x1 for phase 5's residual. A thread takes 4 consecutive elements (float4
+// to T), and a copy in x1s for phase 5's residual. A thread takes 4 consecutive elements (float4
 // loads: the host takes Heads units only where D % 4 == 0), x and up to kHB heads' products in flight
 // together (H200: ~1 us, where scalar loads, 27 per thread, took 2).
 template <class T, class P>
-__device__ void SumHeads(const P& p, float* act) {
+__device__ void SumHeads(const P& p, float* act, float* x1s) {
   using E = Elem<T>;
   constexpr int kHB = 12;
   const T* x = static_cast<const T*>(p.x);
@@ -181,7 +188,7 @@ __device__ void SumHeads(const P& p, float* act) {
     for (int e = 0; e < 4; ++e) {
       const float x1 = E::ToF(E::FromF(s[e] + E::ToF(xs[e])));
       act[i + e] = x1;
-      if (blockIdx.x == 0) p.x1[i + e] = x1;
+      x1s[i + e] = x1;
     }
   }
   __syncthreads();

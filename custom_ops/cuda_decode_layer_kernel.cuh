@@ -1,9 +1,11 @@
 // The DecodeLayer megakernel's pieces: one persistent cooperative launch per decoder layer
-// (cuda_decode_layer.cu has the kernel and its launch, cuda_decode_layer_attn.cuh the attention). Grid =
-// one block per SM, all co-resident (cooperative launch), launched as a programmatic dependent launch
-// where the GPU has it: a block starts as soon as the previous layer's block on its SM ends, loads its
-// first weight rows and waits there for that layer (0.5 us between layers instead of 1.4 on an H200);
-// five phases separated by four grid barriers:
+// (cuda_decode_layer.cu has the kernel and its launch, cuda_decode_layer_phases.cuh its phases,
+// cuda_decode_layer_attn.cuh the attention). Grid = one block per SM, all co-resident (cooperative
+// launch), launched as a programmatic dependent launch where the GPU has it: a block starts as soon as
+// the previous layer's block on its SM ends, loads its first weight rows and waits there for that layer
+// (0.5 us between layers instead of 1.4 on an H200); five phases, each waiting for the one before: after
+// phases 1-3 through a grid barrier (two with short caches, whose phases 2 and 3 are one: Heads units),
+// phase 5 by polling phase 4's output h, whose words carry the launch's tag (StoreTagged):
 //   1. every block loads x's rows and both gammas into shared memory (redundantly: a few KB); warps take
 //      pairs of q|k|v weight rows (j, j + hd/2 of one head, so RoPE is the epilogue) grid-wide; q is
 //      rotated into the workspace, k rotated and v written into the caches at row kv_pos[b] + t.
@@ -12,8 +14,10 @@
 //      warps merged through shared memory into one (m, l, acc) partial per head in the workspace.
 //   3. every block merges all heads' partials into the attention output a (rounded to T) in shared
 //      memory, then warps take rows of w_o: x1 = a @ w_o^T + x (rounded to T) into the workspace.
-//   4. every block loads x1; warps take (gate, up) row pairs: h = silu(g) * u into the workspace.
-//   5. every block loads h; warps take rows of w_down: y = h @ w_down^T + x1.
+//   4. every block loads x1; warps take (gate, up) row pairs: h = silu(g) * u into the workspace, as
+//      tagged words.
+//   5. every block loads h, each word once it carries the tag; warps take rows of w_down:
+//      y = h @ w_down^T + x1.
 // The RMSNorms are folded into the products (Rows::Products). Rounding to T happens exactly where the five-op
 // composition rounds (q, k, v; rotated q and k; a; x1; h; y), accumulation in float32, so the result
 // equals the composition within float rounding. Latency, not bytes, is the cost (a layer's weights are
@@ -45,11 +49,12 @@ struct Params {
   float eps, qscale;
   int max_splits;      // the workspace's partials per head
   int min_split_rows;  // a split covers at least this many cache rows
-  int act_floats;      // shared memory: act rows (or the attention merge area), then the two gammas
+  int act_floats;      // shared memory: act rows (or the attention merge area), then the two gammas, then x1 [R][D]
   int barrier;         // which grid barrier (Arrive/Await: kBarrierGrowOnly or kBarrierGeneration)
   int heads_max_rows;  // attended lengths up to this take phases 2-3 as Heads units (cuda_decode_layer_heads.cuh)
   unsigned* bar;       // generation barrier: [0] arrivals, [32] generation; grow-only: [64] arrivals, [96] epoch
-  float *q, *part, *x1, *h;
+  float *q, *part, *x1;
+  unsigned long long* h;  // phase 4's output [R][I] as tagged words (StoreTagged)
   float* opart;  // Heads: the heads' w_o products [R][H][D]
   float2* ml;
   unsigned long long* trace;  // nullptr, or [blocks][kTracePoints] stamps (decode_layer_check's phase breakdown)
@@ -94,6 +99,40 @@ __device__ void BlockLoad(Src src, int n, Dst dst) {
   }
 }
 
+// Tagged words: a float32 value and this launch's tag in one 8-byte word, stored and loaded as a single
+// access (an aligned 64-bit relaxed access is single-copy atomic), so a reader that sees the tag sees the
+// value: the data is its own flag, and a phase that waits for another block's values polls them instead
+// of a grid barrier (no fence before an arrival, no round trip for the flag, then another for the data).
+// The tag is the launch's epoch + 1: never 0 (a zeroed workspace), different from every earlier launch
+// of the op (the epoch only grows; every word is rewritten each launch).
+__device__ __forceinline__ void StoreTagged(unsigned long long* a, float v, unsigned tag) {
+  const unsigned long long w = (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(v);
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(a), "l"(w) : "memory");
+}
+__device__ __forceinline__ unsigned long long LoadTagged(const unsigned long long* a) {
+  unsigned long long w;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(w) : "l"(a) : "memory");
+  return w;
+}
+
+// dst(i, value i) for i < n once word i carries `tag`: 8 words per thread in flight, each re-polled until
+// it does (the words of one phase arrive together, so the first poll that succeeds mostly finds the rest).
+template <class Dst>
+__device__ void BlockLoadTagged(const unsigned long long* src, int n, unsigned tag, Dst dst) {
+#pragma unroll 1
+  for (int i0 = threadIdx.x; i0 < n; i0 += kThreads * 8) {
+    unsigned long long w[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) w[u] = LoadTagged(src + min(i0 + u * kThreads, n - 1));
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      if (i0 + u * kThreads >= n) continue;
+      while (static_cast<unsigned>(w[u] >> 32) != tag) w[u] = LoadTagged(src + i0 + u * kThreads);
+      dst(i0 + u * kThreads, __uint_as_float(static_cast<unsigned>(w[u])));
+    }
+  }
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -102,7 +141,7 @@ __device__ __forceinline__ float WarpSum(float v) {
 __device__ __forceinline__ float Silu(float g) { return g / (1.0f + expf(-g)); }
 __device__ __forceinline__ void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-constexpr int kBarriers = 4;  // grid barriers per launch
+constexpr int kBarriers = 4;  // grid barriers per launch (arrived at by every block; awaited only where a phase needs them)
 enum { kBarrierGeneration = 0, kBarrierGrowOnly = 2 };  // Params::barrier
 
 // The thread that arrives at and polls barrier k. After barriers 1 and 3 come w_o and w_down (D items:
