@@ -103,8 +103,9 @@ __device__ void BlockLoad(Src src, int n, Dst dst) {
 // access (an aligned 64-bit relaxed access is single-copy atomic), so a reader that sees the tag sees the
 // value: the data is its own flag, and a phase that waits for another block's values polls them instead
 // of a grid barrier (no fence before an arrival, no round trip for the flag, then another for the data).
-// The tag is the launch's epoch + 1: never 0 (a zeroed workspace), different from every earlier launch
-// of the op (the epoch only grows; every word is rewritten each launch).
+// The tag is the launch's epoch + 1: 0 (a zeroed workspace) only after 2^32 launches, by which time every
+// word has been rewritten; different from the tags of the op's last 2^32 - 1 launches (the epoch grows
+// by one per launch, and every word is rewritten each launch).
 __device__ __forceinline__ void StoreTagged(unsigned long long* a, float v, unsigned tag) {
   const unsigned long long w = (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(v);
   asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(a), "l"(w) : "memory");
