@@ -36,11 +36,12 @@ typedef struct MnDecodeLayerState MnDecodeLayerState;
 MnDecodeLayerState* mn_cuda_decode_layer_new(void);
 void mn_cuda_decode_layer_free(MnDecodeLayerState* st);
 
-// The path a call takes. AUTO: the one-launch kernel (a persistent cooperative launch with grid
-// barriers between its phases) where it applies (trans_b = 1, head_dim 64 or 128, R <= 16, 16-byte
-// aligned tensors with widths of whole 16-byte chunks, the device takes cooperative launches), else the
-// five fused kernels in sequence (RMSNormLinear, RopeCachedAttention, LinearResidual, RMSNormSwiGLU,
-// LinearResidual). FUSED fails (cudaErrorNotSupported) where the one-launch kernel does not apply.
+// The path a call takes. AUTO: the one-launch kernel (a persistent cooperative launch whose phases wait
+// for each other through grid barriers or, phase 5, by polling phase 4's tagged output) where it applies
+// (trans_b = 1, head_dim 64 or 128, R <= 16, 16-byte aligned tensors with widths of whole 16-byte
+// chunks, the device takes cooperative launches), else the five fused kernels in sequence
+// (RMSNormLinear, RopeCachedAttention, LinearResidual, RMSNormSwiGLU, LinearResidual). FUSED fails
+// (cudaErrorNotSupported) where the one-launch kernel does not apply.
 enum { MN_DECODE_LAYER_AUTO = 0, MN_DECODE_LAYER_FUSED = 1, MN_DECODE_LAYER_FIVE_KERNELS = 2 };
 void mn_cuda_decode_layer_set_path(MnDecodeLayerState* st, int path);
 // The path the last call took (MN_DECODE_LAYER_FUSED or MN_DECODE_LAYER_FIVE_KERNELS; 0 before any).
