@@ -337,6 +337,16 @@ __device__ __forceinline__ void LoadItem(R& rows, int i, int items, Setup setup)
   }
 }
 
+// Sets up the warp's item `i` and prefetches its rows into L2 (nothing when i >= items).
+template <class R, class Setup>
+__device__ __forceinline__ void PrefetchItem(int i, int items, Setup setup) {
+  if (i < items) {
+    R rows;
+    setup(i, rows);
+    rows.Prefetch(threadIdx.x & 31);
+  }
+}
+
 // A grid-wide loop over `items` weight-row items: item i set up by setup(i, rows), its products with
 // every act row computed (NORM: act * gamma, divided by the row's rms), and epi(i, m, out, pre(i, m))
 // called by lane 0 for row m (pre: the epilogue's global load, issued before the products). `cur` holds
@@ -369,11 +379,8 @@ __device__ void PrefetchItems(int items, int first_idle, Setup setup) {
   const int idle = static_cast<int>(gridDim.x) - first_idle;
   if (static_cast<int>(blockIdx.x) < first_idle) return;
 #pragma unroll 1
-  for (int i = (threadIdx.x >> 5) * idle + static_cast<int>(blockIdx.x) - first_idle; i < items; i += idle * kWarps) {
-    R rows;
-    setup(i, rows);
-    rows.Prefetch(threadIdx.x & 31);
-  }
+  for (int i = (threadIdx.x >> 5) * idle + static_cast<int>(blockIdx.x) - first_idle; i < items; i += idle * kWarps)
+    PrefetchItem<R>(i, items, setup);
 }
 
 }  // namespace dl

@@ -212,11 +212,8 @@ __device__ __forceinline__ void HeadsPhases23(const P& p, const Shared& sh, cons
   // us per layer, float32 13.9 -> 14.0).
   constexpr int kRounds = sizeof(T) == 4 ? 1 : 2;
 #pragma unroll 1
-  for (int i = FirstItem(); i < p.I && i < FirstItem() + kRounds * static_cast<int>(gridDim.x) * kWarps; i += gridDim.x * kWarps) {
-    Pair<T> rows;
-    gateup(i, rows);
-    rows.Prefetch(threadIdx.x & 31);
-  }
+  for (int i = FirstItem(); i < FirstItem() + kRounds * static_cast<int>(gridDim.x) * kWarps; i += gridDim.x * kWarps)
+    PrefetchItem<Pair<T>>(i, p.I, gateup);
   if (p.phases & kPhase2) Heads<T, HD>::Run(p, *sh.sq, w0, act);
   Trace(p, 6);  // the trace's points 6-8 (barrier 1, merge, w_o) all read "done" here
   Trace(p, 7);
@@ -269,11 +266,7 @@ __device__ __forceinline__ void MlpPhases(const P& p, const Shared& sh, bool hea
     // The warp's w_down row into L2, so that phase 5's loads of it return fast: they are in flight while
     // the block polls h's words, and the polls' replies queue behind them (H200, SmolLM2's layer at 128
     // cached rows: float32 14.8 -> 13.6 us).
-    if (FirstItem() < p.D) {
-      Single<T> row;
-      down(FirstItem(), row);
-      row.Prefetch(threadIdx.x & 31);
-    }
+    PrefetchItem<Single<T>>(FirstItem(), p.D, down);
     if (heads) {
       SumHeads<T>(p, act, sh.x1);  // its L2 reads first: the second round's rows are not needed before the first's
       LoadItem(pair2, FirstItem() + gridDim.x * kWarps, p.I, gateup);
