@@ -157,3 +157,10 @@ static DeviceInfo QueryDevice() {
                                                                : 1000.0;
   return {name, prop.multiProcessorCount, peak};
 }
+
+// The device's L2 cache size in bytes.
+static double L2Bytes() {
+  int bytes = 0;
+  CK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, 0));
+  return static_cast<double>(bytes);
+}
