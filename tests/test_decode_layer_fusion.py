@@ -71,8 +71,8 @@ def test_the_smollm2_decode_layer_is_one_onnx_node_after_ort_fusions():
     from test_decode_fusion import decode_layer_nodes
 
     nodes = decode_layer_nodes(llama.PRESETS["smollm2-135m"], optimize=True)
-    # exported: DecodeLayer and its kv_pos's int64 Cast (one per node; ORT merges them)
-    assert nodes["exported"]["by_op"] == {"Cast": 1, "DecodeLayer": 1} and nodes["ort"]["by_op"] == {"DecodeLayer": 1}, nodes
+    # exported: DecodeLayer alone (it reads the uint32 kv_pos as it is: no Cast to int64)
+    assert nodes["exported"]["by_op"] == {"DecodeLayer": 1} and nodes["ort"]["by_op"] == {"DecodeLayer": 1}, nodes
     assert nodes["ort"]["cuda_kernels"] == 1, nodes
 
 

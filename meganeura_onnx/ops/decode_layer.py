@@ -189,7 +189,7 @@ def _(ctx, node, *ins):
         return ctx.op(
             "DecodeLayer",
             *ins[:-1],
-            ctx.to_int64(ins[-1]),
+            ins[-1],
             domain=CUSTOM_DOMAIN,
             outputs=len(OUTPUTS),
             num_heads=a["num_heads"],

@@ -128,7 +128,7 @@ def _(ctx, node, new_kv, cache, kv_pos):
     ctx.use_function(rope_cache_write_function(ctx.opset))
     a = node.attrs
     return ctx.op(
-        "RopeCacheWrite", new_kv, cache, ctx.to_int64(kv_pos), domain=CUSTOM_DOMAIN, theta=float(a["theta"]), head_dim=a["head_dim"]
+        "RopeCacheWrite", new_kv, cache, kv_pos, domain=CUSTOM_DOMAIN, theta=float(a["theta"]), head_dim=a["head_dim"]
     )
 
 

@@ -146,7 +146,7 @@ def cache_write_function(opset: int):
 @cache_write.onnx
 def _(ctx, node, new_kv, cache, kv_pos):
     ctx.use_function(cache_write_function(ctx.opset))
-    return ctx.op("CacheWrite", new_kv, cache, ctx.to_int64(kv_pos), domain=CUSTOM_DOMAIN)
+    return ctx.op("CacheWrite", new_kv, cache, kv_pos, domain=CUSTOM_DOMAIN)
 
 
 @cached_attention.shape
@@ -218,7 +218,7 @@ def _(ctx, node, q, k, v, kv_pos):
         q,
         k,
         v,
-        ctx.to_int64(kv_pos),
+        kv_pos,
         domain=CUSTOM_DOMAIN,
         num_heads=a["num_heads"],
         num_kv_heads=a["num_kv_heads"],

@@ -127,7 +127,7 @@ def _(ctx, node, q, k_new, v_new, k_cache, v_cache, kv_pos):
             v_new,
             k_cache,
             v_cache,
-            ctx.to_int64(kv_pos),
+            kv_pos,
             domain=CUSTOM_DOMAIN,
             outputs=len(OUTPUTS),
             num_heads=a["num_heads"],
