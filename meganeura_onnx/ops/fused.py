@@ -127,9 +127,7 @@ def rope_cache_write_function(opset: int):
 def _(ctx, node, new_kv, cache, kv_pos):
     ctx.use_function(rope_cache_write_function(ctx.opset))
     a = node.attrs
-    return ctx.op(
-        "RopeCacheWrite", new_kv, cache, kv_pos, domain=CUSTOM_DOMAIN, theta=float(a["theta"]), head_dim=a["head_dim"]
-    )
+    return ctx.op("RopeCacheWrite", new_kv, cache, kv_pos, domain=CUSTOM_DOMAIN, theta=float(a["theta"]), head_dim=a["head_dim"])
 
 
 def _ex(g, f, max_seq, width, hd, t, kv_pos):
