@@ -360,6 +360,13 @@ extern "C" {
 
 MnScratch* mn_cuda_scratch_new(void) { return new MnScratch(); }
 
+int mn_cuda_scratch_get(MnScratch* sc, void* stream, size_t bytes, uint64_t layout, void** out, int* fresh) {
+  bool is_fresh = false;
+  const int e = ScratchGet(sc, S(stream), bytes, out, &is_fresh, layout);
+  *fresh = is_fresh ? 1 : 0;
+  return e;
+}
+
 void mn_cuda_scratch_free(MnScratch* sc) {
   if (sc == nullptr) return;
   int prev = 0;

@@ -140,6 +140,7 @@ __device__ __forceinline__ unsigned long long WarpMax(unsigned long long k) {
 }
 
 constexpr int kGreedyThreads = 256, kGreedySlice = 4096;  // a block per slice of a row: 16 elements per thread
+constexpr uint64_t kGreedyLayout = 0x4772656564ull;          // what GreedyStep keeps in its scratch (GreedyRow per row)
 
 __device__ __forceinline__ unsigned long long BlockMax(unsigned long long key, unsigned long long* shared) {
   key = WarpMax(key);
@@ -149,18 +150,22 @@ __device__ __forceinline__ unsigned long long BlockMax(unsigned long long key, u
   return WarpMax(lane < kGreedyThreads / 32 ? shared[lane] : 0ull);
 }
 
-// Block (s, b): the largest key of slice s (kGreedySlice elements) of row b, into keys[b * gridDim.x + s].
-// Spread over a block per slice because the keys are instruction-bound: one block of 1024 threads per row
-// took ~8 us for SmolLM2's 49152 logits on an H200, whatever their type, alignment or batch. A 16-byte
-// aligned row is read in 16-byte loads (all of a thread's in flight together), else an element at a time.
+// Row b's state between two of its slices' blocks: the largest key so far and how many slices are done;
+// both 0 between launches (the row's last block resets them).
+struct GreedyRow {
+  unsigned long long key;
+  unsigned done;
+};
+
+// The largest key of this block's slice (kGreedySlice elements) of `row`, in every thread. Spread over a
+// block per slice because the keys are instruction-bound: one block of 1024 threads per row took ~8 us for
+// SmolLM2's 49152 logits on an H200, whatever their type, alignment or batch. A 16-byte aligned row is read
+// in 16-byte loads (all of a thread's in flight together), else an element at a time.
 template <class T>
-__global__ void __launch_bounds__(kGreedyThreads) GreedyPartialKernel(const T* __restrict__ logits, int64_t V,
-                                                                      unsigned long long* __restrict__ keys) {
+__device__ unsigned long long SliceMax(const T* __restrict__ row, int64_t V, unsigned long long* shared) {
   constexpr int EPC = Elem<T>::EPC, PER = kGreedySlice / kGreedyThreads / EPC;  // 16-byte chunks per thread
-  __shared__ unsigned long long shared[kGreedyThreads / 32];
-  const int64_t b = blockIdx.y, begin = static_cast<int64_t>(blockIdx.x) * kGreedySlice;
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * kGreedySlice;
   const int64_t end = begin + kGreedySlice < V ? begin + kGreedySlice : V;
-  const T* row = logits + b * V;
   unsigned long long key = 0;
   if ((reinterpret_cast<uintptr_t>(row) & 15) == 0 && end - begin == kGreedySlice) {
     const uint4* r4 = reinterpret_cast<const uint4*>(row + begin);
@@ -179,24 +184,38 @@ __global__ void __launch_bounds__(kGreedyThreads) GreedyPartialKernel(const T* _
 #pragma unroll 4
     for (int64_t i = begin + threadIdx.x; i < end; i += kGreedyThreads) key = max(key, ArgKey(Elem<T>::ToF(row[i]), i));
   }
-  key = BlockMax(key, shared);
-  if (threadIdx.x == 0) keys[b * gridDim.x + blockIdx.x] = key;
+  return BlockMax(key, shared);
 }
 
-// Block b: row b's argmax from its slices' keys, then kv_pos[b] + 1, the log's row copied (unless updated
-// in place) and the token written at column min(kv_pos[b] + 1, n - 1).
-__global__ void __launch_bounds__(kGreedyThreads) GreedyFinishKernel(const unsigned long long* __restrict__ keys, int slices,
-                                                                     const uint32_t* kv_pos, const uint32_t* log_in, int64_t n,
-                                                                     uint32_t* token, uint32_t* next_pos, uint32_t* log_out) {
+// Block (s, b): slice s of row b's largest key, merged into rows[b] with an atomic max; the row's last
+// block to finish (a ticket after a fence, as in the split attention's merge) takes the row's argmax and
+// resets rows[b], then writes kv_pos[b] + 1, the log's row (copied unless updated in place) and the token
+// at column min(kv_pos[b] + 1, n - 1). One launch: a second launch for the per-row part cost ~2.8 us of an
+// H200 decode step for ~0.1 us of work. Launched as a programmatic dependent of the LM head.
+template <class T>
+__global__ void __launch_bounds__(kGreedyThreads) GreedyKernel(const T* __restrict__ logits, int64_t V, GreedyRow* rows,
+                                                               const uint32_t* kv_pos, const uint32_t* log_in, int64_t n,
+                                                               uint32_t* token, uint32_t* next_pos, uint32_t* log_out) {
   __shared__ unsigned long long shared[kGreedyThreads / 32];
-  const int64_t b = blockIdx.x;
-  unsigned long long key = 0;
-  for (int s = threadIdx.x; s < slices; s += kGreedyThreads) key = max(key, keys[b * slices + s]);
+  __shared__ bool last;
+  const int64_t b = blockIdx.y;
+  GridDependencyWait();  // the logits are the previous kernel's output
+  const unsigned long long key = SliceMax(logits + b * V, V, shared);
+  if (threadIdx.x == 0) {
+    atomicMax(&rows[b].key, key);
+    __threadfence();
+    last = atomicAdd(&rows[b].done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
   if (log_out != log_in)
     for (int64_t j = threadIdx.x; j < n; j += kGreedyThreads) log_out[b * n + j] = log_in[b * n + j];
-  key = BlockMax(key, shared);  // its __syncthreads also orders the copy before the token's write
+  __syncthreads();  // the copy before the token's write
   if (threadIdx.x == 0) {
-    const uint32_t chosen = 0xffffffffu - static_cast<uint32_t>(key);
+    __threadfence();
+    const unsigned long long best = atomicExch(&rows[b].key, 0ull);
+    rows[b].done = 0;
+    const uint32_t chosen = 0xffffffffu - static_cast<uint32_t>(best);
     const uint32_t p1 = kv_pos[b] + 1u;  // modulo 2^32; read before next_pos (kv_pos's buffer in place) is written
     token[b] = chosen;
     next_pos[b] = p1;
@@ -206,16 +225,23 @@ __global__ void __launch_bounds__(kGreedyThreads) GreedyFinishKernel(const unsig
 
 template <class T>
 int LaunchGreedyStep(const T* logits, int64_t B, int64_t V, const uint32_t* kv_pos, const uint32_t* log_in, int64_t n, uint32_t* token,
-                     uint32_t* next_pos, uint32_t* log_out, cudaStream_t s) {
+                     uint32_t* next_pos, uint32_t* log_out, MnScratch* scratch, cudaStream_t s) {
   const int64_t slices = (V + kGreedySlice - 1) / kGreedySlice;  // V <= 2^32: <= 2^20 slices
-  unsigned long long* keys = nullptr;  // stream-ordered: a graph allocation node under capture, freed in the same graph
-  if (int e = ScratchAlloc(reinterpret_cast<void**>(&keys), sizeof(unsigned long long) * B * slices, s)) return e;
-  GreedyPartialKernel<<<dim3(static_cast<unsigned>(slices), static_cast<unsigned>(B)), kGreedyThreads, 0, s>>>(logits, V, keys);
-  GreedyFinishKernel<<<static_cast<unsigned>(B), kGreedyThreads, 0, s>>>(keys, static_cast<int>(slices), kv_pos, log_in, n, token, next_pos,
-                                                                         log_out);
-  const cudaError_t e = cudaGetLastError();
-  cudaFreeAsync(keys, s);
-  return e;
+  void* rows = nullptr;
+  int fresh = 0;
+  if (int e = mn_cuda_scratch_get(scratch, s, sizeof(GreedyRow) * B, kGreedyLayout, &rows, &fresh)) return e;
+  if (fresh)
+    if (cudaError_t e = cudaMemsetAsync(rows, 0, sizeof(GreedyRow) * B, s)) return e;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(slices), static_cast<unsigned>(B));
+  cfg.blockDim = dim3(kGreedyThreads);
+  cfg.stream = s;
+  cudaLaunchAttribute pdl;  // its blocks start as the LM head's end
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &pdl;
+  cfg.numAttrs = HasPdl() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, GreedyKernel<T>, logits, V, static_cast<GreedyRow*>(rows), kv_pos, log_in, n, token, next_pos, log_out);
 }
 
 }  // namespace
@@ -336,15 +362,15 @@ int mn_cuda_scatter_add_f32(MnPos idx, const float* src, float* out, int64_t N, 
 }
 
 int mn_cuda_greedy_step(int dtype, const void* logits, int64_t B, int64_t V, const uint32_t* kv_pos, const uint32_t* log_in, int64_t n,
-                        uint32_t* token, uint32_t* next_pos, uint32_t* log_out, void* stream) {
+                        uint32_t* token, uint32_t* next_pos, uint32_t* log_out, MnScratch* scratch, void* stream) {
   if (B == 0) return 0;
   if (B > 65535) return cudaErrorInvalidValue;  // the grid's y: the caller's checks keep B far below (CheckGreedyStep)
   if (int e = UseDeviceOf(token)) return e;
   cudaStream_t s = S(stream);
-  if (dtype == MN_F16) return LaunchGreedyStep(static_cast<const __half*>(logits), B, V, kv_pos, log_in, n, token, next_pos, log_out, s);
+  if (dtype == MN_F16) return LaunchGreedyStep(static_cast<const __half*>(logits), B, V, kv_pos, log_in, n, token, next_pos, log_out, scratch, s);
   if (dtype == MN_BF16)
-    return LaunchGreedyStep(static_cast<const __nv_bfloat16*>(logits), B, V, kv_pos, log_in, n, token, next_pos, log_out, s);
-  return LaunchGreedyStep(static_cast<const float*>(logits), B, V, kv_pos, log_in, n, token, next_pos, log_out, s);
+    return LaunchGreedyStep(static_cast<const __nv_bfloat16*>(logits), B, V, kv_pos, log_in, n, token, next_pos, log_out, scratch, s);
+  return LaunchGreedyStep(static_cast<const float*>(logits), B, V, kv_pos, log_in, n, token, next_pos, log_out, scratch, s);
 }
 
 }  // extern "C"

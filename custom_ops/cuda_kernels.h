@@ -35,6 +35,10 @@ enum { MN_F32 = 0, MN_F16 = 1, MN_BF16 = 2 };
 typedef struct MnScratch MnScratch;
 MnScratch* mn_cuda_scratch_new(void);
 void mn_cuda_scratch_free(MnScratch* s);
+// The scratch's buffer for (current device, stream), at least `bytes` (allocated when a larger size is first
+// needed; the old one freed after the stream drained it); *fresh = 1 when it is new or was last used with
+// another `layout`: the caller then initialises what it keeps there.
+int mn_cuda_scratch_get(MnScratch* s, void* stream, size_t bytes, uint64_t layout, void** out, int* fresh);
 
 const char* mn_cuda_error_string(int code);
 
@@ -82,10 +86,10 @@ int mn_cuda_scatter_add_f32(MnPos idx, const float* src, float* out, int64_t N, 
 // GreedyStep: per row b of logits [B, V] (dtype), token[b] = its argmax (numpy's: the first of equal values, a
 // NaN before any number), next_pos[b] = kv_pos[b] + 1 (modulo 2^32), log_out [B, n] = log_in with row b's
 // column min(next_pos[b], n - 1) set to token[b]. log_out may be log_in and next_pos kv_pos (in place).
-// B <= 65535 rows, V <= 2^32; the caller has checked the shapes (CheckGreedyStep). Two launches: a block per
-// 4096-element slice of each row, then a block per row.
+// B <= 65535 rows, V <= 2^32; the caller has checked the shapes (CheckGreedyStep). One launch, a block per
+// 4096-element slice of each row; `scratch` keeps each row's running maximum between its blocks.
 int mn_cuda_greedy_step(int dtype, const void* logits, int64_t B, int64_t V, const uint32_t* kv_pos, const uint32_t* log_in, int64_t n,
-                        uint32_t* token, uint32_t* next_pos, uint32_t* log_out, void* stream);
+                        uint32_t* token, uint32_t* next_pos, uint32_t* log_out, MnScratch* scratch, void* stream);
 
 // Copies `bytes` of device memory `idx` to `host` and synchronises `stream`, unless `stream` is
 // capturing a CUDA graph: then *captured = 1 and nothing is read (validation happens on the device).

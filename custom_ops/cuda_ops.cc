@@ -247,6 +247,8 @@ class ScatterAddCuda : public Kernel {
 // back (CUDA-graph capturable); the checks are of shapes and types only (the kernel clamps the column).
 class GreedyStepCuda : public Kernel {
  public:
+  GreedyStepCuda() : scratch_(mn_cuda_scratch_new()) {}
+  ~GreedyStepCuda() override { mn_cuda_scratch_free(scratch_); }
   static OrtStatus* Create(const OrtKernelInfo*, Kernel** out) {
     *out = new GreedyStepCuda;
     return nullptr;
@@ -258,8 +260,11 @@ class GreedyStepCuda : public Kernel {
     MN_RETURN_IF(Stream(ctx, &stream));
     return Cuda("GreedyStep", mn_cuda_greedy_step(DType(c.logits.type), c.logits.data, c.p.B, c.p.V, static_cast<const uint32_t*>(c.kv_pos.data),
                                                   static_cast<const uint32_t*>(c.token_log.data), c.p.n, c.token, c.next_pos, c.next_log,
-                                                  stream));
+                                                  scratch_, stream));
   }
+
+ private:
+  MnScratch* scratch_;  // each row's running maximum between its slices' blocks
 };
 
 }  // namespace
