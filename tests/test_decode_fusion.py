@@ -220,3 +220,20 @@ def test_a_norm_wider_than_the_cuda_kernels_tile_is_left_to_gemm():
 
     assert fused(11776)["rms_norm_linear"] == 1
     assert fused(11777) == {"rms_norm_linear": 0, "rms_norm_swiglu": 0, "rms_norm": 1, "linear_residual": 0, "gemm": 0}
+
+
+def test_a_wide_product_of_several_rows_is_left_to_gemm_and_of_one_row_fused():
+    """An LM head at batch > 1 (several rows through a weight over 16384 columns) goes to cuBLAS's GEMM;
+    at one row, and for layer-sized weights at any row count <= 16, the fused GEMV runs."""
+    from meganeura_onnx import Graph
+
+    def fused(rows: int, n: int) -> int:
+        g = Graph()
+        norm = g.rms_norm(g.input("x", [rows, 8]), g.parameter("norm", [8]), 1e-5)
+        g.set_outputs({"logits": g.matmul_bt(norm, g.parameter("lm_head", [n, 8]))})
+        return fused_ops(g)["rms_norm_linear"]
+
+    assert fused(1, 49152) == 1
+    assert fused(8, 16384) == 1
+    assert fused(2, 16385) == 0
+    assert fused(8, 49152) == 0

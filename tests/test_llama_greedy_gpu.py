@@ -73,3 +73,24 @@ def test_decode_greedy_queued_in_cuda_graphs_chooses_what_the_host_argmax_choose
             for row, t in zip(ref, ref_last, strict=True):
                 row.append(t)
         assert ours == ref, f"after a chunk of {count}"
+
+
+def test_a_batch_lm_head_wider_than_16384_columns_runs_as_gemm_and_matches_the_cpu():
+    """At batch > 1 a vocabulary over 16384 leaves the final norm and LM head unfused (cuBLAS's GEMM, not
+    the multi-row GEMV): the CUDA-graph runner's logits and greedy tokens equal the CPU runner's."""
+    import dataclasses
+
+    cfg = dataclasses.replace(CFG, vocab_size=20000)
+    kw = {"max_seq": 64, "prefill_chunk": 8, "seed": 5, "batch": 3}
+    gpu = llama.LlamaBatchRunner(cfg, device="cuda", cuda_graph=True, **kw)
+    cpu = llama.LlamaBatchRunner(cfg, device="cpu", **kw)
+    assert "RMSNormLinear" not in gpu.sessions[1].plan().kernels()
+    prompts = [[3, 17, 42, 7, 99], [5, 6], [19999, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]]
+    a, b = gpu.prefill(prompts), cpu.prefill(prompts)
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    tokens = np.argmax(b, axis=-1).tolist()
+    for step in range(6):
+        a, b = gpu.decode(tokens), cpu.decode(tokens)
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4, err_msg=f"step {step}")
+        tokens = np.argmax(b, axis=-1).tolist()
+    assert gpu.decode_greedy(tokens, 4) == cpu.decode_greedy(tokens, 4)

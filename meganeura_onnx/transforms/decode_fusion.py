@@ -25,7 +25,10 @@ Where it pays: the fused kernels are GEMVs that read each weight once for all ro
 keeps up to 16 rows in registers), which beats a library GEMM only while the rows are few. The pass
 fuses only products with a static row count ``<= DECODE_ROWS_MAX`` (a decode step of up to 16 sequences);
 a prefill (its rows are a symbolic or large static count) keeps ``Gemm``/``MatMul`` (cuBLAS, MLAS). So
-does a product whose inner size is over ``DECODE_K_MAX`` (the CUDA kernels would refuse it).
+does a product whose inner size is over ``DECODE_K_MAX`` (the CUDA kernels would refuse it), and one of
+several rows through a weight wider than ``DECODE_WIDE_N`` columns (an LM head at batch > 1): there the
+GEMV, a warp per column, is bound by its own latency (H200, SmolLM2's 576 x 49152 LM head at 8 rows:
+127 us fp16, 89 us fp32), where cuBLAS's GEMM reads the weight at the bandwidth (17 us, 56 us).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ DECODE_ROWS_MAX = 16
 DECODE_K_MAX = 11776
 """Largest static inner size of a fused product (the CUDA kernels keep a float32 tile of the rows in a
 block's 48 KB of shared memory: ``MN_NORM_LINEAR_MAX_K`` in ``custom_ops/cuda_decode_linear.h``)."""
+DECODE_WIDE_N = 16384
+"""Widest product output fused for more than one row (see above; one row: any width)."""
 PRODUCTS = {"matmul_bt": True, "matmul": False}  # op -> trans_b of the fused op
 
 
@@ -67,6 +72,8 @@ def _plan(graph: Graph) -> dict[int, tuple[str, tuple[int, ...], dict]]:
         if not products or len(kinds) != 1 or not kinds <= set(PRODUCTS):
             continue
         if any(p.inputs[0] != n.id or not OPS[nodes[p.inputs[1]].op].leaf for p in products):
+            continue
+        if rows > 1 and any(not isinstance(p.ty.shape[-1], int) or p.ty.shape[-1] > DECODE_WIDE_N for p in products):
             continue
         x, weight = n.inputs
         attrs = {"eps": n.attrs["eps"], "trans_b": PRODUCTS[kinds.pop()]}
