@@ -367,7 +367,8 @@ int mn_cuda_greedy_step(int dtype, const void* logits, int64_t B, int64_t V, con
   if (B > 65535) return cudaErrorInvalidValue;  // the grid's y: the caller's checks keep B far below (CheckGreedyStep)
   if (int e = UseDeviceOf(token)) return e;
   cudaStream_t s = S(stream);
-  if (dtype == MN_F16) return LaunchGreedyStep(static_cast<const __half*>(logits), B, V, kv_pos, log_in, n, token, next_pos, log_out, scratch, s);
+  if (dtype == MN_F16)
+    return LaunchGreedyStep(static_cast<const __half*>(logits), B, V, kv_pos, log_in, n, token, next_pos, log_out, scratch, s);
   if (dtype == MN_BF16)
     return LaunchGreedyStep(static_cast<const __nv_bfloat16*>(logits), B, V, kv_pos, log_in, n, token, next_pos, log_out, scratch, s);
   return LaunchGreedyStep(static_cast<const float*>(logits), B, V, kv_pos, log_in, n, token, next_pos, log_out, scratch, s);
