@@ -1,4 +1,4 @@
-"""What the benchmarks record beside their timings: the machine, its load, the code's commit.
+"""What the benchmarks record beside their timings: the machine, its load, the code's commit and digests.
 
 Imported by the benchmark scripts as a sibling module (``python benchmarks/<name>.py`` puts this
 folder on ``sys.path``). Each script keeps its own JSON keys; these helpers only gather the values.
@@ -7,6 +7,7 @@ folder on ``sys.path``). Each script keeps its own JSON keys; these helpers only
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -43,6 +44,42 @@ def git_dirty() -> bool:
     return bool(_git("status", "--porcelain", "--untracked-files=no"))
 
 
+SOURCE_GLOBS = ("meganeura_onnx/**/*.py", "models/*.py", "cli/**/*.py", "benchmarks/*.py")
+"""The Python sources whose digest names the code a run used (``source_digest``)."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def source_digest(root: Path = ROOT) -> str:
+    """One SHA-256 over the Python sources under ``root`` (``SOURCE_GLOBS``; each file's path and
+    contents): it names the code that ran where the git metadata does not (a copy of the tree with an
+    older ``.git``, uncommitted edits)."""
+    digest = hashlib.sha256()
+    files = sorted({p for pattern in SOURCE_GLOBS for p in root.glob(pattern) if p.is_file()})
+    for path in files:
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + _sha256(path).encode() + b"\n")
+    return digest.hexdigest()
+
+
+def kernel_libraries() -> dict[str, dict[str, str]]:
+    """The com.meganeura kernel libraries a session would load ("cpu", "cuda"): path and SHA-256 of each
+    one found (a library swapped between runs is told apart by its digest)."""
+    from meganeura_onnx import custom_op_library
+
+    found = {}
+    for device in ("cpu", "cuda"):
+        path = custom_op_library(device)
+        if path is not None:
+            found[device] = {"path": path, "sha256": _sha256(Path(path))}
+    return found
+
+
 def load_average() -> list[float]:
     """The 1, 5 and 15 minute load averages: other work on a shared machine skews timings."""
     return [round(x, 2) for x in os.getloadavg()]
@@ -67,8 +104,10 @@ def write_stamped(out_dir: Path, prefix: str, result: dict) -> Path:
 
 
 def stamp() -> dict:
-    """What every result JSON records about its run: host, commit (and whether it was dirty), load."""
-    return {**host(), "commit": git_commit(), "dirty": git_dirty(), "load_average": load_average(), "date": utc_now()}
+    """What every result JSON records about its run: host, commit (and whether it was dirty), the
+    sources' and kernel libraries' digests, load."""
+    code = {"source_sha256": source_digest(), "kernel_libraries": kernel_libraries()}
+    return {**host(), "commit": git_commit(), "dirty": git_dirty(), **code, "load_average": load_average(), "date": utc_now()}
 
 
 def report(result: dict, out: Path | None) -> dict:
