@@ -123,15 +123,7 @@ struct AttnMerge {
           y[u] = sp0 + u < a.splits ? __ldcg(src + (int64_t)(sp0 + u) * COLS) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
-        for (int u = 0; u < 16; ++u) {
-          const float mn = fmaxf(M, x[u].x);
-          const float mu = mn == -INFINITY ? 0.f : mn;
-          const float old = exp2f(M - mu), wt = exp2f(x[u].x - mu);
-          lsum = fmaf(lsum, old, x[u].y * wt);
-          s4 = make_float4(fmaf(s4.x, old, y[u].x * wt), fmaf(s4.y, old, y[u].y * wt), fmaf(s4.z, old, y[u].z * wt),
-                           fmaf(s4.w, old, y[u].w * wt));
-          M = mn;
-        }
+        for (int u = 0; u < 16; ++u) FoldPartial(x[u], y[u], M, lsum, s4);
       }
       const float inv = s.valid ? 1.f / lsum : __int_as_float(0x7fc00000);
       T* o = out + th * HD + c * 4;

@@ -128,6 +128,18 @@ inline int NumSMs() {
   return n;
 }
 
+// One split's partial (its maximum and sum in ml, its weighted values in part) folded into a running
+// online-softmax state (M, l, s), in base 2: the split attention's merge and DecodeLayer's heads' merge.
+// A split with no rows (ml.x = -inf) leaves the state as it is.
+__device__ __forceinline__ void FoldPartial(float2 ml, float4 part, float& M, float& l, float4& s) {
+  const float mn = fmaxf(M, ml.x);
+  const float mu = mn == -INFINITY ? 0.f : mn;
+  const float old = exp2f(M - mu), wt = exp2f(ml.x - mu);
+  l = fmaf(l, old, ml.y * wt);
+  s = make_float4(fmaf(s.x, old, part.x * wt), fmaf(s.y, old, part.y * wt), fmaf(s.z, old, part.z * wt), fmaf(s.w, old, part.w * wt));
+  M = mn;
+}
+
 // Programmatic dependent launch (sm_90+): a grid launched with the ProgrammaticStreamSerialization
 // attribute may start while the previous kernel on the stream drains. GridDependencyWait blocks until
 // that kernel has finished and its writes are visible (a no-op when launched normally);

@@ -98,13 +98,7 @@ __device__ void MergeHeads(const P& p, const Seqs& sq, int splits, float* act) {
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         if (s0 + u >= splits) break;
-        const float mn = fmaxf(M, x[u].x);
-        const float mu = mn == -INFINITY ? 0.f : mn;
-        const float old = exp2f(M - mu), wt = exp2f(x[u].x - mu);
-        ls = fmaf(ls, old, x[u].y * wt);
-        s4 = make_float4(fmaf(s4.x, old, y[u].x * wt), fmaf(s4.y, old, y[u].y * wt), fmaf(s4.z, old, y[u].z * wt),
-                         fmaf(s4.w, old, y[u].w * wt));
-        M = mn;
+        FoldPartial(x[u], y[u], M, ls, s4);
       }
     }
     const float inv = sq.valid[bt / p.S] ? 1.f / ls : __int_as_float(0x7fc00000);
