@@ -49,14 +49,22 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(P p) {
   }
   if (p.phases & kPhase1)
     ItemLoop<true>(pair, pair2, false, it.Qkv(), act, sh.gamma1, p.eps, p.R, qkv, none,
-                   [&](int i, int m, const float(&g)[2], float) { QkvEpilogue<T, HD>(p, sq, i, m, g); });
+                   [&](int i, int m, const float(&g)[2], float) { QkvEpilogue<T, HD>(p, sq, heads, sh.epoch + 1, i, m, g); });
   Trace(p, 2);
   typename HeadUnits::Wo wo;
-  Barrier(p, sh, 0, 3, [&] {
+  auto units_first = [&] {
     if (!head_unit) return;
     HeadUnits::LoadWo(p, hu, wo);
     if (p.phases & kPrefetch) HeadUnits::PrefetchKv(p, sq, hu);
-  });
+  };
+  if (heads) {  // no barrier 0: the units poll phase 1's tagged words (its arrival still counts)
+    __syncthreads();  // the block's phase-1 reads of act are done before the units' merge area overwrites it
+    ArriveUncontended(p, 0);
+    units_first();
+    Trace(p, 3);
+  } else {
+    Barrier(p, sh, 0, 3, units_first);
+  }
   if (heads)
     HeadsPhases23<T, HD>(p, sh, wo, act, pair, gateup);
   else
@@ -137,11 +145,12 @@ int DeviceAttr(cudaDeviceAttr attr) {
   return v;
 }
 
-// Shared memory: the activation rows (or the attention's merge area), then the two norms' gammas, then x1's rows.
+// Shared memory: the activation rows (or the attention's merge area and the Heads units' staged rows),
+// then the two norms' gammas, then x1's rows.
 template <int HD>
 int64_t ActFloats(const MnDecodeLayer& a) {
   const int64_t R = a.B * a.S, K = std::max({a.D, a.H * a.head_dim, a.I});
-  return (std::max<int64_t>(R * K, int64_t(dl::kWarps) * dl::kGmax * (HD + 2)) + 3) / 4 * 4;
+  return (std::max<int64_t>(R * K, dl::HeadsStageAt<HD>() + HD * (1 + 2 * a.S)) + 3) / 4 * 4;
 }
 template <int HD>
 size_t FusedSmem(const MnDecodeLayer& a) {
@@ -238,17 +247,20 @@ int LaunchFused(const MnDecodeLayer& a, MnDecodeLayerState* st, cudaStream_t s) 
   for (int j = 0; j < HD / 2; ++j) p.inv[j] = a.inv_freq[j];
   // (Heads units sum their products with float4 loads: a row of D floats must end 16-byte aligned)
   p.heads_max_rows = a.D % 4 != 0 ? -1 : static_cast<int>(std::min<int64_t>(st->heads_max_rows >= 0 ? st->heads_max_rows : HeadsMaxRows<T>(), 1 << 30));
-  // workspace: barrier | h [R][I] (tagged words) | q [R][H*HD] | partials [R*H][max_splits][HD] | (m, l) [R*H][max_splits] |
-  // x1 [R][D] | the heads' w_o products [R][H][D]
+  // workspace: barrier | tagged words: h [R][I], q|k|v [R][H+2KVH][HD] | q [R][H*HD] | partials [R*H][max_splits][HD] |
+  // (m, l) [R*H][max_splits] | x1 [R][D] | the heads' w_o products [R][H][D]
   const size_t h_b = Align16(sizeof(unsigned long long) * R * a.I), q_b = Align16(sizeof(float) * R * a.H * HD);
   const size_t part_b = Align16(sizeof(float) * R * a.H * max_splits * HD), ml_b = Align16(sizeof(float2) * R * a.H * max_splits);
   const size_t x1_b = Align16(sizeof(float) * R * a.D), opart_b = Align16(sizeof(float) * R * a.H * a.D);
+  const size_t qkv_b = Align16(sizeof(unsigned long long) * R * (a.H + 2 * a.KVH) * HD);
   char* ws = nullptr;
-  if (int e = Workspace(st, s, kBarrierBytes + h_b + q_b + part_b + ml_b + x1_b + opart_b, h_b, &ws)) return e;
+  const size_t tagged_b = h_b + qkv_b;
+  if (int e = Workspace(st, s, kBarrierBytes + tagged_b + q_b + part_b + ml_b + x1_b + opart_b, tagged_b, &ws)) return e;
   p.bar = reinterpret_cast<unsigned*>(ws);
   char* at = ws + kBarrierBytes;
   p.h = reinterpret_cast<unsigned long long*>(at);
-  p.q = reinterpret_cast<float*>(at += h_b);
+  p.qkv_t = reinterpret_cast<unsigned long long*>(at += h_b);
+  p.q = reinterpret_cast<float*>(at += qkv_b);
   p.part = reinterpret_cast<float*>(at += q_b);
   p.ml = reinterpret_cast<float2*>(at += part_b);
   p.x1 = reinterpret_cast<float*>(at += ml_b);

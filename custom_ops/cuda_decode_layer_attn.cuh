@@ -64,21 +64,16 @@ struct Attn {
     float q[G][EPC], acc[G][EPC], m[G], l[G];
   };
 
-  // One tile: kRT rows of this lane's slot, scored for every head, folded into the online softmax.
-  template <int RT, class P, int G>
-  __device__ static void Tile(const P& p, const Unit& un, Lane<G>& s, int row0, int sl) {
-    uint4 kk[RT], vv[RT];
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-      if (row0 + r < un.end) {
-        kk[r] = __ldcg(static_cast<const uint4*>(p.k) + ChunkAt(p, un, row0 + r, sl));
-        vv[r] = __ldcg(static_cast<const uint4*>(p.v) + ChunkAt(p, un, row0 + r, sl));
-      }
+  // Folds RT rows of this lane's slot into its online softmax, for every head: key(r, kf) and val(r, vf)
+  // give row r's chunk of K and of V as float32, valid(r) whether row r counts (every lane of the warp
+  // takes part: the scores are summed across the row's lanes).
+  template <int RT, class P, int G, class Key, class Val, class Valid>
+  __device__ static void Fold(const P& p, Lane<G>& s, Key key, Val val, Valid valid) {
     float sc[RT][G];
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
       float kf[EPC];
-      E::Unpack(kk[r], kf);
+      key(r, kf);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         float d = 0.f;
@@ -86,7 +81,7 @@ struct Attn {
         for (int e = 0; e < EPC; ++e) d = fmaf(s.q[g][e], kf[e], d);
 #pragma unroll
         for (int o = LPR / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-        sc[r][g] = row0 + r < un.end ? d * p.qscale : -INFINITY;
+        sc[r][g] = valid(r) ? d * p.qscale : -INFINITY;
       }
     }
 #pragma unroll
@@ -103,15 +98,32 @@ struct Attn {
       s.m[g] = mn;
 #pragma unroll
       for (int r = 0; r < RT; ++r) {
-        if (!(row0 + r < un.end)) continue;
+        if (!valid(r)) continue;
         const float pr = exp2f(sc[r][g] - mn);
         float vf[EPC];
-        E::Unpack(vv[r], vf);
+        val(r, vf);
         s.l[g] += pr;
 #pragma unroll
         for (int e = 0; e < EPC; ++e) s.acc[g][e] = fmaf(pr, vf[e], s.acc[g][e]);
       }
     }
+  }
+
+  // One tile: RT cache rows of this lane's slot, loaded, then ready() (Heads units: q arrives there),
+  // then folded.
+  template <int RT, class P, int G, class Ready>
+  __device__ static void Tile(const P& p, const Unit& un, Lane<G>& s, int row0, int sl, Ready ready) {
+    uint4 kk[RT], vv[RT];
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+      if (row0 + r < un.end) {
+        kk[r] = __ldcg(static_cast<const uint4*>(p.k) + ChunkAt(p, un, row0 + r, sl));
+        vv[r] = __ldcg(static_cast<const uint4*>(p.v) + ChunkAt(p, un, row0 + r, sl));
+      }
+    ready();
+    Fold<RT>(
+        p, s, [&](int r, float(&kf)[EPC]) { E::Unpack(kk[r], kf); }, [&](int r, float(&vf)[EPC]) { E::Unpack(vv[r], vf); },
+        [&](int r) { return row0 + r < un.end; });
   }
 
   // Folds the slots of the warp together (lanes sl of slot 0 end with the warp's sums).
@@ -182,6 +194,14 @@ struct Attn {
         s.q[g][4 * e + 2] = v.z;
         s.q[g][4 * e + 3] = v.w;
       }
+    }
+    Empty(s);
+  }
+  // An empty online softmax for each head.
+  template <int G>
+  __device__ static void Empty(Lane<G>& s) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
 #pragma unroll
       for (int e = 0; e < EPC; ++e) s.acc[g][e] = 0.f;
       s.m[g] = -INFINITY;
@@ -212,7 +232,7 @@ struct Attn {
     Init(p, un, sl, s);
     constexpr int kTileRows = kWarps * RS * RT;
 #pragma unroll 1
-    for (int t0 = un.start; t0 < un.end; t0 += kTileRows) Tile<RT>(p, un, s, t0 + (warp * RS + slot) * RT, sl);
+    for (int t0 = un.start; t0 < un.end; t0 += kTileRows) Tile<RT>(p, un, s, t0 + (warp * RS + slot) * RT, sl, [] {});
     Trace(p, 4);
     MergeSlots(s);
     MergeWarps(s, sl, sm, un.ng, sink);

@@ -5,13 +5,21 @@
 // products go to the workspace per head, and phase 4 sums them over the heads (in head order, every
 // block the same) into x1 = x + a @ w_o^T. That takes one grid barrier and the partials' merge pass
 // off the layer (attention | merge + w_o | barrier becomes attention + w_o | barrier), and every block
-// works in the attention instead of one per (KV head, split). The price: the blocks of a head's
+// works in the attention instead of one per (KV head, split). A unit also needs no grid barrier before
+// it: it polls q and the new K/V rows, which phase 1 writes as tagged words. The price: the blocks of a head's
 // groups each read that head's cache rows (from L2), so it pays only while the caches are short:
 // Params::heads_max_rows, chosen per element type on the host from the harness's timings.
 #pragma once
 #include "cuda_decode_layer_attn.cuh"
 
 namespace dl {
+
+// A Heads unit's shared memory: the attention's merge area, then (from here) q and this launch's K and V
+// rows of the sequence, HD * (1 + 2 * S) floats (Heads::Attend).
+template <int HD>
+__host__ __device__ constexpr int HeadsStageAt() {
+  return (kWarps * kGmax * (HD + 2) + 3) / 4 * 4;
+}
 
 template <class T, int HD>
 struct Heads {
@@ -83,15 +91,21 @@ struct Heads {
     A::PrefetchRows(p, au);
   }
 
-  // The head's output for row bt into a[0, HD) (rounded to T; NaN for an invalid sequence).
+  // The head's output for row bt into sm[0, HD) (rounded to T; NaN for an invalid sequence). The rows of
+  // earlier launches stream from the caches; q and this launch's K and V rows of the sequence (positions
+  // pos .. pos + t) come from phase 1's tagged words, each polled until it carries the launch's tag: no
+  // grid barrier between phase 1 and the attention. The block stages those words in shared memory, a
+  // word per thread loaded before the first tile's cache rows and awaited after them; this launch's rows
+  // are folded in after the cache rows.
   template <class P>
-  __device__ static void Attend(const P& p, const Seqs& sq, const Unit& un, float* sm) {
-    const int b = un.bt / p.S;
+  __device__ static void Attend(const P& p, const Seqs& sq, const Unit& un, unsigned tag, float* sm) {
+    const int b = un.bt / p.S, t = un.bt % p.S;
     if (!sq.valid[b]) {
       if (threadIdx.x < HD) sm[threadIdx.x] = __int_as_float(0x7fc00000);
       __syncthreads();
       return;
     }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, slot = lane / LPR, sl = lane % LPR;
     typename A::Unit au;
     au.bt = un.bt;
     au.b = b;
@@ -100,16 +114,65 @@ struct Heads {
     au.ng = 1;
     au.split = 0;
     au.start = 0;
-    au.end = static_cast<int>(sq.pos[b]) + un.bt % p.S + 1;
+    au.end = static_cast<int>(sq.pos[b]);  // the cache rows of earlier launches
+    // Staged word i: q[i] for i < HD, then row r's K (HD words), then its V, r = 0 .. t.
+    const int width = (p.H + 2 * p.KVH) * HD, words = HD + 2 * HD * (t + 1);
+    auto word_at = [&](int i) {
+      if (i < HD) return p.qkv_t + static_cast<int64_t>(un.bt) * width + un.h * HD + i;
+      const int r = (i - HD) / (2 * HD), c = (i - HD) % (2 * HD);
+      return p.qkv_t + static_cast<int64_t>(un.bt - t + r) * width + (p.H + au.kvh + (c < HD ? 0 : p.KVH)) * HD + c % HD;
+    };
+    float* stage = sm + HeadsStageAt<HD>();
+    const unsigned long long first = LoadTagged(word_at(min(static_cast<int>(threadIdx.x), words - 1)));
+    typename A::template Lane<1> s;
+    A::Empty(s);
+    auto ready = [&] {
+#pragma unroll 1
+      for (int i = threadIdx.x; i < words; i += kThreads) {
+        const unsigned long long* at = word_at(i);
+        stage[i] = AwaitTagged(at, i == static_cast<int>(threadIdx.x) ? first : LoadTagged(at), tag);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int e = 0; e < EPC; ++e) s.q[0][e] = stage[sl * EPC + e];
+    };
+    const int me = warp * RS + slot;
     // One head: half the registers of a split unit's two, so twice the rows in flight per tile (H200,
-    // SmolLM2's layer at 256 rows: float32 16.3 -> 16.0 us, 16-bit 14.7 -> 14.5; at 128, 16-bit +0.2).
+    // SmolLM2's layer at 256 rows: 16-bit 14.7 -> 14.5 us; at 128, +0.2). Float32 keeps kRT: with this
+    // launch's rows staged, twice would spill.
+    constexpr int RT = sizeof(T) == 4 ? kRT : 2 * kRT, kTileRows = kWarps * RS * RT;
+    if (au.start < au.end) {
+      A::template Tile<RT>(p, au, s, me * RT, sl, ready);
+#pragma unroll 1
+      for (int t0 = kTileRows; t0 < au.end; t0 += kTileRows) A::template Tile<RT>(p, au, s, t0 + me * RT, sl, [] {});
+    } else {
+      ready();
+    }
+    // This launch's rows, a round of kWarps * RS at a time: row r on slot r % (kWarps * RS).
+#pragma unroll 1
+    for (int r0 = 0; r0 <= t; r0 += kWarps * RS) {
+      const int r = r0 + me;
+      const float* kr = stage + HD + 2 * HD * min(r, t) + sl * EPC;
+      A::template Fold<1>(
+          p, s, [&](int, float(&x)[EPC]) {
+#pragma unroll
+            for (int e = 0; e < EPC; ++e) x[e] = kr[e];
+          },
+          [&](int, float(&x)[EPC]) {
+#pragma unroll
+            for (int e = 0; e < EPC; ++e) x[e] = kr[HD + e];
+          },
+          [&](int) { return r <= t; });
+    }
+    Trace(p, 4);
+    A::MergeSlots(s);
     // Each thread d < HD reads only its own column of the warps' sums, so a[d] may overwrite one of them.
-    A::template Attend<1, 2 * kRT>(p, au, sm, [&](int, int d, float, float l, float acc) { sm[d] = E::ToF(E::FromF(acc * (1.f / l))); });
+    A::MergeWarps(s, sl, sm, 1, [&](int, int d, float, float l, float acc) { sm[d] = E::ToF(E::FromF(acc * (1.f / l))); });
   }
 
   // Phases 2 and 3 of the block's units; w0: the first unit's w_o chunks, loaded already.
   template <class P>
-  __device__ static void Run(const P& p, const Seqs& sq, const Wo& w0, float* sm) {
+  __device__ static void Run(const P& p, const Seqs& sq, const Wo& w0, unsigned tag, float* sm) {
     const int lane = threadIdx.x & 31, sl = lane % LPR;
     const int units = Units(p);
 #pragma unroll 1
@@ -118,7 +181,7 @@ struct Heads {
       Locate(p, u, &un);
       Wo w = w0;
       if (u != static_cast<int>(blockIdx.x)) LoadWo(p, un, w);
-      Attend(p, sq, un, sm);
+      Attend(p, sq, un, tag, sm);
       Trace(p, 5);
       float a[EPC];
 #pragma unroll

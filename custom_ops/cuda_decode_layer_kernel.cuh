@@ -4,8 +4,9 @@
 // launch), launched as a programmatic dependent launch where the GPU has it: a block starts as soon as
 // the previous layer's block on its SM ends, loads its first weight rows and waits there for that layer
 // (0.5 us between layers instead of 1.4 on an H200); five phases, each waiting for the one before: after
-// phases 1-3 through a grid barrier (two with short caches, whose phases 2 and 3 are one: Heads units),
-// phase 5 by polling phase 4's output h, whose words carry the launch's tag (StoreTagged):
+// phases 1-3 through a grid barrier, phase 5 by polling phase 4's output h, whose words carry the
+// launch's tag (StoreTagged). With short caches phases 2 and 3 are one (Heads units), which poll phase
+// 1's q and new K/V rows as tagged words: one grid barrier in all.
 //   1. every block loads x's rows and both gammas into shared memory (redundantly: a few KB); warps take
 //      pairs of q|k|v weight rows (j, j + hd/2 of one head, so RoPE is the epilogue) grid-wide; q is
 //      rotated into the workspace, k rotated and v written into the caches at row kv_pos[b] + t.
@@ -55,6 +56,7 @@ struct Params {
   unsigned* bar;       // generation barrier: [0] arrivals, [32] generation; grow-only: [64] arrivals, [96] epoch
   float *q, *part, *x1;
   unsigned long long* h;  // phase 4's output [R][I] as tagged words (StoreTagged)
+  unsigned long long* qkv_t;  // Heads: phase 1's rows as tagged words [R][H + 2 KVH][head_dim] (q heads, k, v)
   float* opart;  // Heads: the heads' w_o products [R][H][D]
   float2* ml;
   unsigned long long* trace;  // nullptr, or [blocks][kTracePoints] stamps (decode_layer_check's phase breakdown)
@@ -108,7 +110,7 @@ __device__ void BlockLoad(Src src, int n, Dst dst) {
 // by one per launch, and every word is rewritten each launch).
 __device__ __forceinline__ void StoreTagged(unsigned long long* a, float v, unsigned tag) {
   const unsigned long long w = (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(v);
-  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(a), "l"(w) : "memory");
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(a), "l"(w));
 }
 __device__ __forceinline__ unsigned long long LoadTagged(const unsigned long long* a) {
   unsigned long long w;
@@ -116,21 +118,44 @@ __device__ __forceinline__ unsigned long long LoadTagged(const unsigned long lon
   return w;
 }
 
-// dst(i, value i) for i < n once word i carries `tag`: 8 words per thread in flight, each re-polled until
-// it does (the words of one phase arrive together, so the first poll that succeeds mostly finds the rest).
+// The value of the word at a, once it carries `tag`: w is its first load (issued earlier), re-polled
+// until it does.
+__device__ __forceinline__ float AwaitTagged(const unsigned long long* a, unsigned long long w, unsigned tag) {
+  while (static_cast<unsigned>(w >> 32) != tag) w = LoadTagged(a);
+  return __uint_as_float(static_cast<unsigned>(w));
+}
+
+// Waits until every word w[i] with want(i) carries `tag` (at(i): its address; w: its first loads, issued
+// together). Each pass re-polls all the pending words at once: one round trip per pass, where awaiting
+// them one by one costs a round trip per word loaded before it was written (H200: 27 words per thread
+// took ~6 us one by one).
+template <int N, class At, class Want>
+__device__ __forceinline__ void AwaitTaggedAll(unsigned long long (&w)[N], unsigned tag, At at, Want want) {
+  for (;;) {
+    bool pending = false;
+#pragma unroll
+    for (int i = 0; i < N; ++i) pending |= want(i) && static_cast<unsigned>(w[i] >> 32) != tag;
+    if (!pending) return;
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (want(i) && static_cast<unsigned>(w[i] >> 32) != tag) w[i] = LoadTagged(at(i));
+  }
+}
+__device__ __forceinline__ float TaggedValue(unsigned long long w) { return __uint_as_float(static_cast<unsigned>(w)); }
+
+// dst(i, value i) for i < n once word i carries `tag`: 8 words per thread in flight, awaited together.
 template <class Dst>
 __device__ void BlockLoadTagged(const unsigned long long* src, int n, unsigned tag, Dst dst) {
 #pragma unroll 1
   for (int i0 = threadIdx.x; i0 < n; i0 += kThreads * 8) {
     unsigned long long w[8];
+    auto at = [&](int u) { return src + min(i0 + u * kThreads, n - 1); };
 #pragma unroll
-    for (int u = 0; u < 8; ++u) w[u] = LoadTagged(src + min(i0 + u * kThreads, n - 1));
+    for (int u = 0; u < 8; ++u) w[u] = LoadTagged(at(u));
+    AwaitTaggedAll(w, tag, at, [&](int u) { return i0 + u * kThreads < n; });
 #pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      if (i0 + u * kThreads >= n) continue;
-      while (static_cast<unsigned>(w[u] >> 32) != tag) w[u] = LoadTagged(src + i0 + u * kThreads);
-      dst(i0 + u * kThreads, __uint_as_float(static_cast<unsigned>(w[u])));
-    }
+    for (int u = 0; u < 8; ++u)
+      if (i0 + u * kThreads < n) dst(i0 + u * kThreads, TaggedValue(w[u]));
   }
 }
 

@@ -44,34 +44,42 @@ struct Items {
 };
 
 // Phase 1's epilogue for row m of pair item i: q, k, v rounded to T as RMSNormLinear's outputs; q and k
-// rotated at position kv_pos[b] + t with the Rope kernels' arithmetic and rounded again; q into the
-// workspace (float32 holding T values), k and v into the caches (a sequence with an invalid position
-// writes nothing: the caches stay as they were, its output is NaN).
+// rotated at position kv_pos[b] + t with the Rope kernels' arithmetic and rounded again; k and v into the
+// caches at row kv_pos[b] + t (a sequence with an invalid position writes nothing: the caches stay as
+// they were, its output is NaN). q goes to the workspace (float32 holding T values); with Heads units
+// q, k and v go to qkv_t as words tagged `tag` instead, which the units poll.
 template <class T, int HD, class P>
-__device__ void QkvEpilogue(const P& p, const Seqs& sq, int i, int m, const float (&g)[2]) {
+__device__ void QkvEpilogue(const P& p, const Seqs& sq, bool heads, unsigned tag, int i, int m, const float (&g)[2]) {
   using E = Elem<T>;
   constexpr int half = HD / 2;
   const int hh = i / half, j = i % half, b = m / p.S;
-  const float x0 = E::ToF(E::FromF(g[0])), x1 = E::ToF(E::FromF(g[1]));
+  float x0 = E::ToF(E::FromF(g[0])), x1 = E::ToF(E::FromF(g[1]));
   const int64_t pos = sq.pos[b] + m % p.S;
-  if (hh >= p.H + p.KVH) {  // v: the rounded values as they are
-    if (!sq.valid[b]) return;
-    const int64_t dst = ((static_cast<int64_t>(b) * p.max_seq + pos) * p.KVH + (hh - p.H - p.KVH)) * HD + j;
-    static_cast<T*>(p.v)[dst] = E::FromF(x0);
-    static_cast<T*>(p.v)[dst + half] = E::FromF(x1);
+  unsigned long long* tw = p.qkv_t + (static_cast<int64_t>(m) * (p.H + 2 * p.KVH) + hh) * HD + j;
+  if (hh < p.H + p.KVH) {  // q, k: rotated (v: the rounded values as they are)
+    float sn, cs;
+    sincosf(static_cast<float>(pos) * p.inv[j], &sn, &cs);
+    const float r0 = x0 * cs - x1 * sn, r1 = x1 * cs + x0 * sn;
+    x0 = E::ToF(E::FromF(r0));
+    x1 = E::ToF(E::FromF(r1));
+  }
+  if (hh < p.H && !heads) {
+    float* q = p.q + static_cast<int64_t>(m) * p.H * HD + hh * HD + j;
+    q[0] = x0;
+    q[half] = x1;
     return;
   }
-  float sn, cs;
-  sincosf(static_cast<float>(pos) * p.inv[j], &sn, &cs);
-  const float r0 = x0 * cs - x1 * sn, r1 = x1 * cs + x0 * sn;
-  if (hh < p.H) {
-    float* q = p.q + static_cast<int64_t>(m) * p.H * HD + hh * HD + j;
-    q[0] = E::ToF(E::FromF(r0));
-    q[half] = E::ToF(E::FromF(r1));
-  } else if (sq.valid[b]) {
-    const int64_t dst = ((static_cast<int64_t>(b) * p.max_seq + pos) * p.KVH + (hh - p.H)) * HD + j;
-    static_cast<T*>(p.k)[dst] = E::FromF(r0);
-    static_cast<T*>(p.k)[dst + half] = E::FromF(r1);
+  if (hh >= p.H && !sq.valid[b]) return;
+  if (hh >= p.H) {
+    const bool is_k = hh < p.H + p.KVH;
+    const int64_t dst = ((static_cast<int64_t>(b) * p.max_seq + pos) * p.KVH + (hh - p.H - (is_k ? 0 : p.KVH))) * HD + j;
+    T* cache = static_cast<T*>(is_k ? p.k : p.v);
+    cache[dst] = E::FromF(x0);
+    cache[dst + half] = E::FromF(x1);
+  }
+  if (heads) {
+    StoreTagged(tw, x0, tag);
+    StoreTagged(tw + half, x1, tag);
   }
 }
 
@@ -197,7 +205,7 @@ __device__ __forceinline__ void BarriersOnly(const Params& p, const Shared& sh) 
 
 // Phases 2 and 3 as Heads units (cuda_decode_layer_heads.cuh): per (row, head, w_o rows) the head's
 // attention and its w_o products; then barrier 1, the first gate/up rows loaded while it waits. w0: the
-// block's first unit's w_o chunks, loaded in barrier 0's wait.
+// block's first unit's w_o chunks, loaded before the units poll q.
 template <class T, int HD, class P, class GateUp>
 __device__ __forceinline__ void HeadsPhases23(const P& p, const Shared& sh, const typename Heads<T, HD>::Wo& w0, float* act,
                                               Pair<T>& pair, GateUp gateup) {
@@ -208,7 +216,7 @@ __device__ __forceinline__ void HeadsPhases23(const P& p, const Shared& sh, cons
 #pragma unroll 1
   for (int i = FirstItem(); i < FirstItem() + kRounds * static_cast<int>(gridDim.x) * kWarps; i += gridDim.x * kWarps)
     PrefetchItem<Pair<T>>(i, p.I, gateup);
-  if (p.phases & kPhase2) Heads<T, HD>::Run(p, *sh.sq, w0, act);
+  if (p.phases & kPhase2) Heads<T, HD>::Run(p, *sh.sq, w0, sh.epoch + 1, act);
   Trace(p, 6);  // the trace's points 6-8 (barrier 1, merge, w_o) all read "done" here
   Trace(p, 7);
   Trace(p, 8);
