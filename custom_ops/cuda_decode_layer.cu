@@ -15,9 +15,20 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(P p) {
   const Items<T, HD, P> it{p};
   auto qkv = [&](int i, Pair<T>& r) { it.QkvRows(i, r); };
   Pair<T> pair, pair2;
+  using HeadUnits = Heads<T, HD>;
+  typename HeadUnits::Unit hu;
+  const bool may_head = p.barrier == kBarrierGrowOnly && p.heads_max_rows > 0 && static_cast<int>(blockIdx.x) < HeadUnits::Units(p);
   // Under programmatic dependent launch the first q|k|v weight rows load while the previous kernel (the
-  // layer before) drains: weights never depend on it. Everything else waits for it.
-  if ((p.phases & (kPhaseBarriers - 1)) != 0) LoadItem(pair, FirstItem(), it.Qkv(), qkv);
+  // layer before) drains, and the Heads units' w_o rows are prefetched into L2: weights never depend on
+  // it. Everything else waits for it.
+  if ((p.phases & (kPhaseBarriers - 1)) != 0) {
+    LoadItem(pair, FirstItem(), it.Qkv(), qkv);
+    if (may_head && (p.phases & kPrefetch)) {
+      typename HeadUnits::Unit first;
+      HeadUnits::Locate(p, blockIdx.x, &first);
+      HeadUnits::PrefetchWo(p, first);
+    }
+  }
   GridDependencyWait();
   GridDependentsRelease();
   Trace(p, 0);
@@ -40,37 +51,33 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(P p) {
   const bool heads = attended <= p.heads_max_rows && p.barrier == kBarrierGrowOnly;
   const bool prefetch = !heads && (p.phases & kPrefetch) && attended >= kPrefetchMinRows;
   if (prefetch) Attn<T, HD>::Prefetch(p, sq, splits);
-  using HeadUnits = Heads<T, HD>;
-  typename HeadUnits::Unit hu;
-  const bool head_unit = heads && static_cast<int>(blockIdx.x) < HeadUnits::Units(p);
-  if (head_unit) {
+  const bool head_unit = heads && may_head;
+  if (head_unit && (p.phases & kPrefetch)) {  // the older K/V rows into L2 while phase 1 runs
     HeadUnits::Locate(p, blockIdx.x, &hu);
-    if (p.phases & kPrefetch) HeadUnits::PrefetchWo(p, hu);  // barrier 0's wait loads them
+    HeadUnits::PrefetchKv(p, sq, hu);
   }
   if (p.phases & kPhase1)
     ItemLoop<true>(pair, pair2, false, it.Qkv(), act, sh.gamma1, p.eps, p.R, qkv, none,
                    [&](int i, int m, const float(&g)[2], float) { QkvEpilogue<T, HD>(p, sq, heads, sh.epoch + 1, i, m, g); });
   Trace(p, 2);
   typename HeadUnits::Wo wo;
-  auto units_first = [&] {
-    if (!head_unit) return;
-    HeadUnits::LoadWo(p, hu, wo);
-    if (p.phases & kPrefetch) HeadUnits::PrefetchKv(p, sq, hu);
-  };
   if (heads) {  // no barrier 0: the units poll phase 1's tagged words (its arrival still counts)
     __syncthreads();  // the block's phase-1 reads of act are done before the units' merge area overwrites it
     ArriveUncontended(p, 0);
-    units_first();
+    if (head_unit) {
+      HeadUnits::Locate(p, blockIdx.x, &hu);  // again: kept live across phase 1 it spills
+      HeadUnits::LoadWo(p, hu, wo);
+    }
     Trace(p, 3);
   } else {
-    Barrier(p, sh, 0, 3, units_first);
+    Barrier(p, sh, 0, 3, [] {});
   }
   if (heads)
     HeadsPhases23<T, HD>(p, sh, wo, act, pair, gateup);
   else
     SplitPhases23<T, HD>(p, sh, it, splits, prefetch, act, pair, gateup);
   MlpPhases<T, HD>(p, sh, heads, act, pair, pair2, gateup, down);
-  if (p.barrier == kBarrierGrowOnly && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;  // every block read it before barrier 0
+  if (p.barrier == kBarrierGrowOnly && blockIdx.x == 0 && threadIdx.x == 0) p.bar[96] = sh.epoch + 1;  // every block read it before the first barrier it awaits
   Trace(p, 14);
 }
 

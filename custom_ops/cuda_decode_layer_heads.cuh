@@ -56,7 +56,7 @@ struct Heads {
     return un.first + (threadIdx.x >> 5) * RS + lane / LPR + j * kWarps * RS;
   }
 
-  // The lane's first kHold w_o chunks of the block's first unit (between barrier 0's arrival and its wait).
+  // The lane's first kHold w_o chunks of the block's first unit (after phase 1, before the unit polls q).
   struct Wo {
     uint4 held[kHold];
   };
@@ -68,15 +68,15 @@ struct Heads {
       if (RowOf(un, j) < un.end) w.held[j] = __ldg(WoChunk(p, RowOf(un, j), un.h, sl));
   }
 
-  // The unit's w_o rows (the head's columns) into L2, while phase 1 runs (barrier 0's wait loads them).
+  // The unit's w_o rows (the head's columns) into L2, before the kernel waits for the previous layer.
   template <class P>
   __device__ static void PrefetchWo(const P& p, const Unit& un) {
     for (int n = un.first + static_cast<int>(threadIdx.x) / LPR; n < un.end; n += kThreads / LPR)
       if ((threadIdx.x % LPR) * sizeof(uint4) % 128 == 0) PrefetchL2(WoChunk(p, n, un.h, threadIdx.x % LPR));
   }
 
-  // The attended cache rows of the unit's KV head into L2, the group's share of them (before barrier 0's
-  // wait: only the newest row is written in phase 1, and a prefetch of it is as good as its load).
+  // The unit's K/V rows of earlier launches into L2 (rows below its sequence's position; the group's
+  // share of them), issued before phase 1 so that they arrive while it runs.
   template <class P>
   __device__ static void PrefetchKv(const P& p, const Seqs& sq, const Unit& un) {
     const int b = un.bt / p.S, groups = Groups(p);
@@ -84,7 +84,7 @@ struct Heads {
     typename A::Unit au;
     au.b = b;
     au.kvh = un.h / (p.H / p.KVH);
-    const int L = static_cast<int>(sq.pos[b]) + un.bt % p.S + 1, per = (L + groups - 1) / groups;
+    const int L = static_cast<int>(sq.pos[b]), per = (L + groups - 1) / groups;
     const int g = (blockIdx.x % groups);
     au.start = min(L, g * per);
     au.end = min(L, au.start + per);
