@@ -6,8 +6,8 @@
 // block the same) into x1 = x + a @ w_o^T. That takes one grid barrier and the partials' merge pass
 // off the layer (attention | merge + w_o | barrier becomes attention + w_o | barrier), and every block
 // works in the attention instead of one per (KV head, split). A unit also needs no grid barrier before
-// it: it polls q and the new K/V rows, which phase 1 writes as tagged words. The price: the blocks of a head's
-// groups each read that head's cache rows (from L2), so it pays only while the caches are short:
+// it: it polls q and the new K/V rows, which phase 1 writes as tagged words. The price: the blocks of a
+// head's groups each read that head's cache rows (from L2), so it pays only while the caches are short:
 // Params::heads_max_rows, chosen per element type on the host from the harness's timings.
 #pragma once
 #include "cuda_decode_layer_attn.cuh"
