@@ -169,8 +169,7 @@ def main() -> None:
         "host": run_info.host(),
         "date": run_info.utc_now(),
         "git_commit": run_info.git_commit(),
-        "source_sha256": run_info.source_digest(),
-        "kernel_libraries": run_info.kernel_libraries(),
+        **run_info.code_digests(),
         "versions": {"onnxruntime": onnxruntime.__version__, "torch": torch.__version__},
         "gpu": torch.cuda.get_device_name(),
     }

@@ -108,7 +108,7 @@ def machine(device: str) -> dict:
         except (OSError, subprocess.SubprocessError):
             info["gpu"] = "unknown"
     info["git_commit"], info["git_dirty"] = run_info.git_commit(), run_info.git_dirty()
-    info["source_sha256"], info["kernel_libraries"] = run_info.source_digest(), run_info.kernel_libraries()
+    info.update(run_info.code_digests())
     return info
 
 

@@ -103,11 +103,15 @@ def write_stamped(out_dir: Path, prefix: str, result: dict) -> Path:
     return path
 
 
+def code_digests() -> dict:
+    """``source_sha256`` and ``kernel_libraries``: what names the code a run used."""
+    return {"source_sha256": source_digest(), "kernel_libraries": kernel_libraries()}
+
+
 def stamp() -> dict:
     """What every result JSON records about its run: host, commit (and whether it was dirty), the
     sources' and kernel libraries' digests, load."""
-    code = {"source_sha256": source_digest(), "kernel_libraries": kernel_libraries()}
-    return {**host(), "commit": git_commit(), "dirty": git_dirty(), **code, "load_average": load_average(), "date": utc_now()}
+    return {**host(), "commit": git_commit(), "dirty": git_dirty(), **code_digests(), "load_average": load_average(), "date": utc_now()}
 
 
 def report(result: dict, out: Path | None) -> dict:
