@@ -1,5 +1,5 @@
 // Standalone check + timing of the DecodeLayer launcher (cuda_decode_layer.cu), without ORT:
-//   make -C custom_ops decode-layer-check && custom_ops/build/decode_layer_check [--check-only] [--json FILE] [--replays N]
+//   make -C custom_ops decode-layer-check && custom_ops/build/decode_layer_check [--check-only | --quick] [--json FILE] [--replays N]
 // Checks (every element type): the one-launch kernel and the five-kernel path against a double-precision
 // host reference of the five-op composition (rounded to the element type where the ops round: q, k, v,
 // rotated q and k, a, x1, h, y), and against each other; the caches after the call (the new rows, and

@@ -312,7 +312,8 @@ static bool TimeVariant(Stack& sk, const Variant& v, int64_t len, double lm_us, 
   return same && moved;
 }
 
-static bool RunTimings(int replays, std::vector<std::string>* json) {
+// quick: the main variant only (its timing and phase stamps at every length and type).
+static bool RunTimings(int replays, bool quick, std::vector<std::string>* json) {
   Timer tm;
   bool ok = true;
   const int F = MN_DECODE_LAYER_FUSED, G = dl::kBarrierGrowOnly;
@@ -335,6 +336,7 @@ static bool RunTimings(int replays, std::vector<std::string>* json) {
         // without L2 prefetches (the kernel prefetches past 256 attended rows) and the two that force the
         // Heads units off and on (the thresholds' crossovers); the five kernels at 128, 1024 and 4096;
         // bfloat16: only the every-length ones
+        if (quick && !v.Main()) continue;
         const bool every_length = v.Main() || v.phases == (127 & ~dl::kPrefetch) || !v.fixed_shapes || v.heads_max_rows >= 0;
         if (every_length || (dt != MN_BF16 && (len == 128 || (v.path != F && v.phases == 127 && len != 256 && len != 512))))
           ok &= TimeVariant(sk, v, len, lm, replays, tm, json);
@@ -346,18 +348,19 @@ static bool RunTimings(int replays, std::vector<std::string>* json) {
 
 int main(int argc, char** argv) {
   const char* json_path = nullptr;
-  bool check_only = false;
+  bool check_only = false, quick = false;
   int replays = 20;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--check-only")) check_only = true;
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--replays") && i + 1 < argc) replays = std::atoi(argv[++i]);
   }
   const DeviceInfo dev = QueryDevice();
   std::printf("device %s (%d SMs)\n", dev.name.c_str(), dev.sms);
   std::vector<std::string> json;
   bool ok = RunChecks(&json);
-  if (!check_only) ok &= RunTimings(replays, &json);
+  if (!check_only) ok &= RunTimings(replays, quick, &json);
   if (json_path) {
     if (FILE* f = std::fopen(json_path, "w")) {
       std::fprintf(f, "{\"device\": \"%s\", \"sms\": %d, \"results\": [\n", dev.name.c_str(), dev.sms);
