@@ -118,11 +118,15 @@ __device__ __forceinline__ unsigned long long LoadTagged(const unsigned long lon
   return w;
 }
 
+// A tagged word's value, and whether it carries `tag`.
+__device__ __forceinline__ float TaggedValue(unsigned long long w) { return __uint_as_float(static_cast<unsigned>(w)); }
+__device__ __forceinline__ bool HasTag(unsigned long long w, unsigned tag) { return static_cast<unsigned>(w >> 32) == tag; }
+
 // The value of the word at a, once it carries `tag`: w is its first load (issued earlier), re-polled
 // until it does.
 __device__ __forceinline__ float AwaitTagged(const unsigned long long* a, unsigned long long w, unsigned tag) {
-  while (static_cast<unsigned>(w >> 32) != tag) w = LoadTagged(a);
-  return __uint_as_float(static_cast<unsigned>(w));
+  while (!HasTag(w, tag)) w = LoadTagged(a);
+  return TaggedValue(w);
 }
 
 // Waits until every word w[i] with want(i) carries `tag` (at(i): its address; w: its first loads, issued
@@ -134,14 +138,13 @@ __device__ __forceinline__ void AwaitTaggedAll(unsigned long long (&w)[N], unsig
   for (;;) {
     bool pending = false;
 #pragma unroll
-    for (int i = 0; i < N; ++i) pending |= want(i) && static_cast<unsigned>(w[i] >> 32) != tag;
+    for (int i = 0; i < N; ++i) pending |= want(i) && !HasTag(w[i], tag);
     if (!pending) return;
 #pragma unroll
     for (int i = 0; i < N; ++i)
-      if (want(i) && static_cast<unsigned>(w[i] >> 32) != tag) w[i] = LoadTagged(at(i));
+      if (want(i) && !HasTag(w[i], tag)) w[i] = LoadTagged(at(i));
   }
 }
-__device__ __forceinline__ float TaggedValue(unsigned long long w) { return __uint_as_float(static_cast<unsigned>(w)); }
 
 // dst(i, value i) for i < n once word i carries `tag`: 8 words per thread in flight, awaited together.
 template <class Dst>
