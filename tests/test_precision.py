@@ -81,6 +81,42 @@ def test_the_pass_on_cpu_emulates_matmul_and_declares_half_inputs_and_outputs():
         lower_precision(model, "fp8")
 
 
+def test_outputs_as_made_keeps_a_half_made_output_half_with_no_cast_and_float32_ones_float32():
+    g = Graph()
+    x = g.input("x", [4, 8])
+    y = g.matmul(x, g.parameter("w", [8, 8]))
+    g.set_outputs({"y": y, "z": g.softmax(y)})
+    model, _ = to_model(g, params_as_inputs=True)
+    plain, plain_report = lower_precision(model, "fp16", device="cuda")
+    assert _types(plain)["y"] == TensorProto.FLOAT and plain_report.half_outputs == []
+    assert [n.input[0] for n in plain.graph.node if n.op_type == "Cast" and n.output[0] == "y"] == ["y.float16"]
+    kept, report = lower_precision(model, "fp16", device="cuda", outputs_as_made=True)
+    types = _types(kept)
+    assert types["y"] == TensorProto.FLOAT16 and types["z"] == TensorProto.FLOAT
+    assert report.half_outputs == ["y"]
+    assert not [n for n in kept.graph.node if n.op_type == "Cast" and n.output[0] == "y"]  # the MatMul writes y itself
+
+
+def test_fp16_sessions_keep_half_made_logits_half_and_read_them_as_float32_bf16_sessions_cast_them():
+    from meganeura_onnx.cli.model_file import load_module
+
+    llama = load_module(ROOT / "models" / "llama.py")
+    g = llama.build_graph(llama.PRESETS["tiny"], "logits", 8)
+    params = default_parameters(g, 0)
+    ids = np.arange(8, dtype=np.uint32)
+    out = {}
+    for precision in ("fp16", "bf16"):
+        s = build_inference_session(g, parameters=params, precision=precision)
+        s.set_input_u32("input_ids", ids)
+        s.step()
+        out[precision] = s.read_output_by_index(0)
+        logits_type = s.onnx_model().graph.output[0].type.tensor_type.elem_type
+        assert logits_type == (TensorProto.FLOAT16 if precision == "fp16" else TensorProto.FLOAT)
+    assert out["fp16"].dtype == np.float32
+    np.testing.assert_array_equal(out["fp16"], out["fp16"].astype(np.float16).astype(np.float32))  # half values, widened
+    assert np.abs(out["fp16"] - out["bf16"]).max() < 0.05 * np.abs(out["bf16"]).max()
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_an_emulated_half_matmul_equals_numpy_on_half_rounded_operands_with_float32_accumulation(precision):
     g = Graph()

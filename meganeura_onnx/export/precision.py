@@ -23,8 +23,9 @@ type and cast back, the op runs in float32, and its output is rounded to half. T
 those of a half kernel with float32 accumulation; the speed is not.
 
 Every cast is made once per (tensor, type) and reused by all consumers. Graph outputs keep float32
-unless named in ``half_outputs`` (KV-cache state stored in half); graph inputs named in
-``half_inputs`` are declared half (weights and caches stored in half).
+unless named in ``half_outputs`` (KV-cache state stored in half) or, with ``outputs_as_made``, made in
+half by their node (fp16 logits: no Cast to float32 per step; the session reads them as float32);
+graph inputs named in ``half_inputs`` are declared half (weights and caches stored in half).
 """
 
 from __future__ import annotations
@@ -79,6 +80,9 @@ class PrecisionReport:
     """Cast nodes the pass added."""
     half_inputs: list[str] = field(default_factory=list)
     """Graph inputs declared in the half type (weights, KV caches)."""
+    half_outputs: list[str] = field(default_factory=list)
+    """Graph outputs declared in the half type (the next values of half state; with ``outputs_as_made``
+    also those their node makes in half)."""
 
     def by_precision(self) -> dict[str, dict[str, int]]:
         """precision -> {op_type (``domain.op`` for custom ops): node count}."""
@@ -147,8 +151,12 @@ def _float_tensors(model: onnx.ModelProto) -> dict[str, bool]:
 class _Lowering:
     """The pass's state: each tensor's versions by element type, the new node list, the report."""
 
-    def __init__(self, model: onnx.ModelProto, dtype: str, device: str, half_outputs: Collection[str], custom_kernels: bool) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, dtype: str, device: str, half_outputs: Collection[str], custom_kernels: bool, outputs_as_made: bool
+    ) -> None:
         self.half = dtype
+        # outputs whose type the node that makes them decides (half_outputs' types are the caller's)
+        self.free_outputs = {o.name for o in model.graph.output} - set(half_outputs) if outputs_as_made else set()
         self.custom_kernels = custom_kernels
         self.half_onnx = ONNX_TYPE[dtype]
         self.device = device
@@ -196,6 +204,8 @@ class _Lowering:
             if not t or not self.is_float.get(t, False):
                 continue
             made = "float32" if k in float32_outputs else out_type
+            if t in self.free_outputs:
+                self.wanted_out[t] = made
             want = self.wanted_out.get(t)
             if want is None or want == made:
                 self.versions[t] = {made: t}
@@ -269,13 +279,16 @@ def lower_precision(
     half_inputs: Collection[str] = (),
     half_outputs: Collection[str] = (),
     custom_kernels: bool = True,
+    outputs_as_made: bool = False,
 ) -> tuple[onnx.ModelProto, PrecisionReport]:
     """``model`` with the ops of :data:`HALF_COMPUTE` (and custom ops whose kernels take it) in
     ``precision`` (``"bf16"``/``"fp16"``), the rest in float32, as described in the module docstring.
 
     ``device`` ("cpu"/"cuda") says which half kernels exist. ``half_inputs``: float32 graph inputs
     re-declared in the half type (the caller stores them so). ``half_outputs``: graph outputs left in
-    the half type (the next value of a half state input); every other output stays float32.
+    the half type (the next value of a half state input); every other output stays float32, unless
+    ``outputs_as_made``: then an output keeps the type its node makes it in (a half LM head's logits
+    stay half instead of a Cast to float32 after it; ``report.half_outputs`` lists them).
     ``custom_kernels``: whether our kernel library runs the custom ops (without it their function
     bodies run, in float32). Returns the new model and a :class:`PrecisionReport`.
     """
@@ -291,7 +304,7 @@ def lower_precision(
     unknown = sorted(set(half_outputs) - {o.name for o in model.graph.output})
     if unknown:
         raise ValueError(f"lower_precision: half_outputs {unknown} are not outputs of the model")
-    state = _Lowering(model, dtype, device, half_outputs, custom_kernels)
+    state = _Lowering(model, dtype, device, half_outputs, custom_kernels, outputs_as_made)
     for name in half_inputs:
         if graph_inputs[name].type.tensor_type.elem_type != TensorProto.FLOAT:
             raise ValueError(f"lower_precision: half input {name!r} must be float32 in the model")
@@ -299,6 +312,7 @@ def lower_precision(
     report = PrecisionReport(dtype, half_inputs=sorted(half_inputs))
     for node in model.graph.node:
         report.nodes.append((node.name, node.domain, node.op_type, state.lower(node)))
+    report.half_outputs = sorted(n for n, t in state.wanted_out.items() if t == dtype)
     for out in model.graph.output:  # an output that is a graph input (or not yet in its type)
         if state.is_float.get(out.name, False) and out.name not in {n for node in state.nodes for n in node.output}:
             raise ValueError(f"lower_precision: output {out.name!r} is not computed by a node; it cannot change type")
@@ -307,7 +321,7 @@ def lower_precision(
     new.graph.node.extend(state.nodes)
     del new.graph.value_info[:]  # stale types; ORT infers them again
     for vi in list(new.graph.input) + list(new.graph.output):
-        want = dtype if vi.name in half_inputs or vi.name in half_outputs else None
+        want = dtype if vi.name in half_inputs or vi.name in report.half_outputs else None
         if want is not None:
             vi.type.tensor_type.elem_type = ONNX_TYPE[want]
     report.casts = state.casts

@@ -70,7 +70,10 @@ class HalfBuffers:
         self._down.run_with_iobinding(binding)
 
     def read(self, value: ort.OrtValue) -> np.ndarray:
-        """The half buffer ``value`` as a new float32 numpy array."""
+        """The half buffer ``value`` as a new float32 numpy array (float16 copied as it is and widened
+        on the host; bfloat16, which numpy lacks, cast on the device)."""
+        if self.dtype == "float16":
+            return np.asarray(value.numpy(), np.float32)
         out = ort.OrtValue.ortvalue_from_shape_and_type(value.shape(), np.float32, self.device, 0)
         binding = self._up.io_binding()
         binding.bind_ortvalue_input("x", value)

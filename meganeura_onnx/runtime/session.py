@@ -209,7 +209,7 @@ class Session:
         self._outputs: dict[str, ort.OrtValue] = {}
         for name, ty in output_types.items():
             if name not in self._pairs.values() and ty.is_static():
-                self._outputs[name] = self._device_value(np.zeros(ty.shape, NUMPY[ty.dtype]))
+                self._outputs[name] = self._new_value(name, np.zeros(ty.shape, NUMPY[ty.dtype]))
         self._output_types = dict(output_types)
 
     # -- buffers ----------------------------------------------------------------------------------
@@ -284,7 +284,7 @@ class Session:
                     continue
                 shape = ty.resolve(sizes).shape
                 if name not in self._outputs or tuple(self._outputs[name].shape()) != shape:
-                    self._outputs[name] = self._device_value(np.zeros(shape, NUMPY[ty.dtype]))
+                    self._outputs[name] = self._new_value(name, np.zeros(shape, NUMPY[ty.dtype]))
             self._bound_sizes, self._rebind = sizes, True
         if self._rebind:
             self._bind()
