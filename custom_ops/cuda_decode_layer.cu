@@ -42,13 +42,13 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeLayerKernel(P p) {
   // 1: q | k | v (rms-normalised x), rope, cache rows
   LoadRows<T, HD>(p, sh);
   const int64_t attended = AttendedRows(p, sq);
-  const int splits = Splits(p, attended);
   // L2 prefetches pay off once the attention phase is long enough to hide them: up to 256 attended rows
   // they cost more than they save (H200, per layer: float32 18.6 -> 17.6-17.8 us without them at 128
   // and 256 cached rows, 16-bit types 0.1-0.2 us; from 512 rows on they gain, or float32 loses <= 0.2).
   // Short caches: phases 2 and 3 as Heads units, one barrier between them and phase 4 (grow-only
   // barriers: the skipped barrier's arrivals still count, the generation barrier has no such count).
   const bool heads = attended <= p.heads_max_rows && p.barrier == kBarrierGrowOnly;
+  const int splits = heads ? 1 : Splits(p, attended);  // (its 64-bit division only where the splits are used)
   const bool prefetch = !heads && (p.phases & kPrefetch) && attended >= kPrefetchMinRows;
   if (prefetch) Attn<T, HD>::Prefetch(p, sq, splits);
   const bool head_unit = heads && may_head;
@@ -254,6 +254,9 @@ int LaunchFused(const MnDecodeLayer& a, MnDecodeLayerState* st, cudaStream_t s) 
   for (int j = 0; j < HD / 2; ++j) p.inv[j] = a.inv_freq[j];
   // (Heads units sum their products with float4 loads: a row of D floats must end 16-byte aligned)
   p.heads_max_rows = a.D % 4 != 0 ? -1 : static_cast<int>(std::min<int64_t>(st->heads_max_rows >= 0 ? st->heads_max_rows : HeadsMaxRows<T>(), 1 << 30));
+  p.heads_groups = static_cast<int>(std::max<int64_t>(1, blocks / (R * a.H)));
+  p.heads_group_rows = (p.D + p.heads_groups - 1) / p.heads_groups;
+  p.heads_inv_groups = 1.0f / static_cast<float>(p.heads_groups);
   // workspace: barrier | tagged words: h [R][I], q|k|v [R][H+2KVH][HD] | q [R][H*HD] | partials [R*H][max_splits][HD] |
   // (m, l) [R*H][max_splits] | x1 [R][D] | the heads' w_o products [R][H][D]
   const size_t h_b = Align16(sizeof(unsigned long long) * R * a.I), q_b = Align16(sizeof(float) * R * a.H * HD);

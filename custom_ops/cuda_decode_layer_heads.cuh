@@ -32,17 +32,19 @@ struct Heads {
     int bt, h, first, end;  // row bt, query head h, w_o rows [first, end)
   };
 
+  // Unit u = (row * H + head) * groups + g: a head's groups on adjacent blocks. The groups' sizes come
+  // from the host and u / groups is taken through the host's reciprocal (exact: u + 0.5 lies at least
+  // 0.5 / groups from a multiple of groups, float32's error on u < 2^16 is far below that), so locating a
+  // unit, which runs before phase 1, divides by nothing at run time.
   template <class P>
-  __device__ static int Groups(const P& p) { return max(1, static_cast<int>(gridDim.x) / (p.R * p.H)); }
-  template <class P>
-  __device__ static int Units(const P& p) { return p.R * p.H * Groups(p); }
+  __device__ static int Units(const P& p) { return p.R * p.H * p.heads_groups; }
   template <class P>
   __device__ static void Locate(const P& p, int u, Unit* un) {
-    const int groups = Groups(p), g = u % groups, rh = u / groups, per = (p.D + groups - 1) / groups;
+    const int rh = static_cast<int>((static_cast<float>(u) + 0.5f) * p.heads_inv_groups), g = u - rh * p.heads_groups;
     un->bt = rh / p.H;
     un->h = rh % p.H;
-    un->first = min(p.D, g * per);
-    un->end = min(p.D, un->first + per);
+    un->first = min(p.D, g * p.heads_group_rows);
+    un->end = min(p.D, un->first + p.heads_group_rows);
   }
 
   // The 16-byte chunk `sl` of head h's columns in w_o's row n.
@@ -79,13 +81,15 @@ struct Heads {
   // share of them), issued before phase 1 so that they arrive while it runs.
   template <class P>
   __device__ static void PrefetchKv(const P& p, const Seqs& sq, const Unit& un) {
-    const int b = un.bt / p.S, groups = Groups(p);
+    const int b = un.bt / p.S;
     if (!sq.valid[b]) return;
     typename A::Unit au;
     au.b = b;
     au.kvh = un.h / (p.H / p.KVH);
-    const int L = static_cast<int>(sq.pos[b]), per = (L + groups - 1) / groups;
-    const int g = (blockIdx.x % groups);
+    // ceil(L / groups) through the host's reciprocal (no division; exact below 2^24 rows, and the rows
+    // are clamped to [0, L) either way)
+    const int L = static_cast<int>(sq.pos[b]), per = static_cast<int>(ceilf(static_cast<float>(L) * p.heads_inv_groups));
+    const int b0 = static_cast<int>(blockIdx.x), g = b0 - static_cast<int>((static_cast<float>(b0) + 0.5f) * p.heads_inv_groups) * p.heads_groups;
     au.start = min(L, g * per);
     au.end = min(L, au.start + per);
     A::PrefetchRows(p, au);

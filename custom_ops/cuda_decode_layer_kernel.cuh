@@ -53,6 +53,9 @@ struct Params {
   int act_floats;      // shared memory: act rows (or the attention merge area), then the two gammas, then x1 [R][D]
   int barrier;         // which grid barrier (Arrive/Await: kBarrierGrowOnly or kBarrierGeneration)
   int heads_max_rows;  // attended lengths up to this take phases 2-3 as Heads units (cuda_decode_layer_heads.cuh)
+  int heads_groups;    // Heads units per (row, head): w_o row groups, max(1, blocks / (R * H))
+  int heads_group_rows;  // w_o rows per group, ceil(D / heads_groups)
+  float heads_inv_groups;  // 1 / heads_groups (a K/V prefetch's share of the rows)
   unsigned* bar;       // generation barrier: [0] arrivals, [32] generation; grow-only: [64] arrivals, [96] epoch
   float *q, *part, *x1;
   unsigned long long* h;  // phase 4's output [R][I] as tagged words (StoreTagged)
@@ -313,8 +316,8 @@ struct Rows {
     for (int e = 0; e < EPC; ++e) acc = fmaf(f[e], v[e], acc);
   }
   // out[r] (every lane) = dot(weight row r, act row m); act rows of stride K. NORM: the RMSNorm folded in,
-  // dot(w, act * gamma) / rms(act row) with rms = sqrt(mean(act^2) + eps) summed from the same loads: the
-  // same float32 quantities as the unfused kernels' x / rms * gamma, in another order, and no block-wide
+  // dot(w, act * gamma) * rsqrt(mean(act^2) + eps), the squares summed from the same loads: the same
+  // float32 quantities as the unfused kernels' x * rsqrt(...) * gamma, in another order, and no block-wide
   // normalisation pass (nor its latency) between the act rows' loads and the products. Every warp sums a
   // row's squares in the same order (the lanes' chunks are the same for every item): one rms per row.
   template <bool NORM>
@@ -341,9 +344,11 @@ struct Rows {
 #pragma unroll
       for (int r = 0; r < NR; ++r) Dot(u[r], v, acc[r]);
     }
-    const float rms = NORM ? sqrtf(WarpSum(ss) / static_cast<float>(chunks * EPC) + eps) : 1.f;
+    // 1 / rms as one reciprocal square root (<= 2 ulp) and products: IEEE sqrt and two divisions were a
+    // chain of ~20 dependent instructions at the end of every normalised item.
+    const float inv_rms = NORM ? rsqrtf(WarpSum(ss) * (1.f / static_cast<float>(chunks * EPC)) + eps) : 1.f;
 #pragma unroll
-    for (int r = 0; r < NR; ++r) out[r] = WarpSum(acc[r]) / rms;
+    for (int r = 0; r < NR; ++r) out[r] = WarpSum(acc[r]) * inv_rms;
   }
 };
 // Chunks held per lane: for a 576-wide SmolLM2 row, 5 (float32) or 3 (16-bit) chunks; for its 1536-wide
