@@ -55,7 +55,7 @@ struct Params {
   int heads_max_rows;  // attended lengths up to this take phases 2-3 as Heads units (cuda_decode_layer_heads.cuh)
   int heads_groups;    // Heads units per (row, head): w_o row groups, max(1, blocks / (R * H))
   int heads_group_rows;  // w_o rows per group, ceil(D / heads_groups)
-  float heads_inv_groups;  // 1 / heads_groups (a K/V prefetch's share of the rows)
+  float heads_inv_groups;  // 1 / heads_groups: a unit's row and head, a K/V prefetch's share, without a division
   unsigned* bar;       // generation barrier: [0] arrivals, [32] generation; grow-only: [64] arrivals, [96] epoch
   float *q, *part, *x1;
   unsigned long long* h;  // phase 4's output [R][I] as tagged words (StoreTagged)
