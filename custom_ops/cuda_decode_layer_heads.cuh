@@ -38,9 +38,16 @@ struct Heads {
   // unit, which runs before phase 1, divides by nothing at run time.
   template <class P>
   __device__ static int Units(const P& p) { return p.R * p.H * p.heads_groups; }
+  // (u / groups, u % groups): unit u's row-and-head index and its group.
+  template <class P>
+  __device__ static int2 RowHeadAndGroup(const P& p, int u) {
+    const int rh = static_cast<int>((static_cast<float>(u) + 0.5f) * p.heads_inv_groups);
+    return make_int2(rh, u - rh * p.heads_groups);
+  }
   template <class P>
   __device__ static void Locate(const P& p, int u, Unit* un) {
-    const int rh = static_cast<int>((static_cast<float>(u) + 0.5f) * p.heads_inv_groups), g = u - rh * p.heads_groups;
+    const int2 rg = RowHeadAndGroup(p, u);
+    const int rh = rg.x, g = rg.y;
     un->bt = rh / p.H;
     un->h = rh % p.H;
     un->first = min(p.D, g * p.heads_group_rows);
@@ -89,7 +96,7 @@ struct Heads {
     // ceil(L / groups) through the host's reciprocal (no division; exact below 2^24 rows, and the rows
     // are clamped to [0, L) either way)
     const int L = static_cast<int>(sq.pos[b]), per = static_cast<int>(ceilf(static_cast<float>(L) * p.heads_inv_groups));
-    const int b0 = static_cast<int>(blockIdx.x), g = b0 - static_cast<int>((static_cast<float>(b0) + 0.5f) * p.heads_inv_groups) * p.heads_groups;
+    const int g = RowHeadAndGroup(p, static_cast<int>(blockIdx.x)).y;  // the block's unit's group
     au.start = min(L, g * per);
     au.end = min(L, au.start + per);
     A::PrefetchRows(p, au);
