@@ -10,11 +10,16 @@ every kernel of the process, ORT's and cuBLAS's included, also inside CUDA graph
 - ``decode``: ``LlamaRunner`` (``models/llama.py``), SmolLM2-135M shape, random weights: the one-token
   decode step and the 128-token prefill, fp32 and fp16, CUDA graph on and off; with the graph also
   greedy decoding on the device (``decode_greedy``, 16 tokens per call as ``generate`` runs, per token).
+- ``prefill``: the 128-token prefill as a CUDA graph, fp16 and fp32, q/k/v and gate/up merged into one
+  product each (the default) and separate.
 
 Per variant: wall time per step, GPU busy time per step (union of kernel / copy / memset intervals),
-kernels per step, and the kernels by total device time (name, launches per step, us per step).
+kernels per step, and the kernels by total device time (name, launches per step, us per step); also
+the device's idle time (between its events inside a step, and between steps while
+the host works), its largest idle gaps with the events on either side, and the host's CUDA runtime and
+driver calls by total time.
 
-    python benchmarks/gpu_timeline.py OUT.json [--parts train,decode]
+    python benchmarks/gpu_timeline.py OUT.json [--parts train,decode,prefill]
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ for p in (ROOT, ROOT / "benchmarks", ROOT / "models"):
 import run_info  # noqa: E402
 
 DEVICE_EVENTS = ("kernel", "gpu_memcpy", "gpu_memset")
+HOST_API_EVENTS = ("cuda_runtime", "cuda_driver")
 GREEDY_CHUNK = 16
 
 
@@ -59,26 +65,45 @@ def timeline(step: Callable[[], None], steps: int, sync: Callable[[], None], per
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(trace))
-        events = [e for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") in DEVICE_EVENTS and "dur" in e]
+        all_events = json.loads(trace.read_text())["traceEvents"]
     del torch
-    return summarize(events, steps * per_call, wall)
+    events = [e for e in all_events if e.get("cat") in DEVICE_EVENTS and "dur" in e]
+    host_calls = [e for e in all_events if e.get("cat") in HOST_API_EVENTS and "dur" in e]
+    return {**summarize(events, steps * per_call, wall), "cuda_api_calls": api_calls(host_calls, steps * per_call)}
+
+
+def api_calls(events: list[dict], steps: int) -> list[dict]:
+    """The host's CUDA runtime / driver calls by total time (e.g. how long ``cudaGraphLaunch`` keeps the
+    host before the device starts, or a synchronisation waiting for it)."""
+    by_name: dict[str, list[float]] = {}
+    for e in events:
+        by_name.setdefault(e["name"][:60], []).append(e["dur"])
+    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:10]
+    return [{"name": n, "per_step": len(d) / steps, "us_per_step": sum(d) / steps} for n, d in top]
 
 
 def summarize(events: list[dict], steps: int, wall_s: float) -> dict:
     by_name: dict[str, list[float]] = {}
     for e in events:
         by_name.setdefault(e["name"][:120], []).append(e["dur"])
-    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events)
-    busy, end = 0.0, -1e30
-    for a, b in spans:  # union of the device intervals (concurrent kernels counted once)
+    spans = sorted((e["ts"], e["ts"] + e["dur"], e["name"][:80]) for e in events)
+    busy, end, last = 0.0, -1e30, ""
+    gaps: list[tuple[float, str, str]] = []  # idle device time between events: (us, the event before, the one after)
+    for a, b, name in spans:  # union of the device intervals (concurrent kernels counted once)
+        if a > end and end > -1e30:
+            gaps.append((a - end, last, name))
         if b > end:
             busy += b - max(a, end)
-            end = b
+            end, last = b, name
     top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))
     return {
         "wall_us_per_step": wall_s * 1e6,
         "gpu_busy_us_per_step": busy / steps,
         "device_events_per_step": len(events) / steps,
+        # Where the device waits: between its events inside a step (launch gaps) and between steps (host work).
+        "idle_us_per_step": sum(g[0] for g in gaps) / steps,
+        "idle_gaps_over_5us_per_step": sum(1 for g in gaps if g[0] > 5) / steps,
+        "largest_idle_gaps": [{"us": round(g[0], 1), "after": g[1], "before": g[2]} for g in sorted(gaps, reverse=True)[:8]],
         "kernels": [
             {"name": n, "per_step": len(d) / steps, "us_per_step": sum(d) / steps, "mean_us": float(np.mean(d))} for n, d in top[:40]
         ],
@@ -156,10 +181,31 @@ def decode_variants(steps: int) -> dict:
     return res
 
 
+def prefill_variants(steps: int) -> dict:
+    """The 128-token prefill replayed as a CUDA graph, fp16 and fp32, with q/k/v and gate/up merged into
+    one product each (the default) and as separate products."""
+    from llama_sides import load_llama_module
+
+    llama = load_llama_module()
+    cfg = llama.PRESETS["smollm2-135m"]
+    prompt = list(np.random.default_rng(0).integers(0, cfg.vocab_size, 128))
+    res = {}
+    for precision in ("fp16", "fp32"):
+        for merge in (True, False):
+            kw = dict(max_seq=256, prefill_chunk=128, device="cuda", cuda_graph=True, precision=precision, merge_projections=merge)
+            runner = llama.LlamaRunner(cfg, None, **kw)
+            tag = f"prefill_{precision}_cuda_graph{'' if merge else '_separate_projections'}"
+            res[tag] = timeline(functools.partial(runner.prefill, prompt), steps, lambda: None)
+            print(tag, {a: b for a, b in res[tag].items() if a != "kernels"}, flush=True)
+            del runner
+            gc.collect()
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
-    ap.add_argument("--parts", default="train,decode")
+    ap.add_argument("--parts", default="train,decode", help="comma-separated: train, decode, prefill")
     ap.add_argument("--steps", type=int, default=10, help="profiled train steps (decode: 4x as many tokens)")
     a = ap.parse_args()
     import onnxruntime
@@ -177,14 +223,20 @@ def main() -> None:
         res["train"] = train_variants(a.steps)
     if "decode" in a.parts:
         res["decode"] = decode_variants(4 * a.steps)
+    if "prefill" in a.parts:
+        res["prefill"] = prefill_variants(a.steps)
     Path(a.out).write_text(json.dumps(res, indent=1))
-    for part in ("train", "decode"):
+    for part in ("train", "decode", "prefill"):
         for name, r in res.get(part, {}).items():
             print(
-                f"\n== {name}: wall {r['wall_us_per_step']:.1f} us, busy {r['gpu_busy_us_per_step']:.1f} us, {r['device_events_per_step']:.0f} device events per step"
+                f"\n== {name}: wall {r['wall_us_per_step']:.1f} us, busy {r['gpu_busy_us_per_step']:.1f} us, idle {r['idle_us_per_step']:.1f} us, {r['device_events_per_step']:.0f} device events per step"
             )
             for k in r["kernels"][:15]:
                 print(f"  {k['us_per_step']:9.1f} us  x{k['per_step']:6.1f}  {k['name'][:100]}")
+            for c in r.get("cuda_api_calls", [])[:6]:
+                print(f"  host {c['us_per_step']:8.1f} us  x{c['per_step']:6.1f}  {c['name']}")
+            for gap in r["largest_idle_gaps"][:4]:
+                print(f"  idle {gap['us']:8.1f} us  after {gap['after'][:50]}  before {gap['before'][:50]}")
 
 
 if __name__ == "__main__":
