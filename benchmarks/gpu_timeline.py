@@ -72,20 +72,22 @@ def timeline(step: Callable[[], None], steps: int, sync: Callable[[], None], per
     return {**summarize(events, steps * per_call, wall), "cuda_api_calls": api_calls(host_calls, steps * per_call)}
 
 
+def by_total_time(events: list[dict], name_chars: int) -> list[tuple[str, list[float]]]:
+    """(name, durations) per event name (its first ``name_chars`` characters), longest total first."""
+    by_name: dict[str, list[float]] = {}
+    for e in events:
+        by_name.setdefault(e["name"][:name_chars], []).append(e["dur"])
+    return sorted(by_name.items(), key=lambda kv: -sum(kv[1]))
+
+
 def api_calls(events: list[dict], steps: int) -> list[dict]:
     """The host's CUDA runtime / driver calls by total time (e.g. how long ``cudaGraphLaunch`` keeps the
     host before the device starts, or a synchronisation waiting for it)."""
-    by_name: dict[str, list[float]] = {}
-    for e in events:
-        by_name.setdefault(e["name"][:60], []).append(e["dur"])
-    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:10]
+    top = by_total_time(events, 60)[:10]
     return [{"name": n, "per_step": len(d) / steps, "us_per_step": sum(d) / steps} for n, d in top]
 
 
 def summarize(events: list[dict], steps: int, wall_s: float) -> dict:
-    by_name: dict[str, list[float]] = {}
-    for e in events:
-        by_name.setdefault(e["name"][:120], []).append(e["dur"])
     spans = sorted((e["ts"], e["ts"] + e["dur"], e["name"][:80]) for e in events)
     busy, end, last = 0.0, -1e30, ""
     gaps: list[tuple[float, str, str]] = []  # idle device time between events: (us, the event before, the one after)
@@ -95,7 +97,7 @@ def summarize(events: list[dict], steps: int, wall_s: float) -> dict:
         if b > end:
             busy += b - max(a, end)
             end, last = b, name
-    top = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))
+    top = by_total_time(events, 120)
     return {
         "wall_us_per_step": wall_s * 1e6,
         "gpu_busy_us_per_step": busy / steps,
