@@ -151,12 +151,18 @@ def train_variants(steps: int) -> dict:
     return res
 
 
-def decode_variants(steps: int) -> dict:
+def smollm2_and_prompt() -> tuple:
+    """``models/llama.py`` (loaded as the benchmark's workers load it), SmolLM2-135M's config and a
+    128-token random prompt."""
     from llama_sides import load_llama_module
 
     llama = load_llama_module()
     cfg = llama.PRESETS["smollm2-135m"]
-    prompt = list(np.random.default_rng(0).integers(0, cfg.vocab_size, 128))
+    return llama, cfg, list(np.random.default_rng(0).integers(0, cfg.vocab_size, 128))
+
+
+def decode_variants(steps: int) -> dict:
+    llama, cfg, prompt = smollm2_and_prompt()
     res = {}
     for precision in ("fp32", "fp16"):
         for graph in (True, False):
@@ -186,11 +192,7 @@ def decode_variants(steps: int) -> dict:
 def prefill_variants(steps: int) -> dict:
     """The 128-token prefill replayed as a CUDA graph, fp16 and fp32, with q/k/v and gate/up merged into
     one product each (the default) and as separate products."""
-    from llama_sides import load_llama_module
-
-    llama = load_llama_module()
-    cfg = llama.PRESETS["smollm2-135m"]
-    prompt = list(np.random.default_rng(0).integers(0, cfg.vocab_size, 128))
+    llama, cfg, prompt = smollm2_and_prompt()
     res = {}
     for precision in ("fp16", "fp32"):
         for merge in (True, False):
