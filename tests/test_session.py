@@ -264,3 +264,28 @@ def test_training_leaves_the_callers_parameter_arrays_unchanged():
         s.step()
     assert not np.allclose(s.read_param("w"), 0.5)
     np.testing.assert_array_equal(given["w"], np.full((4, 2), 0.5, np.float32))
+
+
+def test_share_buffers_binds_each_pairs_matching_parameters_and_keeps_them_shared():
+    def two_layer(width: int) -> Graph:  # w2's shape depends on width: only w1 and b1 match across widths
+        g = Graph()
+        x = g.input("x", [4, 6])
+        h = g.relu(g.bias_add(g.matmul(x, g.parameter("w1", [6, 5])), g.parameter("b1", [5])))
+        g.set_outputs([g.matmul(h, g.parameter("w2", [5, width]))])
+        return g
+
+    a, b, c = (build_inference_session(two_layer(w)) for w in (3, 3, 2))
+    assert sorted(b.share_buffers(a)) == ["b1", "w1", "w2"]
+    assert sorted(b.share_buffers(a)) == ["b1", "w1", "w2"]  # again: the same names
+    assert sorted(c.share_buffers(a)) == ["b1", "w1"]  # another pair: its own names
+    assert c.share_buffers(a, parameters=False) == []  # no state in an MLP
+    rng = np.random.default_rng(1)
+    w1 = rng.normal(size=(6, 5)).astype(np.float32)
+    a.set_parameter("w1", w1)
+    for s in (b, c):
+        np.testing.assert_array_equal(s.read_param("w1"), w1)
+    x = rng.normal(size=(4, 6)).astype(np.float32)
+    for s in (a, b):
+        s.set_input("x", x)
+        s.step()
+    np.testing.assert_array_equal(a.read_output_by_index(0), b.read_output_by_index(0))

@@ -29,7 +29,8 @@ import numpy as np
 from ..graph import Graph
 from ..ir import TensorType
 from ..runtime.safetensors_file import read_header
-from ..runtime.session import Session, parameter_array
+from ..runtime.session import Session
+from ..runtime.values import parameter_array
 
 TIED = {"lm_head.weight": "model.embed_tokens.weight"}
 """Parameter -> checkpoint tensor it falls back to when the checkpoint lacks it (tied weights)."""

@@ -53,8 +53,8 @@ from . import custom_ops
 from .checkpoint import Checkpoint, check_compatible, load_checkpoint, save_checkpoint
 from .ort_session import providers_for
 from .positions import PositionChecks, position_rules, skip_kernel_position_checks
-from .session import NUMPY, host_array
 from .training import DEFAULT_HYPER, compile_program
+from .values import NUMPY, host_array
 
 FLAT = "grads.flat"
 INSTALL_HINT = (

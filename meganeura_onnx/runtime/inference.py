@@ -14,7 +14,8 @@ from ..transforms.rewrite import optimize as optimize_graph
 from .custom_ops import custom_op_library
 from .half import check_precision
 from .positions import position_rules, upload_limits
-from .session import NUMPY, Session, checked_parameters
+from .session import Session
+from .values import NUMPY, checked_parameters
 
 
 def position_limits(graph: Graph) -> dict[str, int]:

@@ -35,7 +35,7 @@ import numpy as np
 from ..ir import DType, GraphCore, TensorType
 from ..training_artifacts import AdamWConfig, generate_training_artifacts, import_ort_training, patch_adamw
 from .ort_checkpoint import OrtCheckpoint, read_ort_checkpoint, write_ort_checkpoint
-from .session import NUMPY, host_array
+from .values import NUMPY, host_array
 
 
 class OrtTrainingSession:

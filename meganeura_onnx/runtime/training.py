@@ -48,7 +48,8 @@ from .liveness import recompute_late_reads, reorder_for_memory
 from .positions import position_rules
 from .safetensors_file import write_atomic
 from .schedules import LossScaler
-from .session import Session, checked_parameters, parameter_array
+from .session import Session
+from .values import checked_parameters, parameter_array
 
 DEFAULT_HYPER = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 0.01, "max_grad_norm": 1.0}
 CACHE_FORMAT = "meganeura-train-model-5"  # 5: Concat recomputed; 4: RMSNormGrad with dweight, reshapes folded; 3: memory-aware order, SwiGLU recomputed
