@@ -115,9 +115,10 @@ def stamp() -> dict:
 
 
 def report(result: dict, out: Path | None) -> dict:
-    """Prints ``result`` as JSON and writes it to ``out`` when given; returns it."""
+    """Writes ``result`` as JSON to ``out`` when given, then prints it (written first: a closed
+    stdout, e.g. ``| head``, must not lose the file); returns it."""
     text = json.dumps(result, indent=2)
-    print(text)
     if out:
         Path(out).write_text(text + "\n")
+    print(text)
     return result
