@@ -5,7 +5,9 @@
 //   RMSNormGrad     RMSNorm's dx per row, 1/rms recomputed in float32, and the weight's gradient
 //                   (a float32 sum over the rows): one pass over x and dy;
 //   RopeCacheWrite  rotate the new key rows and write them into the KV cache in place, one pass
-//                   instead of Rope + CacheWrite (the rotated rows never go through memory).
+//                   instead of Rope + CacheWrite (the rotated rows never go through memory);
+//   AddRMSNorm      a residual add and the RMSNorm after it in one pass over the rows (a prefill's
+//                   Gemm then needs no C input, which ORT's CUDA Gemm copies into its output first).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -56,6 +58,35 @@ OrtStatus* CheckRMSNormGrad(const Tensor& x, const Tensor& weight, const Tensor&
   if (dy.shape != x.shape)
     return MN_INVALID("RMSNormGrad: dy must have the shape of x %s, got %s", ShapeStr(x.shape).c_str(), ShapeStr(dy.shape).c_str());
   return nullptr;
+}
+
+OrtStatus* ReadAddRMSNormAttrs(const OrtKernelInfo* info, float* epsilon) {
+  MN_RETURN_IF(AttrFloat(info, "AddRMSNorm", "epsilon", epsilon, nullptr));
+  if (!(*epsilon > 0.0f) || !std::isfinite(*epsilon))
+    return MN_INVALID("AddRMSNorm: attribute epsilon must be a positive finite number, got %g", (double)*epsilon);
+  return nullptr;
+}
+
+OrtStatus* CheckAddRMSNorm(const Tensor& x, const Tensor& residual, const Tensor& weight) {
+  MN_RETURN_IF(CheckFloatTensor("AddRMSNorm", "x", x, 2));
+  MN_RETURN_IF(CheckTensor("AddRMSNorm", "residual", residual, x.type, 2));
+  MN_RETURN_IF(CheckTensor("AddRMSNorm", "weight", weight, x.type, 1));
+  if (residual.shape != x.shape)
+    return MN_INVALID("AddRMSNorm: residual must have the shape of x %s, got %s", ShapeStr(x.shape).c_str(),
+                      ShapeStr(residual.shape).c_str());
+  if (weight.shape[0] != x.shape[1])
+    return MN_INVALID("AddRMSNorm: weight must have shape [%lld] for x %s, got %s", (long long)x.shape[1], ShapeStr(x.shape).c_str(),
+                      ShapeStr(weight.shape).c_str());
+  return nullptr;
+}
+
+OrtStatus* AddRMSNormArgs(OrtKernelContext* ctx, Tensor* x, Tensor* residual, Tensor* weight, void** y, void** sum) {
+  MN_RETURN_IF(GetInput(ctx, 0, x));
+  MN_RETURN_IF(GetInput(ctx, 1, residual));
+  MN_RETURN_IF(GetInput(ctx, 2, weight));
+  MN_RETURN_IF(CheckAddRMSNorm(*x, *residual, *weight));
+  MN_RETURN_IF(GetOutput(ctx, 0, x->shape, y));
+  return GetOutput(ctx, 1, x->shape, sum);
 }
 
 OrtStatus* ReadRopeCacheWriteAttrs(const OrtKernelInfo* info, RopeCacheWriteAttrs* a) {
@@ -346,6 +377,59 @@ class RMSNormGradCpu : public Kernel {
   float eps_;
 };
 
+// Per row: s = x + residual in float32, rounded to T (the output sum), read back widened; r = 1 / sqrt(mean(s^2) +
+// eps); y = s * r * weight rounded to T. Rows in chunks over the thread pool; a chunk's half rows go through
+// float32 buffers of its own.
+class AddRMSNormCpu : public Kernel {
+ public:
+  explicit AddRMSNormCpu(float eps) : eps_(eps) {}
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    float eps = 0.0f;
+    MN_RETURN_IF(ReadAddRMSNormAttrs(info, &eps));
+    *out = new AddRMSNormCpu(eps);
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor x, res, w;
+    void *y = nullptr, *sum = nullptr;
+    MN_RETURN_IF(AddRMSNormArgs(ctx, &x, &res, &w, &y, &sum));
+    const int64_t rows = x.shape[0], n = x.shape[1];
+    if (rows == 0 || n == 0) return nullptr;  // empty outputs
+    return DispatchFloat(x.type, [&](auto tag) {
+      using T = decltype(tag);
+      const T *xs = static_cast<const T*>(x.data), *rs = static_cast<const T*>(res.data);
+      T *ys = static_cast<T*>(y), *ss = static_cast<T*>(sum);
+      std::vector<float> wf(n);
+      ToFloatRow(static_cast<const T*>(w.data), wf.data(), n);
+      Chunks ch(rows, std::max<int64_t>(1, 4096 / n), 256);
+      return ParallelFor(ctx, ch.count, [&](size_t c) {
+        std::vector<float> buf(3 * n);
+        for (int64_t r = ch.begin(c); r < ch.end(c); ++r) Row(xs + r * n, rs + r * n, wf.data(), ys + r * n, ss + r * n, n, buf.data());
+      });
+    });
+  }
+
+ private:
+  template <class T>
+  void Row(const T* x, const T* res, const float* w, T* y, T* sum, int64_t n, float* buf) const {
+    float *a = buf, *b = buf + n, *out = buf + 2 * n;
+    ToFloatRow(x, a, n);
+    ToFloatRow(res, b, n);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+    FromFloatRow(a, sum, n);
+    ToFloatRow(sum, a, n);  // the norm reads the sum as stored (a no-op round trip for float)
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t i = 0; i < n; ++i) ss += a[i] * a[i];
+    const float r = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps_);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = a[i] * r * w[i];
+    FromFloatRow(out, y, n);
+  }
+  float eps_;
+};
+
 class RopeCacheWriteCpu : public RopeCacheWriteKernel {
  public:
   explicit RopeCacheWriteCpu(const RopeCacheWriteAttrs& a) : RopeCacheWriteKernel(a) {}
@@ -399,6 +483,7 @@ void AddCpuFusedOps(std::vector<OpDef*>* ops) {
     ops->push_back(new OpDef("SwiGLUGrad", ep, {T, T, T}, {T, T}, {false, false, false}, {false, false, false}, SwiGLUGradCpu::Create, 0));
     ops->push_back(new OpDef("RopeCacheWrite", ep, {T, T, ANY}, {T}, {false, false, false}, {false, false, false},
                              RopeCacheWriteCpu::Create, 1, /*cache_inplace=*/true));
+    ops->push_back(new OpDef("AddRMSNorm", ep, {T, T, T}, {T, T}, {false, false, false}, {false, false, false}, AddRMSNormCpu::Create, 0));
   }
 }
 

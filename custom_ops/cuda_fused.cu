@@ -1,4 +1,4 @@
-// CUDA kernels of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad and RopeCacheWrite; called through cuda_fused.h.
+// CUDA kernels of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad, RopeCacheWrite and AddRMSNorm; called through cuda_fused.h.
 // Templated over the element type (float, __half, __nv_bfloat16: Elem<T> of cuda_common.cuh), float32 math.
 #include "cuda_common.cuh"
 #include "cuda_fused.h"
@@ -126,6 +126,37 @@ __global__ void __launch_bounds__(256) RMSNormGradColumns(const float* __restric
   }
 }
 
+// AddRMSNorm, a block of kRmsThreads per row (grid-stride over the rows, so the loop count is the same for
+// every thread of a block and BlockSum2's barriers are reached by all): thread t adds the columns t, t +
+// kRmsThreads, ... in float32, stores the sum rounded to T and sums the squares of the rounded values; then
+// recomputes the same rounded sums (the second read of the row hits L1/L2) for y = s * r * w.
+template <class T>
+__device__ __forceinline__ float RoundedSum(const T* x, const T* res, int64_t i, T* stored) {
+  const T s = Elem<T>::FromF(Elem<T>::ToF(x[i]) + Elem<T>::ToF(res[i]));
+  if (stored != nullptr) *stored = s;
+  return Elem<T>::ToF(s);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kRmsThreads)
+    AddRMSNormKernel(const T* __restrict__ x, const T* __restrict__ res, const T* __restrict__ w, T* __restrict__ y, T* __restrict__ sum,
+                     int64_t rows, int64_t n, float eps) {
+  const float inv_n = 1.0f / static_cast<float>(n);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xr = x + row * n;
+    const T* rr = res + row * n;
+    T* sr = sum + row * n;
+    float2 ss = make_float2(0.0f, 0.0f);
+    for (int64_t i = threadIdx.x; i < n; i += kRmsThreads) {
+      const float s = RoundedSum(xr, rr, i, sr + i);
+      ss.x += s * s;
+    }
+    const float r = rsqrtf(BlockSum2(ss).x * inv_n + eps);
+    T* yr = y + row * n;
+    for (int64_t i = threadIdx.x; i < n; i += kRmsThreads) yr[i] = Elem<T>::FromF(RoundedSum<T>(xr, rr, i, nullptr) * r * Elem<T>::ToF(w[i]));
+  }
+}
+
 struct FusedInvFreq {
   float v[MN_ROPE_MAX_HALF];
 };
@@ -196,6 +227,14 @@ int RMSNormGrad(const void* x, const void* w, const void* dy, void* dx, float* d
 }
 
 template <class T>
+int AddRMSNorm(const void* x, const void* res, const void* w, void* y, void* sum, int64_t rows, int64_t n, float eps, cudaStream_t s) {
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
+  AddRMSNormKernel<T><<<blocks, kRmsThreads, 0, s>>>(static_cast<const T*>(x), static_cast<const T*>(res), static_cast<const T*>(w),
+                                                     static_cast<T*>(y), static_cast<T*>(sum), rows, n, eps);
+  return cudaGetLastError();
+}
+
+template <class T>
 int RopeCacheWrite(const void* new_rows, const void* cache, void* out, int64_t rows, int64_t dim, int64_t max_seq, int64_t head_dim,
                    const float* inv_freq, MnPos kv_pos, cudaStream_t s) {
   cudaError_t e = cudaSuccess;
@@ -240,6 +279,16 @@ int mn_cuda_rms_norm_grad(int dtype, const void* x, const void* w, const void* d
   if (dtype == MN_F16) return RMSNormGrad<__half>(x, w, dy, dx, dw, rows, n, eps, s);
   if (dtype == MN_BF16) return RMSNormGrad<__nv_bfloat16>(x, w, dy, dx, dw, rows, n, eps, s);
   return RMSNormGrad<float>(x, w, dy, dx, dw, rows, n, eps, s);
+}
+
+int mn_cuda_add_rms_norm(int dtype, const void* x, const void* residual, const void* w, void* y, void* sum, int64_t rows, int64_t n,
+                         float eps, void* stream) {
+  if (rows <= 0 || n <= 0) return 0;  // empty outputs
+  if (int e = UseDeviceOf(y)) return e;
+  cudaStream_t s = S(stream);
+  if (dtype == MN_F16) return AddRMSNorm<__half>(x, residual, w, y, sum, rows, n, eps, s);
+  if (dtype == MN_BF16) return AddRMSNorm<__nv_bfloat16>(x, residual, w, y, sum, rows, n, eps, s);
+  return AddRMSNorm<float>(x, residual, w, y, sum, rows, n, eps, s);
 }
 
 int mn_cuda_rope_cache_write(int dtype, const void* new_rows, const void* cache, void* out, int64_t T, int64_t dim, int64_t max_seq,

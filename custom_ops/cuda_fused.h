@@ -25,6 +25,12 @@ int mn_cuda_swiglu_grad(int dtype, const void* gate, const void* up, const void*
 int mn_cuda_rms_norm_grad(int dtype, const void* x, const void* w, const void* dy, void* dx, float* dw, int64_t rows, int64_t n,
                           float eps, void* stream);
 
+// Per row of x [rows, n] (residual [rows, n], w [n]): sum = x + residual added in float32 and rounded to the element
+// type, y = s * r * w with s that rounded sum widened to float32 and r = 1 / sqrt(mean(s^2) + eps) (float32 math),
+// rounded once. A block per row (grid-stride over rows: any row count); no allocation, no host sync.
+int mn_cuda_add_rms_norm(int dtype, const void* x, const void* residual, const void* w, void* y, void* sum, int64_t rows, int64_t n,
+                         float eps, void* stream);
+
 // out = cache [max_seq, dim] with rows [kv_pos, kv_pos + T) = rotate-half RoPE of new_rows [T, dim] (row r
 // at position kv_pos + r, head_dim wide heads, inv_freq: hd/2 host values); copies the cache first when
 // out != cache. kv_pos < 0 or kv_pos + T > max_seq: nothing is written (out == cache, untouched), as CacheWrite.

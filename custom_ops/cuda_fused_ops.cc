@@ -1,4 +1,4 @@
-// CUDAExecutionProvider registrations of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad (dx and dweight) and RopeCacheWrite (ORT API
+// CUDAExecutionProvider registrations of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad (dx and dweight), AddRMSNorm and RopeCacheWrite (ORT API
 // code only; the kernels are in cuda_fused.cu). kv_pos is in device memory and read by the kernel; it is
 // read back and checked here as on the CPU unless check_positions = 0 or under CUDA-graph capture (see
 // cuda_ops.cc).
@@ -78,6 +78,28 @@ class RMSNormGradCuda : public Kernel {
   float eps_;
 };
 
+class AddRMSNormCuda : public Kernel {
+ public:
+  explicit AddRMSNormCuda(float eps) : eps_(eps) {}
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    float eps = 0.0f;
+    MN_RETURN_IF(ReadAddRMSNormAttrs(info, &eps));
+    *out = new AddRMSNormCuda(eps);
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {  // no allocation, no host sync: capturable in a CUDA graph
+    Tensor x, res, w;
+    void *y = nullptr, *sum = nullptr;
+    MN_RETURN_IF(AddRMSNormArgs(ctx, &x, &res, &w, &y, &sum));
+    void* stream = nullptr;
+    MN_RETURN_IF(Stream(ctx, &stream));
+    return Cuda("AddRMSNorm", mn_cuda_add_rms_norm(DType(x.type), x.data, res.data, w.data, y, sum, x.shape[0], x.shape[1], eps_, stream));
+  }
+
+ private:
+  float eps_;
+};
+
 class RopeCacheWriteCuda : public RopeCacheWriteKernel {
  public:
   explicit RopeCacheWriteCuda(const RopeCacheWriteAttrs& a) : RopeCacheWriteKernel(a) {}
@@ -110,6 +132,7 @@ void AddCudaFusedOps(std::vector<OpDef*>* ops) {
     ops->push_back(new OpDef("SwiGLUGrad", ep, {T, T, T}, {T, T}, {false, false, false}, {false, false, false}, SwiGLUGradCuda::Create, 0));
     ops->push_back(new OpDef("RopeCacheWrite", ep, {T, T, ANY}, {T}, {false, false, false}, {false, false, false},
                              RopeCacheWriteCuda::Create, 1, /*cache_inplace=*/true));
+    ops->push_back(new OpDef("AddRMSNorm", ep, {T, T, T}, {T, T}, {false, false, false}, {false, false, false}, AddRMSNormCuda::Create, 0));
   }
 }
 

@@ -1,4 +1,4 @@
-// Fused decode-layer ops (SwiGLU, SwiGLUGrad, RMSNormGrad, RopeCacheWrite): attribute reading, input checks and the
+// Fused decode-layer ops (SwiGLU, SwiGLUGrad, RMSNormGrad, RopeCacheWrite, AddRMSNorm): attribute reading, input checks and the
 // kernels' input/output handling shared by the CPU kernels (cpu_fused.cc) and the CUDA glue (cuda_fused_ops.cc).
 #pragma once
 
@@ -28,6 +28,14 @@ inline OrtStatus* RMSNormGradWeightOutput(OrtKernelContext* ctx, const std::vect
   *dw = static_cast<float*>(p);
   return nullptr;
 }
+
+// AddRMSNorm: y = rms_norm(sum) * weight and sum = x + residual per row of x [M, K] (residual [M, K], weight [K],
+// one float type): the sum is added in float32 and rounded once to the element type, the norm reads that rounded
+// sum widened to float32 (a residual add in the model's dtype, then the norm in float32), y rounds once; attribute
+// epsilon > 0. Inputs checked, outputs y (0) and sum (1) of x's shape allocated.
+OrtStatus* ReadAddRMSNormAttrs(const OrtKernelInfo* info, float* epsilon);
+OrtStatus* CheckAddRMSNorm(const Tensor& x, const Tensor& residual, const Tensor& weight);
+OrtStatus* AddRMSNormArgs(OrtKernelContext* ctx, Tensor* x, Tensor* residual, Tensor* weight, void** y, void** sum);
 
 // RopeCacheWrite: the cache with rows [kv_pos, kv_pos + T) = rotate-half RoPE of new_kv's rows at
 // positions kv_pos + r (what Rope(offset_dyn = kv_pos) followed by CacheWrite does, in one pass).

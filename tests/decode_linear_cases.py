@@ -1,5 +1,6 @@
-"""Cases, float64 references and one-node models of RMSNormLinear / RMSNormSwiGLU / LinearResidual, shared
-by the CPU and the CUDA kernel tests (``test_decode_linear_kernels.py``, ``test_decode_linear_gpu.py``)."""
+"""Cases, float64 references and one-node models of RMSNormLinear / RMSNormSwiGLU / LinearResidual / AddRMSNorm,
+shared by the CPU and the CUDA kernel tests (``test_decode_linear_kernels.py``, ``test_decode_linear_gpu.py``,
+``test_add_rms_norm_kernels.py``, ``test_add_rms_norm_gpu.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ import kernel_cases as kc
 import numpy as np
 from onnx import TensorProto, helper
 
-from meganeura_onnx.ops.decode_linear import linear_residual_function, overload, rms_norm_linear_function, rms_norm_swiglu_function
+from meganeura_onnx.ops.decode_linear import (
+    add_rms_norm_function,
+    linear_residual_function,
+    overload,
+    rms_norm_linear_function,
+    rms_norm_swiglu_function,
+)
 
 EPS = 1e-5
 ONNX_TYPE = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16, kc.BFLOAT16: TensorProto.BFLOAT16}
@@ -33,6 +40,9 @@ RESIDUAL = [
     (1, 1536, 576, False),
     (4, 150, 2090, False),
 ]
+
+# (M, K) of AddRMSNorm: one row, odd widths, a prefill of SmolLM2-135M (128 rows of 576), a wide row
+ADD_NORM = [(1, 8), (3, 17), (7, 33), (128, 576), (5, 1000), (2, 4099)]
 
 
 def weights(rng, m: int, k: int, widths, trans_b: bool) -> dict[str, np.ndarray]:
@@ -61,6 +71,36 @@ def residual_ref(inputs: dict[str, np.ndarray], trans_b: bool) -> np.ndarray:
     """float64: residual + x @ w^T (x @ w without trans_b)."""
     x, w, r = (inputs[k].astype(np.float64) for k in ("x", "w", "residual"))
     return r + x @ (w.T if trans_b else w)
+
+
+def add_norm_inputs(rng, m: int, k: int) -> dict[str, np.ndarray]:
+    """x and residual [M, K] (the residual an order larger, as a residual stream is), gamma [K], float32."""
+    return {
+        "x": rng.standard_normal((m, k)).astype(np.float32),
+        "residual": (4 * rng.standard_normal((m, k))).astype(np.float32),
+        "gamma": rng.uniform(0.5, 1.5, k).astype(np.float32),
+    }
+
+
+def add_norm_ref(inputs: dict[str, np.ndarray], dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """(y, sum) of AddRMSNorm on the inputs rounded to ``dtype``: the sum added in float32 and rounded once to
+    ``dtype`` (exact: compared bit for bit), the norm in float64 on that rounded sum."""
+    x, r, g = (inputs[k].astype(dtype).astype(np.float32) for k in ("x", "residual", "gamma"))
+    s = (x + r).astype(dtype).astype(np.float64)
+    y = s / np.sqrt(np.mean(s * s, axis=1, keepdims=True) + EPS) * g.astype(np.float64)
+    return y, s.astype(np.float32)
+
+
+def add_norm_model(inputs: dict[str, np.ndarray], *, dtype=np.float32, with_function: bool = True) -> bytes:
+    """A one-node AddRMSNorm model (inputs x, residual, gamma; outputs y, sum) in ``dtype``."""
+    elem = ONNX_TYPE[np.dtype(dtype)]
+    node = helper.make_node("AddRMSNorm", ["x", "residual", "gamma"], ["y", "sum"], domain=kc.DOMAIN, epsilon=EPS)
+    vis = [helper.make_tensor_value_info(k, elem, list(inputs[k].shape)) for k in ("x", "residual", "gamma")]
+    graph = helper.make_graph([node], "test_AddRMSNorm", vis, [helper.make_tensor_value_info(o, elem, None) for o in ("y", "sum")])
+    fns = [add_rms_norm_function(kc.OPSET)] if with_function else []
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", kc.OPSET), helper.make_opsetid(kc.DOMAIN, 1)], functions=fns)
+    m.ir_version = 10
+    return m.SerializeToString()
 
 
 def swiglu_ref(inputs: dict[str, np.ndarray], trans_b: bool) -> np.ndarray:

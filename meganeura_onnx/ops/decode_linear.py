@@ -11,7 +11,10 @@ one ``com.meganeura.RMSNormSwiGLU`` node instead of a norm, two products and ``S
 ``linear_residual`` is the GEMV without a norm and with the residual add as its epilogue:
 ``residual + x @ w^T`` (``trans_b``) or ``residual + x @ w``, one ``com.meganeura.LinearResidual``
 node where the residual stream of a LLaMA layer otherwise takes ``Gemm`` with a full-size C input
-(which ONNX Runtime's CUDA Gemm first copies into its output: two kernels).
+(which ONNX Runtime's CUDA Gemm first copies into its output: two kernels). ``add_rms_norm`` is the
+prefill's counterpart, the residual add fused into the norm after it: ``sum = x + residual`` and
+``y = rms_norm(sum) * weight``, one ``com.meganeura.AddRMSNorm`` node with two outputs where a prefill
+layer otherwise runs the C copy of ``Gemm``, the norm and (in half) a ``Cast`` of its output.
 
 The Graph IR has one output per node, so ``rms_norm_linear`` is one IR node per projection with an
 ``index`` attribute (which output), all sharing their inputs; the lowering emits the single ONNX node
@@ -23,10 +26,13 @@ Numerics (every op, every element type): float32 math. ``r = 1 / sqrt(mean(x^2) 
 the normalised row ``x * r * weight`` is kept in float32 (Hugging Face's LlamaRMSNorm rounds it to the
 input type before the weight multiply and the projection: in float32 that is the same), the products
 accumulate in float32 and round once to the output type (``linear_residual``: the residual is added in
-float32 before that one rounding).
+float32 before that one rounding). ``add_rms_norm`` rounds the float32 sum once to the element type (its
+output ``sum``) and normalises that rounded sum, widened to float32, as Hugging Face does (the residual
+add in the model's dtype, the norm in float32); ``y`` rounds once.
 
-None of them has a gradient: the graph pass that introduces them (``transforms.decode_fusion``) runs
-on inference graphs only, and only where the row count is a small static number (a decode step).
+None of them has a gradient: the graph passes that introduce them (``transforms.decode_fusion``,
+``transforms.add_rms_norm_fusion``) run on inference graphs only, the decode fusions only where the row
+count is a small static number (a decode step), ``add_rms_norm`` only where it is not (a prefill).
 """
 
 from __future__ import annotations
@@ -89,6 +95,21 @@ linear_residual = op(
 )
 
 
+add_rms_norm = op(
+    "add_rms_norm",
+    ("x", "residual", "weight"),
+    differentiable=False,
+    attrs=(EPS, int_attr("index", 0, 1, doc="which output this node is: 0 the normalised rows y, 1 the sum x + residual")),
+    custom=CustomOp(
+        "AddRMSNorm",
+        (TensorArg("x"), TensorArg("residual"), TensorArg("weight")),
+        (TensorArg("y"), TensorArg("sum")),
+        (ONNX_ATTRS[0],),
+    ),
+    half_types=HALF,
+)
+
+
 def _projection(name: str, x: TensorType, w: TensorType, arg: str, trans_b: bool) -> TensorType:
     """The ``[M, N]`` product of normalised x ``[M, K]`` with ``w`` (``[N, K]`` with trans_b, else ``[K, N]``)."""
     rank(name, w, 2, arg)
@@ -131,6 +152,14 @@ def _(x: TensorType, w: TensorType, residual: TensorType, *, trans_b: bool) -> T
     return out
 
 
+@add_rms_norm.shape
+def _(x: TensorType, residual: TensorType, weight: TensorType, *, eps: float, index: int) -> TensorType:
+    name = "add_rms_norm"
+    _norm_input(name, x, weight)
+    require(residual.shape == x.shape, name, f"residual must have the shape of x {list(x.shape)}, got {list(residual.shape)}")
+    return x
+
+
 def rms_norm_ref(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + x.dtype.type(eps)) * weight
 
@@ -154,6 +183,12 @@ def _(x, weight, w_gate, w_up, *, eps, trans_b):
 @linear_residual.numpy
 def _(x, w, residual, *, trans_b):
     return (residual + _product(x, w, trans_b)).astype(x.dtype)
+
+
+@add_rms_norm.numpy
+def _(x, residual, weight, *, eps, index):
+    s = (x + residual).astype(x.dtype)  # the sum rounded to the element type, then normalised
+    return s if index == 1 else rms_norm_ref(s, weight, eps).astype(x.dtype)
 
 
 # -- function bodies (what runs without our kernel library) ---------------------------------------------
@@ -202,6 +237,15 @@ def linear_residual_function(opset: int):
     return function_body(linear_residual.custom, lambda ctx, x, w, residual: _gemm(ctx, x, w, residual), opset)
 
 
+@add_rms_norm.function_body
+def add_rms_norm_function(opset: int):
+    def body(ctx, x, residual, weight):
+        s = ctx.op("Add", x, residual)
+        return [_normalized(ctx, s, weight), s]
+
+    return function_body(add_rms_norm.custom, body, opset)
+
+
 def _onnx_attrs(node) -> dict:
     return {"epsilon": float(node.attrs["eps"]), "trans_b": int(bool(node.attrs["trans_b"]))}
 
@@ -228,6 +272,15 @@ def _(ctx, node, x, weight, w_gate, w_up):
 def _(ctx, node, x, w, residual):
     ctx.use_function(linear_residual_function(ctx.opset))
     return ctx.op("LinearResidual", x, w, residual, domain=CUSTOM_DOMAIN, trans_b=int(bool(node.attrs["trans_b"])))
+
+
+@add_rms_norm.onnx
+def _(ctx, node, x, residual, weight):
+    def emit():
+        ctx.use_function(add_rms_norm_function(ctx.opset))
+        return ctx.op("AddRMSNorm", x, residual, weight, domain=CUSTOM_DOMAIN, outputs=2, epsilon=float(node.attrs["eps"]))
+
+    return ctx.shared_node(("AddRMSNorm", x, residual, weight, node.attrs["eps"]), emit)[node.attrs["index"]]
 
 
 def _weight(g, f, name, k, n, trans_b):
@@ -266,6 +319,14 @@ def _ex_residual(g, f, m, k, n, trans_b):
 examples(linear_residual, _ex_residual, {"m": 1, "k": 8, "n": 6, "trans_b": True}, {"m": 3, "k": 5, "n": 7, "trans_b": False})
 
 
+def _ex_add_norm(g, f, m, k, index):
+    x, residual = f.param(g, "x", [m, k], -2, 2), f.param(g, "residual", [m, k], -2, 2)
+    return g.apply("add_rms_norm", x, residual, f.param(g, "weight", [k], 0.5, 1.5), eps=1e-5, index=index)
+
+
+examples(add_rms_norm, _ex_add_norm, {"m": 3, "k": 8, "index": 0}, {"m": 5, "k": 7, "index": 1}, {"m": 1, "k": 16, "index": 0})
+
+
 class DecodeLinearBuilders:
     def rms_norm_linear(self, x: NodeId, weight: NodeId, ws: list[NodeId], eps: float, trans_b: bool = True) -> list[NodeId]:
         """``[rms_norm(x, weight, eps) @ w.T for w in ws]`` (``@ w`` without ``trans_b``) in one kernel:
@@ -281,3 +342,9 @@ class DecodeLinearBuilders:
         """``residual + x @ w.T`` (``+ x @ w`` without ``trans_b``) in one kernel: x ``[M, K]``, w ``[N, K]``
         (``[K, N]``), residual ``[M, N]`` -> ``[M, N]``."""
         return self.apply("linear_residual", x, w, residual, trans_b=trans_b)
+
+    def add_rms_norm(self, x: NodeId, residual: NodeId, weight: NodeId, eps: float) -> tuple[NodeId, NodeId]:
+        """``(rms_norm(s, weight, eps), s)`` with ``s = x + residual`` in one kernel: x and residual ``[M, K]``,
+        weight ``[K]``; two ``[M, K]`` nodes (the normalised rows, then the sum)."""
+        y, s = (self.apply("add_rms_norm", x, residual, weight, eps=eps, index=i) for i in (0, 1))
+        return y, s

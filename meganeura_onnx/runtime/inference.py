@@ -110,7 +110,9 @@ def _optimized(graph: Graph, device: str, merge_projections: bool, decode_layer:
     the products unless ``decode_layer=True`` asks for the layers, which those fusions make (``LlamaRunner``
     does where our library is loaded: the CPU DecodeLayer runs a layer's loops on one team of threads). The rope + cache
     writes + attention fusion pays on the CPU too when our kernel runs it (one node for four: less ORT
-    dispatch and thread-pool work per layer); without the library it stays unfused."""
+    dispatch and thread-pool work per layer); without the library it stays unfused. A prefill's residual
+    add + RMSNorm as one ``AddRMSNorm`` (:mod:`meganeura_onnx.transforms.add_rms_norm_fusion`): on CUDA,
+    where it saves the launches of Gemm's C copy and of the norm's half Cast."""
     fused = device == "cuda" or decode_layer is True
     layers = fused if decode_layer is None else decode_layer
     on_cpu = device == "cpu" and providers is None
@@ -122,6 +124,7 @@ def _optimized(graph: Graph, device: str, merge_projections: bool, decode_layer:
         rope_attention=rope_attention,
         merge_projections=merge_projections,
         decode_layer=layers,
+        add_rms_norm=device == "cuda",
     )
 
 

@@ -22,7 +22,8 @@ higher than the input graph's.
 
 Then plain passes: products sharing their left operand become one product and a split
 (:mod:`.merge_projections`; stages ``"forward"`` and ``"inference"``), and with ``stage="inference"``
-the decode-step fusion of RMSNorm into its projections follows (:mod:`.decode_fusion`, a plain pass:
+a prefill's residual ``gemm`` and the RMSNorm after it become a plain product and one ``add_rms_norm``
+(:mod:`.add_rms_norm_fusion`), the decode-step fusion of RMSNorm into its projections follows (:mod:`.decode_fusion`, a plain pass:
 its q/k/v group is one node with three outputs), then those of rope and the cache writes into the
 attention (:mod:`.rope_attention_fusion`) and of each whole decoder layer into one node
 (:mod:`.decode_layer_fusion`).
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 from ..graph import Graph
 from ..ir import DType, Node, TensorType, postorder, reachable
 from ..ops import OPS
+from .add_rms_norm_fusion import fuse_add_rms_norms
 from .decode_fusion import DECODE_ROWS_MAX, fuse_norm_projections
 from .decode_layer_fusion import fuse_decode_layers
 from .egraph import ENode, Limits, Saturated, saturate, table_rules
@@ -257,6 +259,7 @@ def optimize(
     rope_attention: bool | None = None,
     merge_projections: bool = True,
     decode_layer: bool | None = None,
+    add_rms_norm: bool | None = None,
 ) -> tuple[Graph, OptimizeReport]:
     """A new graph with the op table's rewrites applied, and the report. ``graph`` is not modified; it is
     returned itself when no rule matched or extraction finds nothing cheaper. Node counts in the
@@ -268,7 +271,10 @@ def optimize(
     (:mod:`.decode_layer_fusion`). ``merge_projections`` (default True; stages
     ``"forward"`` and ``"inference"``) runs products that share their left operand as one product
     against their concatenated weights (:mod:`.merge_projections`; at inference only products of
-    more than ``DECODE_ROWS_MAX`` rows or of symbolic rows, so decode steps stay as they are)."""
+    more than ``DECODE_ROWS_MAX`` rows or of symbolic rows, so decode steps stay as they are).
+    ``add_rms_norm`` (default: as ``decode_fusion``; ``stage="inference"``): each residual ``gemm`` of such
+    a prefill and the ``rms_norm`` reading it as a plain product and one ``add_rms_norm``
+    (:mod:`.add_rms_norm_fusion`)."""
     t0 = time.perf_counter()
     nodes = graph.nodes()
     if _state_writers_off_the_outputs(graph):  # already fused: a rebuild from the outputs would drop them
@@ -308,6 +314,9 @@ def optimize(
     if merge_projections and stage in MERGE_MIN_ROWS:  # before the decode fusions, which it leaves their small-row products
         out, merged = merge_products(out, min_rows=MERGE_MIN_ROWS[stage])
         ops_after = _after_pass(out, report, t0, {"merge_projections": merged}) if merged else ops_after
+    if stage == "inference" and (decode_fusion if add_rms_norm is None else add_rms_norm):  # prefills only, decode steps left as they are
+        out, made_norms = fuse_add_rms_norms(out)
+        ops_after = _after_pass(out, report, t0, {"fuse_add_rms_norm": made_norms}) if made_norms else ops_after
     if stage == "inference" and decode_fusion:  # norm + projections of a decode step: a plain pass (see decode_fusion)
         out, made = fuse_norm_projections(out)
         ops_after = _after_pass(out, report, t0, {f"fuse_{op}": k for op, k in made.items()}) if made else ops_after
