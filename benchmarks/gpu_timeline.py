@@ -189,16 +189,20 @@ def decode_variants(steps: int) -> dict:
     return res
 
 
+PREFILL_VARIANTS = {"": {}, "_separate_projections": {"merge_projections": False}, "_unfused_norm": {"add_rms_norm": False}}
+"""Prefill variants by tag suffix: the default (q/k/v and gate/up merged into one product each, each
+residual add + RMSNorm one ``AddRMSNorm``), separate products, and the adds and norms unfused."""
+
+
 def prefill_variants(steps: int) -> dict:
-    """The 128-token prefill replayed as a CUDA graph, fp16 and fp32, with q/k/v and gate/up merged into
-    one product each (the default) and as separate products."""
+    """The 128-token prefill replayed as a CUDA graph, fp16 and fp32, in each of :data:`PREFILL_VARIANTS`."""
     llama, cfg, prompt = smollm2_and_prompt()
     res = {}
     for precision in ("fp16", "fp32"):
-        for merge in (True, False):
-            kw = dict(max_seq=256, prefill_chunk=128, device="cuda", cuda_graph=True, precision=precision, merge_projections=merge)
+        for suffix, variant in PREFILL_VARIANTS.items():
+            kw = dict(max_seq=256, prefill_chunk=128, device="cuda", cuda_graph=True, precision=precision, **variant)
             runner = llama.LlamaRunner(cfg, None, **kw)
-            tag = f"prefill_{precision}_cuda_graph{'' if merge else '_separate_projections'}"
+            tag = f"prefill_{precision}_cuda_graph{suffix}"
             res[tag] = timeline(functools.partial(runner.prefill, prompt), steps, lambda: None)
             print(tag, {a: b for a, b in res[tag].items() if a != "kernels"}, flush=True)
             del runner

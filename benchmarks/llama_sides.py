@@ -103,6 +103,10 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
         if "merge_projections" not in inspect.signature(llama.LlamaRunner).parameters:
             raise NotAvailable("LlamaRunner takes no merge_projections= (products are never merged on this branch)")
         kw["merge_projections"] = False
+    if spec.get("unfused_norm"):
+        if "add_rms_norm" not in inspect.signature(llama.LlamaRunner).parameters:
+            raise NotAvailable("LlamaRunner takes no add_rms_norm= (no AddRMSNorm fusion on this branch)")
+        kw["add_rms_norm"] = False
     if spec.get("no_decode_layer"):
         if "decode_layer" not in inspect.signature(llama.LlamaRunner).parameters:
             raise NotAvailable("LlamaRunner takes no decode_layer= (no DecodeLayer fusion on this branch)")

@@ -259,6 +259,8 @@ class LlamaRunner:
     62-120). ``threads=1`` spends the least CPU per token (~50 ms, 48-58 ms wall). (The decode step
     as MatMul, ``decode_layer=False``.)
     ``merge_projections``: the prefill runs q/k/v and gate/up as one product each (``build_inference_session``).
+    ``add_rms_norm``: the prefill's residual adds and the RMSNorms after them as ``AddRMSNorm`` nodes (None:
+    on CUDA; ``build_inference_session``).
     ``decode_layer``: each decoder layer of the decode step as one ``DecodeLayer``; None (default): on
     CUDA, and on the CPU with our kernel library (its CPU kernel runs a layer's loops on one team of
     threads: no pool wake-up per product); False: MatMul (CPU) or five fused kernels per layer (CUDA).
@@ -284,6 +286,7 @@ class LlamaRunner:
         thread_spinning: bool = False,
         decode_layer: bool | None = None,
         merge_projections: bool = True,
+        add_rms_norm: bool | None = None,
     ) -> None:
         self.cfg, self.max_seq, self.device = cfg, int(max_seq), device
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
@@ -324,6 +327,7 @@ class LlamaRunner:
             session_config={"session.intra_op.allow_spinning": "1" if thread_spinning else "0"},
             session_options={} if threads is None else {"intra_op_num_threads": threads},
             merge_projections=merge_projections,
+            add_rms_norm=add_rms_norm,
         )
         # decode_layer: each decoder layer of the decode step as one DecodeLayer kernel (default: on CUDA, and on
         # the CPU with our kernel library).

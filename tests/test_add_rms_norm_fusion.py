@@ -141,3 +141,17 @@ def test_fp16_lowering_runs_the_fused_node_in_half_on_a_gemm_without_c_and_no_ca
         readers = [u.op_type for u in nodes if set(n.output) & set(u.input)]
         assert "Cast" not in readers, readers
     assert report.by_precision()["float16"]["com.meganeura.AddRMSNorm"] == 2 * LAYERS - 1
+
+
+@pytest.mark.skipif(LIB is None, reason="the CPU kernel library is not built (make kernels)")
+def test_llama_runner_add_rms_norm_option_fuses_the_prefill_and_keeps_its_tokens():
+    """``LlamaRunner(add_rms_norm=...)`` reaches the session builder: on the CPU (off by default) True fuses
+    the prefill's norms, and the prefill's logits and the greedy tokens after it match the unfused runner."""
+    prompt = [int(t) for t in np.random.default_rng(3).integers(0, CFG.vocab_size, 24)]
+    runners = {flag: llama.LlamaRunner(CFG, None, max_seq=48, prefill_chunk=24, add_rms_norm=flag) for flag in (False, True)}
+    counts = {flag: r.prefiller.report.rules_fired.get("fuse_add_rms_norm", 0) for flag, r in runners.items()}
+    assert counts == {False: 0, True: 2 * LAYERS - 1}
+    logits = {flag: r.prefill(prompt) for flag, r in runners.items()}
+    np.testing.assert_allclose(logits[True], logits[False], rtol=1e-5, atol=1e-5)
+    tokens = {flag: [int(np.argmax(r.decode(int(np.argmax(logits[flag])))))] for flag, r in runners.items()}
+    assert tokens[True] == tokens[False]

@@ -45,6 +45,7 @@ def build_inference_session(
     session_config: Mapping[str, str] | None = None,
     session_options: Mapping[str, object] | None = None,
     merge_projections: bool = True,
+    add_rms_norm: bool | None = None,
     decode_layer: bool | None = None,
     feedback: Mapping[str, str] | None = None,
 ) -> Session:
@@ -63,6 +64,8 @@ def build_inference_session(
     True) runs the e-graph optimizer first, with the decode-step fusions that pay on ``device``
     (:func:`_optimized`); its report is the session's ``report`` attribute (``None`` with
     ``optimize=False``). ``merge_projections``: a prefill's q/k/v and gate/up as one product each.
+    ``add_rms_norm``: a prefill's residual add and the RMSNorm after it as one ``AddRMSNorm``; None
+    (default): on CUDA.
 
     ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or
     ``"fp16"``: MatMul/Gemm compute in half with float32 accumulation, the weights they alone read
@@ -83,7 +86,9 @@ def build_inference_session(
     are checked by the kernels only (CUDA: guarded on the device, never out of bounds; CPU: an error).
     """
     check_precision(precision, device, providers, "build_inference_session")
-    compiled, report = _optimized(graph, device, merge_projections, decode_layer, providers, use_custom_ops) if optimize else (graph, None)
+    compiled, report = (
+        _optimized(graph, device, merge_projections, decode_layer, providers, use_custom_ops, add_rms_norm) if optimize else (graph, None)
+    )
     model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
     model, half_storage, precisions = _lower_to_half(model, spec, precision, device, providers, use_custom_ops)
     given = checked_parameters(parameters, graph.parameters(), "build_inference_session")
@@ -100,7 +105,15 @@ def build_inference_session(
     return session
 
 
-def _optimized(graph: Graph, device: str, merge_projections: bool, decode_layer: bool | None, providers, use_custom_ops: bool):
+def _optimized(
+    graph: Graph,
+    device: str,
+    merge_projections: bool,
+    decode_layer: bool | None,
+    providers,
+    use_custom_ops: bool,
+    add_rms_norm: bool | None = None,
+):
     """(graph, report) after the inference optimizer (:mod:`meganeura_onnx.transforms.rewrite`; with
     ``merge_projections`` a prefill's (> 16 or symbolic rows) q/k/v and gate/up run as one product each,
     :mod:`meganeura_onnx.transforms.merge_projections`; ``decode_layer``:
@@ -124,7 +137,7 @@ def _optimized(graph: Graph, device: str, merge_projections: bool, decode_layer:
         rope_attention=rope_attention,
         merge_projections=merge_projections,
         decode_layer=layers,
-        add_rms_norm=device == "cuda",
+        add_rms_norm=device == "cuda" if add_rms_norm is None else add_rms_norm,
     )
 
 
