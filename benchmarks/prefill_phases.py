@@ -15,7 +15,10 @@ wraps the session methods it calls on that runner's two sessions:
 SmolLM2-135M shape, random weights, a 128-token prompt in one chunk, ``--repeat`` timed calls after
 three warm-up calls; per phase the median and range in microseconds.
 
-    python benchmarks/prefill_phases.py [--device cuda] [--precisions fp16,fp32] [--repeat 30] [--out FILE]
+``--variants``: ``default`` and/or ``unfused-norm`` (``add_rms_norm=False``: the residual adds and
+RMSNorms as separate nodes, as before ``AddRMSNorm``), built and timed one after the other.
+
+    python benchmarks/prefill_phases.py [--device cuda] [--precisions fp16,fp32] [--variants default,unfused-norm] [--repeat 30] [--out FILE]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ for p in (ROOT, ROOT / "benchmarks"):
 import run_info  # noqa: E402
 
 PHASES = ("share_in", "upload", "step", "share_out", "read")
+VARIANTS = {"default": {}, "unfused-norm": {"add_rms_norm": False}}
 
 
 def timed(times: dict[str, float], phase: str, fn: Callable) -> Callable:
@@ -84,6 +88,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--precisions", default="fp32", help="comma-separated: fp32, fp16, bf16")
+    ap.add_argument("--variants", default="default", help=f"comma-separated: {', '.join(VARIANTS)}")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--out", default=None, help="JSON file to write [default: print only]")
     a = ap.parse_args()
@@ -95,11 +100,13 @@ def main() -> None:
     prompt = [int(t) for t in np.random.default_rng(0).integers(0, cfg.vocab_size, 128)]
     res: dict = {**run_info.stamp(), "device": a.device, "versions": {"onnxruntime": onnxruntime.__version__}, "prefill": {}}
     for precision in a.precisions.split(","):
-        runner = llama.LlamaRunner(cfg, None, max_seq=256, prefill_chunk=128, device=a.device, precision=precision)
-        res["prefill"][precision] = r = phases(runner, prompt, a.repeat)
-        print(precision, "  ".join(f"{k} {v['median_us']:.0f} us" for k, v in r.items()), flush=True)
-        del runner
-        gc.collect()
+        for variant in a.variants.split(","):
+            runner = llama.LlamaRunner(cfg, None, max_seq=256, prefill_chunk=128, device=a.device, precision=precision, **VARIANTS[variant])
+            tag = precision if variant == "default" else f"{precision}-{variant}"
+            res["prefill"][tag] = r = phases(runner, prompt, a.repeat)
+            print(tag, "  ".join(f"{k} {v['median_us']:.0f} us" for k, v in r.items()), flush=True)
+            del runner
+            gc.collect()
     run_info.report(res, Path(a.out) if a.out else None)
 
 
