@@ -13,8 +13,9 @@ The pass rewrites every such pair into::
     s = add_rms_norm(p, residual, weight)[1]
 
 one ``com.meganeura.AddRMSNorm`` node (its kernels take float16/bfloat16, so no Cast around it either); the
-norm's readers read ``y``, every other reader of ``v`` (the next residual add) reads ``s``. Three device
-events become two per norm, six per LLaMA layer become four.
+norm's readers read ``y``, every other reader of ``v`` (the next residual add) reads ``s``. Per norm, four
+device events (the C copy, the product, the norm, the Cast) become two: eight per LLaMA layer become four
+(SmolLM2-135M's fp16 prefill on an H200: 580 events -> 462).
 
 Only for products of more than ``DECODE_ROWS_MAX`` static rows or of symbolic rows: a decode step's
 ``gemm`` becomes ``linear_residual`` and its norms ``rms_norm_linear`` / ``rms_norm_swiglu``
