@@ -261,6 +261,8 @@ class LlamaRunner:
     ``merge_projections``: the prefill runs q/k/v and gate/up as one product each (``build_inference_session``).
     ``add_rms_norm``: the prefill's residual adds and the RMSNorms after them as ``AddRMSNorm`` nodes (None:
     on CUDA; ``build_inference_session``).
+    ``qkv_rope_cache``: the prefill's split of each merged q/k/v product, its ropes and cache writes as one
+    ``QKVRopeCacheWrite`` node (None: on CUDA; ``build_inference_session``).
     ``decode_layer``: each decoder layer of the decode step as one ``DecodeLayer``; None (default): on
     CUDA, and on the CPU with our kernel library (its CPU kernel runs a layer's loops on one team of
     threads: no pool wake-up per product); False: MatMul (CPU) or five fused kernels per layer (CUDA).
@@ -287,6 +289,7 @@ class LlamaRunner:
         decode_layer: bool | None = None,
         merge_projections: bool = True,
         add_rms_norm: bool | None = None,
+        qkv_rope_cache: bool | None = None,
     ) -> None:
         self.cfg, self.max_seq, self.device = cfg, int(max_seq), device
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
@@ -328,6 +331,7 @@ class LlamaRunner:
             session_options={} if threads is None else {"intra_op_num_threads": threads},
             merge_projections=merge_projections,
             add_rms_norm=add_rms_norm,
+            qkv_rope_cache=qkv_rope_cache,
         )
         # decode_layer: each decoder layer of the decode step as one DecodeLayer kernel (default: on CUDA, and on
         # the CPU with our kernel library).

@@ -46,6 +46,7 @@ def build_inference_session(
     session_options: Mapping[str, object] | None = None,
     merge_projections: bool = True,
     add_rms_norm: bool | None = None,
+    qkv_rope_cache: bool | None = None,
     decode_layer: bool | None = None,
     feedback: Mapping[str, str] | None = None,
 ) -> Session:
@@ -65,7 +66,8 @@ def build_inference_session(
     (:func:`_optimized`); its report is the session's ``report`` attribute (``None`` with
     ``optimize=False``). ``merge_projections``: a prefill's q/k/v and gate/up as one product each.
     ``add_rms_norm``: a prefill's residual add and the RMSNorm after it as one ``AddRMSNorm``; None
-    (default): on CUDA.
+    (default): on CUDA. ``qkv_rope_cache``: a prefill's split of its merged q/k/v product, its ropes and
+    cache writes as one ``QKVRopeCacheWrite``; None (default): on CUDA.
 
     ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or
     ``"fp16"``: MatMul/Gemm compute in half with float32 accumulation, the weights they alone read
@@ -87,7 +89,9 @@ def build_inference_session(
     """
     check_precision(precision, device, providers, "build_inference_session")
     compiled, report = (
-        _optimized(graph, device, merge_projections, decode_layer, providers, use_custom_ops, add_rms_norm) if optimize else (graph, None)
+        _optimized(graph, device, merge_projections, decode_layer, providers, use_custom_ops, add_rms_norm, qkv_rope_cache)
+        if optimize
+        else (graph, None)
     )
     model, spec = to_model(compiled, opset=opset, params_as_inputs=True, with_state=True)
     model, half_storage, precisions = _lower_to_half(model, spec, precision, device, providers, use_custom_ops)
@@ -113,6 +117,7 @@ def _optimized(
     providers,
     use_custom_ops: bool,
     add_rms_norm: bool | None = None,
+    qkv_rope_cache: bool | None = None,
 ):
     """(graph, report) after the inference optimizer (:mod:`meganeura_onnx.transforms.rewrite`; with
     ``merge_projections`` a prefill's (> 16 or symbolic rows) q/k/v and gate/up run as one product each,
@@ -125,7 +130,9 @@ def _optimized(
     writes + attention fusion pays on the CPU too when our kernel runs it (one node for four: less ORT
     dispatch and thread-pool work per layer); without the library it stays unfused. A prefill's residual
     add + RMSNorm as one ``AddRMSNorm`` (:mod:`meganeura_onnx.transforms.add_rms_norm_fusion`): on CUDA,
-    where it saves the launches of Gemm's C copy and of the norm's half Cast."""
+    where it saves the launches of Gemm's C copy and of the norm's half Cast. A prefill's split of its merged
+    q/k/v product, ropes and cache writes as one ``QKVRopeCacheWrite``
+    (:mod:`meganeura_onnx.transforms.qkv_rope_fusion`): on CUDA, four launches per layer become one."""
     fused = device == "cuda" or decode_layer is True
     layers = fused if decode_layer is None else decode_layer
     on_cpu = device == "cpu" and providers is None
@@ -138,6 +145,7 @@ def _optimized(
         merge_projections=merge_projections,
         decode_layer=layers,
         add_rms_norm=device == "cuda" if add_rms_norm is None else add_rms_norm,
+        qkv_rope_cache=device == "cuda" if qkv_rope_cache is None else qkv_rope_cache,
     )
 
 

@@ -23,7 +23,8 @@ higher than the input graph's.
 Then plain passes: products sharing their left operand become one product and a split
 (:mod:`.merge_projections`; stages ``"forward"`` and ``"inference"``), and with ``stage="inference"``
 a prefill's residual ``gemm`` and the RMSNorm after it become a plain product and one ``add_rms_norm``
-(:mod:`.add_rms_norm_fusion`), the decode-step fusion of RMSNorm into its projections follows (:mod:`.decode_fusion`, a plain pass:
+(:mod:`.add_rms_norm_fusion`) and its split of the merged q/k/v product, ropes and cache writes one
+``qkv_rope_cache_write`` (:mod:`.qkv_rope_fusion`), the decode-step fusion of RMSNorm into its projections follows (:mod:`.decode_fusion`, a plain pass:
 its q/k/v group is one node with three outputs), then those of rope and the cache writes into the
 attention (:mod:`.rope_attention_fusion`) and of each whole decoder layer into one node
 (:mod:`.decode_layer_fusion`).
@@ -48,6 +49,7 @@ from .decode_fusion import DECODE_ROWS_MAX, fuse_norm_projections
 from .decode_layer_fusion import fuse_decode_layers
 from .egraph import ENode, Limits, Saturated, saturate, table_rules
 from .merge_projections import merge_projections as merge_products
+from .qkv_rope_fusion import fuse_qkv_rope_cache_writes
 from .rope_attention_fusion import fuse_rope_attention
 
 KERNEL_BYTES = 8 << 20
@@ -260,6 +262,7 @@ def optimize(
     merge_projections: bool = True,
     decode_layer: bool | None = None,
     add_rms_norm: bool | None = None,
+    qkv_rope_cache: bool | None = None,
 ) -> tuple[Graph, OptimizeReport]:
     """A new graph with the op table's rewrites applied, and the report. ``graph`` is not modified; it is
     returned itself when no rule matched or extraction finds nothing cheaper. Node counts in the
@@ -274,7 +277,9 @@ def optimize(
     more than ``DECODE_ROWS_MAX`` rows or of symbolic rows, so decode steps stay as they are).
     ``add_rms_norm`` (default: as ``decode_fusion``; ``stage="inference"``): each residual ``gemm`` of such
     a prefill and the ``rms_norm`` reading it as a plain product and one ``add_rms_norm``
-    (:mod:`.add_rms_norm_fusion`)."""
+    (:mod:`.add_rms_norm_fusion`). ``qkv_rope_cache`` (default: as ``decode_fusion``; ``stage="inference"``):
+    each such prefill's split of its merged q/k/v product, the ropes and the cache writes as one
+    ``qkv_rope_cache_write`` (:mod:`.qkv_rope_fusion`)."""
     t0 = time.perf_counter()
     nodes = graph.nodes()
     if _state_writers_off_the_outputs(graph):  # already fused: a rebuild from the outputs would drop them
@@ -317,6 +322,9 @@ def optimize(
     if stage == "inference" and (decode_fusion if add_rms_norm is None else add_rms_norm):  # prefills only, decode steps left as they are
         out, made_norms = fuse_add_rms_norms(out)
         ops_after = _after_pass(out, report, t0, {"fuse_add_rms_norm": made_norms}) if made_norms else ops_after
+    if stage == "inference" and (decode_fusion if qkv_rope_cache is None else qkv_rope_cache):  # prefills: a decode step has no split
+        out, made_qkv = fuse_qkv_rope_cache_writes(out)
+        ops_after = _after_pass(out, report, t0, {"fuse_qkv_rope_cache_write": made_qkv}) if made_qkv else ops_after
     if stage == "inference" and decode_fusion:  # norm + projections of a decode step: a plain pass (see decode_fusion)
         out, made = fuse_norm_projections(out)
         ops_after = _after_pass(out, report, t0, {f"fuse_{op}": k for op, k in made.items()}) if made else ops_after
