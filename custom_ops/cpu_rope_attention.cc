@@ -3,6 +3,7 @@
 // new key rows rotated straight into the cache (RopeCacheWrite's), the value rows copied (CacheWrite's),
 // the query rows rotated into a buffer of the element type (Rope's), then CachedAttention's work.
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -46,7 +47,119 @@ OrtStatus* CheckRopeCachedAttention(const RopeAttnAttrs& a, const Tensor& q, con
   return nullptr;
 }
 
+OrtStatus* ReadQkvRopeAttrs(const OrtKernelInfo* info, RopeAttnAttrs* a) {
+  const char* op = "QKVRopeCacheWrite";
+  AttnAttrs& h = a->heads;
+  MN_RETURN_IF(AttrInt(info, "QKVRopeCacheWrite", "num_heads", &h.num_heads, nullptr));
+  MN_RETURN_IF(AttrInt(info, "QKVRopeCacheWrite", "num_kv_heads", &h.num_kv_heads, nullptr));
+  MN_RETURN_IF(AttrInt(info, "QKVRopeCacheWrite", "head_dim", &h.head_dim, nullptr));
+  MN_RETURN_IF(AttrFloat(info, "QKVRopeCacheWrite", "theta", &a->theta, nullptr));
+  const int64_t one = 1;
+  MN_RETURN_IF(AttrInt(info, "QKVRopeCacheWrite", "check_positions", &h.check_positions, &one));
+  MN_RETURN_IF(CheckAttnAttrs(op, h));  // bounded: (num_heads + 2 * num_kv_heads) * head_dim cannot overflow
+  if (h.head_dim % 2 != 0) return MN_INVALID("%s: attribute head_dim must be even and in [2, 1024], got %lld", op, (long long)h.head_dim);
+  if (!(a->theta > 0.0f) || !std::isfinite(a->theta))
+    return MN_INVALID("%s: attribute theta must be a positive finite number, got %g", op, (double)a->theta);
+  return nullptr;
+}
+
+OrtStatus* CheckQkvRopeCacheWrite(const RopeAttnAttrs& a, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                                  const Tensor& kv_pos, QkvRopeProblem* p, bool host_positions) {
+  const char* op = "QKVRopeCacheWrite";
+  const size_t rank = qkv.present && qkv.shape.size() == 3 ? 3 : 2;  // [B, T, width] or [T, width]
+  MN_RETURN_IF(CheckFloatTensor(op, "qkv", qkv, rank));
+  MN_RETURN_IF(CheckTensor(op, "k_cache", k_cache, qkv.type, rank));
+  MN_RETURN_IF(CheckTensor(op, "v_cache", v_cache, qkv.type, rank));
+  const size_t r0 = rank - 2;
+  p->type = qkv.type;
+  p->B = rank == 3 ? qkv.shape[0] : 1;
+  p->T = qkv.shape[r0];
+  p->H = a.heads.num_heads;
+  p->KVH = a.heads.num_kv_heads;
+  p->hd = a.heads.head_dim;
+  p->max_seq = k_cache.shape[r0];
+  const int64_t kvw = p->KVH * p->hd, width = p->H * p->hd + 2 * kvw;
+  if (qkv.shape[r0 + 1] != width)
+    return MN_INVALID("%s: qkv has shape %s but (num_heads %lld + 2 * num_kv_heads %lld) * head_dim %lld = %lld", op,
+                      ShapeStr(qkv.shape).c_str(), (long long)p->H, (long long)p->KVH, (long long)p->hd, (long long)width);
+  if (k_cache.shape[r0 + 1] != kvw || (rank == 3 && k_cache.shape[0] != p->B))
+    return MN_INVALID("%s: k_cache has shape %s, not [%s max_seq, num_kv_heads %lld * head_dim %lld] for qkv %s", op,
+                      ShapeStr(k_cache.shape).c_str(), rank == 3 ? "batch," : "", (long long)p->KVH, (long long)p->hd,
+                      ShapeStr(qkv.shape).c_str());
+  if (v_cache.shape != k_cache.shape)
+    return MN_INVALID("%s: v_cache shape %s differs from k_cache shape %s", op, ShapeStr(v_cache.shape).c_str(),
+                      ShapeStr(k_cache.shape).c_str());
+  MN_RETURN_IF(CheckPositions(op, "kv_pos", kv_pos, p->B));
+  // Never kv_pos + T > max_seq: kv_pos comes from the model and may be near 2^63 (signed overflow).
+  if (p->T > p->max_seq)
+    return MN_INVALID("%s: qkv has %lld rows, more than the cache length max_seq %lld", op, (long long)p->T, (long long)p->max_seq);
+  p->q_shape = qkv.shape;
+  p->q_shape.back() = p->H * p->hd;
+  p->kv_pos.clear();
+  if (!host_positions) return nullptr;
+  for (int64_t b = 0; b < p->B; ++b) {
+    const int64_t v = IndexAt(kv_pos, b);
+    if (v < 0 || v > p->max_seq - p->T)
+      return MN_INVALID("%s: kv_pos[%lld] = %lld + T %lld exceeds the cache length max_seq %lld", op, (long long)b, (long long)v,
+                        (long long)p->T, (long long)p->max_seq);
+    p->kv_pos.push_back(v);
+  }
+  return nullptr;
+}
+
 namespace {
+
+// Output 0: qkv's shape with the last dimension num_heads * head_dim; outputs 1 and 2: the caches' shapes.
+// Left unknown where an input shape or a dimension is (ORT then sizes the output at run time).
+OrtStatus* SetLikeInput(OrtShapeInferContext* ctx, size_t in, size_t out, int64_t last) {
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  OrtStatus* st = g_api->ShapeInferContext_GetInputTypeShape(ctx, in, &info);
+  if (st) {
+    g_api->ReleaseStatus(st);
+    return nullptr;
+  }
+  size_t rank = 0;
+  MN_RETURN_IF(g_api->GetDimensionsCount(info, &rank));
+  if (rank != 2 && rank != 3) return nullptr;  // a wrong rank: the kernel reports it
+  int64_t dims[3];
+  const char* sym[3] = {"", "", ""};
+  ONNXTensorElementDataType type;
+  MN_RETURN_IF(g_api->GetDimensions(info, dims, rank));
+  MN_RETURN_IF(g_api->GetSymbolicDimensions(info, sym, rank));
+  MN_RETURN_IF(g_api->GetTensorElementType(info, &type));
+  if (last > 0) {
+    dims[rank - 1] = last;
+    sym[rank - 1] = "";
+  }
+  for (size_t i = 0; i < rank; ++i)
+    if (dims[i] < 0 && (sym[i] == nullptr || sym[i][0] == '\0')) return nullptr;  // unnamed: leave unknown
+  OrtTensorTypeAndShapeInfo* shape = nullptr;
+  st = g_api->CreateTensorTypeAndShapeInfo(&shape);
+  if (!st) st = g_api->SetTensorElementType(shape, type);
+  if (!st) st = g_api->SetDimensions(shape, dims, rank);
+  if (!st) st = g_api->SetSymbolicDimensions(shape, sym, rank);
+  if (!st) st = g_api->ShapeInferContext_SetOutputTypeShape(ctx, out, shape);
+  if (shape) g_api->ReleaseTensorTypeAndShapeInfo(shape);
+  return st;
+}
+
+OrtStatus* ReadShapeAttr(OrtShapeInferContext* ctx, const char* name, int64_t* value) {
+  const OrtOpAttr* attr = nullptr;
+  size_t len = 0;
+  OrtStatus* st = g_api->ShapeInferContext_GetAttribute(ctx, name, &attr);
+  if (!st) st = g_api->ReadOpAttr(attr, ORT_OP_ATTR_INT, value, sizeof *value, &len);
+  return st;  // a missing attribute fails the load with ORT's message
+}
+
+OrtStatus* ORT_API_CALL InferQkvRopeShapes(const OrtCustomOp*, OrtShapeInferContext* ctx) {
+  int64_t heads = 0, hd = 0;
+  MN_RETURN_IF(ReadShapeAttr(ctx, "num_heads", &heads));
+  MN_RETURN_IF(ReadShapeAttr(ctx, "head_dim", &hd));
+  const bool sane = heads > 0 && heads <= kMaxHeads && hd > 0 && hd <= 1024;  // else the kernel's creation refuses them
+  if (sane) MN_RETURN_IF(SetLikeInput(ctx, 0, 0, heads * hd));
+  MN_RETURN_IF(SetLikeInput(ctx, 1, 1, 0));
+  return SetLikeInput(ctx, 2, 2, 0);
+}
 
 constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 constexpr auto F16 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
@@ -115,7 +228,70 @@ class RopeCachedAttentionCpu : public Kernel {
   std::vector<float> inv_freq_;
 };
 
+// Row t of sequence b: q rotated into q_rot, k rotated into the K cache and v copied into the V cache at row
+// kv_pos[b] + t, with Rope's float32 angles (pos * inv_freq[j]) and its rounding of each rotated value.
+template <class T>
+OrtStatus* RunQkvRope(const Pool& ctx, const QkvRopeProblem& p, const float* inv_freq, const T* qkv, const void* k_cache,
+                      const void* v_cache, T* q_rot, T* kc, T* vc) {
+  const int64_t kvw = p.KVH * p.hd, qw = p.H * p.hd, width = qw + 2 * kvw, rows = p.B * p.T;
+  const int64_t cache_bytes = p.B * p.max_seq * kvw * static_cast<int64_t>(sizeof(T));
+  if (kc != k_cache) MN_RETURN_IF(CopyCache(ctx, kc, k_cache, cache_bytes));
+  if (vc != v_cache) MN_RETURN_IF(CopyCache(ctx, vc, v_cache, cache_bytes));
+  const size_t half = static_cast<size_t>(p.hd / 2);
+  Chunks chunks(rows, std::max<int64_t>(1, 16384 / width), 1024);
+  return ParallelFor(ctx, static_cast<size_t>(chunks.count), [&](size_t c) {
+    std::vector<float> cs(half), sn(half);
+    std::vector<float> buf(std::is_same<T, float>::value ? 0 : qw), rot(buf.size());
+    for (int64_t row = chunks.begin(c); row < chunks.end(c); ++row) {
+      const int64_t b = row / p.T, pos = p.kv_pos[b] + row % p.T, cache_row = b * p.max_seq + pos;
+      for (size_t j = 0; j < half; ++j) {  // the same float32 angle as the Rope kernels
+        const float ang = static_cast<float>(pos) * inv_freq[j];
+        cs[j] = std::cos(ang);
+        sn[j] = std::sin(ang);
+      }
+      const T* src = qkv + row * width;
+      Rotate(src, q_rot + row * qw, qw, p.hd, cs, sn, buf.data(), rot.data());
+      Rotate(src + qw, kc + cache_row * kvw, kvw, p.hd, cs, sn, buf.data(), rot.data());
+      std::memcpy(vc + cache_row * kvw, src + qw + kvw, sizeof(T) * kvw);
+    }
+  });
+}
+
+class QKVRopeCacheWriteCpu : public Kernel {
+ public:
+  explicit QKVRopeCacheWriteCpu(const RopeAttnAttrs& a) : a_(a), inv_freq_(a.heads.head_dim / 2) {
+    RopeInvFreq(a.theta, a.heads.head_dim, inv_freq_.data());
+  }
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    RopeAttnAttrs a;
+    MN_RETURN_IF(ReadQkvRopeAttrs(info, &a));
+    *out = new QKVRopeCacheWriteCpu(a);
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor in[4];  // qkv, k_cache, v_cache, kv_pos
+    for (size_t i = 0; i < 4; ++i) MN_RETURN_IF(GetInput(ctx, i, &in[i]));
+    QkvRopeProblem p;
+    MN_RETURN_IF(CheckQkvRopeCacheWrite(a_, in[0], in[1], in[2], in[3], &p));
+    void *q_rot = nullptr, *kc = nullptr, *vc = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, p.q_shape, &q_rot));
+    MN_RETURN_IF(GetOutput(ctx, 1, in[1].shape, &kc));
+    MN_RETURN_IF(GetOutput(ctx, 2, in[2].shape, &vc));
+    return DispatchFloat(p.type, [&](auto tag) {
+      using T = decltype(tag);
+      return RunQkvRope<T>(ctx, p, inv_freq_.data(), static_cast<const T*>(in[0].data), in[1].data, in[2].data, static_cast<T*>(q_rot),
+                           static_cast<T*>(kc), static_cast<T*>(vc));
+    });
+  }
+
+ private:
+  RopeAttnAttrs a_;
+  std::vector<float> inv_freq_;
+};
+
 }  // namespace
+
+void UseQkvRopeShapes(OpDef* def) { def->InferOutputShapeFn = InferQkvRopeShapes; }
 
 OrtStatus* RopeCachedAttentionCpuRun(const Pool& ctx, const AttnProblem& p, const float* inv_freq, const void* q,
                                      const void* k_new, const void* v_new, const void* k_cache, const void* v_cache, void* out,
@@ -133,6 +309,10 @@ void AddCpuRopeAttentionOps(std::vector<OpDef*>* ops) {
     ops->push_back(new OpDef("RopeCachedAttention", ep, {T, T, T, T, T, ANY}, {T, T, T}, {false, false, false, false, false, false},
                              {false, false, false, false, false, false}, RopeCachedAttentionCpu::Create, 0));
     ops->back()->UseKvCacheOutputs();  // outputs 1, 2: the caches (inputs 3, 4), written in place
+    ops->push_back(new OpDef("QKVRopeCacheWrite", ep, {T, T, T, ANY}, {T, T, T}, {false, false, false, false},
+                             {false, false, false, false}, QKVRopeCacheWriteCpu::Create, 0));
+    ops->back()->UseKvCacheOutputs(/*k_cache_input=*/1);  // outputs 1, 2: the caches (inputs 1, 2), written in place
+    UseQkvRopeShapes(ops->back());                        // output 0: [.., T, num_heads * head_dim]
   }
 }
 

@@ -1,4 +1,5 @@
-// CUDA kernels of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad, RopeCacheWrite and AddRMSNorm; called through cuda_fused.h.
+// CUDA kernels of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad, RopeCacheWrite, QKVRopeCacheWrite and AddRMSNorm; called
+// through cuda_fused.h.
 // Templated over the element type (float, __half, __nv_bfloat16: Elem<T> of cuda_common.cuh), float32 math.
 #include "cuda_common.cuh"
 #include "cuda_fused.h"
@@ -184,6 +185,41 @@ __global__ void RopeCacheWriteKernel(const T* __restrict__ x, T* __restrict__ ou
   }
 }
 
+// QKVRopeCacheWrite: one thread per item of a row r (sequence b, token t) of qkv [rows, (H + 2 KVH) hd]: the (H + KVH) * hd/2
+// rotate-half pairs of q and k (q's into q_rot row r, k's into the K cache row kv_pos[b] + t; the Rope kernel's
+// arithmetic), then the KVH * hd values of v (copied into the V cache row). A sequence whose kv_pos is outside
+// [0, max_seq - T] writes no cache row and NaN into its q_rot rows (made visible, never silently wrong).
+template <class T>
+__global__ void QkvRopeKernel(const T* __restrict__ qkv, T* __restrict__ q_rot, T* __restrict__ kc, T* __restrict__ vc, int64_t rows,
+                              int64_t seq_rows, int64_t H, int64_t KVH, int half, int64_t max_seq, MnPos pos, FusedInvFreq inv) {
+  const int64_t hd = 2 * static_cast<int64_t>(half), qw = H * hd, kvw = KVH * hd, width = qw + 2 * kvw;
+  const int64_t pairs = (H + KVH) * half, per_row = pairs + kvw, n = rows * per_row;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / per_row, k = i % per_row, b = r / seq_rows, t = r % seq_rows;
+    const int64_t kv = LoadPos(pos, b);
+    const bool valid = kv >= 0 && kv <= max_seq - seq_rows;
+    const T* src = qkv + r * width;
+    const int64_t cache_row = (b * max_seq + (valid ? kv + t : 0)) * kvw;
+    if (k >= pairs) {  // a value of v
+      if (valid) vc[cache_row + (k - pairs)] = src[qw + kvw + (k - pairs)];
+      continue;
+    }
+    const int64_t h = k / half;  // heads 0..H-1: q, then k
+    const int j = static_cast<int>(k % half);
+    if (h >= H && !valid) continue;
+    const int64_t col = h * hd + j;
+    float sn, cs;
+    sincosf(static_cast<float>(kv + t) * inv.v[j], &sn, &cs);
+    if (!valid) cs = sn = __int_as_float(0x7fc00000);
+    const float a = Elem<T>::ToF(src[col]), c = Elem<T>::ToF(src[col + half]);
+    const float ya = a * cs - c * sn;
+    const float yb = c * cs + a * sn;
+    T* out = h < H ? q_rot + r * qw + col : kc + cache_row + (col - qw);
+    out[0] = Elem<T>::FromF(ya);
+    out[half] = Elem<T>::FromF(yb);
+  }
+}
+
 int Blocks(int64_t n, int threads) { return static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 65536)); }
 
 template <class T>
@@ -247,9 +283,39 @@ int RopeCacheWrite(const void* new_rows, const void* cache, void* out, int64_t r
   return cudaGetLastError();
 }
 
+template <class T>
+int QkvRope(const void* qkv, const void* k_cache, const void* v_cache, void* q_rot, void* kc, void* vc, int64_t B, int64_t seq_rows,
+            int64_t H, int64_t KVH, int64_t head_dim, int64_t max_seq, const float* inv_freq, MnPos kv_pos, cudaStream_t s) {
+  const size_t cache_bytes = sizeof(T) * static_cast<size_t>(B * max_seq * KVH * head_dim);
+  cudaError_t e = cudaSuccess;
+  if (kc != k_cache) e = cudaMemcpyAsync(kc, k_cache, cache_bytes, cudaMemcpyDeviceToDevice, s);
+  if (e == cudaSuccess && vc != v_cache) e = cudaMemcpyAsync(vc, v_cache, cache_bytes, cudaMemcpyDeviceToDevice, s);
+  if (e != cudaSuccess || B * seq_rows == 0 || seq_rows > max_seq) return e;  // seq_rows > max_seq: no position is valid
+  FusedInvFreq inv;
+  for (int64_t j = 0; j < head_dim / 2; ++j) inv.v[j] = inv_freq[j];
+  const int64_t n = B * seq_rows * ((H + KVH) * (head_dim / 2) + KVH * head_dim);
+  QkvRopeKernel<T><<<Blocks(n, 256), 256, 0, s>>>(static_cast<const T*>(qkv), static_cast<T*>(q_rot), static_cast<T*>(kc),
+                                                  static_cast<T*>(vc), B * seq_rows, seq_rows, H, KVH, static_cast<int>(head_dim / 2),
+                                                  max_seq, kv_pos, inv);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 extern "C" {
+
+int mn_cuda_qkv_rope_cache_write(int dtype, const void* qkv, const void* k_cache, const void* v_cache, void* q_rot, void* kc, void* vc,
+                                 int64_t B, int64_t T, int64_t H, int64_t KVH, int64_t head_dim, int64_t max_seq, const float* inv_freq,
+                                 MnPos kv_pos, void* stream) {
+  if (B * max_seq * KVH == 0) return 0;
+  if (head_dim / 2 > MN_ROPE_MAX_HALF || head_dim < 2 || head_dim % 2 != 0) return cudaErrorInvalidValue;
+  if (int e = UseDeviceOf(k_cache)) return e;
+  cudaStream_t s = S(stream);
+  if (dtype == MN_F16) return QkvRope<__half>(qkv, k_cache, v_cache, q_rot, kc, vc, B, T, H, KVH, head_dim, max_seq, inv_freq, kv_pos, s);
+  if (dtype == MN_BF16)
+    return QkvRope<__nv_bfloat16>(qkv, k_cache, v_cache, q_rot, kc, vc, B, T, H, KVH, head_dim, max_seq, inv_freq, kv_pos, s);
+  return QkvRope<float>(qkv, k_cache, v_cache, q_rot, kc, vc, B, T, H, KVH, head_dim, max_seq, inv_freq, kv_pos, s);
+}
 
 int mn_cuda_swiglu(int dtype, const void* gate, const void* up, void* out, int64_t n, void* stream) {
   if (n == 0) return 0;

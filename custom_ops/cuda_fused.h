@@ -37,6 +37,15 @@ int mn_cuda_add_rms_norm(int dtype, const void* x, const void* residual, const v
 int mn_cuda_rope_cache_write(int dtype, const void* new_rows, const void* cache, void* out, int64_t T, int64_t dim, int64_t max_seq,
                              int64_t head_dim, const float* inv_freq, MnPos kv_pos, void* stream);
 
+// A prefill's merged q/k/v product placed: qkv [B*T, (H + 2*KVH)*hd] holds q | k | v per row (sequence b's
+// rows b*T .. b*T + T - 1); q_rot [B*T, H*hd] = rotate-half RoPE of q at positions kv_pos[b] + t, the K cache
+// [B, max_seq, KVH*hd] rows kv_pos[b] + t = RoPE of k there, the V cache rows = v (caches copied into kc/vc
+// first when they are other buffers). A sequence whose kv_pos is outside [0, max_seq - T] writes no cache row
+// and NaN into its q_rot rows. One launch, no allocation, no host sync (kv_pos read on the device).
+int mn_cuda_qkv_rope_cache_write(int dtype, const void* qkv, const void* k_cache, const void* v_cache, void* q_rot, void* kc, void* vc,
+                                 int64_t B, int64_t T, int64_t H, int64_t KVH, int64_t head_dim, int64_t max_seq, const float* inv_freq,
+                                 MnPos kv_pos, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,5 @@
-// CUDAExecutionProvider registrations of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad (dx and dweight), AddRMSNorm and RopeCacheWrite (ORT API
+// CUDAExecutionProvider registrations of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad (dx and dweight), AddRMSNorm, RopeCacheWrite
+// and QKVRopeCacheWrite (ORT API
 // code only; the kernels are in cuda_fused.cu). kv_pos is in device memory and read by the kernel; it is
 // read back and checked here as on the CPU unless check_positions = 0 or under CUDA-graph capture (see
 // cuda_ops.cc).
@@ -7,6 +8,7 @@
 #include "cuda_fused.h"
 #include "cuda_glue.h"
 #include "fused_ops.h"
+#include "rope_attention.h"
 
 namespace mn {
 namespace {
@@ -121,6 +123,41 @@ class RopeCacheWriteCuda : public RopeCacheWriteKernel {
   }
 };
 
+class QKVRopeCacheWriteCuda : public Kernel {
+ public:
+  explicit QKVRopeCacheWriteCuda(const RopeAttnAttrs& a) : a_(a), inv_freq_(a.heads.head_dim / 2) {
+    RopeInvFreq(a.theta, a.heads.head_dim, inv_freq_.data());
+  }
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
+    RopeAttnAttrs a;
+    MN_RETURN_IF(ReadQkvRopeAttrs(info, &a));
+    *out = new QKVRopeCacheWriteCuda(a);
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor in[4];  // qkv, k_cache, v_cache, kv_pos
+    for (size_t i = 0; i < 4; ++i) MN_RETURN_IF(GetInput(ctx, i, &in[i]));
+    void* stream = nullptr;
+    MN_RETURN_IF(Stream(ctx, &stream));
+    HostPos h;
+    MN_RETURN_IF(ReadBack("QKVRopeCacheWrite", "kv_pos", in[3], a_.heads.check_positions != 0, stream, &h));
+    QkvRopeProblem p;
+    MN_RETURN_IF(CheckQkvRopeCacheWrite(a_, in[0], in[1], in[2], h.device_only ? in[3] : h.host, &p, /*host_positions=*/!h.device_only));
+    void *q_rot = nullptr, *kc = nullptr, *vc = nullptr;
+    MN_RETURN_IF(GetOutput(ctx, 0, p.q_shape, &q_rot));
+    MN_RETURN_IF(GetOutput(ctx, 1, in[1].shape, &kc));
+    MN_RETURN_IF(GetOutput(ctx, 2, in[2].shape, &vc));
+    if (kc != in[1].data) CountCacheCopy();
+    if (vc != in[2].data) CountCacheCopy();
+    return Cuda("QKVRopeCacheWrite", mn_cuda_qkv_rope_cache_write(DType(p.type), in[0].data, in[1].data, in[2].data, q_rot, kc, vc, p.B, p.T,
+                                                                  p.H, p.KVH, p.hd, p.max_seq, inv_freq_.data(), DevicePos(in[3]), stream));
+  }
+
+ private:
+  RopeAttnAttrs a_;
+  std::vector<float> inv_freq_;
+};
+
 }  // namespace
 
 void AddCudaFusedOps(std::vector<OpDef*>* ops) {
@@ -133,6 +170,10 @@ void AddCudaFusedOps(std::vector<OpDef*>* ops) {
     ops->push_back(new OpDef("RopeCacheWrite", ep, {T, T, ANY}, {T}, {false, false, false}, {false, false, false},
                              RopeCacheWriteCuda::Create, 1, /*cache_inplace=*/true));
     ops->push_back(new OpDef("AddRMSNorm", ep, {T, T, T}, {T, T}, {false, false, false}, {false, false, false}, AddRMSNormCuda::Create, 0));
+    ops->push_back(new OpDef("QKVRopeCacheWrite", ep, {T, T, T, ANY}, {T, T, T}, {false, false, false, false},
+                             {false, false, false, false}, QKVRopeCacheWriteCuda::Create, 0));
+    ops->back()->UseKvCacheOutputs(/*k_cache_input=*/1);  // outputs 1, 2: the caches (inputs 1, 2), written in place
+    UseQkvRopeShapes(ops->back());                        // output 0: [.., T, num_heads * head_dim]
   }
 }
 

@@ -289,7 +289,7 @@ void AddCudaOps(std::vector<OpDef*>* ops) {
     ops->back()->UseKvCacheOutputs(1);  // outputs 1, 2: kv_pos's and token_log's shapes (may be updated in place)
   }
   AddCudaOptimOps(ops);  // AdamUpdate (cuda_optim_ops.cc)
-  AddCudaFusedOps(ops);  // SwiGLU, SwiGLUGrad, RMSNormGrad, RopeCacheWrite (cuda_fused_ops.cc)
+  AddCudaFusedOps(ops);  // SwiGLU, SwiGLUGrad, RMSNormGrad, RopeCacheWrite, AddRMSNorm, QKVRopeCacheWrite (cuda_fused_ops.cc)
   AddCudaDecodeLinearOps(ops);  // RMSNormLinear, RMSNormSwiGLU (cuda_decode_linear_ops.cc)
   AddCudaDecodeLayerOps(ops);   // DecodeLayer (cuda_decode_layer_ops.cc)
   AddCudaFlashOps(ops);  // FlashAttention, FlashAttentionGrad (cuda_flash_ops.cc)

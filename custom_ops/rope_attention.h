@@ -40,6 +40,28 @@ OrtStatus* RopeCachedAttentionCpuRun(const Pool& pool, const AttnProblem& p, con
                                      const void* k_new, const void* v_new, const void* k_cache, const void* v_cache, void* out,
                                      void* kc, void* vc);
 
+// QKVRopeCacheWrite: a prefill's merged q/k/v product placed in one op (the same attributes as
+// RopeCachedAttention, errors under its own name).
+//
+//   qkv [T, (H + 2*KVH)*hd] = q | k | v side by side (or [B, T, ...]), caches [max_seq, KVH*hd] (or [B, max_seq, ...])
+//   q_rot    = Rope(q) at positions kv_pos[b] + t, rounded to the element type   (output 0, [.., T, H*hd])
+//   k_cache' = k_cache with rows kv_pos[b] + t = Rope(k) there                     (output 1, in place)
+//   v_cache' = v_cache with those rows = v                                          (output 2, in place)
+struct QkvRopeProblem {
+  int64_t B, T, H, KVH, hd, max_seq;
+  std::vector<int64_t> kv_pos;  // B entries; empty when not read (host_positions = false)
+  ONNXTensorElementDataType type;
+  std::vector<int64_t> q_shape;  // output 0's shape
+};
+OrtStatus* ReadQkvRopeAttrs(const OrtKernelInfo* info, RopeAttnAttrs* a);
+// Types, shapes and (host_positions) every position: 0 <= kv_pos[b] <= max_seq - T, so no row is read or
+// written outside the inputs.
+OrtStatus* CheckQkvRopeCacheWrite(const RopeAttnAttrs& a, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                                  const Tensor& kv_pos, QkvRopeProblem* p, bool host_positions = true);
+// QKVRopeCacheWrite's output shapes for ORT (after UseKvCacheOutputs(1)): output 0 [.., T, num_heads * head_dim]
+// (read from the attributes), outputs 1 and 2 the caches'.
+void UseQkvRopeShapes(OpDef* def);
+
 void AddCpuRopeAttentionOps(std::vector<OpDef*>* ops);
 
 }  // namespace mn

@@ -82,8 +82,9 @@ ROW = re.compile(
     r"new OpDef\(\"(?P<name>\w+)\",\s*ep,\s*\{(?P<ins>[^}]*)\},\s*\{(?P<outs>[^}]*)\},\s*\{(?P<opt>[^}]*)\},\s*"
     r"\{(?P<cpu>[^}]*)\},\s*[\w:]+,\s*(?P<shape_from>-?\d+)(?:,\s*/\*cache_inplace=\*/(?P<inplace>true|false))?\)"
 )
-# A row followed by this call registers outputs 1 and 2 as inputs 3 and 4 written in place (op_common.h).
-KV_CACHE_OUTPUTS = re.compile(r"\)\);\s*ops->back\(\)->UseKvCacheOutputs\(\);")
+# A row followed by this call registers outputs 1 and 2 as inputs 3 and 4 written in place (op_common.h); with
+# /*k_cache_input=*/i, as inputs i and i + 1 (QKVRopeCacheWrite: 1 and 2).
+KV_CACHE_OUTPUTS = re.compile(r"\)\);\s*ops->back\(\)->UseKvCacheOutputs\((?:/\*k_cache_input=\*/\d+)?\);")
 # Rows an op's descriptor function builds (DecodeLayer's 13 inputs: NewDecodeLayerOpDef in decode_layer.cc),
 # registered by a call per element type. Their element types are checked here, their in-place caches by
 # the descriptor's UseKvCacheOutputs call, their inputs and outputs by the library probes below.

@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import NodeId, TensorType
+from .attention import check_heads
 from .kv_cache import HEADS, _batch_form, cache_write, cache_write_body, cached_attention, cached_attention_body
 from .lowering import CUSTOM_DOMAIN, function_body
 from .onnx_util import dims
@@ -189,6 +190,7 @@ qkv_rope_cache_write = op(
         (TensorArg("q_rot"), TensorArg("k_cache_out"), TensorArg("v_cache_out")),
         ATTRS,
         inplace_pairs=(("k_cache", "k_cache_out"), ("v_cache", "v_cache_out")),
+        relations=("num_heads % num_kv_heads == 0",),  # the kernels check the head attributes as the attention's
     ),
     inplace_by_index={1: "k_cache", 2: "v_cache"},
     positions=(Position("kv_pos", rows="qkv", within="k_cache"),),
@@ -211,6 +213,7 @@ def _(
 ) -> TensorType:
     name = "qkv_rope_cache_write"
     q_width, kv_width = num_heads * head_dim, num_kv_heads * head_dim
+    check_heads(name, num_heads, num_kv_heads, head_dim)
     _batch_form(name, "qkv", qkv, "k_cache", k_cache, kv_pos)
     width = static_dim(name, qkv, qkv.rank() - 1, "qkv")
     require(
