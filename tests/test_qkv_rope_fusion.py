@@ -61,7 +61,7 @@ def feeds(g: Graph, rows: int, batch: int | None, seed: int = 0) -> dict[str, np
         if n.op == "input" and name.endswith("_cache"):
             out[name] = rng.standard_normal(n.ty.shape).astype(np.float32)
     out["kv_pos"] = np.array([5, 0, 9][: batch or 1], np.uint32)
-    out["last_row"] = np.array([rows - 1] * (batch or 1), np.uint32)
+    out["last_row"] = np.array([b * rows + rows - 1 for b in range(batch or 1)], np.uint32)  # flat row indexes
     return out
 
 
