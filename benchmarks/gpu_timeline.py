@@ -189,9 +189,15 @@ def decode_variants(steps: int) -> dict:
     return res
 
 
-PREFILL_VARIANTS = {"": {}, "_separate_projections": {"merge_projections": False}, "_unfused_norm": {"add_rms_norm": False}}
+PREFILL_VARIANTS = {
+    "": {},
+    "_separate_projections": {"merge_projections": False},
+    "_unfused_norm": {"add_rms_norm": False},
+    "_unfused_qkv": {"qkv_rope_cache": False},
+}
 """Prefill variants by tag suffix: the default (q/k/v and gate/up merged into one product each, each
-residual add + RMSNorm one ``AddRMSNorm``), separate products, and the adds and norms unfused."""
+residual add + RMSNorm one ``AddRMSNorm``, each layer's q/k/v placement one ``QKVRopeCacheWrite``), separate
+products, the adds and norms unfused, and the q/k/v split, ropes and cache writes unfused."""
 
 
 def prefill_variants(steps: int) -> dict:

@@ -107,6 +107,10 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
         if "add_rms_norm" not in inspect.signature(llama.LlamaRunner).parameters:
             raise NotAvailable("LlamaRunner takes no add_rms_norm= (no AddRMSNorm fusion on this branch)")
         kw["add_rms_norm"] = False
+    if spec.get("unfused_qkv"):
+        if "qkv_rope_cache" not in inspect.signature(llama.LlamaRunner).parameters:
+            raise NotAvailable("LlamaRunner takes no qkv_rope_cache= (no QKVRopeCacheWrite fusion on this branch)")
+        kw["qkv_rope_cache"] = False
     if spec.get("no_decode_layer"):
         if "decode_layer" not in inspect.signature(llama.LlamaRunner).parameters:
             raise NotAvailable("LlamaRunner takes no decode_layer= (no DecodeLayer fusion on this branch)")

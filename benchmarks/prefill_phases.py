@@ -15,10 +15,11 @@ wraps the session methods it calls on that runner's two sessions:
 SmolLM2-135M shape, random weights, a 128-token prompt in one chunk, ``--repeat`` timed calls after
 three warm-up calls; per phase the median and range in microseconds.
 
-``--variants``: ``default`` and/or ``unfused-norm`` (``add_rms_norm=False``: the residual adds and
-RMSNorms as separate nodes, as before ``AddRMSNorm``), built and timed one after the other.
+``--variants``: ``default``, ``unfused-norm`` (``add_rms_norm=False``: the residual adds and RMSNorms as
+separate nodes, as before ``AddRMSNorm``) and/or ``unfused-qkv`` (``qkv_rope_cache=False``: each layer's
+Split, Rope, RopeCacheWrite and CacheWrite, as before ``QKVRopeCacheWrite``), built and timed one after the other.
 
-    python benchmarks/prefill_phases.py [--device cuda] [--precisions fp16,fp32] [--variants default,unfused-norm] [--repeat 30] [--out FILE]
+    python benchmarks/prefill_phases.py [--device cuda] [--precisions fp16,fp32] [--variants default,unfused-norm,unfused-qkv] [--repeat 30] [--out FILE]
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ for p in (ROOT, ROOT / "benchmarks"):
 import run_info  # noqa: E402
 
 PHASES = ("share_in", "upload", "step", "share_out", "read")
-VARIANTS = {"default": {}, "unfused-norm": {"add_rms_norm": False}}
+VARIANTS = {"default": {}, "unfused-norm": {"add_rms_norm": False}, "unfused-qkv": {"qkv_rope_cache": False}}
 
 
 def timed(times: dict[str, float], phase: str, fn: Callable) -> Callable:
