@@ -316,6 +316,22 @@ def optimize(
         kept_input=out is graph,
         program=sat.program,
     )
+    passes = {"decode_fusion": decode_fusion, "add_rms_norm": add_rms_norm, "qkv_rope_cache": qkv_rope_cache}
+    passes |= {"rope_attention": rope_attention, "decode_layer": decode_layer}
+    out, ops_after = _plain_passes(out, report, t0, ops_after, stage, merge_projections, passes)
+    report.fusions = {op: ops_after[op] - ops_before[op] for op in sorted(ops_after) if ops_after[op] > ops_before[op]}
+    report.removed = {op: ops_before[op] - ops_after[op] for op in sorted(ops_before) if ops_before[op] > ops_after[op]}
+    return out, report
+
+
+def _plain_passes(
+    out: Graph, report: OptimizeReport, t0: float, ops_after: Counter, stage: str, merge_projections: bool, flags: dict
+) -> tuple[Graph, Counter]:
+    """The plain passes after the e-graph, in order (see :func:`optimize`; ``flags``: its keywords that
+    choose them), and the op counts of the result."""
+    decode_fusion = flags["decode_fusion"]
+    add_rms_norm, qkv_rope_cache = flags["add_rms_norm"], flags["qkv_rope_cache"]
+    rope_attention, decode_layer = flags["rope_attention"], flags["decode_layer"]
     if merge_projections and stage in MERGE_MIN_ROWS:  # before the decode fusions, which it leaves their small-row products
         out, merged = merge_products(out, min_rows=MERGE_MIN_ROWS[stage])
         ops_after = _after_pass(out, report, t0, {"merge_projections": merged}) if merged else ops_after
@@ -334,9 +350,7 @@ def optimize(
     if stage == "inference" and (decode_fusion if decode_layer is None else decode_layer):
         out, made_layers = fuse_decode_layers(out)  # last: the chains the passes above leave, cache nodes kept
         ops_after = _after_pass(out, report, t0, {"fuse_decode_layer": made_layers}) if made_layers else ops_after
-    report.fusions = {op: ops_after[op] - ops_before[op] for op in sorted(ops_after) if ops_after[op] > ops_before[op]}
-    report.removed = {op: ops_before[op] - ops_after[op] for op in sorted(ops_before) if ops_before[op] > ops_after[op]}
-    return out, report
+    return out, ops_after
 
 
 def _after_pass(out: Graph, report: OptimizeReport, t0: float, fired: dict[str, int]) -> Counter:
