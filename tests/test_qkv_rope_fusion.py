@@ -149,3 +149,12 @@ def test_llama_runner_qkv_rope_cache_option_fuses_the_prefill_and_keeps_its_toke
     np.testing.assert_allclose(logits[True], logits[False], rtol=1e-5, atol=1e-5)
     tokens = {flag: [int(np.argmax(r.decode(int(np.argmax(logits[flag])))))] for flag, r in runners.items()}
     assert tokens[True] == tokens[False]
+
+
+def test_a_session_of_the_fused_graph_checks_positions_by_the_fused_op():
+    out, _ = optimize(llama.build_graph(CFG, "prefill", 24, 64, 3), stage="inference")
+    s = build_inference_session(out, "cpu", optimize=False)
+    assert s.position_limits["kv_pos"] == 64 - 24
+    with pytest.raises(ValueError, match=r"qkv_rope_cache_write uses rows \[kv_pos, kv_pos \+ 24\) of k_cache \(64 rows\)"):
+        s.set_input_u32("kv_pos", [0, 41, 3])
+    s.set_input_u32("kv_pos", [0, 40, 3])
