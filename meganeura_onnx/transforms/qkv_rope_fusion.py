@@ -56,7 +56,7 @@ def _pieces(split: list[Node], users: dict[int, list[Node]], outputs: set[int]) 
         r = _only_reader(piece, users, outputs)
         if r is None:
             return None
-        if r.op == "reshape" and len(r.ty.shape) == 3:
+        if r.op == "reshape" and len(r.ty.shape) == 3 and r.ty.shape[-1] == piece.ty.shape[-1]:  # [B*T, w] -> [B, T, w]
             shapes.append(r)
             r = _only_reader(r, users, outputs)
             if r is None:
