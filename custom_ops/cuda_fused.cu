@@ -209,7 +209,7 @@ __global__ void QkvRopeKernel(const T* __restrict__ qkv, T* __restrict__ q_rot, 
     if (h >= H && !valid) continue;
     const int64_t col = h * hd + j;
     float sn, cs;
-    sincosf(static_cast<float>(kv + t) * inv.v[j], &sn, &cs);
+    sincosf(static_cast<float>(valid ? kv + t : 0) * inv.v[j], &sn, &cs);  // kv + t may overflow when invalid
     if (!valid) cs = sn = __int_as_float(0x7fc00000);
     const float a = Elem<T>::ToF(src[col]), c = Elem<T>::ToF(src[col + half]);
     const float ya = a * cs - c * sn;
