@@ -149,8 +149,9 @@ class QKVRopeCacheWriteCuda : public Kernel {
     MN_RETURN_IF(GetOutput(ctx, 2, in[2].shape, &vc));
     if (kc != in[1].data) CountCacheCopy();
     if (vc != in[2].data) CountCacheCopy();
-    return Cuda("QKVRopeCacheWrite", mn_cuda_qkv_rope_cache_write(DType(p.type), in[0].data, in[1].data, in[2].data, q_rot, kc, vc, p.B, p.T,
-                                                                  p.H, p.KVH, p.hd, p.max_seq, inv_freq_.data(), DevicePos(in[3]), stream));
+    const int code = mn_cuda_qkv_rope_cache_write(DType(p.type), in[0].data, in[1].data, in[2].data, q_rot, kc, vc, p.B, p.T, p.H, p.KVH,
+                                                  p.hd, p.max_seq, inv_freq_.data(), DevicePos(in[3]), stream);
+    return Cuda("QKVRopeCacheWrite", code);
   }
 
  private:
