@@ -21,7 +21,8 @@ Configurations (``--sides``, ``--precisions``, ``--batches``):
 - ``ours-unfusednorm``: ``ours`` with the prefill's residual adds and RMSNorms unfused
   (``add_rms_norm=False``; by default on CUDA each is one ``AddRMSNorm``).
 - ``ours-unfusedqkv``: ``ours`` with the prefill's split of each merged q/k/v product, its ropes and cache
-  writes as four nodes (``qkv_rope_cache=False``; by default on CUDA each layer's are one ``QKVRopeCacheWrite``).
+  writes as four nodes (``qkv_rope_cache=False``; by default each layer's are one ``QKVRopeCacheWrite``, on the CPU where our
+  kernels run).
 - ``ours-team2`` (CPU): ``ours`` with ``MEGANEURA_CPU_TEAM=2``: every DecodeLayer call on its team of
   threads (by default a layer runs on one thread for a stretch of calls while its team keeps waiting
   for members the OS preempted: ``custom_ops/cpu_team_policy.h``).

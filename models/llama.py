@@ -262,7 +262,7 @@ class LlamaRunner:
     ``add_rms_norm``: the prefill's residual adds and the RMSNorms after them as ``AddRMSNorm`` nodes (None:
     on CUDA; ``build_inference_session``).
     ``qkv_rope_cache``: the prefill's split of each merged q/k/v product, its ropes and cache writes as one
-    ``QKVRopeCacheWrite`` node (None: on CUDA; ``build_inference_session``).
+    ``QKVRopeCacheWrite`` node (None: on CUDA, and on the CPU with our kernel library; ``build_inference_session``).
     ``decode_layer``: each decoder layer of the decode step as one ``DecodeLayer``; None (default): on
     CUDA, and on the CPU with our kernel library (its CPU kernel runs a layer's loops on one team of
     threads: no pool wake-up per product); False: MatMul (CPU) or five fused kernels per layer (CUDA).

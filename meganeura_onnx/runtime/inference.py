@@ -67,7 +67,7 @@ def build_inference_session(
     ``optimize=False``). ``merge_projections``: a prefill's q/k/v and gate/up as one product each.
     ``add_rms_norm``: a prefill's residual add and the RMSNorm after it as one ``AddRMSNorm``; None
     (default): on CUDA. ``qkv_rope_cache``: a prefill's split of its merged q/k/v product, its ropes and
-    cache writes as one ``QKVRopeCacheWrite``; None (default): on CUDA.
+    cache writes as one ``QKVRopeCacheWrite``; None (default): on CUDA, and on the CPU with our kernel library.
 
     ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or
     ``"fp16"``: MatMul/Gemm compute in half with float32 accumulation, the weights they alone read
@@ -132,11 +132,13 @@ def _optimized(
     add + RMSNorm as one ``AddRMSNorm`` (:mod:`meganeura_onnx.transforms.add_rms_norm_fusion`): on CUDA,
     where it saves the launches of Gemm's C copy and of the norm's half Cast. A prefill's split of its merged
     q/k/v product, ropes and cache writes as one ``QKVRopeCacheWrite``
-    (:mod:`meganeura_onnx.transforms.qkv_rope_fusion`): on CUDA, four launches per layer become one."""
+    (:mod:`meganeura_onnx.transforms.qkv_rope_fusion`): on CUDA, four launches per layer become one; on the CPU
+    where our kernel runs it (fp32 SmolLM2-135M 128-row prefill, 2-core VM: no slower, medians 1-5% lower)."""
     fused = device == "cuda" or decode_layer is True
     layers = fused if decode_layer is None else decode_layer
     on_cpu = device == "cpu" and providers is None
-    rope_attention = fused or (on_cpu and use_custom_ops and custom_op_library("cpu") is not None)
+    cpu_kernels = on_cpu and use_custom_ops and custom_op_library("cpu") is not None
+    rope_attention = fused or cpu_kernels
     return optimize_graph(
         graph,
         stage="inference",
@@ -145,7 +147,7 @@ def _optimized(
         merge_projections=merge_projections,
         decode_layer=layers,
         add_rms_norm=device == "cuda" if add_rms_norm is None else add_rms_norm,
-        qkv_rope_cache=device == "cuda" if qkv_rope_cache is None else qkv_rope_cache,
+        qkv_rope_cache=(device == "cuda" or cpu_kernels) if qkv_rope_cache is None else qkv_rope_cache,
     )
 
 

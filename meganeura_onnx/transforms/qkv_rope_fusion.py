@@ -20,7 +20,10 @@ rows or a symbolic row count. A decode step has no such split (``merge_projectio
 products apart for :mod:`.decode_fusion`) and its rope and cache writes go into ``rope_cached_attention``
 (:mod:`.rope_attention_fusion`), which matches the same ropes and writes at ``<= DECODE_ROWS_MAX`` rows
 only: the passes never see the same nodes. It runs on inference graphs (``optimize(...,
-stage="inference")``), in CUDA sessions by default, where a prefill's time is its kernel count.
+stage="inference")``): by default in CUDA sessions, where a prefill's time is its kernel count, and in CPU sessions
+with our kernel library (one node for four: less ONNX Runtime dispatch; SmolLM2-135M's fp32 128-row prefill on
+a 2-core VM, alternating rounds: medians 277/293/308 ms fused against 286/309/314 unfused, fused faster in 62
+of 100 pairs).
 """
 
 from __future__ import annotations
