@@ -119,22 +119,33 @@ def test_decode_steps_and_prefills_of_up_to_16_rows_are_left_to_the_decode_fusio
     assert report.rules_fired["fuse_rope_cached_attention"] == LAYERS and fused(decode) == 0
 
 
-def test_a_piece_read_by_another_node_stays_unfused():
-    """The k piece also feeds an output: the split stays, and so do the rope and cache writes."""
+def small_graph(k_also_an_output: bool = False, v_rows: int = 32) -> Graph:
+    """One layer's merged q/k/v product (24 rows, 4 heads of 4, 2 KV heads) placed by the four plain ops, the
+    rotated q and both caches the outputs."""
     g = Graph()
     x, w = g.input("x", [24, 16]), g.parameter("w", [16 + 2 * 8, 16])
-    k_cache, v_cache = g.input("k_cache", [32, 8]), g.input("v_cache", [32, 8])
+    k_cache, v_cache = g.input("k_cache", [32, 8]), g.input("v_cache", [v_rows, 8])
     pos = g.input_u32("kv_pos", [1])
     q, k, v = g.split(g.matmul_bt(x, w), [16, 8, 8], axis=1)
     q_rot = g.rope_dynamic_offset(q, 10000.0, pos, 4)
     k_all = g.rope_cache_write(k, k_cache, pos, 10000.0, 4)
     v_all = g.cache_write(v, v_cache, pos)
-    g.set_outputs([g.cached_attention(q_rot, k_all, v_all, pos, 4, 2, 4), g.mul(k, k)])
+    g.set_outputs([q_rot, k_all, v_all, g.mul(k, k)] if k_also_an_output else [q_rot, k_all, v_all])
+    return g
+
+
+@pytest.mark.parametrize(
+    "kw,want", [({}, 1), ({"k_also_an_output": True}, 0), ({"v_rows": 40}, 0)], ids=["plain", "k-read-elsewhere", "caches-differ"]
+)
+def test_only_pieces_read_by_the_four_ops_alone_and_caches_of_one_shape_are_fused(kw, want):
+    g = small_graph(**kw)
     out, report = optimize(g, stage="inference")
-    assert fused(out) == 0 and "fuse_qkv_rope_cache_write" not in report.rules_fired
-    g.set_outputs([g.cached_attention(q_rot, k_all, v_all, pos, 4, 2, 4)])
-    out, report = optimize(g, stage="inference")
-    assert fused(out) == 1 and report.rules_fired["fuse_qkv_rope_cache_write"] == 1
+    assert fused(out) == report.rules_fired.get("fuse_qkv_rope_cache_write", 0) == want
+    rng = np.random.default_rng(4)
+    f = {n.attrs["name"]: rng.standard_normal(n.ty.shape) for n in g.nodes() if n.op in ("input", "parameter")}
+    f["kv_pos"] = np.array([6], np.uint32)
+    for w, r in zip(evaluate(g, f, np.float64), evaluate(out, f, np.float64), strict=True):
+        np.testing.assert_allclose(r, w, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.skipif(LIB is None, reason="the CPU kernel library is not built (make kernels)")

@@ -29,7 +29,7 @@ of 100 pairs).
 from __future__ import annotations
 
 from ..graph import Graph
-from ..ir import Node
+from ..ir import Node, reachable
 from .decode_fusion import DECODE_ROWS_MAX, consumers, rebuild
 from .rope_attention_fusion import PLAIN_ROPE
 
@@ -91,22 +91,22 @@ def _match(split: list[Node], nodes: list[Node], users: dict[int, list[Node]], o
     if k_node is None or q_rope is None or q_rope != k_rope or vr.inputs[2] != pos:
         return None
     k_cache, v_cache = k_node.inputs[1], vr.inputs[1]
-    if any(nodes[c].op != "input" for c in (k_cache, v_cache)):
-        return None
+    if any(nodes[c].op != "input" for c in (k_cache, v_cache)) or nodes[k_cache].ty != nodes[v_cache].ty:
+        return None  # the fused op takes two caches of one shape
     hd = q_rope["head_dim"]
     q_width, kv_width, kv_width2 = split[0].attrs["sizes"]
-    if kv_width != kv_width2 or q_width % hd or kv_width % hd:
-        return None
+    if kv_width != kv_width2 or q_width % hd or kv_width % hd or (q_width // hd) % (kv_width // hd):
+        return None  # the fused op's head attributes: whole heads, num_heads a multiple of num_kv_heads
     attrs = {"num_heads": q_width // hd, "num_kv_heads": kv_width // hd, "head_dim": hd, "theta": q_rope["theta"]}
     qkv = split[0].inputs[0] if shapes[0] is None else q_in  # a batch: q's reshape, rebuilt as the product's
     return qr, k_node, vr, shapes[0], (qkv, k_cache, v_cache, pos), attrs
 
 
-def _splits(nodes: list[Node]) -> list[list[Node]]:
-    """The three-piece splits along the features of a prefill's product, as [piece 0, piece 1, piece 2]."""
+def _splits(nodes: list[Node], live: set[int]) -> list[list[Node]]:
+    """The live three-piece splits along the features of a prefill's product, as [piece 0, piece 1, piece 2]."""
     groups: dict[tuple, dict[int, Node]] = {}
     for n in nodes:
-        if n.op == "split" and n.attrs["axis"] == 1 and len(n.attrs["sizes"]) == 3:
+        if n.op == "split" and n.id in live and n.attrs["axis"] == 1 and len(n.attrs["sizes"]) == 3:
             groups.setdefault((n.inputs[0], tuple(n.attrs["sizes"])), {})[n.attrs["index"]] = n
     out = []
     for (x, _), by_index in groups.items():
@@ -123,7 +123,7 @@ def fuse_qkv_rope_cache_writes(graph: Graph) -> tuple[Graph, int]:
     users = consumers(nodes)
     replace: dict[int, tuple] = {}
     keep: list[int] = []
-    for split in _splits(nodes):
+    for split in _splits(nodes, reachable(nodes, graph.outputs())):
         found = _match(split, nodes, users, outputs)
         if found is None:
             continue
