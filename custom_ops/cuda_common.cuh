@@ -56,6 +56,14 @@ __device__ __forceinline__ int64_t LoadPos(MnPos p, int64_t i = 0) {
 }
 
 // Element types in device memory: EPC elements per 16-byte chunk, converted to and from float32.
+// One rotate-half pair of RoPE: (a, b) -> (a cos - b sin, b cos + a sin), each product and sum rounded on
+// its own (no fused multiply-add). The compiler contracts a * cs - b * sn differently in different kernels,
+// so without this the prefill's Rope, RopeCacheWrite and QKVRopeCacheWrite could differ in the last bit.
+__device__ __forceinline__ void RotatePair(float a, float b, float cs, float sn, float* ya, float* yb) {
+  *ya = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
+  *yb = __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
+}
+
 template <class T>
 struct Elem;
 template <>

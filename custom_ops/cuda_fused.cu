@@ -180,8 +180,10 @@ __global__ void RopeCacheWriteKernel(const T* __restrict__ x, T* __restrict__ ou
     sincosf(ang, &sn, &cs);
     const float a = Elem<T>::ToF(x[r * dim + col]), b = Elem<T>::ToF(x[r * dim + col + half]);
     T* row = out + (kv + r) * dim;
-    row[col] = Elem<T>::FromF(a * cs - b * sn);
-    row[col + half] = Elem<T>::FromF(b * cs + a * sn);
+    float ya, yb;
+    RotatePair(a, b, cs, sn, &ya, &yb);
+    row[col] = Elem<T>::FromF(ya);
+    row[col + half] = Elem<T>::FromF(yb);
   }
 }
 
@@ -212,8 +214,8 @@ __global__ void QkvRopeKernel(const T* __restrict__ qkv, T* __restrict__ q_rot, 
     sincosf(static_cast<float>(valid ? kv + t : 0) * inv.v[j], &sn, &cs);  // kv + t may overflow when invalid
     if (!valid) cs = sn = __int_as_float(0x7fc00000);
     const float a = Elem<T>::ToF(src[col]), c = Elem<T>::ToF(src[col + half]);
-    const float ya = a * cs - c * sn;
-    const float yb = c * cs + a * sn;
+    float ya, yb;
+    RotatePair(a, c, cs, sn, &ya, &yb);
     T* out = h < H ? q_rot + r * qw + col : kc + cache_row + (col - qw);
     out[0] = Elem<T>::FromF(ya);
     out[half] = Elem<T>::FromF(yb);

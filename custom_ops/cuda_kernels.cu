@@ -47,8 +47,7 @@ __global__ void RopeKernel(const T* __restrict__ x, T* __restrict__ y, int64_t r
       }
 #pragma unroll
       for (int i = 0; i < V; ++i) {
-        ya[i] = a[i] * cs[i] - b[i] * sn[i];
-        yb[i] = b[i] * cs[i] + a[i] * sn[i];
+        RotatePair(a[i], b[i], cs[i], sn[i], &ya[i], &yb[i]);
       }
       if constexpr (V == 1) {
         yr[base] = E::FromF(ya[0]);
