@@ -6,6 +6,7 @@ from __future__ import annotations
 import kernel_cases as kc
 import numpy as np
 from onnx import helper
+from rope_attention_cases import case_inputs, one_node_model
 
 THETA = 10000.0
 OUTPUTS = ("q_rot", "k_cache_out", "v_cache_out")
@@ -14,18 +15,8 @@ INPUTS = ("qkv", "k_cache", "v_cache", "kv_pos")
 
 def make_case(rng, max_seq: int, t: int, h: int, kvh: int, hd: int, positions: int | list[int], scale: float = 1.0):
     """Inputs (float32; kv_pos int64) of one case: 2-D for an int position, a batch for a list."""
-    batch = [] if isinstance(positions, int) else [len(positions)]
-    pos = [positions] if isinstance(positions, int) else list(positions)
-
-    def f32(*shape):
-        return (rng.standard_normal([*batch, *shape]) * scale).astype(np.float32)
-
-    return {
-        "qkv": f32(t, (h + 2 * kvh) * hd),
-        "k_cache": f32(max_seq, kvh * hd),
-        "v_cache": f32(max_seq, kvh * hd),
-        "kv_pos": np.array(pos, np.int64),
-    }
+    widths = {"qkv": (t, (h + 2 * kvh) * hd), "k_cache": (max_seq, kvh * hd), "v_cache": (max_seq, kvh * hd)}
+    return case_inputs(rng, positions, scale, widths)
 
 
 def reference(inputs: dict, h: int, kvh: int, hd: int, rounding=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -54,29 +45,8 @@ def make_model(
 ) -> bytes:
     """A QKVRopeCacheWrite model with float32 inputs and outputs named as the op's; for a half ``dtype`` the
     float inputs are cast to it in front of the node and its outputs back to float32."""
-    half = np.dtype(dtype) != np.float32
-    vis = [helper.make_tensor_value_info(n, kc._NP2ONNX[a.dtype], None if unknown_shapes else list(a.shape)) for n, a in inputs.items()]
-    shapes = [None] * 3 if unknown_shapes else out_shapes(inputs, h, hd)
-    outs = [helper.make_tensor_value_info(n, kc._NP2ONNX[np.dtype(np.float32)], s) for n, s in zip(OUTPUTS, shapes, strict=True)]
-    elem = kc._NP2ONNX[np.dtype(dtype)]
-    nodes, ins = [], []
-    for name in inputs:
-        if half and name != "kv_pos":
-            nodes.append(helper.make_node("Cast", [name], [f"{name}_h"], to=elem))
-            ins.append(f"{name}_h")
-        else:
-            ins.append(name)
-    node_outs = [f"{n}_h" for n in OUTPUTS] if half else list(OUTPUTS)
     attrs = {"num_heads": h, "num_kv_heads": kvh, "head_dim": hd, "theta": THETA}
-    nodes.append(helper.make_node("QKVRopeCacheWrite", ins, node_outs, domain=kc.DOMAIN, name="qkv", **attrs))
-    if half:
-        nodes += [helper.make_node("Cast", [f"{n}_h"], [n], to=kc._NP2ONNX[np.dtype(np.float32)]) for n in OUTPUTS]
-    graph = helper.make_graph(nodes, "test_qkv_rope_cache_write", vis, outs)
-    functions = [kc.function_proto("QKVRopeCacheWrite")] if with_function else []
-    opsets = [helper.make_opsetid("", kc.OPSET), helper.make_opsetid(kc.DOMAIN, 1)]
-    model = helper.make_model(graph, opset_imports=opsets, functions=functions)
-    model.ir_version = 10
-    return model.SerializeToString()
+    return one_node_model("QKVRopeCacheWrite", inputs, OUTPUTS, out_shapes(inputs, h, hd), attrs, dtype, with_function, unknown_shapes)
 
 
 def make_rope_model(x: np.ndarray, hd: int, dtype) -> bytes:

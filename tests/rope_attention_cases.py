@@ -12,22 +12,25 @@ THETA = 10000.0
 OUTPUTS = ("out", "k_cache_out", "v_cache_out")
 
 
-def make_case(rng, max_seq: int, t: int, h: int, kvh: int, hd: int, positions: int | list[int], scale: float = 1.0):
-    """Inputs (float32; kv_pos int64) of one case: 2-D for an int position, a batch for a list."""
+def case_inputs(rng, positions: int | list[int], scale: float, widths: dict[str, tuple[int, int]]) -> dict[str, np.ndarray]:
+    """Random float32 inputs of ``widths`` (name -> (rows, width)) and kv_pos (int64): 2-D for an int
+    position, with a leading batch dimension for a list of positions."""
     batch = [] if isinstance(positions, int) else [len(positions)]
     pos = [positions] if isinstance(positions, int) else list(positions)
+    out = {name: (rng.standard_normal([*batch, *shape]) * scale).astype(np.float32) for name, shape in widths.items()}
+    return {**out, "kv_pos": np.array(pos, np.int64)}
 
-    def f32(*shape):
-        return (rng.standard_normal([*batch, *shape]) * scale).astype(np.float32)
 
-    return {
-        "q": f32(t, h * hd),
-        "k_new": f32(t, kvh * hd),
-        "v_new": f32(t, kvh * hd),
-        "k_cache": f32(max_seq, kvh * hd),
-        "v_cache": f32(max_seq, kvh * hd),
-        "kv_pos": np.array(pos, np.int64),
+def make_case(rng, max_seq: int, t: int, h: int, kvh: int, hd: int, positions: int | list[int], scale: float = 1.0):
+    """Inputs (float32; kv_pos int64) of one case: 2-D for an int position, a batch for a list."""
+    widths = {
+        "q": (t, h * hd),
+        "k_new": (t, kvh * hd),
+        "v_new": (t, kvh * hd),
+        "k_cache": (max_seq, kvh * hd),
+        "v_cache": (max_seq, kvh * hd),
     }
+    return case_inputs(rng, positions, scale, widths)
 
 
 def reference(inputs: dict, h: int, kvh: int, hd: int, rounding=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -54,10 +57,19 @@ def make_model(
 ) -> bytes:
     """A RopeCachedAttention model with float32 inputs and outputs named as the op's; for a half
     ``dtype`` the float inputs are cast to it in front of the node and its outputs back to float32."""
+    shapes = [list(inputs[k].shape) for k in ("q", "k_cache", "v_cache")]
+    attrs = {"num_heads": h, "num_kv_heads": kvh, "head_dim": hd, "theta": THETA}
+    return one_node_model("RopeCachedAttention", inputs, OUTPUTS, shapes, attrs, dtype, with_function, unknown_shapes)
+
+
+def one_node_model(op: str, inputs: dict, outputs, shapes, attrs: dict, dtype, with_function: bool, unknown_shapes: bool) -> bytes:
+    """A model of one ``op`` node with float32 inputs and outputs (``shapes``; none with ``unknown_shapes``, so
+    the values reach the kernel unchecked); for a half ``dtype`` the float inputs are cast to it in front of
+    the node and its outputs back to float32; ``with_function``: the op's function body in the model."""
     half = np.dtype(dtype) != np.float32
     vis = [helper.make_tensor_value_info(n, kc._NP2ONNX[a.dtype], None if unknown_shapes else list(a.shape)) for n, a in inputs.items()]
-    shapes = [None if unknown_shapes else list(inputs[k].shape) for k in ("q", "k_cache", "v_cache")]
-    outs = [helper.make_tensor_value_info(n, kc._NP2ONNX[np.dtype(np.float32)], s) for n, s in zip(OUTPUTS, shapes, strict=True)]
+    shapes = [None] * len(outputs) if unknown_shapes else shapes
+    outs = [helper.make_tensor_value_info(n, kc._NP2ONNX[np.dtype(np.float32)], s) for n, s in zip(outputs, shapes, strict=True)]
     elem = kc._NP2ONNX[np.dtype(dtype)]
     nodes, ins = [], []
     for name in inputs:
@@ -66,13 +78,12 @@ def make_model(
             ins.append(f"{name}_h")
         else:
             ins.append(name)
-    node_outs = [f"{n}_h" for n in OUTPUTS] if half else list(OUTPUTS)
-    attrs = {"num_heads": h, "num_kv_heads": kvh, "head_dim": hd, "theta": THETA}
-    nodes.append(helper.make_node("RopeCachedAttention", ins, node_outs, domain=kc.DOMAIN, name="rca", **attrs))
+    node_outs = [f"{n}_h" for n in outputs] if half else list(outputs)
+    nodes.append(helper.make_node(op, ins, node_outs, domain=kc.DOMAIN, name=op, **attrs))
     if half:
-        nodes += [helper.make_node("Cast", [f"{n}_h"], [n], to=kc._NP2ONNX[np.dtype(np.float32)]) for n in OUTPUTS]
-    graph = helper.make_graph(nodes, "test_rope_cached_attention", vis, outs)
-    functions = [kc.function_proto("RopeCachedAttention")] if with_function else []
+        nodes += [helper.make_node("Cast", [f"{n}_h"], [n], to=kc._NP2ONNX[np.dtype(np.float32)]) for n in outputs]
+    graph = helper.make_graph(nodes, f"test_{op}", vis, outs)
+    functions = [kc.function_proto(op)] if with_function else []
     opsets = [helper.make_opsetid("", kc.OPSET), helper.make_opsetid(kc.DOMAIN, 1)]
     model = helper.make_model(graph, opset_imports=opsets, functions=functions)
     model.ir_version = 10
