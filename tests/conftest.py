@@ -36,3 +36,15 @@ def run_model(model, feeds: dict, library: str | None = None) -> list[np.ndarray
         opts.register_custom_ops_library(library)
     sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)
+
+
+def live_nodes(g: Graph) -> list:
+    """The nodes the outputs of ``g`` depend on, in id order (walked here, not by the package's own
+    ``reachable``, so a pass's tests do not lean on the code they check)."""
+    seen, stack = set(g.outputs()), list(g.outputs())
+    while stack:
+        for i in g.node(stack.pop()).inputs:
+            if i not in seen:
+                seen.add(i)
+                stack.append(i)
+    return [g.node(i) for i in sorted(seen)]

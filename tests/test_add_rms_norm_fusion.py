@@ -15,7 +15,7 @@ from collections import Counter
 import kernel_cases as kc
 import numpy as np
 import pytest
-from conftest import run_model
+from conftest import live_nodes, run_model
 from meganeura_onnx.models import llama
 
 from meganeura_onnx import Graph
@@ -30,22 +30,12 @@ LAYERS = CFG.num_hidden_layers
 LIB = kc.kernel_library("cpu")
 
 
-def live(g: Graph) -> list:
-    seen, stack = set(g.outputs()), list(g.outputs())
-    while stack:
-        for i in g.node(stack.pop()).inputs:
-            if i not in seen:
-                seen.add(i)
-                stack.append(i)
-    return [g.node(i) for i in sorted(seen)]
-
-
 def fused_norms(g: Graph) -> int:
-    return sum(n.op == "add_rms_norm" and n.attrs["index"] == 0 for n in live(g))
+    return sum(n.op == "add_rms_norm" and n.attrs["index"] == 0 for n in live_nodes(g))
 
 
 def residual_gemms(g: Graph) -> int:
-    return sum(n.op == "gemm" and g.node(n.inputs[2]).ty.shape == n.ty.shape for n in live(g))
+    return sum(n.op == "gemm" and g.node(n.inputs[2]).ty.shape == n.ty.shape for n in live_nodes(g))
 
 
 def feeds(g: Graph, rows: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -116,12 +106,12 @@ def small_graph(bias_row: bool) -> tuple[Graph, dict[str, np.ndarray]]:
 def test_other_readers_of_the_product_read_the_sum_and_a_bias_row_is_not_a_residual():
     g, f = small_graph(bias_row=False)
     out, _ = optimize(g, stage="inference")
-    assert fused_norms(out) == 1 and not any(n.op == "gemm" for n in live(out))
+    assert fused_norms(out) == 1 and not any(n.op == "gemm" for n in live_nodes(out))
     assert [out.node(o).op for o in out.outputs()] == ["add_rms_norm", "mul"]
     for w, r in zip(evaluate(g, f, np.float64), evaluate(out, f, np.float64), strict=True):
         np.testing.assert_allclose(r, w, rtol=1e-12, atol=1e-12)
     biased, _ = optimize(small_graph(bias_row=True)[0], stage="inference")
-    assert fused_norms(biased) == 0 and any(n.op == "gemm" for n in live(biased))
+    assert fused_norms(biased) == 0 and any(n.op == "gemm" for n in live_nodes(biased))
 
 
 def test_fp16_lowering_runs_the_fused_node_in_half_on_a_gemm_without_c_and_no_cast_around_it():

@@ -10,6 +10,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from conftest import live_nodes
 from meganeura_onnx.models import llama
 
 from meganeura_onnx import Graph, build_inference_session
@@ -54,13 +55,7 @@ def varied_parameters(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def live_ops(g: Graph) -> Counter:
-    seen, stack = set(g.outputs()), list(g.outputs())
-    while stack:
-        for i in g.node(stack.pop()).inputs:
-            if i not in seen:
-                seen.add(i)
-                stack.append(i)
-    return Counter(g.node(i).op for i in seen)
+    return Counter(n.op for n in live_nodes(g))
 
 
 def gradient_graph(g: Graph, merge: bool) -> tuple[Graph, list[str]]:

@@ -13,6 +13,7 @@ from collections import Counter
 import kernel_cases as kc
 import numpy as np
 import pytest
+from conftest import live_nodes
 from meganeura_onnx.models import llama
 
 from meganeura_onnx import Graph, build_inference_session
@@ -27,24 +28,14 @@ LIB = kc.kernel_library("cpu")
 FUSED = "qkv_rope_cache_write"
 
 
-def live(g: Graph) -> list:
-    seen, stack = set(g.outputs()), list(g.outputs())
-    while stack:
-        for i in g.node(stack.pop()).inputs:
-            if i not in seen:
-                seen.add(i)
-                stack.append(i)
-    return [g.node(i) for i in sorted(seen)]
-
-
 def fused(g: Graph) -> int:
-    return sum(n.op == FUSED and n.attrs["index"] == 0 for n in live(g))
+    return sum(n.op == FUSED and n.attrs["index"] == 0 for n in live_nodes(g))
 
 
 def cache_writers(g: Graph) -> dict[str, int]:
     """Cache input name -> the live node that writes it (its next value)."""
     out = {}
-    for n in live(g):
+    for n in live_nodes(g):
         written = OPS[n.op].written_input(n.attrs)
         if written is not None:
             out[g.node(n.inputs[OPS[n.op].inputs.index(written)]).attrs["name"]] = n.id
@@ -77,9 +68,9 @@ def test_fused_prefill_gives_the_unfused_logits_and_caches(batch):
     plain, _ = optimize(g, stage="inference", qkv_rope_cache=False)
     out, report = optimize(g, stage="inference")  # on by default with the other inference fusions
     assert fused(plain) == 0 and fused(out) == LAYERS and report.rules_fired["fuse_qkv_rope_cache_write"] == LAYERS
-    ops = Counter(n.op for n in live(out))
+    ops = Counter(n.op for n in live_nodes(out))
     assert ops["rope"] == ops["rope_cache_write"] == ops["cache_write"] == 0
-    assert {len(n.attrs["sizes"]) for n in live(out) if n.op == "split"} == {2}  # the MLP's gate/up split stays
+    assert {len(n.attrs["sizes"]) for n in live_nodes(out) if n.op == "split"} == {2}  # the MLP's gate/up split stays
     assert len(cache_writers(out)) == 2 * LAYERS and all(out.node(i).op == FUSED for i in cache_writers(out).values())
     f = feeds(g, 24, batch)
     want, got = outputs_and_caches(plain, f), outputs_and_caches(out, f)
