@@ -22,11 +22,12 @@ higher than the input graph's.
 
 Then plain passes: products sharing their left operand become one product and a split
 (:mod:`.merge_projections`; stages ``"forward"`` and ``"inference"``), and with ``stage="inference"``
-a prefill's residual ``gemm`` and the RMSNorm after it become a plain product and one ``add_rms_norm``
-(:mod:`.add_rms_norm_fusion`) and its split of the merged q/k/v product, ropes and cache writes one
-``qkv_rope_cache_write`` (:mod:`.qkv_rope_fusion`), the decode-step fusion of RMSNorm into its projections follows (:mod:`.decode_fusion`, a plain pass:
-its q/k/v group is one node with three outputs), then those of rope and the cache writes into the
-attention (:mod:`.rope_attention_fusion`) and of each whole decoder layer into one node
+the passes of :data:`INFERENCE_PASSES` follow: a prefill's residual ``gemm`` and the RMSNorm after it
+become a plain product and one ``add_rms_norm`` (:mod:`.add_rms_norm_fusion`), its split of the merged
+q/k/v product, ropes and cache writes one ``qkv_rope_cache_write`` (:mod:`.qkv_rope_fusion`); then the
+decode-step fusion of RMSNorm into its projections (:mod:`.decode_fusion`: its q/k/v group is one node
+with three outputs), those of rope and the cache writes into the attention
+(:mod:`.rope_attention_fusion`) and of each whole decoder layer into one node
 (:mod:`.decode_layer_fusion`).
 
 Preserved: every leaf (inputs, parameters, constants, in creation order, reachable or not), the
@@ -324,32 +325,41 @@ def optimize(
     return out, report
 
 
+def _fired(name: str, made: tuple[Graph, int | dict[str, int]]) -> tuple[Graph, dict[str, int]]:
+    """A plain pass's (graph, count) as (graph, {report key: count}); a dict of counts keeps its own keys."""
+    out, count = made
+    return out, ({f"fuse_{op}": k for op, k in count.items()} if isinstance(count, dict) else {name: count} if count else {})
+
+
+INFERENCE_PASSES = (
+    ("add_rms_norm", lambda g: _fired("fuse_add_rms_norm", fuse_add_rms_norms(g))),  # prefills only
+    (
+        "qkv_rope_cache",
+        lambda g: _fired("fuse_qkv_rope_cache_write", fuse_qkv_rope_cache_writes(g)),
+    ),  # prefills: a decode step has no split
+    ("decode_fusion", lambda g: _fired("", fuse_norm_projections(g))),  # norm + projections of a decode step
+    ("rope_attention", lambda g: _fired("fuse_rope_cached_attention", fuse_rope_attention(g))),  # its cache nodes are read by no node
+    ("decode_layer", lambda g: _fired("fuse_decode_layer", fuse_decode_layers(g))),  # last: the chains the passes above leave
+)
+"""The plain passes of ``stage="inference"`` after ``merge_projections``, in order: (the keyword of
+:func:`optimize` that chooses it, None meaning as ``decode_fusion``; the pass)."""
+
+
 def _plain_passes(
     out: Graph, report: OptimizeReport, t0: float, ops_after: Counter, stage: str, merge_projections: bool, flags: dict
 ) -> tuple[Graph, Counter]:
     """The plain passes after the e-graph, in order (see :func:`optimize`; ``flags``: its keywords that
     choose them), and the op counts of the result."""
-    decode_fusion = flags["decode_fusion"]
-    add_rms_norm, qkv_rope_cache = flags["add_rms_norm"], flags["qkv_rope_cache"]
-    rope_attention, decode_layer = flags["rope_attention"], flags["decode_layer"]
     if merge_projections and stage in MERGE_MIN_ROWS:  # before the decode fusions, which it leaves their small-row products
         out, merged = merge_products(out, min_rows=MERGE_MIN_ROWS[stage])
         ops_after = _after_pass(out, report, t0, {"merge_projections": merged}) if merged else ops_after
-    if stage == "inference" and (decode_fusion if add_rms_norm is None else add_rms_norm):  # prefills only, decode steps left as they are
-        out, made_norms = fuse_add_rms_norms(out)
-        ops_after = _after_pass(out, report, t0, {"fuse_add_rms_norm": made_norms}) if made_norms else ops_after
-    if stage == "inference" and (decode_fusion if qkv_rope_cache is None else qkv_rope_cache):  # prefills: a decode step has no split
-        out, made_qkv = fuse_qkv_rope_cache_writes(out)
-        ops_after = _after_pass(out, report, t0, {"fuse_qkv_rope_cache_write": made_qkv}) if made_qkv else ops_after
-    if stage == "inference" and decode_fusion:  # norm + projections of a decode step: a plain pass (see decode_fusion)
-        out, made = fuse_norm_projections(out)
-        ops_after = _after_pass(out, report, t0, {f"fuse_{op}": k for op, k in made.items()}) if made else ops_after
-    if stage == "inference" and (decode_fusion if rope_attention is None else rope_attention):
-        out, made_attention = fuse_rope_attention(out)  # its cache nodes are read by no node
-        ops_after = _after_pass(out, report, t0, {"fuse_rope_cached_attention": made_attention}) if made_attention else ops_after
-    if stage == "inference" and (decode_fusion if decode_layer is None else decode_layer):
-        out, made_layers = fuse_decode_layers(out)  # last: the chains the passes above leave, cache nodes kept
-        ops_after = _after_pass(out, report, t0, {"fuse_decode_layer": made_layers}) if made_layers else ops_after
+    if stage != "inference":
+        return out, ops_after
+    for flag, run in INFERENCE_PASSES:
+        if not (flags["decode_fusion"] if flags[flag] is None else flags[flag]):
+            continue
+        out, fired = run(out)
+        ops_after = _after_pass(out, report, t0, fired) if fired else ops_after
     return out, ops_after
 
 
