@@ -134,3 +134,21 @@ def test_odd_head_dim_is_refused_when_the_session_is_created():
     inputs = qc.make_case(np.random.default_rng(0), 8, 2, 2, 1, 9, 3)
     model = qc.make_model(inputs, 2, 1, 9, with_function=False)
     kc.assert_ort_error(lambda: kc.session(model, library=LIB), "QKVRopeCacheWrite", ["head_dim", "9"])
+
+
+def test_nodes_on_the_same_inputs_with_another_theta_export_as_their_own_onnx_node():
+    """The index nodes of one ``qkv_rope_cache_write`` share an ONNX node; a second op on the same inputs
+    with another theta must not be folded into it (it rotates by other angles)."""
+    from meganeura_onnx import Graph
+    from meganeura_onnx.export import to_model
+
+    g = Graph()
+    qkv = g.input("qkv", [4, (3 + 2) * 8])
+    caches = [g.input(name, [8, 8]) for name in ("k_cache", "v_cache")]
+    pos = g.input_u32("kv_pos", [1])
+    first = g.qkv_rope_cache_write(qkv, *caches, pos, 3, 1, 8, 10000.0)
+    second = g.qkv_rope_cache_write(qkv, *caches, pos, 3, 1, 8, 500000.0)
+    g.set_outputs({"q_a": first[0], "k_a": first[1], "q_b": second[0]})
+    model, _ = to_model(g)
+    thetas = sorted(a.f for n in model.graph.node if n.op_type == "QKVRopeCacheWrite" for a in n.attribute if a.name == "theta")
+    assert thetas == [10000.0, 500000.0]

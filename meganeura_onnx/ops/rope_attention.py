@@ -51,6 +51,13 @@ from .table import CustomOp, Position, TensorArg, examples, int_attr, op, requir
 ATTRS = (*HEADS[:2], HEAD_DIM, THETA)
 OUTPUTS = ("out", "k_cache", "v_cache")
 
+
+def _head_attrs(a: dict) -> tuple:
+    """The attributes that tell two nodes on the same inputs apart: the index nodes of one op share its
+    ONNX node only when these agree too."""
+    return tuple(a[k] for k in ("num_heads", "num_kv_heads", "head_dim", "theta"))
+
+
 rope_cached_attention = op(
     "rope_cached_attention",
     ("q", "k_new", "v_new", "k_cache", "v_cache", "kv_pos"),
@@ -150,7 +157,7 @@ def _(ctx, node, q, k_new, v_new, k_cache, v_cache, kv_pos):
             theta=float(a["theta"]),
         )
 
-    return ctx.shared_node(("RopeCachedAttention", q, k_new, v_new, k_cache, v_cache, kv_pos), emit)[a["index"]]
+    return ctx.shared_node(("RopeCachedAttention", q, k_new, v_new, k_cache, v_cache, kv_pos, *_head_attrs(a)), emit)[a["index"]]
 
 
 def _ex(g, f, max_seq, t, h, kvh, hd, kv_pos, index=0):
@@ -280,7 +287,7 @@ def _(ctx, node, qkv, k_cache, v_cache, kv_pos):
             theta=float(a["theta"]),
         )
 
-    return ctx.shared_node(("QKVRopeCacheWrite", qkv, k_cache, v_cache, kv_pos), emit)[a["index"]]
+    return ctx.shared_node(("QKVRopeCacheWrite", qkv, k_cache, v_cache, kv_pos, *_head_attrs(a)), emit)[a["index"]]
 
 
 def _ex_qkv(g, f, max_seq, t, h, kvh, hd, kv_pos, index=0):
