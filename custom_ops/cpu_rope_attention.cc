@@ -200,17 +200,10 @@ OrtStatus* RunRopeCachedAttention(const Pool& ctx, const AttnProblem& p, const f
   return CachedAttentionCpuRun(ctx, p, q_rot.data(), kc, vc, out);
 }
 
-class RopeCachedAttentionCpu : public Kernel {
+class RopeCachedAttentionCpu : public RopeAttnKernel {
  public:
-  explicit RopeCachedAttentionCpu(const RopeAttnAttrs& a) : a_(a), inv_freq_(a.heads.head_dim / 2) {
-    RopeInvFreq(a.theta, a.heads.head_dim, inv_freq_.data());
-  }
-  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
-    RopeAttnAttrs a;
-    MN_RETURN_IF(ReadRopeAttnAttrs(info, &a));
-    *out = new RopeCachedAttentionCpu(a);
-    return nullptr;
-  }
+  explicit RopeCachedAttentionCpu(const RopeAttnAttrs& a) : RopeAttnKernel(a) {}
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) { return CreateAs<RopeCachedAttentionCpu, ReadRopeAttnAttrs>(info, out); }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
     Tensor in[6];  // q, k_new, v_new, k_cache, v_cache, kv_pos
     for (size_t i = 0; i < 6; ++i) MN_RETURN_IF(GetInput(ctx, i, &in[i]));
@@ -222,10 +215,6 @@ class RopeCachedAttentionCpu : public Kernel {
     MN_RETURN_IF(GetOutput(ctx, 2, in[4].shape, &vc));
     return RopeCachedAttentionCpuRun(ctx, p, inv_freq_.data(), in[0].data, in[1].data, in[2].data, in[3].data, in[4].data, out, kc, vc);
   }
-
- private:
-  RopeAttnAttrs a_;
-  std::vector<float> inv_freq_;
 };
 
 // Row t of sequence b: q rotated into q_rot, k rotated into the K cache and v copied into the V cache at row
@@ -257,17 +246,10 @@ OrtStatus* RunQkvRope(const Pool& ctx, const QkvRopeProblem& p, const float* inv
   });
 }
 
-class QKVRopeCacheWriteCpu : public Kernel {
+class QKVRopeCacheWriteCpu : public RopeAttnKernel {
  public:
-  explicit QKVRopeCacheWriteCpu(const RopeAttnAttrs& a) : a_(a), inv_freq_(a.heads.head_dim / 2) {
-    RopeInvFreq(a.theta, a.heads.head_dim, inv_freq_.data());
-  }
-  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
-    RopeAttnAttrs a;
-    MN_RETURN_IF(ReadQkvRopeAttrs(info, &a));
-    *out = new QKVRopeCacheWriteCpu(a);
-    return nullptr;
-  }
+  explicit QKVRopeCacheWriteCpu(const RopeAttnAttrs& a) : RopeAttnKernel(a) {}
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) { return CreateAs<QKVRopeCacheWriteCpu, ReadQkvRopeAttrs>(info, out); }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
     Tensor in[4];  // qkv, k_cache, v_cache, kv_pos
     for (size_t i = 0; i < 4; ++i) MN_RETURN_IF(GetInput(ctx, i, &in[i]));
@@ -283,10 +265,6 @@ class QKVRopeCacheWriteCpu : public Kernel {
                            static_cast<T*>(kc), static_cast<T*>(vc));
     });
   }
-
- private:
-  RopeAttnAttrs a_;
-  std::vector<float> inv_freq_;
 };
 
 }  // namespace

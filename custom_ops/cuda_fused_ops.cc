@@ -123,17 +123,10 @@ class RopeCacheWriteCuda : public RopeCacheWriteKernel {
   }
 };
 
-class QKVRopeCacheWriteCuda : public Kernel {
+class QKVRopeCacheWriteCuda : public RopeAttnKernel {
  public:
-  explicit QKVRopeCacheWriteCuda(const RopeAttnAttrs& a) : a_(a), inv_freq_(a.heads.head_dim / 2) {
-    RopeInvFreq(a.theta, a.heads.head_dim, inv_freq_.data());
-  }
-  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) {
-    RopeAttnAttrs a;
-    MN_RETURN_IF(ReadQkvRopeAttrs(info, &a));
-    *out = new QKVRopeCacheWriteCuda(a);
-    return nullptr;
-  }
+  explicit QKVRopeCacheWriteCuda(const RopeAttnAttrs& a) : RopeAttnKernel(a) {}
+  static OrtStatus* Create(const OrtKernelInfo* info, Kernel** out) { return CreateAs<QKVRopeCacheWriteCuda, ReadQkvRopeAttrs>(info, out); }
   OrtStatus* Compute(OrtKernelContext* ctx) override {
     Tensor in[4];  // qkv, k_cache, v_cache, kv_pos
     for (size_t i = 0; i < 4; ++i) MN_RETURN_IF(GetInput(ctx, i, &in[i]));
@@ -153,10 +146,6 @@ class QKVRopeCacheWriteCuda : public Kernel {
                                                   p.hd, p.max_seq, inv_freq_.data(), DevicePos(in[3]), stream);
     return Cuda("QKVRopeCacheWrite", code);
   }
-
- private:
-  RopeAttnAttrs a_;
-  std::vector<float> inv_freq_;
 };
 
 }  // namespace

@@ -22,6 +22,25 @@ struct RopeAttnAttrs {
   float theta;
 };
 OrtStatus* ReadRopeAttnAttrs(const OrtKernelInfo* info, RopeAttnAttrs* a);
+
+// What the rope + cache kernels hold (RopeCachedAttention on the CPU, QKVRopeCacheWrite on the CPU and
+// CUDA): the attributes and the rope's inverse frequencies, made as RopeCacheWriteKernel makes its own.
+// CreateAs<K, Read>: the attributes read by Read (each op checks its own), then new K(attributes).
+class RopeAttnKernel : public Kernel {
+ protected:
+  explicit RopeAttnKernel(const RopeAttnAttrs& a) : a_(a), inv_freq_(a.heads.head_dim / 2) {
+    RopeInvFreq(a.theta, a.heads.head_dim, inv_freq_.data());
+  }
+  template <class K, OrtStatus* (*Read)(const OrtKernelInfo*, RopeAttnAttrs*)>
+  static OrtStatus* CreateAs(const OrtKernelInfo* info, Kernel** out) {
+    RopeAttnAttrs a;
+    MN_RETURN_IF(Read(info, &a));
+    *out = new K(a);
+    return nullptr;
+  }
+  RopeAttnAttrs a_;
+  std::vector<float> inv_freq_;
+};
 // The attention problem of q and the caches (AttnProblem: kv_pos read when host_positions), and
 // k_new/v_new checked against it.
 OrtStatus* CheckRopeCachedAttention(const RopeAttnAttrs& a, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
