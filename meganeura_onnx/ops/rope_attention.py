@@ -50,6 +50,14 @@ from .table import CustomOp, Position, TensorArg, examples, int_attr, op, requir
 # head_dim is both attention's (<= 1024) and rope's (even); one attribute.
 ATTRS = (*HEADS[:2], HEAD_DIM, THETA)
 OUTPUTS = ("out", "k_cache", "v_cache")
+CACHES_IN_PLACE = {
+    "inplace_pairs": (("k_cache", "k_cache_out"), ("v_cache", "v_cache_out")),
+    "relations": ("num_heads % num_kv_heads == 0",),
+}
+"""The ONNX node's part both cache ops share: outputs 1 and 2 are the caches, written over inputs
+``k_cache`` and ``v_cache``; the query heads a multiple of the KV heads."""
+CACHE_OUTPUTS = {"inplace_by_index": {1: "k_cache", 2: "v_cache"}, "half_types": frozenset({"float16", "bfloat16"})}
+"""The op table's part: IR nodes 1 and 2 (by ``index``) are the caches' state; float16 / bfloat16 kernels."""
 
 
 def _head_attrs(a: dict) -> tuple:
@@ -69,12 +77,10 @@ rope_cached_attention = op(
         tuple(TensorArg(n) for n in ("q", "k_new", "v_new", "k_cache", "v_cache")) + (TensorArg("kv_pos", "index"),),
         (TensorArg("out"), TensorArg("k_cache_out"), TensorArg("v_cache_out")),
         ATTRS,
-        inplace_pairs=(("k_cache", "k_cache_out"), ("v_cache", "v_cache_out")),
-        relations=("num_heads % num_kv_heads == 0",),
+        **CACHES_IN_PLACE,
     ),
-    inplace_by_index={1: "k_cache", 2: "v_cache"},
+    **CACHE_OUTPUTS,
     positions=(Position("kv_pos", rows="q", within="k_cache"),),
-    half_types=frozenset({"float16", "bfloat16"}),
 )
 
 
@@ -196,12 +202,10 @@ qkv_rope_cache_write = op(
         (TensorArg("qkv"), TensorArg("k_cache"), TensorArg("v_cache"), TensorArg("kv_pos", "index")),
         (TensorArg("q_rot"), TensorArg("k_cache_out"), TensorArg("v_cache_out")),
         ATTRS,
-        inplace_pairs=(("k_cache", "k_cache_out"), ("v_cache", "v_cache_out")),
-        relations=("num_heads % num_kv_heads == 0",),  # the kernels check the head attributes as the attention's
+        **CACHES_IN_PLACE,  # (the kernels check the head attributes as the attention's)
     ),
-    inplace_by_index={1: "k_cache", 2: "v_cache"},
+    **CACHE_OUTPUTS,
     positions=(Position("kv_pos", rows="qkv", within="k_cache"),),
-    half_types=frozenset({"float16", "bfloat16"}),
 )
 
 
