@@ -5,7 +5,8 @@
 // RopeCachedAttention's checks and its timings next to the four kernels it replaces, attn_check_rope.cuh)
 // Checks every element type (float32, float16, bfloat16) against a double-precision host reference
 // computed from the same (rounded) inputs: batches with a position per sequence, GQA, T > 1, every
-// head_dim path, an invalid position (NaN for that sequence only, nothing written out of bounds).
+// head_dim path, an invalid position (NaN for that sequence only, nothing written out of bounds), chunks
+// of rows on the flash forward and on the split-K kernel.
 // Then times the kernels with CUDA events (attn_check_time.cuh): "graph" replays N launches captured
 // in a CUDA graph (GPU time only, no host launch cost), "stream" launches back to back (GPU time, or
 // the launcher's host work where that is longer); consecutive launches read different K/V caches,
@@ -197,11 +198,20 @@ int main(int argc, char** argv) {
       {3, 2, 8, 2, 64, 900, {5, 898, 300}},   {2, 1, 6, 2, 96, 80, {79, 3}},         {3, 1, 32, 8, 128, 512, {100, 512, 7}},
       {2, 1, 4, 4, 64, 64, {-1, 63}},        {1, 1, 9, 3, 64, 4099, {4098}},       {1, 1, 12, 4, 64, 4099, {0}},
       {1, 1, 8, 8, 128, 4097, {4096}},       {2, 1, 24, 8, 128, 1001, {1000, 0}},  {1, 1, 8, 8, 64, 20000, {19999}},
+      // chunks: prefills (batch 8: the flash forward), the last position, invalid ones, head_dim 32 and 96
+      {1, 128, 9, 3, 64, 256, {0}},          {3, 64, 8, 2, 128, 300, {236, 0, 100}}, {2, 20, 6, 2, 96, 64, {50, 3}},
+      {2, 16, 4, 4, 32, 40, {24, -1}},       {1, 200, 12, 4, 64, 1100, {900}},       {8, 128, 9, 3, 64, 256, {0, 1, 2, 3, 64, 100, 127, 128}},
   };
   int bad = CheckRopeAttentionCases(rng);
   for (int dt : {MN_F32, MN_F16, MN_BF16}) {
     if (rope_only) break;
     for (const AttnCase& c : cases) bad += !CheckAttention(c, dt, rng);
+    for (int flash : {1, 0}) {  // chunks on each kernel, whichever the library would pick
+      g_attn_flash = flash;
+      for (const AttnCase& c : cases)
+        if (c.T > 1) bad += !CheckAttention(c, dt, rng, LibraryAttention, flash ? "flash" : "split-K");
+    }
+    g_attn_flash = -1;
     bad += !CheckRope(dt, 3, 5, 4 * 128, 128, 2, {7, 0, 4093}, rng);
     bad += !CheckRope(dt, 1, 33, 8 * 64, 64, 0, {100000}, rng);
     bad += !CheckRope(dt, 2, 3, 6 * 96, 96, 1, {5}, rng);  // hd 96: the scalar path
@@ -246,6 +256,10 @@ int main(int argc, char** argv) {
   }
   for (int dt : {MN_F32, MN_F16})
     if (!rope_only) TimeRope(tm, dt, peak);
+  if (!rope_only) {
+    TimePrefill<__half>(tm, MN_F16, peak);
+    TimePrefill<float>(tm, MN_F32, peak);
+  }
   if (g_json) {
     std::fprintf(g_json, "\n]}\n");
     std::fclose(g_json);

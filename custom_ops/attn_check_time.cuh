@@ -237,6 +237,37 @@ static void TimeAttention(Timer& tm, int dt, bool sweep, double peak) {
   }
 }
 
+// Chunks of T query rows (a prefill), SmolLM2-135M's heads (9 over 3, head_dim 64): the flash forward
+// and the split-K kernel for every row, each forced (the library picks one per shape: FlashForChunk).
+// The chunk's K/V were just written (a prefill writes them first), so one cache is reused: L2-resident.
+// Bytes: the attended K/V rows once, q and the output; the kernels re-read them from L2.
+template <class T>
+static void TimePrefill(Timer& tm, int dt, double peak) {
+  const int H = 9, KVH = 3, HD = 64;
+  struct Chunk { int B, rows, max_seq, pos; };
+  for (const Chunk c : {Chunk{1, 128, 256, 0}, Chunk{2, 128, 256, 0}, Chunk{4, 128, 256, 0}, Chunk{8, 128, 256, 0},
+                        Chunk{1, 128, 4096, 3968}, Chunk{8, 128, 4096, 3968}, Chunk{1, 16, 4096, 4000}, Chunk{8, 16, 4096, 4000},
+                        Chunk{1, 16, 256, 0}}) {
+    std::vector<float> q((size_t)c.B * c.rows * H * HD, 0.5f), kv((size_t)c.B * c.max_seq * KVH * HD, 0.25f);
+    void *dq = Upload(ToDevice(&q, dt)), *dk = Upload(ToDevice(&kv, dt)), *dv = Upload(ToDevice(&kv, dt)), *dout = nullptr;
+    CK(cudaMalloc(&dout, q.size() * sizeof(T)));
+    int64_t* dpos = nullptr;
+    const MnPos pos = DevPositions(std::vector<int64_t>(c.B, c.pos), &dpos);
+    const double rows = (double)c.B * (c.pos + c.rows);
+    const double bytes = (2.0 * rows * KVH * HD + 2.0 * c.B * c.rows * H * HD) * sizeof(T);
+    auto launch = [&](cudaStream_t s) { mn_cuda_cached_attention(dt, dq, dk, dv, dout, c.B, c.rows, H, KVH, HD, c.max_seq, pos, g_scratch, s); };
+    const bool picked = FlashForChunk(c.B, c.rows, H);
+    char cfg[64];
+    for (int flash : {1, 0}) {
+      g_attn_flash = flash;
+      std::snprintf(cfg, sizeof cfg, "chunk-%s%s T=%d pos=%d", flash ? "flash" : "splitK", picked == (flash == 1) ? "*" : "", c.rows, c.pos);
+      Record("attention", kTypeName[dt], cfg, c.B, c.pos + c.rows, bytes, tm.Graph(launch), tm.Stream(launch), peak, nullptr);
+    }
+    g_attn_flash = -1;
+    for (void* p : {dq, dk, dv, dout, static_cast<void*>(dpos)}) cudaFree(p);
+  }
+}
+
 // The fixed cost of a launch: an empty kernel with the decode grid (128 blocks of 256 threads, 192 KiB
 // of shared memory, one block per SM), with and without programmatic dependent launch.
 static void TimeLaunchFloor(Timer& tm, double peak) {

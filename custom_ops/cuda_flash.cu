@@ -58,6 +58,10 @@ struct Dims {
   int64_t B, T, S, H, KVH, hd;
   int causal;
   float scale;  // 1 / sqrt(hd)
+  // A KV cache (mn_cuda_flash_cached_attention; tensor-core forward only): K and V hold S = max_seq rows
+  // per sequence, query row i of sequence b sits at position pos[b] + i and sees the rows [0, pos[b] + i].
+  // pos.ptr == nullptr: no cache (key j is hidden from query i where j > i).
+  MnPos pos;
 };
 
 template <int NS, int RB>
@@ -473,8 +477,15 @@ int Grad(const void* q, const void* k, const void* v, const void* y, const void*
   }
 }
 
-Dims MakeDims(int64_t B, int64_t T, int64_t S, int64_t H, int64_t KVH, int64_t hd, int causal) {
-  return Dims{B, T, S, H, KVH, hd, causal, 1.f / sqrtf((float)hd)};
+Dims MakeDims(int64_t B, int64_t T, int64_t S, int64_t H, int64_t KVH, int64_t hd, int causal, MnPos pos = {nullptr, MN_POS_NONE, 0}) {
+  return Dims{B, T, S, H, KVH, hd, causal, 1.f / sqrtf((float)hd), pos};
+}
+
+template <typename T>
+int CachedForward(const void* q, const void* k, const void* v, void* y, const Dims& p, cudaStream_t st) {
+  if (std::is_same<T, float>::value && Fp32OnSimt()) return -1;  // exact float32: the caller's own kernel
+  return mma::LaunchForwardMma<T>(static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), static_cast<T*>(y),
+                                  nullptr, p, st);
 }
 
 }  // namespace
@@ -490,6 +501,21 @@ extern "C" int mn_cuda_flash_attention(int dtype, const void* q, const void* k, 
     case MN_F16: return Forward<__half>(q, k, v, y, lse, p, st);
     case MN_BF16: return Forward<__nv_bfloat16>(q, k, v, y, lse, p, st);
     default: return cudaErrorInvalidValue;
+  }
+}
+
+extern "C" int mn_cuda_flash_cached_attention(int dtype, const void* q, const void* k, const void* v, void* y, int64_t B, int64_t T,
+                                              int64_t H, int64_t KVH, int64_t hd, int64_t max_seq, MnPos kv_pos, void* stream) {
+  if (B == 0 || T == 0 || H == 0) return 0;
+  if (kv_pos.ptr == nullptr || T > max_seq) return -1;
+  if (int e = UseDeviceOf(q)) return e;
+  const Dims p = MakeDims(B, T, max_seq, H, KVH, hd, 1, kv_pos);
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case MN_F32: return CachedForward<float>(q, k, v, y, p, st);
+    case MN_F16: return CachedForward<__half>(q, k, v, y, p, st);
+    case MN_BF16: return CachedForward<__nv_bfloat16>(q, k, v, y, p, st);
+    default: return -1;
   }
 }
 

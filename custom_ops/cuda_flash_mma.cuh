@@ -170,7 +170,8 @@ __global__ void SumHeads(const float* __restrict__ partial, int64_t rep, int64_t
 int g_flash_split_heads = -1;
 
 // Y and LSE. Block: W warps, 16 query rows each, of head blockIdx.x % H; keys stream with an online
-// softmax (running max m and sum l per row, float32).
+// softmax (running max m and sum l per row, float32). With a KV cache (Dims::pos: CachedAttention's
+// chunks of T > 1 rows) the keys are the cache's rows up to each row's position, and no LSE is written.
 template <typename T, int D, int W>
 __global__ void __launch_bounds__(32 * W) Forward(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                                   T* __restrict__ y, float* __restrict__ lse, Dims p) {
@@ -185,8 +186,20 @@ __global__ void __launch_bounds__(32 * W) Forward(const T* __restrict__ q, const
   float unused[2];
   LoadRowFrags<T, D>(qa, q, b, p.T, p.H, h, p.hd, r0, p.T, nullptr, unused);
   float acc[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // l: this lane's part of the row sum
+  // A KV cache: query row i at position off + i. An invalid position: NaN rows, no K/V read.
+  const int64_t off = p.pos.ptr != nullptr ? LoadPos(p.pos, b) : 0;
+  if (p.pos.ptr != nullptr && (off < 0 || off > p.S - p.T)) {
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[dn][e] = __int_as_float(0x7fc00000);
+    StoreRows<T, D>(y, acc, b, p.T, p.H, h, p.hd, r0, p.T, 1.f);
+    return;  // block-uniform
+  }
   const float c2 = p.scale * kLog2e;
-  const int64_t kend = p.causal ? min(p.S, i0 + 16 * W) : p.S;
+  // Causal: the block's last row (at most T - 1) sees keys up to off + that row; past them (a cache's
+  // unwritten rows) nothing is read, so no stale value reaches P V even with weight 0.
+  const int64_t kend = p.causal ? min(p.S, off + min(p.T, i0 + 16 * W)) : p.S;
   auto issue = [&](int n) {
     LoadTileAsync<T, D, BC, NT>(Ks[n & 1], k, b, p.S, p.KVH, kh, p.hd, int64_t(n) * BC, kend);
     LoadTileAsync<T, D, BC, NT>(Vs[n & 1], v, b, p.S, p.KVH, kh, p.hd, int64_t(n) * BC, kend);
@@ -203,7 +216,7 @@ __global__ void __launch_bounds__(32 * W) Forward(const T* __restrict__ q, const
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int64_t i = r0 + g + 8 * (e >> 1), j = int64_t(n) * BC + 8 * nt + 2 * t + (e & 1);
-        s[nt][e] = (j >= kend || (p.causal && j > i)) ? -INFINITY : s[nt][e] * c2;
+        s[nt][e] = (j >= kend || (p.causal && j > off + i)) ? -INFINITY : s[nt][e] * c2;
         mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
       }
 #pragma unroll
@@ -236,7 +249,7 @@ __global__ void __launch_bounds__(32 * W) Forward(const T* __restrict__ q, const
 #pragma unroll
     for (int dn = 0; dn < D / 8; ++dn) acc[dn][2 * r] *= inv, acc[dn][2 * r + 1] *= inv;
     const int64_t i = r0 + g + 8 * r;
-    if (i < p.T && t == 0) lse[(b * p.H + h) * p.T + i] = (m[r] + log2f(l[r])) * kLn2;
+    if (lse != nullptr && i < p.T && t == 0) lse[(b * p.H + h) * p.T + i] = (m[r] + log2f(l[r])) * kLn2;  // none for a cache
   }
   StoreRows<T, D>(y, acc, b, p.T, p.H, h, p.hd, r0, p.T, 1.f);
 }

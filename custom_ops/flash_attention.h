@@ -10,6 +10,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "cuda_kernels.h"  // MnPos
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -19,6 +21,14 @@ extern "C" {
 // Y and LSE. Returns 0 or a cudaError_t code.
 int mn_cuda_flash_attention(int dtype, const void* q, const void* k, const void* v, void* y, float* lse, int64_t B, int64_t T,
                             int64_t S, int64_t H, int64_t KVH, int64_t head_dim, int causal, void* stream);
+
+// CachedAttention's chunks (those FlashForChunk in cuda_attention.cu picks) on the forward's tensor-core
+// kernel: Q, Y [B, T, H*hd], K, V the caches [B, max_seq, KVH*hd]; query row t of sequence b attends to
+// the cache rows [0, kv_pos[b] + t]; an invalid position (outside [0, max_seq - T]) gives that sequence
+// NaN rows. Returns -1 where those kernels do not apply (the caller then runs its own), else 0 or a
+// cudaError_t code.
+int mn_cuda_flash_cached_attention(int dtype, const void* q, const void* k, const void* v, void* y, int64_t B, int64_t T,
+                                   int64_t H, int64_t KVH, int64_t head_dim, int64_t max_seq, MnPos kv_pos, void* stream);
 
 // dQ, dK, dV from Q, K, V, Y, dY and the forward's LSE (the probabilities are recomputed, tile by tile).
 int mn_cuda_flash_attention_grad(int dtype, const void* q, const void* k, const void* v, const void* y, const void* dy,

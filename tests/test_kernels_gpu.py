@@ -84,6 +84,39 @@ def test_cuda_decode_attention_matches_reference_per_head_dim_and_gqa_ratio(case
     np.testing.assert_allclose(got.astype(np.float32), ref, rtol=tol, atol=tol)
 
 
+# Chunks of query rows (prefills) that the library runs on the flash forward: >= 64 rows and at least
+# 33 blocks of (sequence, head, 64 rows), a quarter of an H100's or H200's SMs (FlashForChunk). Per
+# sequence positions up to the last one, GQA 3 / 4 / 5, head_dim 64, 128 and 96 (zero-padded to 128),
+# row counts that are no multiple of the 64-row tile.
+CHUNK_ATTN = [  # (B, T, H, KVH, head_dim, max_seq, kv_pos per sequence)
+    (4, 64, 9, 3, 64, 256, (0, 100, 192, 17)),
+    (2, 128, 16, 4, 128, 400, (0, 272)),
+    (1, 200, 40, 8, 64, 1100, (900,)),
+    (3, 70, 12, 4, 96, 150, (80, 0, 33)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16), kc.BFLOAT16], ids=["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("case", CHUNK_ATTN, ids=[f"B{c[0]}-T{c[1]}-hd{c[4]}-pos{'-'.join(map(str, c[6]))}" for c in CHUNK_ATTN])
+def test_cuda_prefill_chunk_attention_matches_reference(case, dtype):
+    inputs, attrs, _, ref = cpu.batch_attn_case(*case, dtype=dtype)
+    sess = cuda_session(kc.make_model("CachedAttention", inputs, attrs, out_dtype=dtype, with_function=False))
+    got = kc.run_typed(sess, inputs, ref.shape, dtype)
+    tol = DECODE_TOL[dtype]
+    np.testing.assert_allclose(got.astype(np.float32), ref, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16)], ids=["float32", "float16"])
+def test_cuda_prefill_chunk_with_an_invalid_position_gives_nan_for_that_sequence_only(dtype):
+    B, T, H, KVH, hd, max_seq = 3, 64, 12, 4, 64, 200  # 36 blocks of 64 rows: the flash forward
+    inputs, attrs, _, ref = cpu.batch_attn_case(B, T, H, KVH, hd, max_seq, (max_seq - T, 0, 0), dtype=dtype)
+    inputs["kv_pos"] = np.array([max_seq - T, max_seq - T + 1, -1], np.int64)  # the last valid, one past it, negative
+    sess = cuda_session(kc.make_model("CachedAttention", inputs, attrs, out_dtype=dtype, with_function=False))
+    got = kc.run_typed(sess, inputs, ref.shape, dtype).astype(np.float32)
+    np.testing.assert_allclose(got[0], ref[0], rtol=DECODE_TOL[dtype], atol=DECODE_TOL[dtype])
+    assert np.isnan(got[1:]).all()
+
+
 def test_cuda_library_also_serves_cpu_sessions():
     inputs, attrs, names, ref = cpu.attn_case(2, 4, 2, 64, 16, 5)
     got = kc.session(kc.make_model("CachedAttention", inputs, attrs), library=CUDA_LIB).run(None, inputs)[0]
