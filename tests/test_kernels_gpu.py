@@ -77,6 +77,10 @@ DECODE_TOL = {np.dtype(np.float32): cpu.ATTN_TOL, **cpu.HALF_TOL}
     "case", DECODE_ATTN, ids=[f"hd{c[4]}-gqa{c[2] // c[3]}-len{c[5]}-pos{'-'.join(map(str, c[6]))}" for c in DECODE_ATTN]
 )
 def test_cuda_decode_attention_matches_reference_per_head_dim_and_gqa_ratio(case, dtype):
+    _assert_batched_attention_matches_reference(case, dtype)
+
+
+def _assert_batched_attention_matches_reference(case: tuple, dtype: np.dtype) -> None:
     inputs, attrs, _, ref = cpu.batch_attn_case(*case, dtype=dtype)
     sess = cuda_session(kc.make_model("CachedAttention", inputs, attrs, out_dtype=dtype, with_function=False))
     got = kc.run_typed(sess, inputs, ref.shape, dtype)
@@ -99,11 +103,7 @@ CHUNK_ATTN = [  # (B, T, H, KVH, head_dim, max_seq, kv_pos per sequence)
 @pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16), kc.BFLOAT16], ids=["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("case", CHUNK_ATTN, ids=[f"B{c[0]}-T{c[1]}-hd{c[4]}-pos{'-'.join(map(str, c[6]))}" for c in CHUNK_ATTN])
 def test_cuda_prefill_chunk_attention_matches_reference(case, dtype):
-    inputs, attrs, _, ref = cpu.batch_attn_case(*case, dtype=dtype)
-    sess = cuda_session(kc.make_model("CachedAttention", inputs, attrs, out_dtype=dtype, with_function=False))
-    got = kc.run_typed(sess, inputs, ref.shape, dtype)
-    tol = DECODE_TOL[dtype]
-    np.testing.assert_allclose(got.astype(np.float32), ref, rtol=tol, atol=tol)
+    _assert_batched_attention_matches_reference(case, dtype)
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16)], ids=["float32", "float16"])
