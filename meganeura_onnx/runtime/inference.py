@@ -69,8 +69,7 @@ def build_inference_session(
     ``add_rms_norm``: a prefill's residual add and the RMSNorm after it as one ``AddRMSNorm``; None
     (default): on CUDA. ``qkv_rope_cache``: a prefill's split of its merged q/k/v product, its ropes and
     cache writes as one ``QKVRopeCacheWrite``; None (default): on CUDA, and on the CPU with our kernel library.
-    ``swiglu_packed``: a prefill's split of its merged gate|up product and the SwiGLU after it as one
-    ``SwiGLUPacked``; None (default): see :func:`_optimized`.
+    ``swiglu_packed``: a prefill's gate|up split and the SwiGLU after it as one ``SwiGLUPacked``; None: see :func:`_optimized`.
 
     ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or
     ``"fp16"``: MatMul/Gemm compute in half with float32 accumulation, the weights they alone read
