@@ -112,7 +112,8 @@ def build_inference_session(
 
 
 SWIGLU_PACKED_CPU = True
-"""Whether CPU sessions with our kernel library run ``SwiGLUPacked`` by default (see :func:`_optimized`)."""
+"""Whether CPU sessions with our kernel library run ``SwiGLUPacked`` by default (see :func:`_optimized`): the
+Split's copy of the product saved, measured no slower."""
 
 
 def _optimized(
@@ -143,7 +144,8 @@ def _optimized(
     where our kernel runs it (fp32 SmolLM2-135M 128-row prefill, 2-core VM: no slower, medians 1-5% lower). A
     prefill's split of its merged gate|up product and the SwiGLU after it as one ``SwiGLUPacked``
     (:mod:`meganeura_onnx.transforms.swiglu_packed_fusion`): on CUDA, the Split's launch per layer saved; on the
-    CPU where our kernel runs it (SWIGLU_PACKED_CPU)."""
+    CPU where our kernel runs it (SWIGLU_PACKED_CPU; fp32 SmolLM2-135M 128-row prefill, 2-core VM, alternating:
+    no slower, faster in 74 of 122 pairs, median ratio 0.97)."""
     fused = device == "cuda" or decode_layer is True
     layers = fused if decode_layer is None else decode_layer
     on_cpu = device == "cpu" and providers is None

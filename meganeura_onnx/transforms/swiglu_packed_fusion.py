@@ -16,7 +16,9 @@ and nothing else reads the split: no other node or output reads either piece, an
 ``y`` with the same sizes (which would lower to the same ONNX Split) is live. A decode step has no such
 split (``merge_projections`` leaves its products apart for :mod:`.decode_fusion`), so it is left as it is.
 It runs on inference graphs (``optimize(..., stage="inference")``, ``swiglu_packed=``): by default in CUDA
-sessions (a prefill there is bound by its kernel count) and in CPU sessions with our kernel library.
+sessions (a prefill there is bound by its kernel count) and in CPU sessions with our kernel library
+(SmolLM2-135M's fp32 128-row prefill on a 2-core VM, alternating, 122 pairs in seven rounds: packed faster in
+74, round medians 298-406 ms packed against 289-440 unpacked, median pair ratio 0.97 in the last 80).
 """
 
 from __future__ import annotations
