@@ -194,10 +194,12 @@ PREFILL_VARIANTS = {
     "_separate_projections": {"merge_projections": False},
     "_unfused_norm": {"add_rms_norm": False},
     "_unfused_qkv": {"qkv_rope_cache": False},
+    "_unpacked_swiglu": {"swiglu_packed": False},
 }
 """Prefill variants by tag suffix: the default (q/k/v and gate/up merged into one product each, each
 residual add + RMSNorm one ``AddRMSNorm``, each layer's q/k/v placement one ``QKVRopeCacheWrite``), separate
-products, the adds and norms unfused, and the q/k/v split, ropes and cache writes unfused."""
+products, the adds and norms unfused, the q/k/v split, ropes and cache writes unfused, and the gate|up split
+kept before SwiGLU (no ``SwiGLUPacked``)."""
 
 
 def prefill_variants(steps: int) -> dict:

@@ -23,6 +23,8 @@ Configurations (``--sides``, ``--precisions``, ``--batches``):
 - ``ours-unfusedqkv``: ``ours`` with the prefill's split of each merged q/k/v product, its ropes and cache
   writes as four nodes (``qkv_rope_cache=False``; by default each layer's are one ``QKVRopeCacheWrite``, on the CPU where our
   kernels run).
+- ``ours-unpackedswiglu``: ``ours`` with the prefill's split of each merged gate|up product and the SwiGLU after
+  it as two nodes (``swiglu_packed=False``; by default each layer's are one ``SwiGLUPacked``).
 - ``ours-team2`` (CPU): ``ours`` with ``MEGANEURA_CPU_TEAM=2``: every DecodeLayer call on its team of
   threads (by default a layer runs on one thread for a stretch of calls while its team keeps waiting
   for members the OS preempted: ``custom_ops/cpu_team_policy.h``).
@@ -78,6 +80,7 @@ OURS_MODES = {
     "separate": {"separate_projections": True},
     "unfusednorm": {"unfused_norm": True},
     "unfusedqkv": {"unfused_qkv": True},
+    "unpackedswiglu": {"unpacked_swiglu": True},
     "nolayer": {"no_decode_layer": True},
     "hostargmax": {"host_argmax": True},
     "team2": {"cpu_team": "2"},
@@ -85,7 +88,7 @@ OURS_MODES = {
     "chunk64": {"greedy_chunk": 64},
 }
 """``ours-<mode>`` sides: what they change in the spec (``spin``: ``thread_spinning``, ``threads``,
-``separate_projections``: ``merge_projections=False``, ``unfused_norm``: ``add_rms_norm=False``, ``unfused_qkv``: ``qkv_rope_cache=False``, ``no_decode_layer``: ``decode_layer=False``,
+``separate_projections``: ``merge_projections=False``, ``unfused_norm``: ``add_rms_norm=False``, ``unfused_qkv``: ``qkv_rope_cache=False``, ``unpacked_swiglu``: ``swiglu_packed=False``, ``no_decode_layer``: ``decode_layer=False``,
 ``host_argmax``: the greedy token from the logits on the host, ``cpu_team``: ``MEGANEURA_CPU_TEAM``,
 ``greedy_chunk``: greedy steps queued per read-back, fixed, instead of ``generate``'s ``GreedyChunks``)."""
 DEFAULTS = {  # per device: what the issue asks to be shown
@@ -234,7 +237,7 @@ class Worker:
 def finish(entry: dict, spec: dict) -> dict:
     """Medians and spreads (min-max) of the runs, in the units of the JSON."""
     keys = ("side", "hf_mode", "nospin", "spin", "threads", "cpu_team", "separate_projections", "unfused_norm", "unfused_qkv")
-    keys += ("no_decode_layer", "precision", "batch", "cuda_graph")
+    keys += ("unpacked_swiglu", "no_decode_layer", "precision", "batch", "cuda_graph")
     entry["config"] = {k: spec.get(k) for k in keys}
     runs = entry.pop("runs", [])
     if not runs:
@@ -295,7 +298,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--sides",
         default=None,
-        help="comma-separated: ours, ours-spin, ours-nospin, ours-1thread, ours-separate, ours-unfusednorm, ours-unfusedqkv, ours-nolayer, ours-hostargmax, ours-team2, ours-chunk16, ours-chunk64, genai, hf-eager, hf-static [default: per device]",
+        help="comma-separated: ours, ours-spin, ours-nospin, ours-1thread, ours-separate, ours-unfusednorm, ours-unfusedqkv, ours-unpackedswiglu, ours-nolayer, ours-hostargmax, ours-team2, ours-chunk16, ours-chunk64, genai, hf-eager, hf-static [default: per device]",
     )
     ap.add_argument("--precisions", default=None, help="comma-separated: fp32, fp16, bf16 [CPU: fp32; CUDA: all]")
     ap.add_argument("--batches", default=None, help="comma-separated batch sizes [CPU: 1; CUDA: 1,8]")

@@ -111,6 +111,10 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
         if "qkv_rope_cache" not in inspect.signature(llama.LlamaRunner).parameters:
             raise NotAvailable("LlamaRunner takes no qkv_rope_cache= (no QKVRopeCacheWrite fusion on this branch)")
         kw["qkv_rope_cache"] = False
+    if spec.get("unpacked_swiglu"):
+        if "swiglu_packed" not in inspect.signature(llama.LlamaRunner).parameters:
+            raise NotAvailable("LlamaRunner takes no swiglu_packed= (no SwiGLUPacked fusion on this branch)")
+        kw["swiglu_packed"] = False
     if spec.get("no_decode_layer"):
         if "decode_layer" not in inspect.signature(llama.LlamaRunner).parameters:
             raise NotAvailable("LlamaRunner takes no decode_layer= (no DecodeLayer fusion on this branch)")

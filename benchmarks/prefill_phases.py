@@ -17,9 +17,11 @@ three warm-up calls; per phase the median and range in microseconds.
 
 ``--variants``: ``default``, ``unfused-norm`` (``add_rms_norm=False``: the residual adds and RMSNorms as
 separate nodes, as before ``AddRMSNorm``) and/or ``unfused-qkv`` (``qkv_rope_cache=False``: each layer's
-Split, Rope, RopeCacheWrite and CacheWrite, as before ``QKVRopeCacheWrite``), built and timed one after the other.
+Split, Rope, RopeCacheWrite and CacheWrite, as before ``QKVRopeCacheWrite``) and/or ``unpacked-swiglu``
+(``swiglu_packed=False``: each layer's gate|up Split and SwiGLU, as before ``SwiGLUPacked``), built and timed one
+after the other.
 
-    python benchmarks/prefill_phases.py [--device cuda] [--precisions fp16,fp32] [--variants default,unfused-norm,unfused-qkv] [--repeat 30] [--out FILE]
+    python benchmarks/prefill_phases.py [--device cuda] [--precisions fp16,fp32] [--variants default,unfused-norm,unfused-qkv,unpacked-swiglu] [--repeat 30] [--out FILE]
 """
 
 from __future__ import annotations
@@ -41,7 +43,12 @@ for p in (ROOT, ROOT / "benchmarks"):
 import run_info  # noqa: E402
 
 PHASES = ("share_in", "upload", "step", "share_out", "read")
-VARIANTS = {"default": {}, "unfused-norm": {"add_rms_norm": False}, "unfused-qkv": {"qkv_rope_cache": False}}
+VARIANTS = {
+    "default": {},
+    "unfused-norm": {"add_rms_norm": False},
+    "unfused-qkv": {"qkv_rope_cache": False},
+    "unpacked-swiglu": {"swiglu_packed": False},
+}
 
 
 def timed(times: dict[str, float], phase: str, fn: Callable) -> Callable:

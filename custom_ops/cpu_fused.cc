@@ -1,5 +1,6 @@
 // CPU kernels of the fused decode-layer ops (meganeura_onnx/ops/fused.py declares them):
 //   SwiGLU          out = gate * sigmoid(gate) * up, one pass instead of ORT's QuickGelu + Mul;
+//   SwiGLUPacked    SwiGLU on a merged gate|up product x [.., 2F]: both halves read in place (no Split);
 //   SwiGLUGrad      SwiGLU's backward: dgate = dy * up * silu'(gate) and dup = dy * silu(gate) in one pass
 //                   (decomposed: about ten elementwise nodes, each a pass over the tensors);
 //   RMSNormGrad     RMSNorm's dx per row, 1/rms recomputed in float32, and the weight's gradient
@@ -28,6 +29,16 @@ OrtStatus* CheckSwiGLU(const Tensor& gate, const Tensor& up) {
   if (gate.shape != up.shape)
     return MN_INVALID("SwiGLU: gate and up must have one shape, got %s and %s", ShapeStr(gate.shape).c_str(),
                       ShapeStr(up.shape).c_str());
+  return nullptr;
+}
+
+OrtStatus* CheckSwiGLUPacked(const Tensor& x) {
+  if (!IsFloatType(x.type))
+    return MN_INVALID("SwiGLUPacked: x must be float, float16 or bfloat16, got element type %d", (int)x.type);
+  if (x.shape.empty()) return MN_INVALID("SwiGLUPacked: x must have rank >= 1 (gate|up along the last dimension), got a scalar []");
+  if (x.shape.back() % 2 != 0)
+    return MN_INVALID("SwiGLUPacked: x must have an even last dimension (gate|up, 2F), got %lld (shape %s)", (long long)x.shape.back(),
+                      ShapeStr(x.shape).c_str());
   return nullptr;
 }
 
@@ -137,6 +148,56 @@ OrtStatus* SwiGLUArgs(OrtKernelContext* ctx, Tensor* gate, Tensor* up, void** ou
   return GetOutput(ctx, 0, gate->shape, out);
 }
 
+OrtStatus* SwiGLUPackedArgs(OrtKernelContext* ctx, Tensor* x, int64_t* rows, int64_t* f, void** out) {
+  MN_RETURN_IF(GetInput(ctx, 0, x));
+  MN_RETURN_IF(CheckSwiGLUPacked(*x));
+  std::vector<int64_t> shape = x->shape;
+  *f = shape.back() / 2;
+  shape.back() = *f;
+  *rows = 1;
+  for (size_t i = 0; i + 1 < shape.size(); ++i) *rows *= shape[i];  // numel / 2F, exact also when F == 0
+  return GetOutput(ctx, 0, shape, out);
+}
+
+// Output 0: x's type and shape with the last dimension halved, where x's rank and last dimension are known
+// and even and every other dimension has a size or a name (see AllDimsNamed in op_common.cc); else unknown
+// (the kernel reports a bad x when it runs).
+static OrtStatus* ORT_API_CALL InferSwiGLUPackedShape(const OrtCustomOp*, OrtShapeInferContext* ctx) {
+  OrtTensorTypeAndShapeInfo* x = nullptr;  // belongs to the context
+  OrtStatus* st = g_api->ShapeInferContext_GetInputTypeShape(ctx, 0, &x);
+  if (st) {
+    g_api->ReleaseStatus(st);
+    return nullptr;
+  }
+  size_t rank = 0;
+  MN_RETURN_IF(g_api->GetDimensionsCount(x, &rank));
+  if (rank == 0) return nullptr;
+  std::vector<int64_t> dims(rank);
+  std::vector<const char*> names(rank, nullptr);
+  ONNXTensorElementDataType type;
+  MN_RETURN_IF(g_api->GetDimensions(x, dims.data(), rank));
+  MN_RETURN_IF(g_api->GetSymbolicDimensions(x, names.data(), rank));
+  MN_RETURN_IF(g_api->GetTensorElementType(x, &type));
+  if (dims.back() < 0 || dims.back() % 2 != 0) return nullptr;
+  for (size_t i = 0; i < rank; ++i)
+    if (dims[i] < 0 && (names[i] == nullptr || names[i][0] == '\0')) return nullptr;
+  dims.back() /= 2;
+  names.back() = "";
+  OrtTensorTypeAndShapeInfo* out = nullptr;
+  MN_RETURN_IF(g_api->CreateTensorTypeAndShapeInfo(&out));
+  st = g_api->SetTensorElementType(out, type);
+  if (!st) st = g_api->SetDimensions(out, dims.data(), rank);
+  if (!st) st = g_api->SetSymbolicDimensions(out, names.data(), rank);
+  if (!st) st = g_api->ShapeInferContext_SetOutputTypeShape(ctx, 0, out);
+  g_api->ReleaseTensorTypeAndShapeInfo(out);
+  return st;
+}
+
+OpDef* UseSwiGLUPackedShape(OpDef* def) {
+  def->InferOutputShapeFn = InferSwiGLUPackedShape;
+  return def;
+}
+
 OrtStatus* SwiGLUGradArgs(OrtKernelContext* ctx, Tensor* gate, Tensor* up, Tensor* dy, void** dgate, void** dup) {
   MN_RETURN_IF(GetInput(ctx, 0, gate));
   MN_RETURN_IF(GetInput(ctx, 1, up));
@@ -182,6 +243,8 @@ class SwiGLUCpu : public Kernel {
     Chunks ch(n, 1 << 14, 256);
     return ParallelFor(ctx, ch.count, [&](size_t c) { Span(g, u, out, ch.begin(c), ch.end(c)); });
   }
+
+ public:  // the elementwise loops, which SwiGLUPackedCpu runs on each row's two halves
   // float16 / bfloat16: blocks converted to float32, computed by the float loop, converted back.
   template <class T>
   static void Span(const T* g, const T* u, T* out, int64_t begin, int64_t end) {
@@ -222,6 +285,38 @@ class SwiGLUCpu : public Kernel {
     for (int64_t i = begin; i < end; ++i) out[i] = Value(g[i], u[i]);
   }
 #endif
+};
+
+// out [rows, F] from x [rows, 2F]: the flat output range in chunks over the thread pool (one row of a decode
+// step spreads over the pool as well as a prefill's rows); each chunk runs SwiGLU's loops on the pieces of
+// the rows it covers, gate at x + r * 2F + j and up F further. int64 offsets throughout.
+class SwiGLUPackedCpu : public Kernel {
+ public:
+  static OrtStatus* Create(const OrtKernelInfo*, Kernel** out) {
+    *out = new SwiGLUPackedCpu();
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {
+    Tensor x;
+    int64_t rows = 0, f = 0;
+    void* out = nullptr;
+    MN_RETURN_IF(SwiGLUPackedArgs(ctx, &x, &rows, &f, &out));
+    if (rows == 0 || f == 0) return nullptr;  // empty output
+    return DispatchFloat(x.type, [&](auto tag) {
+      using T = decltype(tag);
+      const T* xs = static_cast<const T*>(x.data);
+      T* os = static_cast<T*>(out);
+      Chunks ch(rows * f, 1 << 14, 256);
+      return ParallelFor(ctx, ch.count, [&](size_t c) {
+        for (int64_t i = ch.begin(c), end = ch.end(c); i < end;) {
+          const int64_t r = i / f, j = i - r * f, n = std::min(end - i, f - j);
+          const T* row = xs + r * 2 * f;
+          SwiGLUCpu::Span(row + j, row + f + j, os + i, 0, n);
+          i += n;
+        }
+      });
+    });
+  }
 };
 
 // dgate = dy * up * s * (1 + gate * (1 - s)), dup = dy * gate * s with s = sigmoid(gate), one pass.
@@ -478,6 +573,7 @@ void AddCpuFusedOps(std::vector<OpDef*>* ops) {
   const char* ep = "CPUExecutionProvider";
   for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
     ops->push_back(new OpDef("SwiGLU", ep, {T, T}, {T}, {false, false}, {false, false}, SwiGLUCpu::Create, 0));
+    ops->push_back(UseSwiGLUPackedShape(new OpDef("SwiGLUPacked", ep, {T}, {T}, {false}, {false}, SwiGLUPackedCpu::Create, 0)));
     ops->push_back(NewRMSNormGradOpDef(
         new OpDef("RMSNormGrad", ep, {T, T, T}, {T, FP32}, {false, false, false}, {false, false, false}, RMSNormGradCpu::Create, 0)));
     ops->push_back(new OpDef("SwiGLUGrad", ep, {T, T, T}, {T, T}, {false, false, false}, {false, false, false}, SwiGLUGradCpu::Create, 0));

@@ -1,4 +1,4 @@
-// CUDA kernels of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad, RopeCacheWrite, QKVRopeCacheWrite and AddRMSNorm; called
+// CUDA kernels of the fused ops SwiGLU, SwiGLUPacked, SwiGLUGrad, RMSNormGrad, RopeCacheWrite, QKVRopeCacheWrite and AddRMSNorm; called
 // through cuda_fused.h.
 // Templated over the element type (float, __half, __nv_bfloat16: Elem<T> of cuda_common.cuh), float32 math.
 #include "cuda_common.cuh"
@@ -11,6 +11,18 @@ __global__ void SwiGLUKernel(const T* __restrict__ gate, const T* __restrict__ u
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     const float g = Elem<T>::ToF(gate[i]);
     out[i] = Elem<T>::FromF(g / (1.0f + expf(-g)) * Elem<T>::ToF(up[i]));
+  }
+}
+
+// SwiGLUPacked: out[i] for i < rows * f, i = r * f + j, from the row's gate x[r * 2f + j] and up f further. I is the
+// index type: 32-bit where rows * 2f fits (the division is cheaper), int64 above (no overflow at any size).
+template <class T, class I>
+__global__ void SwiGLUPackedKernel(const T* __restrict__ x, T* __restrict__ out, I n, I f) {
+  for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+    const I r = i / f, j = i - r * f;
+    const T* row = x + r * 2 * f;
+    const float g = Elem<T>::ToF(row[j]);
+    out[i] = Elem<T>::FromF(g / (1.0f + expf(-g)) * Elem<T>::ToF(row[f + j]));
   }
 }
 
@@ -230,6 +242,18 @@ int SwiGLU(const void* gate, const void* up, void* out, int64_t n, cudaStream_t 
   return cudaGetLastError();
 }
 
+template <class T>
+int SwiGLUPacked(const void* x, void* out, int64_t rows, int64_t f, cudaStream_t s) {
+  const int64_t n = rows * f;
+  const T* in = static_cast<const T*>(x);
+  T* o = static_cast<T*>(out);
+  if (2 * n <= static_cast<int64_t>(UINT32_MAX))
+    SwiGLUPackedKernel<T, uint32_t><<<Blocks(n, 256), 256, 0, s>>>(in, o, static_cast<uint32_t>(n), static_cast<uint32_t>(f));
+  else
+    SwiGLUPackedKernel<T, int64_t><<<Blocks(n, 256), 256, 0, s>>>(in, o, n, f);
+  return cudaGetLastError();
+}
+
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 template <class T>
@@ -326,6 +350,15 @@ int mn_cuda_swiglu(int dtype, const void* gate, const void* up, void* out, int64
   if (dtype == MN_F16) return SwiGLU<__half>(gate, up, out, n, s);
   if (dtype == MN_BF16) return SwiGLU<__nv_bfloat16>(gate, up, out, n, s);
   return SwiGLU<float>(gate, up, out, n, s);
+}
+
+int mn_cuda_swiglu_packed(int dtype, const void* x, void* out, int64_t rows, int64_t f, void* stream) {
+  if (rows <= 0 || f <= 0) return 0;  // empty output
+  if (int e = UseDeviceOf(x)) return e;
+  cudaStream_t s = S(stream);
+  if (dtype == MN_F16) return SwiGLUPacked<__half>(x, out, rows, f, s);
+  if (dtype == MN_BF16) return SwiGLUPacked<__nv_bfloat16>(x, out, rows, f, s);
+  return SwiGLUPacked<float>(x, out, rows, f, s);
 }
 
 int mn_cuda_swiglu_grad(int dtype, const void* gate, const void* up, const void* dy, void* dgate, void* dup, int64_t n, void* stream) {

@@ -14,6 +14,10 @@ extern "C" {
 // out[i] = gate[i] * sigmoid(gate[i]) * up[i], i < n.
 int mn_cuda_swiglu(int dtype, const void* gate, const void* up, void* out, int64_t n, void* stream);
 
+// out[r, j] = g * sigmoid(g) * x[r, f + j] with g = x[r, j], for x [rows, 2f] (a merged gate|up product) and out
+// [rows, f], j < f: the halves read in place, no Split. Any size (int64 offsets past 2^32 elements).
+int mn_cuda_swiglu_packed(int dtype, const void* x, void* out, int64_t rows, int64_t f, void* stream);
+
 // SwiGLU's backward, i < n: with s = sigmoid(gate[i]), dgate[i] = dy[i] * up[i] * s * (1 + gate[i] * (1 - s)) and
 // dup[i] = dy[i] * gate[i] * s (16-byte loads where all five pointers are 16-byte aligned).
 int mn_cuda_swiglu_grad(int dtype, const void* gate, const void* up, const void* dy, void* dgate, void* dup, int64_t n, void* stream);

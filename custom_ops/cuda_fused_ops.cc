@@ -1,4 +1,4 @@
-// CUDAExecutionProvider registrations of the fused ops SwiGLU, SwiGLUGrad, RMSNormGrad (dx and dweight), AddRMSNorm, RopeCacheWrite
+// CUDAExecutionProvider registrations of the fused ops SwiGLU, SwiGLUPacked, SwiGLUGrad, RMSNormGrad (dx and dweight), AddRMSNorm, RopeCacheWrite
 // and QKVRopeCacheWrite (ORT API
 // code only; the kernels are in cuda_fused.cu). kv_pos is in device memory and read by the kernel; it is
 // read back and checked here as on the CPU unless check_positions = 0 or under CUDA-graph capture (see
@@ -32,6 +32,23 @@ class SwiGLUCuda : public Kernel {
     void* stream = nullptr;
     MN_RETURN_IF(Stream(ctx, &stream));
     return Cuda("SwiGLU", mn_cuda_swiglu(DType(gate.type), gate.data, up.data, out, gate.numel(), stream));
+  }
+};
+
+class SwiGLUPackedCuda : public Kernel {
+ public:
+  static OrtStatus* Create(const OrtKernelInfo*, Kernel** out) {
+    *out = new SwiGLUPackedCuda();
+    return nullptr;
+  }
+  OrtStatus* Compute(OrtKernelContext* ctx) override {  // no allocation, no host sync: capturable in a CUDA graph
+    Tensor x;
+    int64_t rows = 0, f = 0;
+    void* out = nullptr;
+    MN_RETURN_IF(SwiGLUPackedArgs(ctx, &x, &rows, &f, &out));
+    void* stream = nullptr;
+    MN_RETURN_IF(Stream(ctx, &stream));
+    return Cuda("SwiGLUPacked", mn_cuda_swiglu_packed(DType(x.type), x.data, out, rows, f, stream));
   }
 };
 
@@ -154,6 +171,7 @@ void AddCudaFusedOps(std::vector<OpDef*>* ops) {
   const char* ep = "CUDAExecutionProvider";
   for (const auto T : {F32, F16, BF16}) {  // one registration per element type (the table's half_types)
     ops->push_back(new OpDef("SwiGLU", ep, {T, T}, {T}, {false, false}, {false, false}, SwiGLUCuda::Create, 0));
+    ops->push_back(UseSwiGLUPackedShape(new OpDef("SwiGLUPacked", ep, {T}, {T}, {false}, {false}, SwiGLUPackedCuda::Create, 0)));
     ops->push_back(NewRMSNormGradOpDef(
         new OpDef("RMSNormGrad", ep, {T, T, T}, {T, FP32}, {false, false, false}, {false, false, false}, RMSNormGradCuda::Create, 0)));
     ops->push_back(new OpDef("SwiGLUGrad", ep, {T, T, T}, {T, T}, {false, false, false}, {false, false, false}, SwiGLUGradCuda::Create, 0));

@@ -1,4 +1,4 @@
-// Fused decode-layer ops (SwiGLU, SwiGLUGrad, RMSNormGrad, RopeCacheWrite, AddRMSNorm): attribute reading, input checks and the
+// Fused decode-layer ops (SwiGLU, SwiGLUPacked, SwiGLUGrad, RMSNormGrad, RopeCacheWrite, AddRMSNorm): attribute reading, input checks and the
 // kernels' input/output handling shared by the CPU kernels (cpu_fused.cc) and the CUDA glue (cuda_fused_ops.cc).
 #pragma once
 
@@ -11,6 +11,13 @@ namespace mn {
 // SwiGLU: out = silu(gate) * up elementwise; gate and up of one shape and float type (float16/bfloat16
 // computed in float32).
 OrtStatus* CheckSwiGLU(const Tensor& gate, const Tensor& up);
+// SwiGLUPacked: out[.., j] = silu(x[.., j]) * x[.., F + j] for x [.., 2F] (gate|up of a merged product), out
+// [.., F]; x of rank >= 1 with an even last dimension, float type (float16/bfloat16 computed in float32).
+OrtStatus* CheckSwiGLUPacked(const Tensor& x);
+// Input x checked, output [.., F] allocated; rows = numel(x) / 2F (the leading dimensions' product) and F.
+OrtStatus* SwiGLUPackedArgs(OrtKernelContext* ctx, Tensor* x, int64_t* rows, int64_t* f, void** out);
+// `def` (a SwiGLUPacked registration row) with its output shape inferred as x's with the last dimension halved.
+OpDef* UseSwiGLUPackedShape(OpDef* def);
 // SwiGLUGrad: SwiGLU's backward, dgate = dy * up * silu'(gate) and dup = dy * silu(gate); gate, up and dy
 // of one shape and float type.
 OrtStatus* CheckSwiGLUGrad(const Tensor& gate, const Tensor& up, const Tensor& dy);

@@ -263,6 +263,8 @@ class LlamaRunner:
     on CUDA; ``build_inference_session``).
     ``qkv_rope_cache``: the prefill's split of each merged q/k/v product, its ropes and cache writes as one
     ``QKVRopeCacheWrite`` node (None: on CUDA, and on the CPU with our kernel library; ``build_inference_session``).
+    ``swiglu_packed``: the prefill's split of each merged gate|up product and the SwiGLU after it as one
+    ``SwiGLUPacked`` node (None: as ``build_inference_session`` decides for the device).
     ``decode_layer``: each decoder layer of the decode step as one ``DecodeLayer``; None (default): on
     CUDA, and on the CPU with our kernel library (its CPU kernel runs a layer's loops on one team of
     threads: no pool wake-up per product); False: MatMul (CPU) or five fused kernels per layer (CUDA).
@@ -290,6 +292,7 @@ class LlamaRunner:
         merge_projections: bool = True,
         add_rms_norm: bool | None = None,
         qkv_rope_cache: bool | None = None,
+        swiglu_packed: bool | None = None,
     ) -> None:
         self.cfg, self.max_seq, self.device = cfg, int(max_seq), device
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
@@ -332,6 +335,7 @@ class LlamaRunner:
             merge_projections=merge_projections,
             add_rms_norm=add_rms_norm,
             qkv_rope_cache=qkv_rope_cache,
+            swiglu_packed=swiglu_packed,
         )
         # decode_layer: each decoder layer of the decode step as one DecodeLayer kernel (default: on CUDA, and on
         # the CPU with our kernel library).

@@ -164,9 +164,9 @@ def prefill_sessions(rows: int, in_out: bool, **kw):
 
 @pytest.mark.parametrize("in_out", [False, True], ids=["out_in", "in_out"])
 def test_prefill_merges_its_projections_and_its_logits_are_unchanged(in_out):
-    # The q/k/v pieces as their own nodes (QKVRopeCacheWrite, on by default with our CPU kernels, would read the
-    # merged product itself: tests/test_qkv_rope_fusion.py).
-    sessions = prefill_sessions(32, in_out, qkv_rope_cache=False)
+    # The q/k/v and gate/up pieces as their own nodes (QKVRopeCacheWrite and SwiGLUPacked, on by default with our CPU
+    # kernels, would read the merged products themselves: tests/test_qkv_rope_fusion.py, tests/test_swiglu_packed_fusion.py).
+    sessions = prefill_sessions(32, in_out, qkv_rope_cache=False, swiglu_packed=False)
     ids = np.random.default_rng(6).integers(0, CFG.vocab_size, 32).astype(np.uint32)
     for s in sessions:
         s.set_input_u32("input_ids", ids)
@@ -191,13 +191,14 @@ def test_prefill_merges_its_projections_and_its_logits_are_unchanged(in_out):
 def test_decode_steps_and_prefills_of_up_to_16_rows_keep_separate_products_for_the_decode_fusions():
     for rows, merged in ((1, False), (16, False), (17, True)):
         g = llama.build_graph(CFG, "prefill" if rows > 1 else "decode", rows, 64)
-        out, _ = optimize(g, stage="inference", decode_fusion=True, decode_layer=False)  # the five fused ops per layer
+        # the five fused ops per layer; the gate/up split kept (SwiGLUPacked would read the merged product itself)
+        out, _ = optimize(g, stage="inference", decode_fusion=True, decode_layer=False, swiglu_packed=False)
         ops = live_ops(out)
         assert (ops["split"] > 0) == merged, (rows, ops)
         if rows <= 16:  # norm + q/k/v and norm + gate/up + SwiGLU fused, as without the merge pass
             layers = CFG.num_hidden_layers  # rms_norm_linear: one node per projection; the final norm + LM head too
             assert ops["rms_norm_linear"] == 3 * layers + 1 and ops["rms_norm_swiglu"] == layers and ops["cat"] == 0, ops
-    symbolic, _ = optimize(llama.build_graph(CFG, "past"), stage="inference", decode_fusion=True)  # rows: batch*seq
+    symbolic, _ = optimize(llama.build_graph(CFG, "past"), stage="inference", decode_fusion=True, swiglu_packed=False)  # rows: batch*seq
     assert live_ops(symbolic)["split"] == 5 * CFG.num_hidden_layers
 
 

@@ -94,6 +94,63 @@ def _(ctx, node, gate, up):
 
 examples(swiglu, lambda g, f, shape: g.swiglu(f.param(g, "gate", shape, -3, 3), f.param(g, "up", shape)), *SHAPES)
 
+# SwiGLU on a merged gate|up product: out[..., j] = silu(x[..., j]) * x[..., F + j] for x [..., 2F], one
+# com.meganeura.SwiGLUPacked kernel that reads both halves in place, where split + SwiGLU first copies them
+# out with an ONNX Split (a kernel launch per LLaMA layer on CUDA). Inference only (no gradient): the pass
+# that makes it (transforms.swiglu_packed_fusion) runs on inference graphs.
+swiglu_packed = op(
+    "swiglu_packed",
+    ("x",),
+    differentiable=False,
+    custom=CustomOp("SwiGLUPacked", (TensorArg("x"),), (TensorArg("out"),)),
+    half_types=frozenset({"float16", "bfloat16"}),
+)
+
+
+@swiglu_packed.shape
+def _(x: TensorType) -> TensorType:
+    name = "swiglu_packed"
+    require(x.rank() >= 1, name, f"x must have at least 1 dimension (gate|up along the last), got shape {list(x.shape)}")
+    width = x.shape[-1]
+    require(isinstance(width, int), name, f"x needs a static last dimension (2F), got {width!r} (shape {list(x.shape)})")
+    require(width % 2 == 0, name, f"x's last dimension must be even (gate|up, 2F), got {width} (shape {list(x.shape)})")
+    return TensorType((*x.shape[:-1], width // 2), x.dtype)
+
+
+def swiglu_packed_ref(x: np.ndarray) -> np.ndarray:
+    """``silu(gate) * up`` with ``gate, up = x[..., :F], x[..., F:]``."""
+    gate, up = np.split(x, 2, axis=-1)
+    return gate * _sigmoid(gate) * up
+
+
+swiglu_packed.numpy(swiglu_packed_ref)
+
+
+@swiglu_packed.function_body
+def swiglu_packed_function(opset: int):
+    def body(ctx, x):
+        # Split into equal halves: ``num_outputs`` is required from opset 18, before it the output count decides.
+        halves = {"num_outputs": 2} if opset >= 18 else {}
+        gate, up = ctx.op("Split", x, outputs=2, axis=-1, **halves)
+        return ctx.op("Mul", ctx.op("Mul", gate, ctx.op("Sigmoid", gate)), up)
+
+    return function_body(swiglu_packed.custom, body, opset)
+
+
+@swiglu_packed.onnx
+def _(ctx, node, x):
+    ctx.use_function(swiglu_packed_function(ctx.opset))
+    return ctx.op("SwiGLUPacked", x, domain=CUSTOM_DOMAIN)
+
+
+examples(
+    swiglu_packed,
+    lambda g, f, shape: g.swiglu_packed(f.param(g, "x", shape, -3, 3)),
+    {"shape": [3, 10]},
+    {"shape": [2, 3, 8]},
+    {"shape": [4, 2]},
+)
+
 
 def _dsilu(g, x: NodeId) -> NodeId:
     """silu'(x) = s * (1 + x * (1 - s)) with s = sigmoid(x)."""
@@ -448,3 +505,7 @@ class ElementwiseBuilders:
     def swiglu(self, gate: NodeId, up: NodeId) -> NodeId:
         """``silu(gate) * up``; identical shapes."""
         return self.apply("swiglu", gate, up)
+
+    def swiglu_packed(self, x: NodeId) -> NodeId:
+        """``silu(x[..., :F]) * x[..., F:]`` for x ``[..., 2F]`` (gate|up merged): ``[..., F]``."""
+        return self.apply("swiglu_packed", x)

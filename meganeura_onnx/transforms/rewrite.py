@@ -24,7 +24,8 @@ Then plain passes: products sharing their left operand become one product and a 
 (:mod:`.merge_projections`; stages ``"forward"`` and ``"inference"``), and with ``stage="inference"``
 the passes of :data:`INFERENCE_PASSES` follow: a prefill's residual ``gemm`` and the RMSNorm after it
 become a plain product and one ``add_rms_norm`` (:mod:`.add_rms_norm_fusion`), its split of the merged
-q/k/v product, ropes and cache writes one ``qkv_rope_cache_write`` (:mod:`.qkv_rope_fusion`); then the
+q/k/v product, ropes and cache writes one ``qkv_rope_cache_write`` (:mod:`.qkv_rope_fusion`), its split of
+the merged gate|up product and the SwiGLU reading it one ``swiglu_packed`` (:mod:`.swiglu_packed_fusion`); then the
 decode-step fusion of RMSNorm into its projections (:mod:`.decode_fusion`: its q/k/v group is one node
 with three outputs), those of rope and the cache writes into the attention
 (:mod:`.rope_attention_fusion`) and of each whole decoder layer into one node
@@ -52,6 +53,7 @@ from .egraph import ENode, Limits, Saturated, saturate, table_rules
 from .merge_projections import merge_projections as merge_products
 from .qkv_rope_fusion import fuse_qkv_rope_cache_writes
 from .rope_attention_fusion import fuse_rope_attention
+from .swiglu_packed_fusion import fuse_swiglu_packed
 
 KERNEL_BYTES = 8 << 20
 MERGE_MIN_ROWS = {"forward": 0, "inference": DECODE_ROWS_MAX + 1}
@@ -264,6 +266,7 @@ def optimize(
     decode_layer: bool | None = None,
     add_rms_norm: bool | None = None,
     qkv_rope_cache: bool | None = None,
+    swiglu_packed: bool | None = None,
 ) -> tuple[Graph, OptimizeReport]:
     """A new graph with the op table's rewrites applied, and the report. ``graph`` is not modified; it is
     returned itself when no rule matched or extraction finds nothing cheaper. Node counts in the
@@ -280,7 +283,9 @@ def optimize(
     a prefill and the ``rms_norm`` reading it as a plain product and one ``add_rms_norm``
     (:mod:`.add_rms_norm_fusion`). ``qkv_rope_cache`` (default: as ``decode_fusion``; ``stage="inference"``):
     each such prefill's split of its merged q/k/v product, the ropes and the cache writes as one
-    ``qkv_rope_cache_write`` (:mod:`.qkv_rope_fusion`)."""
+    ``qkv_rope_cache_write`` (:mod:`.qkv_rope_fusion`). ``swiglu_packed`` (default: as ``decode_fusion``;
+    ``stage="inference"``): each such prefill's split of its merged gate|up product and the ``swiglu`` reading
+    it as one ``swiglu_packed`` (:mod:`.swiglu_packed_fusion`)."""
     t0 = time.perf_counter()
     nodes = graph.nodes()
     if _state_writers_off_the_outputs(graph):  # already fused: a rebuild from the outputs would drop them
@@ -318,6 +323,7 @@ def optimize(
         program=sat.program,
     )
     passes = {"decode_fusion": decode_fusion, "add_rms_norm": add_rms_norm, "qkv_rope_cache": qkv_rope_cache}
+    passes |= {"swiglu_packed": swiglu_packed}
     passes |= {"rope_attention": rope_attention, "decode_layer": decode_layer}
     out, ops_after = _plain_passes(out, report, t0, ops_after, stage, merge_projections, passes)
     report.fusions = {op: ops_after[op] - ops_before[op] for op in sorted(ops_after) if ops_after[op] > ops_before[op]}
@@ -337,6 +343,7 @@ INFERENCE_PASSES = (
         "qkv_rope_cache",
         lambda g: _fired("fuse_qkv_rope_cache_write", fuse_qkv_rope_cache_writes(g)),
     ),  # prefills: a decode step has no split
+    ("swiglu_packed", lambda g: _fired("fuse_swiglu_packed", fuse_swiglu_packed(g))),  # prefills: the gate|up split
     ("decode_fusion", lambda g: _fired("", fuse_norm_projections(g))),  # norm + projections of a decode step
     ("rope_attention", lambda g: _fired("fuse_rope_cached_attention", fuse_rope_attention(g))),  # its cache nodes are read by no node
     ("decode_layer", lambda g: _fired("fuse_decode_layer", fuse_decode_layers(g))),  # last: the chains the passes above leave
