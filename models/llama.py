@@ -264,7 +264,7 @@ class LlamaRunner:
     ``qkv_rope_cache``: the prefill's split of each merged q/k/v product, its ropes and cache writes as one
     ``QKVRopeCacheWrite`` node (None: on CUDA, and on the CPU with our kernel library; ``build_inference_session``).
     ``swiglu_packed``: the prefill's split of each merged gate|up product and the SwiGLU after it as one
-    ``SwiGLUPacked`` node (None: as ``build_inference_session`` decides for the device).
+    ``SwiGLUPacked`` node (None: on CUDA, and on the CPU with our kernel library; ``build_inference_session``).
     ``decode_layer``: each decoder layer of the decode step as one ``DecodeLayer``; None (default): on
     CUDA, and on the CPU with our kernel library (its CPU kernel runs a layer's loops on one team of
     threads: no pool wake-up per product); False: MatMul (CPU) or five fused kernels per layer (CUDA).

@@ -69,7 +69,8 @@ def build_inference_session(
     ``add_rms_norm``: a prefill's residual add and the RMSNorm after it as one ``AddRMSNorm``; None
     (default): on CUDA. ``qkv_rope_cache``: a prefill's split of its merged q/k/v product, its ropes and
     cache writes as one ``QKVRopeCacheWrite``; None (default): on CUDA, and on the CPU with our kernel library.
-    ``swiglu_packed``: a prefill's gate|up split and the SwiGLU after it as one ``SwiGLUPacked``; None: see :func:`_optimized`.
+    ``swiglu_packed``: a prefill's gate|up split and the SwiGLU after it as one ``SwiGLUPacked``; None (default): on
+    CUDA, and on the CPU with our kernel library.
 
     ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or
     ``"fp16"``: MatMul/Gemm compute in half with float32 accumulation, the weights they alone read
@@ -111,11 +112,6 @@ def build_inference_session(
     return session
 
 
-SWIGLU_PACKED_CPU = True
-"""Whether CPU sessions with our kernel library run ``SwiGLUPacked`` by default (see :func:`_optimized`): the
-Split's copy of the product saved, measured no slower."""
-
-
 def _optimized(
     graph: Graph,
     device: str,
@@ -144,7 +140,7 @@ def _optimized(
     where our kernel runs it (fp32 SmolLM2-135M 128-row prefill, 2-core VM: no slower, medians 1-5% lower). A
     prefill's split of its merged gate|up product and the SwiGLU after it as one ``SwiGLUPacked``
     (:mod:`meganeura_onnx.transforms.swiglu_packed_fusion`): on CUDA, the Split's launch per layer saved; on the
-    CPU where our kernel runs it (SWIGLU_PACKED_CPU; fp32 SmolLM2-135M 128-row prefill, 2-core VM, alternating:
+    CPU where our kernel runs it (fp32 SmolLM2-135M 128-row prefill, 2-core VM, alternating:
     no slower, faster in 74 of 122 pairs, median ratio 0.97)."""
     fused = device == "cuda" or decode_layer is True
     layers = fused if decode_layer is None else decode_layer
@@ -160,7 +156,7 @@ def _optimized(
         decode_layer=layers,
         add_rms_norm=device == "cuda" if add_rms_norm is None else add_rms_norm,
         qkv_rope_cache=(device == "cuda" or cpu_kernels) if qkv_rope_cache is None else qkv_rope_cache,
-        swiglu_packed=(device == "cuda" or (cpu_kernels and SWIGLU_PACKED_CPU)) if swiglu_packed is None else swiglu_packed,
+        swiglu_packed=(device == "cuda" or cpu_kernels) if swiglu_packed is None else swiglu_packed,
     )
 
 

@@ -323,8 +323,7 @@ def optimize(
         program=sat.program,
     )
     passes = {"decode_fusion": decode_fusion, "add_rms_norm": add_rms_norm, "qkv_rope_cache": qkv_rope_cache}
-    passes |= {"swiglu_packed": swiglu_packed}
-    passes |= {"rope_attention": rope_attention, "decode_layer": decode_layer}
+    passes |= {"swiglu_packed": swiglu_packed, "rope_attention": rope_attention, "decode_layer": decode_layer}
     out, ops_after = _plain_passes(out, report, t0, ops_after, stage, merge_projections, passes)
     report.fusions = {op: ops_after[op] - ops_before[op] for op in sorted(ops_after) if ops_after[op] > ops_before[op]}
     report.removed = {op: ops_before[op] - ops_after[op] for op in sorted(ops_before) if ops_before[op] > ops_after[op]}
