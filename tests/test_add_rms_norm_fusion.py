@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from conftest import live_nodes, run_model
 from meganeura_onnx.models import llama
+from prefill_fusion_checks import assert_runner_switch_keeps_the_prefill
 
 from meganeura_onnx import Graph
 from meganeura_onnx.export import to_model
@@ -137,11 +138,4 @@ def test_fp16_lowering_runs_the_fused_node_in_half_on_a_gemm_without_c_and_no_ca
 def test_llama_runner_add_rms_norm_option_fuses_the_prefill_and_keeps_its_tokens():
     """``LlamaRunner(add_rms_norm=...)`` reaches the session builder: on the CPU (off by default) True fuses
     the prefill's norms, and the prefill's logits and the greedy tokens after it match the unfused runner."""
-    prompt = [int(t) for t in np.random.default_rng(3).integers(0, CFG.vocab_size, 24)]
-    runners = {flag: llama.LlamaRunner(CFG, None, max_seq=48, prefill_chunk=24, add_rms_norm=flag) for flag in (False, True)}
-    counts = {flag: r.prefiller.report.rules_fired.get("fuse_add_rms_norm", 0) for flag, r in runners.items()}
-    assert counts == {False: 0, True: 2 * LAYERS - 1}
-    logits = {flag: r.prefill(prompt) for flag, r in runners.items()}
-    np.testing.assert_allclose(logits[True], logits[False], rtol=1e-5, atol=1e-5)
-    tokens = {flag: [int(np.argmax(r.decode(int(np.argmax(logits[flag])))))] for flag, r in runners.items()}
-    assert tokens[True] == tokens[False]
+    assert_runner_switch_keeps_the_prefill(CFG, "add_rms_norm", "fuse_add_rms_norm", 2 * LAYERS - 1)

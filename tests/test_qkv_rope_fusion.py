@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from conftest import live_nodes
 from meganeura_onnx.models import llama
+from prefill_fusion_checks import assert_runner_switch_keeps_the_prefill
 
 from meganeura_onnx import Graph, build_inference_session
 from meganeura_onnx.init import default_parameters
@@ -143,14 +144,7 @@ def test_only_pieces_read_by_the_four_ops_alone_and_caches_of_one_shape_are_fuse
 def test_llama_runner_qkv_rope_cache_option_fuses_the_prefill_and_keeps_its_tokens():
     """``LlamaRunner(qkv_rope_cache=...)`` reaches the session builder: True fuses each prefill layer, and the
     prefill's logits and the greedy token after it match the unfused runner."""
-    prompt = [int(t) for t in np.random.default_rng(3).integers(0, CFG.vocab_size, 24)]
-    runners = {flag: llama.LlamaRunner(CFG, None, max_seq=48, prefill_chunk=24, qkv_rope_cache=flag) for flag in (False, True)}
-    counts = {flag: r.prefiller.report.rules_fired.get("fuse_qkv_rope_cache_write", 0) for flag, r in runners.items()}
-    assert counts == {False: 0, True: LAYERS}
-    logits = {flag: r.prefill(prompt) for flag, r in runners.items()}
-    np.testing.assert_allclose(logits[True], logits[False], rtol=1e-5, atol=1e-5)
-    tokens = {flag: [int(np.argmax(r.decode(int(np.argmax(logits[flag])))))] for flag, r in runners.items()}
-    assert tokens[True] == tokens[False]
+    assert_runner_switch_keeps_the_prefill(CFG, "qkv_rope_cache", "fuse_qkv_rope_cache_write", LAYERS)
 
 
 def test_a_session_of_the_fused_graph_checks_positions_by_the_fused_op():

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from conftest import live_nodes, run_model
 from meganeura_onnx.models import llama
+from prefill_fusion_checks import assert_runner_switch_keeps_the_prefill
 from test_add_rms_norm_fusion import feeds
 
 from meganeura_onnx import Graph
@@ -114,11 +115,4 @@ def test_a_split_with_another_reader_or_not_two_halves_of_the_last_axis_in_order
 def test_llama_runner_swiglu_packed_option_keeps_the_prefill_logits_and_tokens():
     """``LlamaRunner(swiglu_packed=...)`` reaches the session builder: True packs every layer's SwiGLU, False
     none, and the prefill's logits and the greedy token after it match."""
-    prompt = [int(t) for t in np.random.default_rng(5).integers(0, CFG.vocab_size, 24)]
-    runners = {flag: llama.LlamaRunner(CFG, None, max_seq=48, prefill_chunk=24, swiglu_packed=flag) for flag in (False, True)}
-    fired = {flag: r.prefiller.report.rules_fired.get("fuse_swiglu_packed", 0) for flag, r in runners.items()}
-    assert fired == {False: 0, True: LAYERS}
-    logits = {flag: r.prefill(prompt) for flag, r in runners.items()}
-    np.testing.assert_allclose(logits[True], logits[False], rtol=1e-5, atol=1e-5)
-    tokens = {flag: [int(np.argmax(r.decode(int(np.argmax(logits[flag])))))] for flag, r in runners.items()}
-    assert tokens[True] == tokens[False]
+    assert_runner_switch_keeps_the_prefill(CFG, "swiglu_packed", "fuse_swiglu_packed", LAYERS, seed=5)
