@@ -68,9 +68,8 @@ def build_inference_session(
     ``optimize=False``). ``merge_projections``: a prefill's q/k/v and gate/up as one product each.
     ``add_rms_norm``: a prefill's residual add and the RMSNorm after it as one ``AddRMSNorm``; None
     (default): on CUDA. ``qkv_rope_cache``: a prefill's split of its merged q/k/v product, its ropes and
-    cache writes as one ``QKVRopeCacheWrite``; None (default): on CUDA, and on the CPU with our kernel library.
-    ``swiglu_packed``: a prefill's gate|up split and the SwiGLU after it as one ``SwiGLUPacked``; None (default): on
-    CUDA, and on the CPU with our kernel library.
+    cache writes as one ``QKVRopeCacheWrite``; ``swiglu_packed``: its gate|up split and the SwiGLU after it as
+    one ``SwiGLUPacked``; None (default, both): on CUDA, and on the CPU with our kernel library.
 
     ``precision``: ``"fp32"`` (default), ``"tf32"`` (CUDA: TF32 tensor-core MatMul), ``"bf16"`` or
     ``"fp16"``: MatMul/Gemm compute in half with float32 accumulation, the weights they alone read
