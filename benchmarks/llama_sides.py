@@ -82,6 +82,17 @@ def loop_runner(prefill: Callable[[], list[int]], step: Callable[[list[int]], li
     return run
 
 
+SWITCHED_OFF = {
+    "separate_projections": ("merge_projections", "products are never merged"),
+    "unfused_norm": ("add_rms_norm", "no AddRMSNorm fusion"),
+    "unfused_qkv": ("qkv_rope_cache", "no QKVRopeCacheWrite fusion"),
+    "unpacked_swiglu": ("swiglu_packed", "no SwiGLUPacked fusion"),
+    "no_decode_layer": ("decode_layer", "no DecodeLayer fusion"),
+}
+"""Spec keys of the ``ours-<mode>`` sides that turn one ``LlamaRunner`` keyword off: (the keyword, what a
+branch without it lacks)."""
+
+
 def open_ours(spec: dict) -> tuple[dict, Callable]:
     sys.path.insert(0, str(ROOT))
     import onnxruntime as ort
@@ -99,26 +110,12 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
         kw["threads"] = spec["threads"]
     if spec.get("cpu_team"):  # read by the DecodeLayer kernels as the session creates them
         os.environ["MEGANEURA_CPU_TEAM"] = spec["cpu_team"]
-    if spec.get("separate_projections"):
-        if "merge_projections" not in inspect.signature(llama.LlamaRunner).parameters:
-            raise NotAvailable("LlamaRunner takes no merge_projections= (products are never merged on this branch)")
-        kw["merge_projections"] = False
-    if spec.get("unfused_norm"):
-        if "add_rms_norm" not in inspect.signature(llama.LlamaRunner).parameters:
-            raise NotAvailable("LlamaRunner takes no add_rms_norm= (no AddRMSNorm fusion on this branch)")
-        kw["add_rms_norm"] = False
-    if spec.get("unfused_qkv"):
-        if "qkv_rope_cache" not in inspect.signature(llama.LlamaRunner).parameters:
-            raise NotAvailable("LlamaRunner takes no qkv_rope_cache= (no QKVRopeCacheWrite fusion on this branch)")
-        kw["qkv_rope_cache"] = False
-    if spec.get("unpacked_swiglu"):
-        if "swiglu_packed" not in inspect.signature(llama.LlamaRunner).parameters:
-            raise NotAvailable("LlamaRunner takes no swiglu_packed= (no SwiGLUPacked fusion on this branch)")
-        kw["swiglu_packed"] = False
-    if spec.get("no_decode_layer"):
-        if "decode_layer" not in inspect.signature(llama.LlamaRunner).parameters:
-            raise NotAvailable("LlamaRunner takes no decode_layer= (no DecodeLayer fusion on this branch)")
-        kw["decode_layer"] = False
+    runner_keywords = inspect.signature(llama.LlamaRunner).parameters
+    for key, (keyword, missing) in SWITCHED_OFF.items():
+        if spec.get(key):
+            if keyword not in runner_keywords:
+                raise NotAvailable(f"LlamaRunner takes no {keyword}= ({missing} on this branch)")
+            kw[keyword] = False
     cls = llama.LlamaRunner if rows == 1 else getattr(llama, "LlamaBatchRunner", None)
     if cls is None:
         raise NotAvailable("models/llama.py has no LlamaBatchRunner (batch > 1 decode)")
