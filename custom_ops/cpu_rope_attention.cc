@@ -15,6 +15,17 @@
 
 namespace mn {
 
+// The head attributes' and theta's checks of both rope + cache ops. (Their readers below stay apart: the
+// schema test finds the attributes a kernel reads by its literal AttrInt(info, "<Op>", ...) calls.)
+static OrtStatus* CheckRopeAttnAttrs(const char* op, const RopeAttnAttrs& a) {
+  MN_RETURN_IF(CheckAttnAttrs(op, a.heads));
+  if (a.heads.head_dim % 2 != 0)
+    return MN_INVALID("%s: attribute head_dim must be even and in [2, 1024], got %lld", op, (long long)a.heads.head_dim);
+  if (!(a.theta > 0.0f) || !std::isfinite(a.theta))
+    return MN_INVALID("%s: attribute theta must be a positive finite number, got %g", op, (double)a.theta);
+  return nullptr;
+}
+
 OrtStatus* ReadRopeAttnAttrs(const OrtKernelInfo* info, RopeAttnAttrs* a) {
   AttnAttrs& h = a->heads;
   MN_RETURN_IF(AttrInt(info, "RopeCachedAttention", "num_heads", &h.num_heads, nullptr));
@@ -23,12 +34,7 @@ OrtStatus* ReadRopeAttnAttrs(const OrtKernelInfo* info, RopeAttnAttrs* a) {
   MN_RETURN_IF(AttrFloat(info, "RopeCachedAttention", "theta", &a->theta, nullptr));
   const int64_t one = 1;
   MN_RETURN_IF(AttrInt(info, "RopeCachedAttention", "check_positions", &h.check_positions, &one));
-  MN_RETURN_IF(CheckAttnAttrs("RopeCachedAttention", h));
-  if (h.head_dim % 2 != 0)
-    return MN_INVALID("RopeCachedAttention: attribute head_dim must be even and in [2, 1024], got %lld", (long long)h.head_dim);
-  if (!(a->theta > 0.0f) || !std::isfinite(a->theta))
-    return MN_INVALID("RopeCachedAttention: attribute theta must be a positive finite number, got %g", (double)a->theta);
-  return nullptr;
+  return CheckRopeAttnAttrs("RopeCachedAttention", *a);
 }
 
 OrtStatus* CheckRopeCachedAttention(const RopeAttnAttrs& a, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
@@ -48,7 +54,6 @@ OrtStatus* CheckRopeCachedAttention(const RopeAttnAttrs& a, const Tensor& q, con
 }
 
 OrtStatus* ReadQkvRopeAttrs(const OrtKernelInfo* info, RopeAttnAttrs* a) {
-  const char* op = "QKVRopeCacheWrite";
   AttnAttrs& h = a->heads;
   MN_RETURN_IF(AttrInt(info, "QKVRopeCacheWrite", "num_heads", &h.num_heads, nullptr));
   MN_RETURN_IF(AttrInt(info, "QKVRopeCacheWrite", "num_kv_heads", &h.num_kv_heads, nullptr));
@@ -56,11 +61,7 @@ OrtStatus* ReadQkvRopeAttrs(const OrtKernelInfo* info, RopeAttnAttrs* a) {
   MN_RETURN_IF(AttrFloat(info, "QKVRopeCacheWrite", "theta", &a->theta, nullptr));
   const int64_t one = 1;
   MN_RETURN_IF(AttrInt(info, "QKVRopeCacheWrite", "check_positions", &h.check_positions, &one));
-  MN_RETURN_IF(CheckAttnAttrs(op, h));  // bounded: (num_heads + 2 * num_kv_heads) * head_dim cannot overflow
-  if (h.head_dim % 2 != 0) return MN_INVALID("%s: attribute head_dim must be even and in [2, 1024], got %lld", op, (long long)h.head_dim);
-  if (!(a->theta > 0.0f) || !std::isfinite(a->theta))
-    return MN_INVALID("%s: attribute theta must be a positive finite number, got %g", op, (double)a->theta);
-  return nullptr;
+  return CheckRopeAttnAttrs("QKVRopeCacheWrite", *a);  // bounded: (num_heads + 2 * num_kv_heads) * head_dim cannot overflow
 }
 
 OrtStatus* CheckQkvRopeCacheWrite(const RopeAttnAttrs& a, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
