@@ -507,8 +507,7 @@ extern "C" int mn_cuda_flash_attention(int dtype, const void* q, const void* k, 
 extern "C" int mn_cuda_flash_cached_attention(int dtype, const void* q, const void* k, const void* v, void* y, int64_t B, int64_t T,
                                               int64_t H, int64_t KVH, int64_t hd, int64_t max_seq, MnPos kv_pos, void* stream) {
   if (B == 0 || T == 0 || H == 0) return 0;
-  if (kv_pos.ptr == nullptr || T > max_seq) return -1;
-  if (int e = UseDeviceOf(q)) return e;
+  if (kv_pos.ptr == nullptr || T > max_seq) return -1;  // (q's device is current: mn_cuda_cached_attention set it)
   const Dims p = MakeDims(B, T, max_seq, H, KVH, hd, 1, kv_pos);
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   switch (dtype) {

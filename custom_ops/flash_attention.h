@@ -26,7 +26,7 @@ int mn_cuda_flash_attention(int dtype, const void* q, const void* k, const void*
 // kernel: Q, Y [B, T, H*hd], K, V the caches [B, max_seq, KVH*hd]; query row t of sequence b attends to
 // the cache rows [0, kv_pos[b] + t]; an invalid position (outside [0, max_seq - T]) gives that sequence
 // NaN rows. Returns -1 where those kernels do not apply (the caller then runs its own), else 0 or a
-// cudaError_t code.
+// cudaError_t code. Launches on the current device: the caller makes q's device current first.
 int mn_cuda_flash_cached_attention(int dtype, const void* q, const void* k, const void* v, void* y, int64_t B, int64_t T,
                                    int64_t H, int64_t KVH, int64_t head_dim, int64_t max_seq, MnPos kv_pos, void* stream);
 
