@@ -160,37 +160,9 @@ OrtStatus* SwiGLUPackedArgs(OrtKernelContext* ctx, Tensor* x, int64_t* rows, int
 }
 
 // Output 0: x's type and shape with the last dimension halved, where x's rank and last dimension are known
-// and even and every other dimension has a size or a name (see AllDimsNamed in op_common.cc); else unknown
-// (the kernel reports a bad x when it runs).
+// and even and every other dimension has a size or a name; else unknown (the kernel reports a bad x).
 static OrtStatus* ORT_API_CALL InferSwiGLUPackedShape(const OrtCustomOp*, OrtShapeInferContext* ctx) {
-  OrtTensorTypeAndShapeInfo* x = nullptr;  // belongs to the context
-  OrtStatus* st = g_api->ShapeInferContext_GetInputTypeShape(ctx, 0, &x);
-  if (st) {
-    g_api->ReleaseStatus(st);
-    return nullptr;
-  }
-  size_t rank = 0;
-  MN_RETURN_IF(g_api->GetDimensionsCount(x, &rank));
-  if (rank == 0) return nullptr;
-  std::vector<int64_t> dims(rank);
-  std::vector<const char*> names(rank, nullptr);
-  ONNXTensorElementDataType type;
-  MN_RETURN_IF(g_api->GetDimensions(x, dims.data(), rank));
-  MN_RETURN_IF(g_api->GetSymbolicDimensions(x, names.data(), rank));
-  MN_RETURN_IF(g_api->GetTensorElementType(x, &type));
-  if (dims.back() < 0 || dims.back() % 2 != 0) return nullptr;
-  for (size_t i = 0; i < rank; ++i)
-    if (dims[i] < 0 && (names[i] == nullptr || names[i][0] == '\0')) return nullptr;
-  dims.back() /= 2;
-  names.back() = "";
-  OrtTensorTypeAndShapeInfo* out = nullptr;
-  MN_RETURN_IF(g_api->CreateTensorTypeAndShapeInfo(&out));
-  st = g_api->SetTensorElementType(out, type);
-  if (!st) st = g_api->SetDimensions(out, dims.data(), rank);
-  if (!st) st = g_api->SetSymbolicDimensions(out, names.data(), rank);
-  if (!st) st = g_api->ShapeInferContext_SetOutputTypeShape(ctx, 0, out);
-  g_api->ReleaseTensorTypeAndShapeInfo(out);
-  return st;
+  return SetShapeLikeInput(ctx, 0, 0, kHalveLast, 1, SIZE_MAX);
 }
 
 OpDef* UseSwiGLUPackedShape(OpDef* def) {

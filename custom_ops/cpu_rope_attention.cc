@@ -110,40 +110,6 @@ OrtStatus* CheckQkvRopeCacheWrite(const RopeAttnAttrs& a, const Tensor& qkv, con
 
 namespace {
 
-// Output 0: qkv's shape with the last dimension num_heads * head_dim; outputs 1 and 2: the caches' shapes.
-// Left unknown where an input shape or a dimension is (ORT then sizes the output at run time).
-OrtStatus* SetLikeInput(OrtShapeInferContext* ctx, size_t in, size_t out, int64_t last) {
-  OrtTensorTypeAndShapeInfo* info = nullptr;
-  OrtStatus* st = g_api->ShapeInferContext_GetInputTypeShape(ctx, in, &info);
-  if (st) {
-    g_api->ReleaseStatus(st);
-    return nullptr;
-  }
-  size_t rank = 0;
-  MN_RETURN_IF(g_api->GetDimensionsCount(info, &rank));
-  if (rank != 2 && rank != 3) return nullptr;  // a wrong rank: the kernel reports it
-  int64_t dims[3];
-  const char* sym[3] = {"", "", ""};
-  ONNXTensorElementDataType type;
-  MN_RETURN_IF(g_api->GetDimensions(info, dims, rank));
-  MN_RETURN_IF(g_api->GetSymbolicDimensions(info, sym, rank));
-  MN_RETURN_IF(g_api->GetTensorElementType(info, &type));
-  if (last > 0) {
-    dims[rank - 1] = last;
-    sym[rank - 1] = "";
-  }
-  for (size_t i = 0; i < rank; ++i)
-    if (dims[i] < 0 && (sym[i] == nullptr || sym[i][0] == '\0')) return nullptr;  // unnamed: leave unknown
-  OrtTensorTypeAndShapeInfo* shape = nullptr;
-  st = g_api->CreateTensorTypeAndShapeInfo(&shape);
-  if (!st) st = g_api->SetTensorElementType(shape, type);
-  if (!st) st = g_api->SetDimensions(shape, dims, rank);
-  if (!st) st = g_api->SetSymbolicDimensions(shape, sym, rank);
-  if (!st) st = g_api->ShapeInferContext_SetOutputTypeShape(ctx, out, shape);
-  if (shape) g_api->ReleaseTensorTypeAndShapeInfo(shape);
-  return st;
-}
-
 OrtStatus* ReadShapeAttr(OrtShapeInferContext* ctx, const char* name, int64_t* value) {
   const OrtOpAttr* attr = nullptr;
   size_t len = 0;
@@ -152,14 +118,15 @@ OrtStatus* ReadShapeAttr(OrtShapeInferContext* ctx, const char* name, int64_t* v
   return st;  // a missing attribute fails the load with ORT's message
 }
 
+// Output 0: qkv's shape with the last dimension num_heads * head_dim; outputs 1 and 2: the caches' shapes.
 OrtStatus* ORT_API_CALL InferQkvRopeShapes(const OrtCustomOp*, OrtShapeInferContext* ctx) {
   int64_t heads = 0, hd = 0;
   MN_RETURN_IF(ReadShapeAttr(ctx, "num_heads", &heads));
   MN_RETURN_IF(ReadShapeAttr(ctx, "head_dim", &hd));
   const bool sane = heads > 0 && heads <= kMaxHeads && hd > 0 && hd <= 1024;  // else the kernel's creation refuses them
-  if (sane) MN_RETURN_IF(SetLikeInput(ctx, 0, 0, heads * hd));
-  MN_RETURN_IF(SetLikeInput(ctx, 1, 1, 0));
-  return SetLikeInput(ctx, 2, 2, 0);
+  if (sane) MN_RETURN_IF(SetShapeLikeInput(ctx, 0, 0, heads * hd, 2, 3));  // other ranks: the kernel reports them
+  MN_RETURN_IF(SetShapeLikeInput(ctx, 1, 1, 0, 2, 3));
+  return SetShapeLikeInput(ctx, 2, 2, 0, 2, 3);
 }
 
 constexpr auto F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;

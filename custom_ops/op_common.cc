@@ -355,6 +355,42 @@ size_t ORT_API_CALL NoPairs(int** in, int** out) {
 
 }  // namespace
 
+OrtStatus* SetShapeLikeInput(OrtShapeInferContext* ctx, size_t in, size_t out, int64_t last, size_t min_rank, size_t max_rank) {
+  OrtTensorTypeAndShapeInfo* info = nullptr;  // belongs to the context
+  OrtStatus* st = g_api->ShapeInferContext_GetInputTypeShape(ctx, in, &info);
+  if (st) {
+    g_api->ReleaseStatus(st);
+    return nullptr;
+  }
+  size_t rank = 0;
+  MN_RETURN_IF(g_api->GetDimensionsCount(info, &rank));
+  if (rank < min_rank || rank > max_rank || rank == 0) return nullptr;
+  std::vector<int64_t> dims(rank);
+  std::vector<const char*> sym(rank, nullptr);
+  ONNXTensorElementDataType type;
+  MN_RETURN_IF(g_api->GetDimensions(info, dims.data(), rank));
+  MN_RETURN_IF(g_api->GetSymbolicDimensions(info, sym.data(), rank));
+  MN_RETURN_IF(g_api->GetTensorElementType(info, &type));
+  if (last == kHalveLast) {
+    if (dims.back() < 0 || dims.back() % 2 != 0) return nullptr;
+    dims.back() /= 2;
+    sym.back() = "";
+  } else if (last > 0) {
+    dims.back() = last;
+    sym.back() = "";
+  }
+  for (size_t i = 0; i < rank; ++i)
+    if (dims[i] < 0 && (sym[i] == nullptr || sym[i][0] == '\0')) return nullptr;  // unnamed: leave unknown
+  OrtTensorTypeAndShapeInfo* shape = nullptr;
+  st = g_api->CreateTensorTypeAndShapeInfo(&shape);
+  if (!st) st = g_api->SetTensorElementType(shape, type);
+  if (!st) st = g_api->SetDimensions(shape, dims.data(), rank);
+  if (!st) st = g_api->SetSymbolicDimensions(shape, sym.data(), rank);
+  if (!st) st = g_api->ShapeInferContext_SetOutputTypeShape(ctx, out, shape);
+  if (shape) g_api->ReleaseTensorTypeAndShapeInfo(shape);
+  return st;
+}
+
 OpDef::OpDef(const char* name_, const char* ep_, std::vector<ONNXTensorElementDataType> in,
              std::vector<ONNXTensorElementDataType> out, std::vector<bool> optional, std::vector<bool> cpu_inputs,
              KernelFactory factory_, int shape_from_, bool cache_inplace_)

@@ -197,6 +197,13 @@ OpDef* OptionalOutputs(OpDef* def, std::vector<bool> optional);
 
 // Number of times a CacheWrite kernel had to copy the whole cache because ORT gave it an
 // output buffer distinct from the cache input (exported for tests as MeganeuraCacheWriteFullCopies).
+// Shape inference: output `out` typed and shaped like input `in` with its last dimension replaced by `last`
+// (> 0), halved (kHalveLast; unknown or odd: the output stays unknown) or kept (0). An unknown input, a rank
+// outside [min_rank, max_rank] or an unnamed symbolic dimension leave the output unknown (ORT then sizes it
+// at run time, and the kernel reports a bad input).
+constexpr int64_t kHalveLast = -1;
+OrtStatus* SetShapeLikeInput(OrtShapeInferContext* ctx, size_t in, size_t out, int64_t last, size_t min_rank, size_t max_rank);
+
 void CountCacheCopy();
 
 // Appends the CPU op definitions (and, in the CUDA library, the CUDA ones).
