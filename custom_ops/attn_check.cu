@@ -201,17 +201,26 @@ int main(int argc, char** argv) {
       // chunks: prefills (batch 8: the flash forward), the last position, invalid ones, head_dim 32 and 96
       {1, 128, 9, 3, 64, 256, {0}},          {3, 64, 8, 2, 128, 300, {236, 0, 100}}, {2, 20, 6, 2, 96, 64, {50, 3}},
       {2, 16, 4, 4, 32, 40, {24, -1}},       {1, 200, 12, 4, 64, 1100, {900}},       {8, 128, 9, 3, 64, 256, {0, 1, 2, 3, 64, 100, 127, 128}},
+      // chunks far into long caches (the flash forward's key splits; uneven shares, the last tile partial)
+      {1, 128, 9, 3, 64, 4096, {3968}},      {1, 16, 9, 3, 64, 4096, {4000}},         {2, 70, 8, 2, 128, 3000, {2900, 5}},
+      {1, 33, 4, 1, 64, 2000, {1234}},       {1, 64, 12, 4, 32, 5000, {4936}},        {2, 24, 6, 2, 96, 1500, {1476, -1}},
   };
   int bad = CheckRopeAttentionCases(rng);
   for (int dt : {MN_F32, MN_F16, MN_BF16}) {
     if (rope_only) break;
     for (const AttnCase& c : cases) bad += !CheckAttention(c, dt, rng);
-    for (int flash : {1, 0}) {  // chunks on each kernel, whichever the library would pick
-      g_attn_flash = flash;
+    // chunks on each kernel, whichever the library would pick: the flash forward with its own key
+    // splits, with at most 3 (uneven shares), without any, and the split-K kernel
+    const struct { int flash, key_splits; const char* name; } kernels[] = {
+        {1, 0, "flash"}, {1, 3, "flash 3 key splits"}, {1, 1, "flash 1 key split"}, {0, 0, "split-K"}};
+    for (const auto& kn : kernels) {
+      g_attn_flash = kn.flash;
+      g_attn_key_splits = kn.key_splits;
       for (const AttnCase& c : cases)
-        if (c.T > 1) bad += !CheckAttention(c, dt, rng, LibraryAttention, flash ? "flash" : "split-K");
+        if (c.T > 1) bad += !CheckAttention(c, dt, rng, LibraryAttention, kn.name);
     }
     g_attn_flash = -1;
+    g_attn_key_splits = 0;
     bad += !CheckRope(dt, 3, 5, 4 * 128, 128, 2, {7, 0, 4093}, rng);
     bad += !CheckRope(dt, 1, 33, 8 * 64, 64, 0, {100000}, rng);
     bad += !CheckRope(dt, 2, 3, 6 * 96, 96, 1, {5}, rng);  // hd 96: the scalar path

@@ -246,8 +246,9 @@ static void TimePrefill(Timer& tm, int dt, double peak) {
   const int H = 9, KVH = 3, HD = 64;
   struct Chunk { int B, rows, max_seq, pos; };
   for (const Chunk c : {Chunk{1, 128, 256, 0}, Chunk{2, 128, 256, 0}, Chunk{4, 128, 256, 0}, Chunk{8, 128, 256, 0},
-                        Chunk{1, 128, 4096, 3968}, Chunk{8, 128, 4096, 3968}, Chunk{1, 16, 4096, 4000}, Chunk{8, 16, 4096, 4000},
-                        Chunk{1, 16, 256, 0}}) {
+                        Chunk{1, 128, 4096, 0}, Chunk{8, 128, 4096, 0}, Chunk{1, 128, 4096, 1024}, Chunk{1, 128, 4096, 3968},
+                        Chunk{8, 128, 4096, 3968}, Chunk{1, 16, 4096, 4000}, Chunk{8, 16, 4096, 4000}, Chunk{1, 16, 256, 0},
+                        Chunk{1, 64, 4096, 2048}, Chunk{1, 32, 4096, 4000}, Chunk{2, 16, 4096, 1000}}) {
     std::vector<float> q((size_t)c.B * c.rows * H * HD, 0.5f), kv((size_t)c.B * c.max_seq * KVH * HD, 0.25f);
     void *dq = Upload(ToDevice(&q, dt)), *dk = Upload(ToDevice(&kv, dt)), *dv = Upload(ToDevice(&kv, dt)), *dout = nullptr;
     CK(cudaMalloc(&dout, q.size() * sizeof(T)));
@@ -256,14 +257,20 @@ static void TimePrefill(Timer& tm, int dt, double peak) {
     const double rows = (double)c.B * (c.pos + c.rows);
     const double bytes = (2.0 * rows * KVH * HD + 2.0 * c.B * c.rows * H * HD) * sizeof(T);
     auto launch = [&](cudaStream_t s) { mn_cuda_cached_attention(dt, dq, dk, dv, dout, c.B, c.rows, H, KVH, HD, c.max_seq, pos, g_scratch, s); };
-    const bool picked = FlashForChunk(c.B, c.rows, H);
-    char cfg[64];
-    for (int flash : {1, 0}) {
-      g_attn_flash = flash;
-      std::snprintf(cfg, sizeof cfg, "chunk-%s%s T=%d pos=%d", flash ? "flash" : "splitK", picked == (flash == 1) ? "*" : "", c.rows, c.pos);
+    const bool picked = FlashForChunk(c.B, c.rows, H, c.max_seq);
+    char cfg[80];
+    // the flash forward with its own key splits, without any, and the split-K kernel
+    const struct { int flash, key_splits; const char* name; } kernels[] = {
+        {1, 0, "flash"}, {1, 1, "flash-nosplit"}, {1, 4, "flash-ks4"}, {1, 8, "flash-ks8"}, {0, 0, "splitK"}};
+    for (const auto& kn : kernels) {
+      g_attn_flash = kn.flash;
+      g_attn_key_splits = kn.key_splits;
+      const bool mark = kn.flash ? picked && kn.key_splits == 0 : !picked;
+      std::snprintf(cfg, sizeof cfg, "chunk-%s%s T=%d pos=%d max=%d", kn.name, mark ? "*" : "", c.rows, c.pos, c.max_seq);
       Record("attention", kTypeName[dt], cfg, c.B, c.pos + c.rows, bytes, tm.Graph(launch), tm.Stream(launch), peak, nullptr);
     }
     g_attn_flash = -1;
+    g_attn_key_splits = 0;
     for (void* p : {dq, dk, dv, dout, static_cast<void*>(dpos)}) cudaFree(p);
   }
 }

@@ -31,6 +31,7 @@ int g_attn_blocks_per_sm = 1;    // > 0: at most this many blocks per SM in the 
 int g_attn_cluster_max = 8;      // splits merged through a thread-block cluster when there are at most this many (0: never)
 int g_attn_last_cluster = 0;     // the cluster size of the last launch (0: the atomic-counter merge)
 int g_attn_flash = -1;           // chunks on the flash forward: -1 where FlashForChunk says so, 0 never, 1 always (attn_check)
+int g_attn_key_splits = 0;       // the flash forward's key splits for chunks: 0 as it chooses, n > 0 at most n (attn_check)
 
 template <class T, int HD, int NW_, int NST_, int STB_, bool MMA_ = false>
 struct AttnCfg {

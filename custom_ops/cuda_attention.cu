@@ -196,15 +196,26 @@ int AttnWorkspace(AttnArgs* args, int hd, size_t heads, size_t ncount, MnScratch
 
 // Whether a chunk of T > 1 query rows (a prefill) runs on the flash forward (cuda_flash_mma.cuh). Its
 // blocks of 64 query rows of one head read each K/V row once per block, where the split-K kernel's
-// blocks (one per query row) read it once per row; but a flash block walks its keys alone, one tile
-// after another. On an H200 (attn_check, SmolLM2-135M's 9 / 3 heads, head_dim 64, 128-row chunks):
-// batch 8 from position 0: float16 7.9 us against 60.2, float32 19.9 against 79.3; batch 1 (18
-// blocks): float16 7.0 against 8.9 but float32 17.3 against 12.5; 16 rows from position 4000:
-// 143 us against 19 (9 blocks, 63 tiles each). So: at least 64 rows, and blocks for a quarter of the SMs.
-bool FlashForChunk(int64_t B, int64_t T, int64_t H) {
+// blocks (one per query row) read it once per row; but a flash block walks its keys one tile after
+// another, so where its row blocks are few the forward also splits their keys over blocks
+// (cuda_flash_keysplit.cuh: about 2 us more for a chunk near the start of its cache, far less time
+// deeper in). On an H200 (attn_check, SmolLM2-135M's 9 / 3 heads, head_dim 64; split-K against flash):
+//   batch 8 x 128 rows from position 0: float16 60.5 against 8.3 us, float32 79.7 against 19.2;
+//   batch 1 x 128 from 0 (18 row blocks): float16 8.8 against 9.3 (7.4 without key splits), float32
+//     12.2 against 18.1 (16.2);
+//   batch 1 x 128 from 1024 / 3968: float16 34.6 / 99.0 against 15.0 / 22.6, float32 62.8 / 194.5
+//     against 26.0 / 48.0;
+//   batch 1 x 64 from 2048: float16 32.3 against 15.5; x 32 from 4000: 33.2 against 17.7;
+//   batch 1 x 16 from 0 / 4000: float16 2.7 / 19.0 against 4.7 / 17.8; batch 2 x 16 from 1000: 10.8
+//     against 14.4.
+// So: at least 32 rows, and either row blocks for a quarter of the SMs (64 rows or more) or a cache of
+// at least 8 chunks, where a chunk can sit far from its start (static shapes only: the positions are
+// on the device, and a captured graph keeps its choice).
+bool FlashForChunk(int64_t B, int64_t T, int64_t H, int64_t max_seq) {
   if (T < 2 || g_attn_flash == 0) return false;
   if (g_attn_flash == 1) return true;
-  return T >= 64 && B * H * ((T + 63) / 64) >= NumSMs() / 4;
+  if (T < 32) return false;
+  return (T >= 64 && B * H * ((T + 63) / 64) >= NumSMs() / 4) || max_seq >= 8 * T;
 }
 
 // ROPE: RopeCachedAttention's form (attn_splitk.cuh), `rope` its extra inputs; k and v are then rope.k, rope.v.
@@ -399,8 +410,9 @@ int mn_cuda_cached_attention(int dtype, const void* q, const void* k, const void
   if (T == 0 || B == 0) return 0;
   if (int e = UseDeviceOf(q)) return e;
   cudaStream_t s = S(stream);
-  if (FlashForChunk(B, T, H)) {
-    const int e = mn_cuda_flash_cached_attention(dtype, q, k, v, out, B, T, H, KVH, head_dim, max_seq, kv_pos, stream);
+  if (FlashForChunk(B, T, H, max_seq)) {
+    const int e = mn_cuda_flash_cached_attention(dtype, q, k, v, out, B, T, H, KVH, head_dim, max_seq, kv_pos, g_attn_key_splits,
+                                                 scratch, stream);
     if (e >= 0) return e;
   }
   switch (dtype) {

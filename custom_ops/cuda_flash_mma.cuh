@@ -26,6 +26,7 @@
 // their float32 partials in head order.
 #pragma once
 #include "cuda_flash_mma_tile.cuh"
+#include "cuda_flash_keysplit.cuh"
 
 namespace mma {
 
@@ -193,19 +194,22 @@ __global__ void __launch_bounds__(32 * W) Forward(const T* __restrict__ q, const
     for (int dn = 0; dn < D / 8; ++dn)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[dn][e] = __int_as_float(0x7fc00000);
-    StoreRows<T, D>(y, acc, b, p.T, p.H, h, p.hd, r0, p.T, 1.f);
+    if (blockIdx.z == 0) StoreRows<T, D>(y, acc, b, p.T, p.H, h, p.hd, r0, p.T, 1.f);
     return;  // block-uniform
   }
   const float c2 = p.scale * kLog2e;
   // Causal: the block's last row (at most T - 1) sees keys up to off + that row; past them (a cache's
   // unwritten rows) nothing is read, so no stale value reaches P V even with weight 0.
   const int64_t kend = p.causal ? min(p.S, off + min(p.T, i0 + 16 * W)) : p.S;
+  // Key splits (cuda_flash_keysplit.cuh): this block's tiles [ks.t0, ks.t1); one split without them.
+  const KeySlice ks = KeySliceOf(int((kend + BC - 1) / BC), p.ks, static_cast<int>(blockIdx.z));
+  if (static_cast<int>(blockIdx.z) >= ks.active) return;  // block-uniform: nothing to read
   auto issue = [&](int n) {
-    LoadTileAsync<T, D, BC, NT>(Ks[n & 1], k, b, p.S, p.KVH, kh, p.hd, int64_t(n) * BC, kend);
-    LoadTileAsync<T, D, BC, NT>(Vs[n & 1], v, b, p.S, p.KVH, kh, p.hd, int64_t(n) * BC, kend);
+    LoadTileAsync<T, D, BC, NT>(Ks[n & 1], k, b, p.S, p.KVH, kh, p.hd, int64_t(ks.t0 + n) * BC, kend);
+    LoadTileAsync<T, D, BC, NT>(Vs[n & 1], v, b, p.S, p.KVH, kh, p.hd, int64_t(ks.t0 + n) * BC, kend);
     CpAsyncCommit();
   };
-  const int n_tiles = int((kend + BC - 1) / BC);
+  const int n_tiles = ks.t1 - ks.t0;
   if (n_tiles > 0) issue(0);
   for (int n = 0; n < n_tiles; ++n) {
     NextTile(n, n_tiles, issue);
@@ -215,7 +219,7 @@ __global__ void __launch_bounds__(32 * W) Forward(const T* __restrict__ q, const
     for (int nt = 0; nt < BC / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t i = r0 + g + 8 * (e >> 1), j = int64_t(n) * BC + 8 * nt + 2 * t + (e & 1);
+        const int64_t i = r0 + g + 8 * (e >> 1), j = int64_t(ks.t0 + n) * BC + 8 * nt + 2 * t + (e & 1);
         s[nt][e] = (j >= kend || (p.causal && j > off + i)) ? -INFINITY : s[nt][e] * c2;
         mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
       }
@@ -245,6 +249,13 @@ __global__ void __launch_bounds__(32 * W) Forward(const T* __restrict__ q, const
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+  }
+  if (ks.active > 1) {  // block-uniform: MergeKeySplits writes these rows
+    StoreKeySplit<T, D>(p, acc, m, l, b, h, r0);
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
     const float inv = 1.f / l[r];
 #pragma unroll
     for (int dn = 0; dn < D / 8; ++dn) acc[dn][2 * r] *= inv, acc[dn][2 * r + 1] *= inv;
@@ -319,14 +330,18 @@ int LaunchForwardMma(const T* q, const T* k, const T* v, T* y, float* lse, const
   if (!MmaApplies<T>(p, {q, k, v, y})) return -1;
   constexpr int W = 4;
   const int64_t gx = p.B * p.H, gy = (p.T + 16 * W - 1) / (16 * W);
-  if (!GridFits(gx, gy)) return cudaErrorInvalidConfiguration;
-  const dim3 grid((unsigned)gx, (unsigned)gy);
-  if (p.hd <= 32)
+  if (!GridFits(gx, gy) || p.ks < 1 || p.ks > 65535) return cudaErrorInvalidConfiguration;
+  const dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)p.ks);
+  if (p.hd <= 32) {
     Forward<T, 32, W><<<grid, 32 * W, 0, st>>>(q, k, v, y, lse, p);
-  else if (p.hd <= 64)
+    if (p.ks > 1) return LaunchKeySplitMerge<T, 32, W>(y, p, st);
+  } else if (p.hd <= 64) {
     Forward<T, 64, W><<<grid, 32 * W, 0, st>>>(q, k, v, y, lse, p);
-  else
+    if (p.ks > 1) return LaunchKeySplitMerge<T, 64, W>(y, p, st);
+  } else {
     Forward<T, 128, W><<<grid, 32 * W, 0, st>>>(q, k, v, y, lse, p);
+    if (p.ks > 1) return LaunchKeySplitMerge<T, 128, W>(y, p, st);
+  }
   return cudaGetLastError();
 }
 

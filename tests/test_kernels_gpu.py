@@ -97,6 +97,10 @@ CHUNK_ATTN = [  # (B, T, H, KVH, head_dim, max_seq, kv_pos per sequence)
     (2, 128, 16, 4, 128, 400, (0, 272)),
     (1, 200, 40, 8, 64, 1100, (900,)),
     (3, 70, 12, 4, 96, 150, (80, 0, 33)),
+    # far into long caches: the flash forward splits each row block's keys over blocks
+    (1, 64, 9, 3, 64, 4096, (3000,)),
+    (2, 32, 8, 2, 128, 1024, (990, 3)),
+    (1, 128, 12, 4, 64, 2048, (1920,)),
 ]
 
 
@@ -107,15 +111,21 @@ def test_cuda_prefill_chunk_attention_matches_reference(case, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16)], ids=["float32", "float16"])
-def test_cuda_prefill_chunk_with_an_invalid_position_raises_or_without_read_back_gives_nan_for_that_sequence_only(dtype):
+@pytest.mark.parametrize(
+    "shape",
+    [(3, 64, 12, 4, 64, 200), (3, 32, 9, 3, 64, 1024)],
+    ids=["flash", "flash-key-splits"],  # 36 blocks of 64 rows; 9 blocks in a cache of 32 chunks
+)
+def test_cuda_prefill_chunk_with_an_invalid_position_raises_or_without_read_back_gives_nan_for_that_sequence_only(shape, dtype):
     """The position is validated by reading it back (an ORT error naming it); graphs our Session
     builds skip that read-back (``check_positions=0``), and then the kernel itself guards: NaN rows
     for the sequence with the bad position, the others attended as usual, nothing read out of bounds."""
-    B, T, H, KVH, hd, max_seq = 3, 64, 12, 4, 64, 200  # 36 blocks of 64 rows: the flash forward
+    B, T, H, KVH, hd, max_seq = shape
     inputs, attrs, _, ref = cpu.batch_attn_case(B, T, H, KVH, hd, max_seq, (max_seq - T, 0, 0), dtype=dtype)
     inputs["kv_pos"] = np.array([max_seq - T, max_seq - T + 1, -1], np.int64)  # the last valid, one past it, negative
     checked = kc.make_model("CachedAttention", inputs, attrs, out_dtype=dtype, with_function=False)
-    kc.assert_ort_error(lambda: kc.run_typed(cuda_session(checked), inputs, ref.shape, dtype), "CachedAttention", ["kv_pos[1] = 137"])
+    bad = f"kv_pos[1] = {max_seq - T + 1}"
+    kc.assert_ort_error(lambda: kc.run_typed(cuda_session(checked), inputs, ref.shape, dtype), "CachedAttention", [bad])
     unchecked = kc.make_model("CachedAttention", inputs, {**attrs, "check_positions": 0}, out_dtype=dtype, with_function=False)
     got = kc.run_typed(cuda_session(unchecked), inputs, ref.shape, dtype).astype(np.float32)
     np.testing.assert_allclose(got[0], ref[0], rtol=DECODE_TOL[dtype], atol=DECODE_TOL[dtype])
