@@ -185,25 +185,30 @@ __global__ void __launch_bounds__(32 * W) Forward(const T* __restrict__ q, const
   const int64_t i0 = int64_t(gridDim.y - 1 - blockIdx.y) * (16 * W), r0 = i0 + 16 * warp;  // longest causal rows first
   uint32_t qa[Tl::KS][4];
   float unused[2];
+  // Key splits past the first (a KV cache's chunk, cuda_flash_keysplit.cuh) learn their share before
+  // loading q: those without keys (a chunk near the start of its cache) return at once.
+  int64_t off = blockIdx.z > 0 ? LoadPos(p.pos, b) : 0;
+  if (blockIdx.z > 0 && (off < 0 || off > p.S - p.T ||
+                         static_cast<int>(blockIdx.z) >= KeySliceOf(RowBlockTiles<T, D, W>(p, off, i0), p.ks, 0).active))
+    return;  // block-uniform
   LoadRowFrags<T, D>(qa, q, b, p.T, p.H, h, p.hd, r0, p.T, nullptr, unused);
   float acc[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // l: this lane's part of the row sum
   // A KV cache: query row i at position off + i. An invalid position: NaN rows, no K/V read.
-  const int64_t off = p.pos.ptr != nullptr ? LoadPos(p.pos, b) : 0;
+  if (blockIdx.z == 0 && p.pos.ptr != nullptr) off = LoadPos(p.pos, b);
   if (p.pos.ptr != nullptr && (off < 0 || off > p.S - p.T)) {
 #pragma unroll
     for (int dn = 0; dn < D / 8; ++dn)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[dn][e] = __int_as_float(0x7fc00000);
-    if (blockIdx.z == 0) StoreRows<T, D>(y, acc, b, p.T, p.H, h, p.hd, r0, p.T, 1.f);
+    StoreRows<T, D>(y, acc, b, p.T, p.H, h, p.hd, r0, p.T, 1.f);  // (split 0 only: the others returned above)
     return;  // block-uniform
   }
   const float c2 = p.scale * kLog2e;
   // Causal: the block's last row (at most T - 1) sees keys up to off + that row; past them (a cache's
   // unwritten rows) nothing is read, so no stale value reaches P V even with weight 0.
   const int64_t kend = p.causal ? min(p.S, off + min(p.T, i0 + 16 * W)) : p.S;
-  // Key splits (cuda_flash_keysplit.cuh): this block's tiles [ks.t0, ks.t1); one split without them.
+  // Key splits (cuda_flash_keysplit.cuh): this block's tiles [ks.t0, ks.t1) (a split without any returned above).
   const KeySlice ks = KeySliceOf(int((kend + BC - 1) / BC), p.ks, static_cast<int>(blockIdx.z));
-  if (static_cast<int>(blockIdx.z) >= ks.active) return;  // block-uniform: nothing to read
   auto issue = [&](int n) {
     LoadTileAsync<T, D, BC, NT>(Ks[n & 1], k, b, p.S, p.KVH, kh, p.hd, int64_t(ks.t0 + n) * BC, kend);
     LoadTileAsync<T, D, BC, NT>(Vs[n & 1], v, b, p.S, p.KVH, kh, p.hd, int64_t(ks.t0 + n) * BC, kend);
