@@ -250,6 +250,8 @@ class LlamaRunner:
     """Prefill + KV-cache decode on ONNX Runtime; see the module docstring for the design.
 
     ``weights``: a HF safetensors file, or a name -> array dict; None gives the default random init.
+    ``prefill_chunk``: rows per prefill step; a step's cost is mostly per layer, not per row, so a long
+    prompt runs fastest in one step (``meganeura generate`` passes the prompt's length, rounded up to 64).
     ``threads``: ONNX Runtime's intra-op threads; None: on the CPU one per CPU this process may run on
     (``os.sched_getaffinity``), set explicitly because ORT's own default pins its threads to cores,
     which a shared machine punishes (SmolLM2-135M, 2-core VM at load ~2: 62-65 ms per token pinned,

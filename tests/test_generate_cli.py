@@ -60,6 +60,17 @@ def test_generate_streams_text_and_reports_tokens_per_second_on_stderr(checkpoin
     assert "tokens/s" in r.stderr and "prompt tokens" in r.stderr
 
 
+def test_generate_prefills_the_whole_prompt_in_one_step_unless_given_a_chunk(checkpoint):
+    _, d = checkpoint
+    ids = ",".join(str(1000 + i) for i in range(70))  # 70 tokens: one step of 128 rows by default
+    common = ("generate", LLAMA, "--weights", str(d / "model.safetensors"), "--prompt-ids", ids, "--max-new-tokens", "3", "--json")
+    default = meganeura(*common)
+    assert "70 prompt tokens" in default.stderr and "in 1 step(s) of 128 rows" in default.stderr
+    chunked = meganeura(*common, "--prefill-chunk", "16")
+    assert "in 5 step(s) of 16 rows" in chunked.stderr
+    assert json.loads(default.stdout)["generated_ids"] == json.loads(chunked.stdout)["generated_ids"]
+
+
 def test_generate_refuses_a_prompt_longer_than_the_cache(checkpoint):
     _, d = checkpoint
     r = meganeura(
