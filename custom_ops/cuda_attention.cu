@@ -199,14 +199,15 @@ int AttnWorkspace(AttnArgs* args, int hd, size_t heads, size_t ncount, MnScratch
 // blocks (one per query row) read it once per row; but a flash block walks its keys one tile after
 // another, so where its row blocks are few the forward also splits their keys over blocks
 // (cuda_flash_keysplit.cuh: about 2 us more for a chunk near the start of its cache, far less time
-// deeper in). On an H200 (attn_check, SmolLM2-135M's 9 / 3 heads, head_dim 64; split-K against flash):
-//   batch 8 x 128 rows from position 0: float16 60.5 against 8.3 us, float32 79.7 against 19.2;
-//   batch 1 x 128 from 0 (18 row blocks): float16 8.8 against 9.3 (7.4 without key splits), float32
-//     12.2 against 18.1 (16.2);
-//   batch 1 x 128 from 1024 / 3968: float16 34.6 / 99.0 against 15.0 / 22.6, float32 62.8 / 194.5
-//     against 26.0 / 48.0;
-//   batch 1 x 64 from 2048: float16 32.3 against 15.5; x 32 from 4000: 33.2 against 17.7;
-//   batch 1 x 16 from 0 / 4000: float16 2.7 / 19.0 against 4.7 / 17.8; batch 2 x 16 from 1000: 10.8
+// deeper in). On an H200 (attn_check, SmolLM2-135M's 9 / 3 heads, head_dim 64; split-K against flash;
+// benchmarks/results/attn_check_h200_20261128_keysplit_final.json):
+//   batch 8 x 128 rows from position 0: float16 60.5 against 8.4 us, float32 79.7 against 21.5;
+//   batch 1 x 128 from 0 in a 4096-row cache (18 row blocks): float16 8.8 against 8.9 (7.5 without key
+//     splits), float32 12.3 against 17.5 (16.3);
+//   batch 1 x 128 from 1024 / 3968: float16 34.7 / 98.9 against 14.9 / 22.9, float32 62.8 / 194.4
+//     against 25.7 / 56.5;
+//   batch 1 x 64 from 2048: float16 32.3 against 15.7; x 32 from 4000: 33.2 against 17.7;
+//   batch 1 x 16 from 0 / 4000: float16 2.8 / 19.0 against 4.8 / 17.6; batch 2 x 16 from 1000: 10.8
 //     against 14.4.
 // So: at least 32 rows, and either row blocks for a quarter of the SMs (64 rows or more) or a cache of
 // at least 8 chunks, where a chunk can sit far from its start (static shapes only: the positions are

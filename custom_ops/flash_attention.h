@@ -26,8 +26,8 @@ int mn_cuda_flash_attention(int dtype, const void* q, const void* k, const void*
 // kernel: Q, Y [B, T, H*hd], K, V the caches [B, max_seq, KVH*hd]; query row t of sequence b attends to
 // the cache rows [0, kv_pos[b] + t]; an invalid position (outside [0, max_seq - T]) gives that sequence
 // NaN rows. key_splits: the keys of each block of 64 query rows split over that many blocks, merged by
-// a second kernel (> 0: at most that many, one per 4 key tiles of the cache; <= 0: enough to fill the
-// GPU; the splits' partials go to `scratch`). Returns -1 where those kernels do not apply (the caller then
+// a second kernel (> 0: at most that many, one per 4 key tiles of the cache; <= 0: enough for two waves
+// of resident blocks; the splits' partials go to `scratch`). Returns -1 where those kernels do not apply (the caller then
 // runs its own), else 0 or a cudaError_t code. Launches on the current device: the caller makes q's
 // device current first.
 int mn_cuda_flash_cached_attention(int dtype, const void* q, const void* k, const void* v, void* y, int64_t B, int64_t T,
