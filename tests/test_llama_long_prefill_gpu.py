@@ -1,0 +1,38 @@
+"""A long prompt prefilled chunk by chunk on CUDA, the prefill replayed as a CUDA graph: chunks of 32
+rows in a 512-row cache take the FlashAttention forward with each row block's keys split over blocks
+(the split count is fixed when the graph is captured; how many splits hold keys follows the position on
+the device). Float32 against the same runner on the CPU; float16 against one 320-row prefill step on
+CUDA, whose attention runs on the split-K kernel instead.
+
+Skips unless onnxruntime-gpu with a working CUDAExecutionProvider and the CUDA library are present.
+"""
+
+from __future__ import annotations
+
+import kernel_cases as kc
+import numpy as np
+import pytest
+from meganeura_onnx.models import llama
+
+pytestmark = kc.CUDA_SKIPS
+CFG = llama.PRESETS["tiny"]
+PROMPT = np.random.default_rng(5).integers(0, CFG.vocab_size, 300).tolist()
+TOL = {"fp32": 1e-4, "fp16": 3e-2}
+
+
+def _runner(device: str, precision: str, chunk: int) -> llama.LlamaRunner:
+    return llama.LlamaRunner(CFG, max_seq=512, prefill_chunk=chunk, device=device, seed=3, precision=precision)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_long_prompt_in_chunks_on_cuda_matches_a_reference_through_prefill_and_decode(precision):
+    chunked = _runner("cuda", precision, 32)  # 10 chunks, the later ones up to 288 rows into the cache
+    reference = _runner("cpu", "fp32", 32) if precision == "fp32" else _runner("cuda", precision, 320)
+    tol = TOL[precision]
+    got, want = chunked.prefill(PROMPT), reference.prefill(PROMPT)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    token = int(np.argmax(want))
+    for step in range(8):  # decode continues from the caches the chunks wrote
+        got, want = chunked.decode(token), reference.decode(token)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"decode step {step}")
+        token = int(np.argmax(want))
