@@ -10,19 +10,16 @@ has no ``Cast`` around it."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import kernel_cases as kc
 import numpy as np
 import pytest
-from conftest import live_nodes, run_model
+from conftest import live_nodes
 from meganeura_onnx.models import llama
-from prefill_fusion_checks import assert_runner_switch_keeps_the_prefill
+from prefill_fusion_checks import assert_fused_logits_run_on_cpu_kernels, assert_runner_switch_keeps_the_prefill, feeds
 
 from meganeura_onnx import Graph
 from meganeura_onnx.export import to_model
 from meganeura_onnx.export.precision import half_storage_inputs, lower_precision
-from meganeura_onnx.init import default_parameters
 from meganeura_onnx.reference import evaluate
 from meganeura_onnx.transforms.rewrite import optimize
 
@@ -39,23 +36,6 @@ def residual_gemms(g: Graph) -> int:
     return sum(n.op == "gemm" and g.node(n.inputs[2]).ty.shape == n.ty.shape for n in live_nodes(g))
 
 
-def feeds(g: Graph, rows: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Parameters (norm weights away from ones), tokens, and for a prefill its position 5 and random caches."""
-    rng = np.random.default_rng(seed)
-    out = default_parameters(g, seed)
-    for k in out:
-        if "norm" in k:
-            out[k] = rng.uniform(0.5, 1.5, out[k].shape).astype(np.float32)
-    out["input_ids"] = rng.integers(0, CFG.vocab_size, rows).astype(np.uint32)
-    for n in g.nodes():
-        name = n.attrs.get("name", "")
-        if n.op == "input" and name.endswith("_cache"):
-            out[name] = rng.standard_normal(n.ty.shape).astype(np.float32)
-    if any(n.attrs.get("name") == "kv_pos" for n in g.nodes()):
-        out["kv_pos"], out["last_row"] = np.array([5], np.uint32), np.array([rows - 1], np.uint32)
-    return out
-
-
 @pytest.mark.parametrize("mode,rows,fused", [("logits", 24, 2 * LAYERS), ("prefill", 32, 2 * LAYERS - 1)])
 def test_fused_graph_gives_the_unfused_outputs_and_fuses_every_norm_after_a_residual_add(mode, rows, fused):
     """``logits``: the final norm reads the last down_proj too; ``prefill``: it reads the last row's gather."""
@@ -65,7 +45,7 @@ def test_fused_graph_gives_the_unfused_outputs_and_fuses_every_norm_after_a_resi
     assert fused_norms(plain) == 0 and residual_gemms(plain) == 2 * LAYERS
     assert fused_norms(out) == fused and report.rules_fired["fuse_add_rms_norm"] == fused
     assert residual_gemms(out) == 2 * LAYERS - fused
-    f = feeds(g, rows)
+    f = feeds(g, CFG.vocab_size, rows)
     want, got = evaluate(plain, f, np.float64), evaluate(out, f, np.float64)
     for w, r in zip(want, got, strict=True):
         np.testing.assert_allclose(r, w, rtol=1e-12, atol=1e-12)
@@ -73,14 +53,7 @@ def test_fused_graph_gives_the_unfused_outputs_and_fuses_every_norm_after_a_resi
 
 @pytest.mark.skipif(LIB is None, reason="custom-op library not built (make -C custom_ops cpu)")
 def test_fused_logits_through_onnx_runtime_with_the_cpu_kernels_match_the_float64_reference():
-    g = llama.build_graph(CFG, "logits", 40, 64)
-    out, _ = optimize(g, stage="inference")
-    f = feeds(g, 40, seed=3)
-    params = {k: v for k, v in f.items() if k != "input_ids"}
-    model, _ = to_model(out, parameters=params)
-    assert Counter(n.op_type for n in model.graph.node)["AddRMSNorm"] == 2 * LAYERS
-    got = run_model(model, {"input_ids": f["input_ids"]}, library=LIB)[0]
-    np.testing.assert_allclose(got, evaluate(g, f, np.float64)[0], rtol=1e-4, atol=1e-4)
+    assert_fused_logits_run_on_cpu_kernels(CFG, LIB, {"AddRMSNorm": 2 * LAYERS})
 
 
 def test_decode_steps_and_prefills_of_up_to_16_rows_are_left_to_the_decode_fusions():

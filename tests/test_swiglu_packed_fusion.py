@@ -14,13 +14,11 @@ from collections import Counter
 import kernel_cases as kc
 import numpy as np
 import pytest
-from conftest import live_nodes, run_model
+from conftest import live_nodes
 from meganeura_onnx.models import llama
-from prefill_fusion_checks import assert_runner_switch_keeps_the_prefill
-from test_add_rms_norm_fusion import feeds
+from prefill_fusion_checks import assert_fused_logits_run_on_cpu_kernels, assert_runner_switch_keeps_the_prefill, feeds
 
 from meganeura_onnx import Graph
-from meganeura_onnx.export import to_model
 from meganeura_onnx.reference import evaluate
 from meganeura_onnx.transforms.rewrite import optimize
 from meganeura_onnx.transforms.swiglu_packed_fusion import fuse_swiglu_packed
@@ -47,22 +45,14 @@ def test_every_layers_split_and_swiglu_become_one_packed_node_with_the_unfused_o
     assert after["swiglu_packed"] == LAYERS and after["swiglu"] == 0 and after["halves"] == 0, after
     assert report.rules_fired["fuse_swiglu_packed"] == LAYERS
     assert len(live_nodes(out)) == len(live_nodes(plain)) - 2 * LAYERS  # two pieces and a swiglu -> one node
-    f = feeds(g, rows)
+    f = feeds(g, CFG.vocab_size, rows)
     for w, r in zip(evaluate(plain, f, np.float64), evaluate(out, f, np.float64), strict=True):
         np.testing.assert_allclose(r, w, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.skipif(LIB is None, reason="custom-op library not built (make -C custom_ops cpu)")
 def test_packed_logits_through_onnx_runtime_with_the_cpu_kernels_match_the_float64_reference():
-    g = llama.build_graph(CFG, "logits", 40, 64)
-    out, _ = optimize(g, stage="inference")
-    f = feeds(g, 40, seed=3)
-    params = {k: v for k, v in f.items() if k != "input_ids"}
-    model, _ = to_model(out, parameters=params)
-    ops = Counter(n.op_type for n in model.graph.node)
-    assert ops["SwiGLUPacked"] == LAYERS and ops["SwiGLU"] == 0, ops
-    got = run_model(model, {"input_ids": f["input_ids"]}, library=LIB)[0]
-    np.testing.assert_allclose(got, evaluate(g, f, np.float64)[0], rtol=1e-4, atol=1e-4)
+    assert_fused_logits_run_on_cpu_kernels(CFG, LIB, {"SwiGLUPacked": LAYERS, "SwiGLU": 0})
 
 
 def test_decode_steps_and_prefills_of_up_to_16_rows_are_left_as_they_are():
