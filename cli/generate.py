@@ -166,8 +166,8 @@ def _stream(gen, ids: list[int], max_new_tokens: int, sampling: dict, tok, as_js
         if text.startswith(printed):
             sys.stdout.write(text[len(printed) :])
         sys.stdout.write("\n")
-    chunk = getattr(gen, "chunk", None)  # LlamaRunner's rows per prefill step (a model file's generator may have none)
-    steps = f" in {max(1, -(-len(ids) // chunk))} step(s) of {chunk} rows" if isinstance(chunk, int) and chunk > 0 else ""
+    plan = getattr(gen, "prefill_plan", None)  # LlamaRunner's prefill steps (a model file's generator may have none)
+    steps = " in {} step(s) of {} rows".format(*plan(len(ids))) if callable(plan) else ""
     click.echo(
         f"{len(ids)} prompt tokens, prefill {prefill_s * 1e3:.1f} ms{steps}; {len(out)} new tokens, decode {tokens_per_s:.1f} tokens/s"
         f" ({device})",

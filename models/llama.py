@@ -23,11 +23,14 @@ step's rows written at ``kv_pos``. Outside our Session, feed it back as the inpu
 
 How prefill hands over to decode (:class:`LlamaRunner`): the prefill and decode sessions share the
 parameter buffers and the cache buffers on the device (``Session.share_buffers``), so nothing is
-copied. The prompt runs in chunks of a fixed ``prefill_chunk`` rows, so one compiled prefill session
-serves every prompt length: chunks start at 0, C, 2C, ...; a remainder is covered by a last chunk
-ending exactly at the prompt's end (it recomputes a few rows, writing the same keys/values again);
-a prompt shorter than C is padded. Padded rows write cache rows past the prompt, but decode writes
-position p before it attends to rows [0, p], so those rows are overwritten before anyone reads them.
+copied. By default a prompt runs in one step of exactly its rows: the prefill session's row count is
+symbolic, so one compiled session serves every prompt length (on CUDA, where steps replay as CUDA
+graphs of fixed shapes, prompts of up to 64 tokens take a fixed 64-row session and longer ones the
+symbolic session, built on first use). With a fixed ``prefill_chunk`` of C rows, chunks start at 0,
+C, 2C, ...; a remainder is covered by a last chunk ending exactly at the prompt's end (it recomputes a
+few rows, writing the same keys/values again); a prompt shorter than C is padded. Padded rows write
+cache rows past the prompt, but decode writes position p before it attends to rows [0, p], so those
+rows are overwritten before anyone reads them.
 
 Several sequences at once (:class:`LlamaBatchRunner`): the ``prefill``/``decode`` graphs built with
 ``batch=B`` hold caches ``[B, max_seq, kv_dim]`` and take ``kv_pos [B]``, one position per sequence,
@@ -44,13 +47,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from meganeura_onnx.models._llama_graph import PAST, SEQ, TOTAL, build_graph, in_out_names, to_in_out
+from meganeura_onnx.models._llama_graph import LlamaForCausalLM as LlamaForCausalLM  # re-exported: part of the model file's API
 
-from meganeura_onnx import Graph, NodeId, Session, build_inference_session
+from meganeura_onnx import Graph, Session, build_inference_session
 from meganeura_onnx.init import default_parameters
 from meganeura_onnx.io import hf_parameters, load_safetensors
 from meganeura_onnx.io.genai import export_genai_folder
-from meganeura_onnx.nn import Embedding, KvCache, Linear, LlamaConfig, LlamaDecoderLayer, PastKv, RmsNorm
-from meganeura_onnx.nn.llama import linear_class
+from meganeura_onnx.nn import LlamaConfig
 
 PRESETS: dict[str, LlamaConfig] = {
     # HuggingFaceTB/SmolLM2-135M's config.json (GQA 9 query / 3 KV heads, tied embeddings).
@@ -97,150 +101,6 @@ def load_config(config: str | Path | LlamaConfig | None = None, preset: str | No
     return PRESETS[preset]
 
 
-class LlamaForCausalLM:
-    """``model.embed_tokens``, ``model.layers.N``, ``model.norm`` and ``lm_head`` (tied to the
-    embeddings when ``tie_word_embeddings``) as layer objects on one graph. ``in_out``: the
-    projections and the LM head store their weights ``[in, out]`` (:class:`InOutLinear`); a tied LM
-    head then has a parameter of its own, ``lm_head.weight`` ``[hidden, vocab]``, that holds the
-    embedding table transposed (:func:`to_in_out` fills it): ONNX Runtime's one-row product on the
-    CPU reads a 576 x 49152 table ``[in, out]`` in ~6 ms of CPU time, the ``[out, in]`` table as
-    ``Gemm(transB=1)`` in ~10 ms, at the price of a second copy of the table (113 MB for SmolLM2-135M)."""
-
-    def __init__(self, g: Graph, cfg: LlamaConfig, in_out: bool = False) -> None:
-        self.cfg = cfg
-        self.embed_tokens = Embedding.new(g, "model.embed_tokens", cfg.vocab_size, cfg.hidden_size)
-        self.layers = [LlamaDecoderLayer.new(g, f"model.layers.{i}", cfg, in_out) for i in range(cfg.num_hidden_layers)]
-        self.norm = RmsNorm.new(g, "model.norm", cfg.hidden_size, cfg.rms_norm_eps)
-        if cfg.tie_word_embeddings and not in_out:
-            self.lm_head = Linear.tied("lm_head", self.embed_tokens)
-        else:
-            self.lm_head = linear_class(in_out).new(g, "lm_head", cfg.hidden_size, cfg.vocab_size, bias=False)
-
-    def forward(
-        self,
-        g: Graph,
-        input_ids: NodeId,
-        caches: list[KvCache] | list[PastKv] | None = None,
-        last_row: NodeId | None = None,
-        fused_attention: bool = False,
-    ) -> NodeId:
-        """``fused_attention`` (no caches): fused attention kernels forward and backward (training)."""
-        h = self.embed_tokens.forward(g, input_ids)
-        for i, layer in enumerate(self.layers):
-            h = layer.forward(g, h, caches[i] if caches else None, fused_attention)
-        if last_row is not None:
-            h = g.embedding(last_row, h)  # gather one row: the LM head then runs on [1, hidden]
-        return self.lm_head.forward(g, self.norm.forward(g, h))
-
-
-def build_graph(
-    cfg: LlamaConfig,
-    mode: str = "logits",
-    seq: int = 16,
-    max_seq: int = 256,
-    batch: int | None = None,
-    in_out_weights: bool = False,
-    greedy: bool = False,
-) -> Graph:
-    """The ``logits`` (``seq`` rows), ``train`` (``seq`` rows, output 0 the loss), ``prefill`` (chunk of
-    ``seq`` rows) or ``decode`` graph; output 0 is the logits except in ``train``.
-
-    ``batch=B`` (``prefill``/``decode`` only): ``B`` sequences with caches of their own, each at its own
-    position: ``input_ids [B*rows]`` (sequence-major), ``kv_pos [B]``, caches ``[B, max_seq, kv_dim]``;
-    a prefill's ``last_row [B]`` holds flat row indexes (``b*seq + row``) and its logits are ``[B, vocab]``.
-
-    ``in_out_weights`` (``prefill``/``decode``): projection weights stored ``[in, out]`` under their HF
-    names (:func:`to_in_out` converts HF-layout arrays), and a tied model's LM head reads a parameter of
-    its own, ``lm_head.weight`` (the embedding transposed); :class:`LlamaRunner` uses it on the CPU.
-
-    ``greedy`` (``decode`` only): outputs ``logits``, ``next_token`` (each row's argmax, U32 like
-    ``input_ids``), ``next_pos`` (``kv_pos + 1``) and ``next_log``: the input ``token_log [n, max_seq + 1]``
-    with each row's token written at its ``next_pos`` (one ``greedy_step`` op: one kernel);
-    :class:`LlamaRunner` feeds them back into ``input_ids``, ``kv_pos`` and ``token_log`` on the device.
-    """
-    if greedy and mode != "decode":
-        raise ValueError(f"build: greedy is for mode 'decode', got mode={mode!r}")
-    if batch is not None and (mode not in ("prefill", "decode") or not isinstance(batch, int) or batch < 1 or not isinstance(seq, int)):
-        raise ValueError(
-            f"build: batch must be a positive int, with mode 'prefill' or 'decode' and an int seq; got batch={batch!r}, mode={mode!r}, seq={seq!r}"
-        )
-    if in_out_weights and mode not in ("prefill", "decode"):
-        raise ValueError(f"build: in_out_weights is for mode 'prefill' or 'decode', got mode={mode!r}")
-    g = Graph()
-    model = LlamaForCausalLM(g, cfg, in_out_weights)
-    if mode in ("logits", "train"):
-        # train: fused attention kernels (flash_attention), and next-token cross-entropy over U32 token ids [seq].
-        logits = model.forward(g, g.input_u32("input_ids", [seq]), fused_attention=mode == "train")
-        g.set_outputs([g.sparse_cross_entropy_loss(logits, g.input_u32("labels", [seq]))] if mode == "train" else [logits])
-        return g
-    if mode == "past":
-        return _past_graph(g, model, cfg)
-    if mode not in ("prefill", "decode"):
-        raise ValueError(f"build: mode must be 'logits', 'train', 'prefill', 'decode' or 'past', got {mode!r}")
-    rows = 1 if mode == "decode" else seq
-    if isinstance(rows, int) and rows > max_seq:  # seq may name a symbolic dim: any chunk length
-        raise ValueError(f"build: a {mode} chunk of {rows} rows does not fit a KV cache of {max_seq} positions")
-    n = 1 if batch is None else batch
-    ids = g.input_u32("input_ids", [n * rows] if isinstance(rows, int) else [rows])
-    kv_pos = g.input_u32("kv_pos", [n])
-    last = g.input_u32("last_row", [n]) if mode == "prefill" else None
-    layers = range(cfg.num_hidden_layers)
-    caches = [KvCache.new(g, f"model.layers.{i}.self_attn", max_seq, cfg.kv_dim, kv_pos, batch) for i in layers]
-    logits = model.forward(g, ids, caches, last)
-    if greedy:
-        token, pos, log = g.greedy_step(logits, kv_pos, g.input_u32("token_log", [n, max_seq + 1]))
-        g.set_outputs({"logits": logits, "next_token": token, "next_pos": pos, "next_log": log})
-    else:
-        g.set_outputs([logits])
-    return g
-
-
-def in_out_names(graph: Graph) -> list[str]:
-    """The parameters of ``graph`` that an ``in_out_weights`` build stores ``[in, out]``."""
-    names = []
-    for node in graph.nodes():
-        if node.op == "matmul":
-            w = graph.node(node.inputs[1])
-            if w.op == "parameter":
-                names.append(w.attrs["name"])
-    return names
-
-
-def to_in_out(graph: Graph, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """HF-layout (``[out, in]``) parameters for an ``in_out_weights`` graph: its matmul weights
-    transposed; a tied model's ``lm_head.weight`` (absent from its HF parameters) is the embedding
-    table transposed."""
-    flip = set(in_out_names(graph))
-    out = {k: np.ascontiguousarray(v.T) if k in flip else v for k, v in params.items()}
-    if TIED_HEAD in flip and TIED_HEAD not in params and EMBED in params:
-        out[TIED_HEAD] = np.ascontiguousarray(np.asarray(params[EMBED]).T)
-    return out
-
-
-EMBED, TIED_HEAD = "model.embed_tokens.weight", "lm_head.weight"
-
-
-BATCH, SEQ, PAST, TOTAL = "batch_size", "sequence_length", "past_sequence_length", "total_sequence_length"
-
-
-def _past_graph(g: Graph, model: LlamaForCausalLM, cfg: LlamaConfig) -> Graph:
-    """The ``past`` graph (see the module docstring); inputs are created in the ecosystem's order."""
-    ids = g.input_u32("input_ids", [BATCH, SEQ])
-    mask = g.input_u32("attention_mask", [BATCH, TOTAL])
-    positions = g.input_u32("position_ids", [BATCH, SEQ])
-    shape = [BATCH, cfg.num_key_value_heads, PAST, cfg.head_dim]
-    pasts = [
-        PastKv(g.input(f"past_key_values.{i}.key", shape), g.input(f"past_key_values.{i}.value", shape), mask, positions)
-        for i in range(cfg.num_hidden_layers)
-    ]
-    logits = model.forward(g, g.flatten_ids(ids), pasts)
-    outputs = {"logits": g.reshape(logits, [BATCH, SEQ, cfg.vocab_size])}
-    for i, p in enumerate(pasts):
-        outputs[f"present.{i}.key"], outputs[f"present.{i}.value"] = p.present_k, p.present_v
-    g.set_outputs(outputs)
-    return g
-
-
 def build(preset: str = "tiny", mode: str = "logits", seq: int = 16, max_seq: int = 256, config: str | None = None) -> Graph:
     """Model-file entry point for ``meganeura export models/llama.py --set preset=smollm2-135m --set mode=decode``."""
     return build_graph(load_config(config, preset), mode, seq, max_seq)
@@ -250,8 +110,9 @@ class LlamaRunner:
     """Prefill + KV-cache decode on ONNX Runtime; see the module docstring for the design.
 
     ``weights``: a HF safetensors file, or a name -> array dict; None gives the default random init.
-    ``prefill_chunk``: rows per prefill step; a step's cost is mostly per layer, not per row, so a long
-    prompt runs fastest in one step (``meganeura generate`` passes the prompt's length, rounded up to 64).
+    ``prefill_chunk``: rows per prefill step; None (default): every prompt in one step of its own rows
+    (a step's cost is mostly per layer, not per row: on the 2-core CPU VM a 300-token prompt took
+    0.77-0.85 s in one step against 1.03-1.13 s in 64-row steps); an int: fixed chunks of that many rows.
     ``threads``: ONNX Runtime's intra-op threads; None: on the CPU one per CPU this process may run on
     (``os.sched_getaffinity``), set explicitly because ORT's own default pins its threads to cores,
     which a shared machine punishes (SmolLM2-135M, 2-core VM at load ~2: 62-65 ms per token pinned,
@@ -281,7 +142,7 @@ class LlamaRunner:
         weights: str | Path | dict[str, np.ndarray] | None = None,
         *,
         max_seq: int = 256,
-        prefill_chunk: int = 64,
+        prefill_chunk: int | None = None,
         device: str = "cpu",
         strict: bool = True,
         seed: int = 0,
@@ -307,7 +168,6 @@ class LlamaRunner:
             cuda_graph = device == "cuda" and use_custom_ops and custom_op_library("cuda") is not None
         if decode_layer is None and device == "cpu":  # default: one DecodeLayer per layer wherever our CPU kernel runs it
             decode_layer = use_custom_ops and custom_op_library("cpu") is not None
-        self.chunk = max(1, min(int(prefill_chunk), self.max_seq))
         # On the CPU the projections run as MatMul on [in, out] weights (InOutLinear): ORT's one-row
         # product is ~40% faster so than as Gemm(transB=1) on HF's [out, in] layout.
         self.in_out = device == "cpu"
@@ -347,11 +207,29 @@ class LlamaRunner:
         self.decoder = build_inference_session(
             decode_graph, device, cuda_graph=cuda_graph, decode_layer=decode_layer, feedback=feedback, **common
         )
-        prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq, self.batch, self.in_out)
-        self.prefiller = build_inference_session(prefill_graph, device, cuda_graph=cuda_graph, **common)
-        self.prefiller.share_buffers(self.decoder, state=False)  # one copy of the weights on the device
+        self._build_prefill(prefill_chunk, cuda_graph, common)
         self.position = 0
         self._on_device: tuple | None = None  # (tokens, positions) the decoder's fed-back inputs hold
+
+    def _build_prefill(self, prefill_chunk: int | None, cuda_graph: bool, common: dict) -> None:
+        """The prefill session(s). ``chunk``: the fixed session's rows, None where every prompt takes
+        the session of symbolic rows; with a CUDA graph (fixed shapes only) prompts of up to 64 tokens
+        replay a fixed 64-row session and longer ones take the symbolic one (no graph), built when first needed."""
+        self.chunk = None if prefill_chunk is None else max(1, min(int(prefill_chunk), self.max_seq))
+        self._one_step_past_chunk = self.chunk is None and cuda_graph
+        if self._one_step_past_chunk:
+            self.chunk = min(64, self.max_seq)
+        cfg, device = self.cfg, self.device
+        self._any_rows: Session | None = None
+        self._build_any_rows = lambda: build_inference_session(
+            build_graph(cfg, "prefill", "rows", self.max_seq, None, self.in_out), device, **common
+        )
+        if self.chunk is None:
+            self.prefiller = self._any_rows = self._build_any_rows()
+        else:
+            prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq, self.batch, self.in_out)
+            self.prefiller = build_inference_session(prefill_graph, device, cuda_graph=cuda_graph, **common)
+        self.prefiller.share_buffers(self.decoder, state=False)  # one copy of the weights on the device
 
     @property
     def sessions(self) -> tuple[Session, Session]:
@@ -374,22 +252,32 @@ class LlamaRunner:
         if n > self.max_seq:
             raise ValueError(f"prefill: the prompt has {n} tokens, longer than the KV cache ({self.max_seq} positions)")
         self._check_ids(ids)
-        s, c = self.prefiller, self.chunk
+        steps, c = self.prefill_plan(n)
+        s = self.prefiller if c == self.chunk else self._any_rows_session()
         s.share_buffers(self.decoder, parameters=False)  # continue from the decoder's current cache buffers
-        starts = list(range(0, n - c + 1, c)) if n >= c else [0]
-        if n >= c and n % c:
-            starts.append(n - c)
+        starts = [min(k * c, max(n - c, 0)) for k in range(steps)]
         for start in starts:
             chunk = list(ids[start : start + c])
-            last = len(chunk) - 1
             s.set_input_u32("input_ids", chunk + [0] * (c - len(chunk)))
             s.set_input_u32("kv_pos", [start])
-            s.set_input_u32("last_row", [last])
+            s.set_input_u32("last_row", [len(chunk) - 1])
             s.step()
         self.decoder.share_buffers(s, parameters=False)
         self.position = n
         self._on_device = None
         return s.read_output_by_index(0).reshape(-1)
+
+    def prefill_plan(self, n: int) -> tuple[int, int]:
+        """``(steps, rows per step)`` of :meth:`prefill` for a prompt of ``n`` tokens."""
+        if self.chunk is None or (self._one_step_past_chunk and n > self.chunk):
+            return 1, n
+        return -(-n // self.chunk), self.chunk
+
+    def _any_rows_session(self) -> Session:
+        if self._any_rows is None:
+            self._any_rows = self._build_any_rows()
+            self._any_rows.share_buffers(self.decoder, state=False)
+        return self._any_rows
 
     def decode(self, token: int) -> np.ndarray:
         """Feed one token at the next position; returns the logits ``[vocab]`` after it."""
@@ -449,7 +337,7 @@ class LlamaBatchRunner(LlamaRunner):
     :class:`LlamaRunner`.
 
     Prompts of different lengths need no mask: every step gives each sequence its own ``kv_pos``.
-    Prefill runs ``ceil(longest / prefill_chunk)`` steps; in step k a sequence of n tokens takes its
+    Prefill runs ``ceil(longest / prefill_chunk)`` steps (``prefill_chunk`` 64 unless given); in step k a sequence of n tokens takes its
     rows from ``min(k*C, max(n-C, 0))``, so a sequence that is done re-runs its last chunk (writing the
     same keys and values again) and every sequence's last token lies in the last step. Rows past a
     prompt shorter than C are padding: they write cache rows at and after the prompt's end, which
@@ -461,6 +349,8 @@ class LlamaBatchRunner(LlamaRunner):
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise ValueError(f"LlamaBatchRunner: batch must be an int >= 1, got {batch!r}")
         self.batch = batch
+        if kwargs.get("prefill_chunk") is None:  # the batched graphs have a fixed row count
+            kwargs["prefill_chunk"] = 64
         super().__init__(cfg, weights, **kwargs)
         self.positions: list[int] = [0] * batch
         self.active = batch
@@ -544,7 +434,7 @@ def load_generator(
     config: str | Path | None = None,
     preset: str | None = None,
     max_seq: int = 256,
-    prefill_chunk: int = 64,
+    prefill_chunk: int | None = None,
     device: str = "cpu",
     precision: str = "fp32",
     batch: int | None = None,

@@ -2,7 +2,9 @@
 rows in a 512-row cache take the FlashAttention forward with each row block's keys split over blocks
 (the split count is fixed when the graph is captured; how many splits hold keys follows the position on
 the device). Float32 against the same runner on the CPU; float16 against one 320-row prefill step on
-CUDA, whose attention runs on the split-K kernel instead.
+CUDA, whose attention runs on the split-K kernel instead. And the default runner on CUDA: a prompt of
+up to 64 tokens through the fixed 64-row prefill (a CUDA graph), a longer one in one step of exactly its
+rows through the symbolic-rows prefill; float32 against the CPU, float16 against 16-row chunks on CUDA.
 
 Skips unless onnxruntime-gpu with a working CUDAExecutionProvider and the CUDA library are present.
 """
@@ -20,7 +22,7 @@ PROMPT = np.random.default_rng(5).integers(0, CFG.vocab_size, 300).tolist()
 TOL = {"fp32": 1e-4, "fp16": 3e-2}
 
 
-def _runner(device: str, precision: str, chunk: int) -> llama.LlamaRunner:
+def _runner(device: str, precision: str, chunk: int | None) -> llama.LlamaRunner:
     return llama.LlamaRunner(CFG, max_seq=512, prefill_chunk=chunk, device=device, seed=3, precision=precision)
 
 
@@ -36,3 +38,20 @@ def test_long_prompt_in_chunks_on_cuda_matches_a_reference_through_prefill_and_d
         got, want = chunked.decode(token), reference.decode(token)
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"decode step {step}")
         token = int(np.argmax(want))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_default_cuda_runner_prefills_short_prompts_in_its_graph_and_long_ones_in_one_step(precision):
+    runner = _runner("cuda", precision, None)
+    reference = _runner("cpu", "fp32", None) if precision == "fp32" else _runner("cuda", precision, 16)
+    tol = TOL[precision]
+    for prompt in (PROMPT, PROMPT[:40], PROMPT[:65]):
+        n = len(prompt)
+        assert runner.prefill_plan(n) == ((1, 64) if n <= 64 else (1, n))
+        got, want = runner.prefill(prompt), reference.prefill(prompt)
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"prompt of {n} tokens")
+        token = int(np.argmax(want))
+        for step in range(4):
+            got, want = runner.decode(token), reference.decode(token)
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"prompt of {n}, decode step {step}")
+            token = int(np.argmax(want))
