@@ -2,9 +2,9 @@
 rows in a 512-row cache take the FlashAttention forward with each row block's keys split over blocks
 (the split count is fixed when the graph is captured; how many splits hold keys follows the position on
 the device). Float32 against the same runner on the CPU; float16 against one 320-row prefill step on
-CUDA, whose attention runs on the split-K kernel instead. And the default runner on CUDA: a prompt of
-up to 64 tokens through the fixed 64-row prefill (a CUDA graph), a longer one in one step of exactly its
-rows through the symbolic-rows prefill; float32 against the CPU, float16 against 16-row chunks on CUDA.
+CUDA, whose attention runs on the split-K kernel instead. And the default runner on CUDA: prompts of
+up to 256 tokens in steps of the fixed 64-row prefill (a CUDA graph), a longer one in one step of
+exactly its rows through the symbolic-rows prefill; float32 against the CPU, float16 against 16-row chunks on CUDA.
 
 Skips unless onnxruntime-gpu with a working CUDAExecutionProvider and the CUDA library are present.
 """
@@ -41,13 +41,13 @@ def test_long_prompt_in_chunks_on_cuda_matches_a_reference_through_prefill_and_d
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
-def test_default_cuda_runner_prefills_short_prompts_in_its_graph_and_long_ones_in_one_step(precision):
+def test_default_cuda_runner_prefills_short_prompts_in_graph_chunks_and_long_ones_in_one_step(precision):
     runner = _runner("cuda", precision, None)
     reference = _runner("cpu", "fp32", None) if precision == "fp32" else _runner("cuda", precision, 16)
     tol = TOL[precision]
     for prompt in (PROMPT, PROMPT[:40], PROMPT[:65]):
         n = len(prompt)
-        assert runner.prefill_plan(n) == ((1, 64) if n <= 64 else (1, n))
+        assert runner.prefill_plan(n) == ((-(-n // 64), 64) if n <= 256 else (1, n))
         got, want = runner.prefill(prompt), reference.prefill(prompt)
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"prompt of {n} tokens")
         token = int(np.argmax(want))
