@@ -6,7 +6,9 @@ session; CUDA graph on CUDA).
 Per variant and prompt length: the first prefill (what a one-shot user waits for: on CUDA it includes
 capturing the CUDA graph; a new runner each time) and the median, min and max of ``--repeat`` later
 prefills of the same prompt (each returns its logits to the host, so each is timed to completion).
-Random SmolLM2-135M weights (``--preset``); the variants alternate within each round.
+Random SmolLM2-135M weights (``--preset``); the variants alternate within each round. ``--mixed``: one
+default runner prefills prompts of the given lengths in turn, each timed (the first call past the graph
+steps builds the symbolic-rows session; a length new to it allocates its buffers).
 
     python benchmarks/prefill_any_length.py --device cuda --precision fp16 --lengths 64 128 512 2048
 """
@@ -53,6 +55,18 @@ def time_variant(cfg, chunk: int | None, prompt: list[int], args) -> dict:
     }
 
 
+def time_mixed(cfg, lengths: list[int], rng, args) -> list[dict]:
+    runner = llama.LlamaRunner(cfg, max_seq=args.max_seq, device=args.device, precision=args.precision, seed=1)
+    rows = []
+    for n in lengths:
+        prompt = rng.integers(0, cfg.vocab_size, n).tolist()
+        t0 = time.perf_counter()
+        runner.prefill(prompt)
+        rows.append({"prompt_tokens": n, "ms": round((time.perf_counter() - t0) * 1e3, 3), "plan": list(runner.prefill_plan(n))})
+        print(rows[-1], flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -62,6 +76,7 @@ def main() -> None:
     ap.add_argument("--max-seq", type=int, default=2112)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--mixed", type=int, nargs="*", default=[], help="prompt lengths one default runner takes in turn")
     ap.add_argument("--out", type=Path, default=None, help="write the JSON here too")
     args = ap.parse_args()
     cfg = llama.PRESETS[args.preset]
@@ -89,6 +104,7 @@ def main() -> None:
         "preset": args.preset,
         **run_info.stamp(),
         "results": rows,
+        "mixed": time_mixed(cfg, args.mixed, rng, args) if args.mixed else [],
     }
     run_info.report(result, args.out)
 

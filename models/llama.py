@@ -25,7 +25,7 @@ How prefill hands over to decode (:class:`LlamaRunner`): the prefill and decode 
 parameter buffers and the cache buffers on the device (``Session.share_buffers``), so nothing is
 copied. By default a prompt runs in one step of exactly its rows: the prefill session's row count is
 symbolic, so one compiled session serves every prompt length (on CUDA, where steps replay as CUDA
-graphs of fixed shapes, prompts of up to 256 tokens replay a fixed 64-row session in up to 4 steps
+graphs of fixed shapes, prompts of up to 128 tokens replay a fixed 64-row session in up to 2 steps
 and longer ones take one step of the symbolic session, built on first use). With a fixed ``prefill_chunk`` of C rows, chunks start at 0,
 C, 2C, ...; a remainder is covered by a last chunk ending exactly at the prompt's end (it recomputes a
 few rows, writing the same keys/values again); a prompt shorter than C is padded. Padded rows write
@@ -113,7 +113,7 @@ class LlamaRunner:
     ``prefill_chunk``: rows per prefill step; None (default): every prompt in one step of its own rows
     (a step's cost is mostly per layer, not per row: on the 2-core CPU VM a 300-token prompt took
     0.67-0.79 s in one step against 0.92-1.11 s in 64-row steps), except that with CUDA graphs prompts
-    of up to 256 tokens replay a 64-row step (:meth:`prefill_plan` says which); an int: fixed chunks of
+    of up to 128 tokens replay a 64-row step (:meth:`prefill_plan` says which); an int: fixed chunks of
     that many rows, each step a CUDA graph where the decode step is one.
     ``threads``: ONNX Runtime's intra-op threads; None: on the CPU one per CPU this process may run on
     (``os.sched_getaffinity``), set explicitly because ORT's own default pins its threads to cores,
@@ -215,16 +215,16 @@ class LlamaRunner:
 
     def _build_prefill(self, prefill_chunk: int | None, cuda_graph: bool, common: dict) -> None:
         """The prefill session(s). ``chunk``: the fixed session's rows, None where every prompt takes the
-        session of symbolic rows. By default with CUDA graphs (fixed shapes only) prompts of up to 256
-        tokens replay a fixed 64-row session in up to 4 steps and longer ones take one step of the
+        session of symbolic rows. By default with CUDA graphs (fixed shapes only) prompts of up to 128
+        tokens replay a fixed 64-row session in up to 2 steps and longer ones take one step of the
         symbolic session (no graph; built when first needed, ~1 s). H200, SmolLM2-135M fp16: 128 tokens
-        3.2 ms in 64-row steps, 3.9-5.3 in one symbolic step; 512 tokens 13.5-14.8 against 6.0; 2048
+        3.2-3.6 ms in 64-row steps, 3.9-5.3 in one symbolic step; 300 tokens 7.9 against 3.4; 2048
         tokens 55-58 against 6.4-8.1 (benchmarks/prefill_any_length.py)."""
         self.chunk = None if prefill_chunk is None else max(1, min(int(prefill_chunk), self.max_seq))
         self._one_step_past: int | None = None  # longer prompts: one step of the symbolic session
         if self.chunk is None and cuda_graph:
             self.chunk = min(64, self.max_seq)
-            self._one_step_past = 4 * self.chunk
+            self._one_step_past = 2 * self.chunk
         cfg, device = self.cfg, self.device
         self._any_rows: Session | None = None
         self._build_any_rows = lambda: build_inference_session(

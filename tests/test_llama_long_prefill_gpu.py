@@ -3,7 +3,7 @@ rows in a 512-row cache take the FlashAttention forward with each row block's ke
 (the split count is fixed when the graph is captured; how many splits hold keys follows the position on
 the device). Float32 against the same runner on the CPU; float16 against one 320-row prefill step on
 CUDA, whose attention runs on the split-K kernel instead. And the default runner on CUDA: prompts of
-up to 256 tokens in steps of the fixed 64-row prefill (a CUDA graph), a longer one in one step of
+up to 128 tokens in steps of the fixed 64-row prefill (a CUDA graph), a longer one in one step of
 exactly its rows through the symbolic-rows prefill; float32 against the CPU, float16 against 16-row chunks on CUDA.
 
 Skips unless onnxruntime-gpu with a working CUDAExecutionProvider and the CUDA library are present.
@@ -47,7 +47,7 @@ def test_default_cuda_runner_prefills_short_prompts_in_graph_chunks_and_long_one
     tol = TOL[precision]
     for prompt in (PROMPT, PROMPT[:40], PROMPT[:65]):
         n = len(prompt)
-        assert runner.prefill_plan(n) == ((-(-n // 64), 64) if n <= 256 else (1, n))
+        assert runner.prefill_plan(n) == ((-(-n // 64), 64) if n <= 128 else (1, n))
         got, want = runner.prefill(prompt), reference.prefill(prompt)
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"prompt of {n} tokens")
         token = int(np.argmax(want))
