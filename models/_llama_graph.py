@@ -59,7 +59,7 @@ def build_graph(
     ``seq`` rows) or ``decode`` graph; output 0 is the logits except in ``train``.
 
     ``batch=B`` (``prefill``/``decode`` only): ``B`` sequences with caches of their own, each at its own
-    position: ``input_ids [B*rows]`` (sequence-major), ``kv_pos [B]``, caches ``[B, max_seq, kv_dim]``;
+    position: ``input_ids [B*rows]`` (sequence-major; ``[B, rows]`` where ``seq`` is a symbolic name), ``kv_pos [B]``, caches ``[B, max_seq, kv_dim]``;
     a prefill's ``last_row [B]`` holds flat row indexes (``b*seq + row``) and its logits are ``[B, vocab]``.
 
     ``in_out_weights`` (``prefill``/``decode``): projection weights stored ``[in, out]`` under their HF
@@ -73,7 +73,7 @@ def build_graph(
     """
     if greedy and mode != "decode":
         raise ValueError(f"build: greedy is for mode 'decode', got mode={mode!r}")
-    if batch is not None and (mode not in ("prefill", "decode") or not isinstance(batch, int) or batch < 1 or not isinstance(seq, int)):
+    if batch is not None and (mode not in ("prefill", "decode") or not isinstance(batch, int) or batch < 1):
         raise ValueError(
             f"build: batch must be a positive int, with mode 'prefill' or 'decode' and an int seq; got batch={batch!r}, mode={mode!r}, seq={seq!r}"
         )
@@ -94,7 +94,10 @@ def build_graph(
     if isinstance(rows, int) and rows > max_seq:  # seq may name a symbolic dim: any chunk length
         raise ValueError(f"build: a {mode} chunk of {rows} rows does not fit a KV cache of {max_seq} positions")
     n = 1 if batch is None else batch
-    ids = g.input_u32("input_ids", [n * rows] if isinstance(rows, int) else [rows])
+    if isinstance(rows, int):
+        ids = g.input_u32("input_ids", [n * rows])
+    else:  # symbolic rows: [rows] alone, or [batch, rows] flattened sequence-major
+        ids = g.input_u32("input_ids", [rows]) if batch is None else g.flatten_ids(g.input_u32("input_ids", [n, rows]))
     kv_pos = g.input_u32("kv_pos", [n])
     last = g.input_u32("last_row", [n]) if mode == "prefill" else None
     layers = range(cfg.num_hidden_layers)

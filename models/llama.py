@@ -228,7 +228,7 @@ class LlamaRunner:
         cfg, device = self.cfg, self.device
         self._any_rows: Session | None = None
         self._build_any_rows = lambda: build_inference_session(
-            build_graph(cfg, "prefill", "rows", self.max_seq, None, self.in_out), device, **common
+            build_graph(cfg, "prefill", "rows", self.max_seq, self.batch, self.in_out), device, **common
         )
         if self.chunk is None:
             self.prefiller = self._any_rows = self._build_any_rows()
@@ -258,26 +258,39 @@ class LlamaRunner:
         if n > self.max_seq:
             raise ValueError(f"prefill: the prompt has {n} tokens, longer than the KV cache ({self.max_seq} positions)")
         self._check_ids(ids)
-        steps, c = self.prefill_plan(n)
-        s = self.prefiller if c == self.chunk else self._any_rows_session()
-        s.share_buffers(self.decoder, parameters=False)  # continue from the decoder's current cache buffers
-        starts = [min(k * c, max(n - c, 0)) for k in range(steps)]
-        for start in starts:
-            chunk = list(ids[start : start + c])
-            s.set_input_u32("input_ids", chunk + [0] * (c - len(chunk)))
-            s.set_input_u32("kv_pos", [start])
-            s.set_input_u32("last_row", [len(chunk) - 1])
-            s.step()
-        self.decoder.share_buffers(s, parameters=False)
+        s = self._run_prefill([list(ids)])
         self.position = n
         self._on_device = None
         return s.read_output_by_index(0).reshape(-1)
 
     def prefill_plan(self, n: int) -> tuple[int, int]:
-        """``(steps, rows per step)`` of :meth:`prefill` for a prompt of ``n`` tokens."""
-        if self.chunk is None or (self._one_step_past is not None and n > self._one_step_past):
-            return 1, n
-        return -(-n // self.chunk), self.chunk
+        """``(steps, rows per step)`` of :meth:`prefill` for a prompt of ``n`` tokens (a batch: its longest)."""
+        return (1, n) if self._any_rows_for(n) else (-(-n // self.chunk), self.chunk)
+
+    def _any_rows_for(self, n: int) -> bool:
+        return self.chunk is None or (self._one_step_past is not None and n > self._one_step_past)
+
+    def _run_prefill(self, prompts: list[list[int]]) -> Session:
+        """The prompts (one per sequence) from position 0 in :meth:`prefill_plan`'s steps of C rows: in
+        step k a prompt of n tokens takes its rows from ``min(k*C, max(n-C, 0))``, padded to C. Returns
+        the session that ran them (output 0: the logits after each prompt's last token)."""
+        lengths = [len(p) for p in prompts]
+        steps, c = self.prefill_plan(max(lengths))
+        any_rows = self._any_rows_for(max(lengths))
+        s = self._any_rows_session() if any_rows else self.prefiller
+        s.share_buffers(self.decoder, parameters=False)  # continue from the decoder's current cache buffers
+        for k in range(steps):
+            starts = [min(k * c, max(n - c, 0)) for n in lengths]
+            ids = np.zeros((len(prompts), c), dtype=np.uint32)
+            for b, (p, start) in enumerate(zip(prompts, starts, strict=True)):
+                ids[b, : min(c, len(p) - start)] = p[start : start + c]
+            # a batch's symbolic rows are an input [batch, rows]; the other prefills take [batch * rows]
+            s.set_input_u32("input_ids", ids if any_rows and self.batch is not None else ids.reshape(-1))
+            s.set_input_u32("kv_pos", starts)
+            s.set_input_u32("last_row", [b * c + min(c, n - start) - 1 for b, (n, start) in enumerate(zip(lengths, starts, strict=True))])
+            s.step()
+        self.decoder.share_buffers(s, parameters=False)
+        return s
 
     def _any_rows_session(self) -> Session:
         if self._any_rows is None:
@@ -343,7 +356,8 @@ class LlamaBatchRunner(LlamaRunner):
     :class:`LlamaRunner`.
 
     Prompts of different lengths need no mask: every step gives each sequence its own ``kv_pos``.
-    Prefill runs ``ceil(longest / prefill_chunk)`` steps (``prefill_chunk`` 64 unless given); in step k a sequence of n tokens takes its
+    Prefill runs as :meth:`LlamaRunner.prefill_plan` says for the longest prompt (by default one step of
+    its rows; with a ``prefill_chunk`` of C, ``ceil(longest / C)`` steps); in step k a sequence of n tokens takes its
     rows from ``min(k*C, max(n-C, 0))``, so a sequence that is done re-runs its last chunk (writing the
     same keys and values again) and every sequence's last token lies in the last step. Rows past a
     prompt shorter than C are padding: they write cache rows at and after the prompt's end, which
@@ -355,8 +369,6 @@ class LlamaBatchRunner(LlamaRunner):
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise ValueError(f"LlamaBatchRunner: batch must be an int >= 1, got {batch!r}")
         self.batch = batch
-        if kwargs.get("prefill_chunk") is None:  # the batched graphs have a fixed row count
-            kwargs["prefill_chunk"] = 64
         super().__init__(cfg, weights, **kwargs)
         self.positions: list[int] = [0] * batch
         self.active = batch
@@ -374,22 +386,8 @@ class LlamaBatchRunner(LlamaRunner):
             self._check_ids(ids)
         self.active = len(prompts)
         padded = [list(p) for p in prompts] + [list(prompts[0])] * (self.batch - len(prompts))
-        lengths = [len(p) for p in padded]
-        s, c = self.prefiller, self.chunk
-        s.share_buffers(self.decoder, parameters=False)  # continue from the decoder's current cache buffers
-        for k in range(-(-max(lengths) // c)):
-            starts = [min(k * c, max(n - c, 0)) for n in lengths]
-            ids, last = [], []
-            for b, (p, start) in enumerate(zip(padded, starts, strict=True)):
-                piece = p[start : start + c]
-                ids += piece + [0] * (c - len(piece))
-                last.append(b * c + len(piece) - 1)
-            s.set_input_u32("input_ids", ids)
-            s.set_input_u32("kv_pos", starts)
-            s.set_input_u32("last_row", last)
-            s.step()
-        self.decoder.share_buffers(s, parameters=False)
-        self.positions = lengths
+        s = self._run_prefill(padded)
+        self.positions = [len(p) for p in padded]
         self._on_device = None
         return s.read_output_by_index(0)[: self.active]
 

@@ -1,5 +1,6 @@
-"""LlamaRunner's default prefill: every prompt in one step of exactly its rows, through one session
-whose row count is symbolic, against the same weights prefilled in fixed 16-row chunks."""
+"""LlamaRunner's and LlamaBatchRunner's default prefill: every prompt (a batch: its longest) in one step
+of exactly its rows, through one session whose row count is symbolic, against the same weights prefilled
+in fixed 16-row chunks."""
 
 from __future__ import annotations
 
@@ -45,6 +46,18 @@ def test_prompts_of_different_lengths_give_their_own_logits_through_the_one_sess
     np.testing.assert_allclose(runner.prefill(PROMPTS[0]), a, rtol=1e-6, atol=1e-6)
 
 
-def test_batch_runner_keeps_fixed_chunks_of_64_rows_by_default():
-    runner = llama.LlamaBatchRunner(CFG, max_seq=128, seed=4, batch=2)
-    assert runner.chunk == 64
+@pytest.mark.parametrize("kernels", [True, False], ids=["kernels-if-built", "function-bodies"])
+def test_batch_runner_prefills_prompts_of_different_lengths_in_one_step_and_matches_fixed_chunks(kernels):
+    one = llama.LlamaBatchRunner(CFG, max_seq=192, seed=4, batch=3, use_custom_ops=kernels)
+    chunked = llama.LlamaBatchRunner(CFG, max_seq=192, seed=4, batch=3, use_custom_ops=kernels, prefill_chunk=16)
+    steps = _count_steps(one.prefiller)
+    for prompts in (PROMPTS, PROMPTS[1:]):  # three prompts, then two (the spare row repeats the first)
+        longest = max(map(len, prompts))
+        assert one.prefill_plan(longest) == (1, longest)
+        before = len(steps)
+        got, want = one.prefill(prompts), chunked.prefill(prompts)
+        assert len(steps) - before == 1 and got.shape == (len(prompts), CFG.vocab_size)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        tokens = [int(t) for t in np.argmax(want, axis=-1)]
+        assert one.decode_greedy(tokens, 6) == chunked.decode_greedy(tokens, 6)
+        assert one.positions == chunked.positions
