@@ -2,9 +2,10 @@
 rows in a 512-row cache take the FlashAttention forward with each row block's keys split over blocks
 (the split count is fixed when the graph is captured; how many splits hold keys follows the position on
 the device). Float32 against the same runner on the CPU; float16 against one 320-row prefill step on
-CUDA, whose attention runs on the split-K kernel instead. And the default runner on CUDA: prompts of
-up to 128 tokens in steps of the fixed 64-row prefill (a CUDA graph), a longer one in one step of
-exactly its rows through the symbolic-rows prefill; float32 against the CPU, float16 against 16-row chunks on CUDA.
+CUDA, whose attention runs on the split-K kernel instead. And the default runners on CUDA (one
+sequence, and a batch of two by its longest prompt): prompts of up to 128 tokens in steps of the fixed
+64-row prefill (a CUDA graph), longer ones in one step of exactly their rows through the symbolic-rows
+prefill; float32 against the CPU, float16 against 16-row chunks on CUDA.
 
 Skips unless onnxruntime-gpu with a working CUDAExecutionProvider and the CUDA library are present.
 """
@@ -55,3 +56,18 @@ def test_default_cuda_runner_prefills_short_prompts_in_graph_chunks_and_long_one
             got, want = runner.decode(token), reference.decode(token)
             np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"prompt of {n}, decode step {step}")
             token = int(np.argmax(want))
+
+
+def test_default_cuda_batch_runner_prefills_in_graph_chunks_or_one_step_as_the_longest_prompt_needs():
+    runner = llama.LlamaBatchRunner(CFG, max_seq=512, device="cuda", seed=3, batch=2)
+    reference = llama.LlamaBatchRunner(CFG, max_seq=512, device="cpu", seed=3, batch=2)
+    for prompts in ([PROMPT, PROMPT[:40]], [PROMPT[:100], PROMPT[:40]]):  # one step of 300 rows; two graph steps of 64
+        longest = max(map(len, prompts))
+        assert runner.prefill_plan(longest) == ((1, 300) if longest > 128 else (2, 64))
+        got, want = runner.prefill(prompts), reference.prefill(prompts)
+        np.testing.assert_allclose(got, want, rtol=TOL["fp32"], atol=TOL["fp32"], err_msg=f"prompts of {longest} tokens at most")
+        tokens = [int(t) for t in np.argmax(want, axis=-1)]
+        for step in range(4):
+            got, want = runner.decode(tokens), reference.decode(tokens)
+            np.testing.assert_allclose(got, want, rtol=TOL["fp32"], atol=TOL["fp32"], err_msg=f"decode step {step}")
+            tokens = [int(t) for t in np.argmax(want, axis=-1)]
