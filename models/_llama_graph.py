@@ -74,9 +74,7 @@ def build_graph(
     if greedy and mode != "decode":
         raise ValueError(f"build: greedy is for mode 'decode', got mode={mode!r}")
     if batch is not None and (mode not in ("prefill", "decode") or not isinstance(batch, int) or batch < 1):
-        raise ValueError(
-            f"build: batch must be a positive int, with mode 'prefill' or 'decode' and an int seq; got batch={batch!r}, mode={mode!r}, seq={seq!r}"
-        )
+        raise ValueError(f"build: batch must be a positive int, with mode 'prefill' or 'decode'; got batch={batch!r}, mode={mode!r}")
     if in_out_weights and mode not in ("prefill", "decode"):
         raise ValueError(f"build: in_out_weights is for mode 'prefill' or 'decode', got mode={mode!r}")
     g = Graph()

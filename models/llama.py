@@ -26,11 +26,11 @@ parameter buffers and the cache buffers on the device (``Session.share_buffers``
 copied. By default a prompt runs in one step of exactly its rows: the prefill session's row count is
 symbolic, so one compiled session serves every prompt length (on CUDA, where steps replay as CUDA
 graphs of fixed shapes, prompts of up to 128 tokens replay a fixed 64-row session in up to 2 steps
-and longer ones take one step of the symbolic session, built on first use). With a fixed ``prefill_chunk`` of C rows, chunks start at 0,
-C, 2C, ...; a remainder is covered by a last chunk ending exactly at the prompt's end (it recomputes a
-few rows, writing the same keys/values again); a prompt shorter than C is padded. Padded rows write
-cache rows past the prompt, but decode writes position p before it attends to rows [0, p], so those
-rows are overwritten before anyone reads them.
+and longer ones take one step of the symbolic session, built on first use). With a fixed
+``prefill_chunk`` of C rows, chunks start at 0, C, 2C, ...; a remainder is covered by a last chunk
+ending exactly at the prompt's end (it recomputes a few rows, writing the same keys/values again); a
+prompt shorter than C is padded. Padded rows write cache rows past the prompt, but decode writes
+position p before it attends to rows [0, p], so those rows are overwritten before anyone reads them.
 
 Several sequences at once (:class:`LlamaBatchRunner`): the ``prefill``/``decode`` graphs built with
 ``batch=B`` hold caches ``[B, max_seq, kv_dim]`` and take ``kv_pos [B]``, one position per sequence,
@@ -217,9 +217,10 @@ class LlamaRunner:
         """The prefill session(s). ``chunk``: the fixed session's rows, None where every prompt takes the
         session of symbolic rows. By default with CUDA graphs (fixed shapes only) prompts of up to 128
         tokens replay a fixed 64-row session in up to 2 steps and longer ones take one step of the
-        symbolic session (no graph; built when first needed, ~1 s). H200, SmolLM2-135M fp16: 128 tokens
-        3.2-3.6 ms in 64-row steps, 3.9-5.3 in one symbolic step; 300 tokens 7.9 against 3.4; 2048
-        tokens 55-58 against 6.4-8.1 (benchmarks/prefill_any_length.py)."""
+        symbolic session (no graph; built when first needed: that first prefill took 0.5-0.9 s on an H200).
+        H200, SmolLM2-135M fp16: 128 tokens 3.2-3.6 ms in 64-row steps, 3.9-5.3 in one symbolic step; 192
+        tokens 5.3 against 5.5; 300 tokens 7.9 against 3.4; 2048 tokens 55-58 against 6.4-8.1
+        (benchmarks/prefill_any_length.py)."""
         self.chunk = None if prefill_chunk is None else max(1, min(int(prefill_chunk), self.max_seq))
         self._one_step_past: int | None = None  # longer prompts: one step of the symbolic session
         if self.chunk is None and cuda_graph:
