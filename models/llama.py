@@ -259,8 +259,23 @@ class LlamaRunner:
         if n > self.max_seq:
             raise ValueError(f"prefill: the prompt has {n} tokens, longer than the KV cache ({self.max_seq} positions)")
         self._check_ids(ids)
-        s = self._run_prefill([list(ids)])
+        s = self._run_prefill([list(ids)], [0])
         self.position = n
+        self._on_device = None
+        return s.read_output_by_index(0).reshape(-1)
+
+    def append(self, ids: Sequence[int]) -> np.ndarray:
+        """Feed ``ids`` after the tokens so far (the prompt, decoded tokens, earlier appends) as one more
+        prefill at the next position: a further turn of a conversation without running the earlier ones
+        again (onnxruntime-genai's ``append_tokens``). Returns the logits ``[vocab]`` after the last of them."""
+        n = len(ids)
+        if n == 0:
+            raise ValueError("append: no tokens given")
+        if self.position + n > self.max_seq:
+            raise ValueError(f"append: {n} tokens after position {self.position} do not fit the KV cache ({self.max_seq} positions)")
+        self._check_ids(ids)
+        s = self._run_prefill([list(ids)], [self.position])
+        self.position += n
         self._on_device = None
         return s.read_output_by_index(0).reshape(-1)
 
@@ -271,13 +286,16 @@ class LlamaRunner:
     def _any_rows_for(self, n: int) -> bool:
         return self.chunk is None or (self._one_step_past is not None and n > self._one_step_past)
 
-    def _run_prefill(self, prompts: list[list[int]]) -> Session:
-        """The prompts (one per sequence) from position 0 in :meth:`prefill_plan`'s steps of C rows: in
-        step k a prompt of n tokens takes its rows from ``min(k*C, max(n-C, 0))``, padded to C. Returns
-        the session that ran them (output 0: the logits after each prompt's last token)."""
+    def _run_prefill(self, prompts: list[list[int]], at: list[int]) -> Session:
+        """The prompts (one per sequence, sequence b's from position ``at[b]``) in :meth:`prefill_plan`'s
+        steps of C rows: in step k a prompt of n tokens takes its rows from ``min(k*C, max(n-C, 0))``,
+        padded to C (the symbolic session where a fixed chunk would run past the cache). Returns the
+        session that ran them (output 0: the logits after each prompt's last token)."""
         lengths = [len(p) for p in prompts]
         steps, c = self.prefill_plan(max(lengths))
-        any_rows = self._any_rows_for(max(lengths))
+        any_rows = self._any_rows_for(max(lengths)) or any(a + max(c, n) > self.max_seq for a, n in zip(at, lengths, strict=True))
+        if any_rows:
+            steps, c = 1, max(lengths)
         s = self._any_rows_session() if any_rows else self.prefiller
         s.share_buffers(self.decoder, parameters=False)  # continue from the decoder's current cache buffers
         for k in range(steps):
@@ -287,7 +305,7 @@ class LlamaRunner:
                 ids[b, : min(c, len(p) - start)] = p[start : start + c]
             # a batch's symbolic rows are an input [batch, rows]; the other prefills take [batch * rows]
             s.set_input_u32("input_ids", ids if any_rows and self.batch is not None else ids.reshape(-1))
-            s.set_input_u32("kv_pos", starts)
+            s.set_input_u32("kv_pos", [a + start for a, start in zip(at, starts, strict=True)])
             s.set_input_u32("last_row", [b * c + min(c, n - start) - 1 for b, (n, start) in enumerate(zip(lengths, starts, strict=True))])
             s.step()
         self.decoder.share_buffers(s, parameters=False)
@@ -387,8 +405,28 @@ class LlamaBatchRunner(LlamaRunner):
             self._check_ids(ids)
         self.active = len(prompts)
         padded = [list(p) for p in prompts] + [list(prompts[0])] * (self.batch - len(prompts))
-        s = self._run_prefill(padded)
+        s = self._run_prefill(padded, [0] * self.batch)
         self.positions = [len(p) for p in padded]
+        self._on_device = None
+        return s.read_output_by_index(0)[: self.active]
+
+    def append(self, token_lists: Sequence[Sequence[int]]) -> np.ndarray:
+        """Feed each sequence's tokens after its tokens so far, as :meth:`LlamaRunner.append`, one list per
+        prompt of the last prefill (each position plus the longest list must fit the KV cache: the
+        shorter lists are padded to it); returns the logits ``[len(token_lists), vocab]``."""
+        if len(token_lists) != self.active:
+            raise ValueError(f"append: expected {self.active} token lists (one per prompt of the last prefill), got {len(token_lists)}")
+        longest = max(len(t) for t in token_lists)
+        if min(len(t) for t in token_lists) == 0 or max(self.positions) + longest > self.max_seq:
+            raise ValueError(
+                f"append: every list needs a token, and the longest ({longest}) must fit the KV cache after the positions "
+                f"{self.positions[: self.active]} ({self.max_seq} positions)"
+            )
+        for t in token_lists:
+            self._check_ids(t)
+        padded = [list(t) for t in token_lists] + [list(token_lists[0])] * (self.batch - self.active)
+        s = self._run_prefill(padded, self.positions)
+        self.positions = [p + len(t) for p, t in zip(self.positions, padded, strict=True)]
         self._on_device = None
         return s.read_output_by_index(0)[: self.active]
 

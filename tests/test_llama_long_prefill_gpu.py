@@ -71,3 +71,20 @@ def test_default_cuda_batch_runner_prefills_in_graph_chunks_or_one_step_as_the_l
             got, want = runner.decode(tokens), reference.decode(tokens)
             np.testing.assert_allclose(got, want, rtol=TOL["fp32"], atol=TOL["fp32"], err_msg=f"decode step {step}")
             tokens = [int(t) for t in np.argmax(want, axis=-1)]
+
+
+@pytest.mark.parametrize("second_turn", [20, 200], ids=["graph-steps", "one-symbolic-step"])
+def test_append_on_cuda_continues_a_conversation_as_the_cpu_does(second_turn):
+    runner, reference = _runner("cuda", "fp32", None), _runner("cpu", "fp32", None)
+    tol = TOL["fp32"]
+    np.testing.assert_allclose(runner.prefill(PROMPT[:40]), want := reference.prefill(PROMPT[:40]), rtol=tol, atol=tol)
+    for phase in ("decode", "append", "decode"):
+        if phase == "append":  # a second turn after 3 decoded tokens (the last one chosen, not yet fed)
+            got, want = runner.append(PROMPT[40 : 40 + second_turn]), reference.append(PROMPT[40 : 40 + second_turn])
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg="append")
+            continue
+        for step in range(3):
+            token = int(np.argmax(want))
+            got, want = runner.decode(token), reference.decode(token)
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=f"decode step {step}")
+    assert runner.position == reference.position == 40 + 3 + second_turn + 3

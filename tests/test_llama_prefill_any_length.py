@@ -61,3 +61,43 @@ def test_batch_runner_prefills_prompts_of_different_lengths_in_one_step_and_matc
         tokens = [int(t) for t in np.argmax(want, axis=-1)]
         assert one.decode_greedy(tokens, 6) == chunked.decode_greedy(tokens, 6)
         assert one.positions == chunked.positions
+
+
+@pytest.mark.parametrize("chunk", [None, 16], ids=["one-step", "chunks16"])
+def test_append_continues_a_conversation_as_one_prefill_of_the_whole_history_does(chunk):
+    runner = llama.LlamaRunner(CFG, max_seq=256, seed=4, prefill_chunk=chunk)
+    reference = llama.LlamaRunner(CFG, max_seq=256, seed=4)
+    first_turn, second_turn = PROMPTS[2], PROMPTS[0][:40]
+    first = int(np.argmax(runner.prefill(first_turn)))
+    chosen = runner.decode_greedy(first, 5)  # feeds first and the first 4 chosen; the 5th is not in the cache
+    history = first_turn + [first] + chosen[:4] + second_turn
+    got = runner.append(second_turn)
+    assert runner.position == len(history)
+    np.testing.assert_allclose(got, reference.prefill(history), rtol=1e-5, atol=1e-5)
+    token = int(np.argmax(got))
+    assert runner.decode_greedy(token, 6) == reference.decode_greedy(token, 6)
+
+
+def test_append_near_the_end_of_the_cache_runs_exactly_its_rows_and_refuses_what_does_not_fit():
+    runner = llama.LlamaRunner(CFG, max_seq=96, seed=4, prefill_chunk=16)  # 85 + 16 rows would pass the end
+    reference = llama.LlamaRunner(CFG, max_seq=96, seed=4)
+    prompt, more = PROMPTS[0][:85], PROMPTS[0][85:95]
+    runner.prefill(prompt)
+    np.testing.assert_allclose(runner.append(more), reference.prefill(prompt + more), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="2 tokens after position 95 do not fit the KV cache"):
+        runner.append([1, 2])
+    with pytest.raises(ValueError, match="no tokens"):
+        runner.append([])
+
+
+def test_batch_append_feeds_each_sequence_its_own_tokens_at_its_own_position():
+    runner = llama.LlamaBatchRunner(CFG, max_seq=192, seed=4, batch=3)
+    single = llama.LlamaRunner(CFG, max_seq=192, seed=4)
+    prompts, turns = [PROMPTS[2], PROMPTS[1]], [PROMPTS[0][:10], PROMPTS[0][10:13]]
+    runner.prefill(prompts)
+    got = runner.append(turns)
+    assert runner.positions[:2] == [len(p) + len(t) for p, t in zip(prompts, turns, strict=True)]
+    for b, (p, t) in enumerate(zip(prompts, turns, strict=True)):
+        np.testing.assert_allclose(got[b], single.prefill(p + t), rtol=1e-5, atol=1e-5, err_msg=f"sequence {b}")
+    with pytest.raises(ValueError, match="expected 2 token lists"):
+        runner.append(turns[:1])
