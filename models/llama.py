@@ -228,11 +228,17 @@ class LlamaRunner:
             self._one_step_past = 2 * self.chunk
         cfg, device = self.cfg, self.device
         self._any_rows: Session | None = None
-        self._build_any_rows = lambda: build_inference_session(
-            build_graph(cfg, "prefill", "rows", self.max_seq, self.batch, self.in_out), device, **common
-        )
+        settings = {k: v for k, v in common.items() if k != "parameters"}  # (the runner keeps no host copy of the weights)
+
+        def build_any_rows(parameters: dict[str, np.ndarray] | None = None) -> Session:
+            graph = build_graph(cfg, "prefill", "rows", self.max_seq, self.batch, self.in_out)
+            if parameters is None:  # built later: the weights the decoder holds now (shared right after)
+                parameters = {name: self.decoder.read_param(name) for name in graph.parameters()}
+            return build_inference_session(graph, device, parameters=parameters, **settings)
+
+        self._build_any_rows = build_any_rows
         if self.chunk is None:
-            self.prefiller = self._any_rows = self._build_any_rows()
+            self.prefiller = self._any_rows = build_any_rows(common["parameters"])
         else:
             prefill_graph = build_graph(cfg, "prefill", self.chunk, self.max_seq, self.batch, self.in_out)
             self.prefiller = build_inference_session(prefill_graph, device, cuda_graph=cuda_graph, **common)
