@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -93,12 +94,7 @@ def main() -> None:
                 rows.append(row)
     result = {
         "what": __doc__.splitlines()[0],
-        "command": "python benchmarks/prefill_any_length.py "
-        + " ".join(
-            f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-            for k, v in vars(args).items()
-            if k != "out" and v is not None
-        ),
+        "command": " ".join(["python", *sys.argv]),
         "device": args.device,
         "precision": args.precision,
         "preset": args.preset,

@@ -298,21 +298,22 @@ class LlamaRunner:
         padded to C (the symbolic session where a fixed chunk would run past the cache). Returns the
         session that ran them (output 0: the logits after each prompt's last token)."""
         lengths = [len(p) for p in prompts]
-        steps, c = self.prefill_plan(max(lengths))
-        any_rows = self._any_rows_for(max(lengths)) or any(a + max(c, n) > self.max_seq for a, n in zip(at, lengths, strict=True))
-        if any_rows:
-            steps, c = 1, max(lengths)
+        longest = max(lengths)
+        any_rows = self._any_rows_for(longest) or any(a + max(self.chunk, n) > self.max_seq for a, n in zip(at, lengths, strict=True))
+        steps, c = (1, longest) if any_rows else self.prefill_plan(longest)
         s = self._any_rows_session() if any_rows else self.prefiller
         s.share_buffers(self.decoder, parameters=False)  # continue from the decoder's current cache buffers
         for k in range(steps):
             starts = [min(k * c, max(n - c, 0)) for n in lengths]
-            ids = np.zeros((len(prompts), c), dtype=np.uint32)
+            ids, last = np.zeros((len(prompts), c), dtype=np.uint32), []
             for b, (p, start) in enumerate(zip(prompts, starts, strict=True)):
-                ids[b, : min(c, len(p) - start)] = p[start : start + c]
+                rows = min(c, len(p) - start)
+                ids[b, :rows] = p[start : start + rows]
+                last.append(b * c + rows - 1)
             # a batch's symbolic rows are an input [batch, rows]; the other prefills take [batch * rows]
             s.set_input_u32("input_ids", ids if any_rows and self.batch is not None else ids.reshape(-1))
             s.set_input_u32("kv_pos", [a + start for a, start in zip(at, starts, strict=True)])
-            s.set_input_u32("last_row", [b * c + min(c, n - start) - 1 for b, (n, start) in enumerate(zip(lengths, starts, strict=True))])
+            s.set_input_u32("last_row", last)
             s.step()
         self.decoder.share_buffers(s, parameters=False)
         return s
