@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(128) MergeKeySplits(T* __restrict__ y, Dims p)
   if (active <= 1) return;
   const float2* ml = p.ws_ml + row * p.ks;
   const float* acc = p.ws_acc + row * p.ks * p.hd + d;
-  float M = -INFINITY, L = 0.f, a[4] = {0.f, 0.f, 0.f, 0.f};
+  float M = -INFINITY, L = 0.f;
+  float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int s0 = 0; s0 < active; s0 += 8) {
     float2 mls[8];
     float4 xs[8];
@@ -84,22 +85,12 @@ __global__ void __launch_bounds__(128) MergeKeySplits(T* __restrict__ y, Dims p)
       xs[u] = ok ? __ldcg(reinterpret_cast<const float4*>(acc + (int64_t)(s0 + u) * p.hd)) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      const float mn = fmaxf(M, mls[u].x);
-      const float mu = mn == -INFINITY ? 0.f : mn;
-      const float old = exp2f(M - mu), wt = exp2f(mls[u].x - mu);
-      L = fmaf(L, old, mls[u].y * wt);
-      a[0] = fmaf(a[0], old, xs[u].x * wt);
-      a[1] = fmaf(a[1], old, xs[u].y * wt);
-      a[2] = fmaf(a[2], old, xs[u].z * wt);
-      a[3] = fmaf(a[3], old, xs[u].w * wt);
-      M = mn;
-    }
+    for (int u = 0; u < 8; ++u) FoldPartial(mls[u], xs[u], M, L, a);
   }
   const float inv = 1.f / L;
   T* out = y + ((b * p.T + i) * p.H + h) * p.hd + d;
-  Op<T>::Store2(out, a[0] * inv, a[1] * inv);
-  Op<T>::Store2(out + 2, a[2] * inv, a[3] * inv);
+  Op<T>::Store2(out, a.x * inv, a.y * inv);
+  Op<T>::Store2(out + 2, a.z * inv, a.w * inv);
 }
 
 // The merge after a split forward (p.ks > 1), as a programmatic dependent launch where the GPU has it.
