@@ -108,7 +108,7 @@ static bool CheckAttention(const AttnCase& c, int dt, std::mt19937& rng, AttnLau
         nan_ok &= std::isnan(got[i]);
         continue;
       }
-      err = std::max(err, std::fabs(got[i] - ref[i]) / std::max(1.0, std::fabs(ref[i])));
+      err = WorseErr(err, std::fabs(got[i] - ref[i]) / std::max(1.0, std::fabs(ref[i])));
     }
   }
   const bool ok = e == 0 && err <= Ulp(dt) && nan_ok;
@@ -143,8 +143,8 @@ static bool CheckRope(int dt, int B, int S, int D, int hd, int64_t offset, const
           const size_t i = ((size_t)b * S + s) * D + h * hd + j;
           const double a = x[i], c = x[i + hd / 2], cs = std::cos((double)ang), sn = std::sin((double)ang);
           const double y0 = a * cs - c * sn, y1 = c * cs + a * sn;
-          err = std::max(err, std::fabs(got[i] - y0) / std::max(1.0, std::fabs(y0)));
-          err = std::max(err, std::fabs(got[i + hd / 2] - y1) / std::max(1.0, std::fabs(y1)));
+          err = WorseErr(err, std::fabs(got[i] - y0) / std::max(1.0, std::fabs(y0)));
+          err = WorseErr(err, std::fabs(got[i + hd / 2] - y1) / std::max(1.0, std::fabs(y1)));
         }
   const bool ok = e == 0 && err <= Ulp(dt);
   std::printf("check rope %-8s B=%d S=%d D=%d hd=%d: rc %d max_rel_err %.2e %s\n", kTypeName[dt], B, S, D, hd, e, err, ok ? "ok" : "FAIL");

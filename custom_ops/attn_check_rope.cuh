@@ -81,12 +81,12 @@ static bool CheckRopeAttention(const RopeAttnCase& c, int dt, std::mt19937& rng)
         nan_ok &= std::isnan(got[i]);
         continue;
       }
-      err = std::max(err, std::fabs(got[i] - ref[i]) / std::max(1.0, std::fabs(ref[i])));
+      err = WorseErr(err, std::fabs(got[i] - ref[i]) / std::max(1.0, std::fabs(ref[i])));
     }
   }
   for (size_t i = 0; i < kw.size(); ++i)  // rotated rows within one ulp; every other row bit-exact (vw as given)
-    cache_err = std::max({cache_err, std::fabs((double)gk[i] - kw[i]) / std::max(1.0, std::fabs((double)kw[i])),
-                          gv[i] == vw[i] ? 0.0 : 1.0});
+    cache_err = WorseErr(cache_err, std::max(std::fabs((double)gk[i] - kw[i]) / std::max(1.0, std::fabs((double)kw[i])),
+                                             gv[i] == vw[i] ? 0.0 : 1.0));
   const bool ok = e == 0 && err <= Ulp(dt) && cache_err <= Ulp(dt) && nan_ok;
   std::printf("check rope_attention %-8s %s B=%d T=%d H=%d KVH=%d hd=%d max_seq=%d pos=[", kTypeName[dt], c.in_place ? "in-place" : "copy",
               c.B, c.T, c.H, c.KVH, c.hd, c.max_seq);

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +24,11 @@
       std::exit(1);                                                                        \
     }                                                                                      \
   } while (0)
+
+// A running maximum error with one more element's error folded in. A NaN error (the kernel gave NaN
+// where the reference has a number, or the reference is NaN) counts as infinite: std::max(err, NaN)
+// would return err and let a kernel that writes NaN pass.
+static double WorseErr(double err, double e) { return std::isnan(e) ? INFINITY : std::max(err, e); }
 
 // ---------------------------------------------------------------- host element types
 static uint16_t F2H(float f) { return __half_as_ushort(__float2half_rn(f)); }

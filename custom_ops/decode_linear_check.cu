@@ -123,7 +123,7 @@ static Result RunCase(const Shape& s, int64_t M, int dt, bool trans_b, int iters
       for (int64_t n = 0; n < s.N[i]; n += step) {
         const double want = Reference(s, trans_b, xn, w, residual, i, m, n);
         const double g = FromDevice(got.data() + (m * s.N[i] + n) * ElemBytes(dt), dt);
-        err = std::max(err, std::fabs(g - want) / (1.0 + std::fabs(want)));
+        err = WorseErr(err, std::fabs(g - want) / (1.0 + std::fabs(want)));
       }
   }
   // timing: `iters` launches captured in one CUDA graph

@@ -54,9 +54,15 @@ Ref Reference(const std::vector<float>& q, const std::vector<float>& k, const st
 }
 
 // Largest absolute error, and relative: that over the largest |reference| (elementwise ratios blow up near zero).
+// A NaN difference counts as infinite (std::max(e, NaN) would keep e and pass a kernel that writes NaN).
 struct Err { double abs, rel; };
 Err MaxErr(const std::vector<float>& got, const std::vector<double>& want) {
-  double e = 0, scale = 1e-30; for (size_t i = 0; i < got.size(); ++i) { e = std::max(e, std::fabs(got[i]-want[i])); scale = std::max(scale, std::fabs(want[i])); }
+  double e = 0, scale = 1e-30;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(got[i] - want[i]);
+    e = std::isnan(d) ? INFINITY : std::max(e, d);
+    scale = std::max(scale, std::fabs(want[i]));
+  }
   return {e, e / scale};
 }
 
