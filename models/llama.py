@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -130,6 +130,8 @@ class LlamaRunner:
     ``QKVRopeCacheWrite`` node (None: on CUDA, and on the CPU with our kernel library; ``build_inference_session``).
     ``swiglu_packed``: the prefill's split of each merged gate|up product and the SwiGLU after it as one
     ``SwiGLUPacked`` node (None: on CUDA, and on the CPU with our kernel library; ``build_inference_session``).
+    ``session_options``: further ``ort.SessionOptions`` attributes for every session of the runner, by
+    name (e.g. ``{"enable_profiling": True}``; an unknown name is a ValueError); they override ``threads``.
     ``decode_layer``: each decoder layer of the decode step as one ``DecodeLayer``; None (default): on
     CUDA, and on the CPU with our kernel library (its CPU kernel runs a layer's loops on one team of
     threads: no pool wake-up per product); False: MatMul (CPU) or five fused kernels per layer (CUDA).
@@ -158,6 +160,7 @@ class LlamaRunner:
         add_rms_norm: bool | None = None,
         qkv_rope_cache: bool | None = None,
         swiglu_packed: bool | None = None,
+        session_options: Mapping[str, object] | None = None,
     ) -> None:
         self.cfg, self.max_seq, self.device = cfg, int(max_seq), device
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
@@ -195,7 +198,7 @@ class LlamaRunner:
             use_custom_ops=use_custom_ops,
             precision=precision,
             session_config={"session.intra_op.allow_spinning": "1" if thread_spinning else "0"},
-            session_options={} if threads is None else {"intra_op_num_threads": threads},
+            session_options={**({} if threads is None else {"intra_op_num_threads": threads}), **(session_options or {})},
             merge_projections=merge_projections,
             add_rms_norm=add_rms_norm,
             qkv_rope_cache=qkv_rope_cache,

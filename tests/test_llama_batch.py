@@ -123,6 +123,31 @@ def test_the_runner_sets_its_threads_explicitly_on_the_cpu(tiny, threads):
         assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
 
 
+def test_the_runner_passes_session_options_to_every_session_and_profiles_on_request(tiny, tmp_path):
+    import json
+
+    _, path, cfg = tiny
+    opts = {"enable_profiling": True, "profile_file_prefix": str(tmp_path / "prof"), "intra_op_num_threads": 1}
+    runner = llama.LlamaRunner(cfg, path, max_seq=16, prefill_chunk=8, session_options=opts)
+    for session in runner.sessions:  # session_options override the runner's own thread count
+        assert session._ort.get_session_options().intra_op_num_threads == 1
+    runner.prefill([1, 2, 3, 4, 5])
+    trace = json.loads(Path(runner.prefiller.end_profiling()).read_text())
+    assert sum(e.get("name") == "model_run" for e in trace) == 1
+    ops = {e["args"]["op_name"] for e in trace if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")}
+    assert "MatMul" in ops and any(op.endswith("CachedAttention") for op in ops), ops  # the products and attention
+    assert Path(runner.decoder.end_profiling()).is_file()
+
+
+def test_end_profiling_without_profiling_and_an_unknown_session_option_are_errors(tiny):
+    _, path, cfg = tiny
+    runner = llama.LlamaRunner(cfg, path, max_seq=16, prefill_chunk=4)
+    with pytest.raises(RuntimeError, match="built without session_options"):
+        runner.prefiller.end_profiling()
+    with pytest.raises(ValueError, match="has no attribute 'no_such_option'"):
+        llama.LlamaRunner(cfg, path, max_seq=16, prefill_chunk=4, session_options={"no_such_option": 1})
+
+
 @pytest.mark.parametrize("threads", [0, -1, 1.5, True])
 def test_the_runner_refuses_a_thread_count_that_is_not_a_positive_int(tiny, threads):
     _, path, cfg = tiny

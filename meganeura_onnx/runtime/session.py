@@ -387,6 +387,14 @@ class Session:
         """State buffers bound as input AND output (updated in place by the CacheWrite kernel)."""
         return set(self._aliased)
 
+    def end_profiling(self) -> str:
+        """Stop ONNX Runtime's profiling of this session and return its JSON trace file (one event per
+        node run, with its op type and duration); the session must have been built with
+        ``session_options={"enable_profiling": True}``."""
+        if not self._ort.get_session_options().enable_profiling:
+            raise RuntimeError("end_profiling: the session was built without session_options={'enable_profiling': True}")
+        return self._ort.end_profiling()
+
     def wait(self) -> None:
         """Block until the last step finished. ``step()`` is synchronous under ORT, so this returns
         at once; it exists so Meganeura programs port unchanged."""
