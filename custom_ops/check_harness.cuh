@@ -1,6 +1,7 @@
-// What the standalone CUDA check harnesses (attn_check.cu, decode_linear_check.cu) share: the CUDA
-// error check, host <-> device element conversion (float32, float16, bfloat16 as the launchers'
-// MN_F32/MN_F16/MN_BF16), uploads, CUDA-event timing and the device's name and peak bandwidth.
+// What the standalone CUDA check harnesses (attn_check.cu, decode_linear_check.cu, decode_layer_check.cu)
+// share: the CUDA error check, the largest-error fold that counts NaN (WorseErr), host <-> device element
+// conversion (float32, float16, bfloat16 as the launchers' MN_F32/MN_F16/MN_BF16), uploads, CUDA-event
+// timing and the device's name and peak bandwidth.
 // Include it after the kernels' source (it needs cuda_kernels.h's element-type enum).
 #pragma once
 #include <cuda_bf16.h>
