@@ -268,10 +268,9 @@ class LlamaRunner:
         if n > self.max_seq:
             raise ValueError(f"prefill: the prompt has {n} tokens, longer than the KV cache ({self.max_seq} positions)")
         self._check_ids(ids)
-        s = self._run_prefill([list(ids)], [0])
+        last = self._run_prefill([list(ids)], [0]).reshape(-1)
         self.position = n
-        self._on_device = None
-        return s.read_output_by_index(0).reshape(-1)
+        return last
 
     def append(self, ids: Sequence[int]) -> np.ndarray:
         """Feed ``ids`` after the tokens so far (the prompt, decoded tokens, earlier appends) as one more
@@ -283,10 +282,9 @@ class LlamaRunner:
         if self.position + n > self.max_seq:
             raise ValueError(f"append: {n} tokens after position {self.position} do not fit the KV cache ({self.max_seq} positions)")
         self._check_ids(ids)
-        s = self._run_prefill([list(ids)], [self.position])
+        last = self._run_prefill([list(ids)], [self.position]).reshape(-1)
         self.position += n
-        self._on_device = None
-        return s.read_output_by_index(0).reshape(-1)
+        return last
 
     def prefill_plan(self, n: int) -> tuple[int, int]:
         """``(steps, rows per step)`` of :meth:`prefill` for a prompt of ``n`` tokens (a batch: its longest)."""
@@ -295,11 +293,11 @@ class LlamaRunner:
     def _any_rows_for(self, n: int) -> bool:
         return self.chunk is None or (self._one_step_past is not None and n > self._one_step_past)
 
-    def _run_prefill(self, prompts: list[list[int]], at: list[int]) -> Session:
+    def _run_prefill(self, prompts: list[list[int]], at: list[int]) -> np.ndarray:
         """The prompts (one per sequence, sequence b's from position ``at[b]``) in :meth:`prefill_plan`'s
         steps of C rows: in step k a prompt of n tokens takes its rows from ``min(k*C, max(n-C, 0))``,
         padded to C (the symbolic session where a fixed chunk would run past the cache). Returns the
-        session that ran them (output 0: the logits after each prompt's last token)."""
+        logits after each prompt's last token; the decoder's fed-back inputs no longer hold a step's."""
         lengths = [len(p) for p in prompts]
         longest = max(lengths)
         any_rows = self._any_rows_for(longest) or any(a + max(self.chunk, n) > self.max_seq for a, n in zip(at, lengths, strict=True))
@@ -319,7 +317,8 @@ class LlamaRunner:
             s.set_input_u32("last_row", last)
             s.step()
         self.decoder.share_buffers(s, parameters=False)
-        return s
+        self._on_device = None
+        return s.read_output_by_index(0)
 
     def _any_rows_session(self) -> Session:
         if self._any_rows is None:
@@ -414,11 +413,10 @@ class LlamaBatchRunner(LlamaRunner):
                 raise ValueError(f"prefill: prompt {i} has {len(ids)} tokens, longer than the KV cache ({self.max_seq} positions)")
             self._check_ids(ids)
         self.active = len(prompts)
-        padded = [list(p) for p in prompts] + [list(prompts[0])] * (self.batch - len(prompts))
-        s = self._run_prefill(padded, [0] * self.batch)
+        padded = self._fill([list(p) for p in prompts])
+        last = self._run_prefill(padded, [0] * self.batch)
         self.positions = [len(p) for p in padded]
-        self._on_device = None
-        return s.read_output_by_index(0)[: self.active]
+        return last[: self.active]
 
     def append(self, token_lists: Sequence[Sequence[int]]) -> np.ndarray:
         """Feed each sequence's tokens after its tokens so far, as :meth:`LlamaRunner.append`, one list per
@@ -434,11 +432,15 @@ class LlamaBatchRunner(LlamaRunner):
             )
         for t in token_lists:
             self._check_ids(t)
-        padded = [list(t) for t in token_lists] + [list(token_lists[0])] * (self.batch - self.active)
-        s = self._run_prefill(padded, self.positions)
+        padded = self._fill([list(t) for t in token_lists])
+        last = self._run_prefill(padded, self.positions)
         self.positions = [p + len(t) for p, t in zip(self.positions, padded, strict=True)]
-        self._on_device = None
-        return s.read_output_by_index(0)[: self.active]
+        return last[: self.active]
+
+    def _fill(self, rows: list) -> list:
+        """``rows`` (one per prompt of the last prefill) and, for the spare sequences of the batch, copies
+        of the first: every step runs all ``batch`` rows, the spare ones' results are dropped."""
+        return rows + [rows[0]] * (self.batch - len(rows))
 
     def decode(self, tokens: Sequence[int]) -> np.ndarray:
         """Feed one token per sequence, each at its own next position; returns the logits ``[len(tokens), vocab]``."""
@@ -448,7 +450,7 @@ class LlamaBatchRunner(LlamaRunner):
             raise ValueError(f"decode: the KV cache is full ({self.max_seq} positions)")
         self._check_ids(tokens)
         d = self.decoder
-        d.set_input_u32("input_ids", list(tokens) + [tokens[0]] * (self.batch - self.active))
+        d.set_input_u32("input_ids", self._fill(list(tokens)))
         d.set_input_u32("kv_pos", self.positions)
         d.step()
         self.positions = [p + 1 for p in self.positions]
@@ -464,7 +466,7 @@ class LlamaBatchRunner(LlamaRunner):
         chosen tokens (with fewer prompts than ``batch``, the spare rows' tokens are uploaded each call)."""
         if len(tokens) != self.active:
             raise ValueError(f"decode: expected {self.active} tokens (one per prompt of the last prefill), got {len(tokens)}")
-        chosen = self._greedy_steps(list(tokens) + [tokens[0]] * (self.batch - self.active), self.positions, count)
+        chosen = self._greedy_steps(self._fill(list(tokens)), self.positions, count)
         self.positions = [p + count for p in self.positions]
         return chosen[: self.active]
 
