@@ -99,6 +99,8 @@ static void Record(const char* op, const char* type, const char* config, int B, 
 // blocks per SM) and 4-warp blocks were slower (benchmarks/results/attn_check_h200_sweep_20261127.json).
 // (the results of a wider sweep, GB 2 included, are in the library's comment on DefaultCfg)
 #define ATTN_SWEEP(X) X(8, 3, 4096, 4, false, 1) X(8, 3, 8192, 4, false, 1) X(8, 3, 8192, 4, true, 1)
+// The register-streamed form's shapes (warps per block, loads of rows ahead per warp), every type.
+#define ATTN_REG_SWEEP(X) X(16, 2) X(16, 3) X(16, 1) X(8, 4)
 
 template <class T, bool MMA>
 constexpr bool kSweepable = !MMA || sizeof(T) == 2;
@@ -127,6 +129,11 @@ static int CheckSweep(int dt, std::mt19937& rng) {
   }
   ATTN_SWEEP(ATTN_CHECK_ONE)
 #undef ATTN_CHECK_ONE
+#define ATTN_CHECK_REG(nw, u)                                 \
+  for (const AttnCase& c : cases)                             \
+    bad += !CheckAttention(c, dt, rng, ConfigAttention<T, HD, 4, AttnRegCfg<T, HD, nw, u>>, "regs nw" #nw " u" #u);
+  ATTN_REG_SWEEP(ATTN_CHECK_REG)
+#undef ATTN_CHECK_REG
   return bad;
 }
 
@@ -228,6 +235,10 @@ static void TimeAttention(Timer& tm, int dt, bool sweep, double peak) {
   }
         ATTN_SWEEP(ATTN_TIME_ONE)
 #undef ATTN_TIME_ONE
+#define ATTN_TIME_REG(nw, u) \
+  TimeAttnConfig<T, HD, 4, AttnRegCfg<T, HD, nw, u>>(tm, "regs nw" #nw " u" #u, dt, dq, kv, dout, B, L, max_seq, pos, peak);
+        ATTN_REG_SWEEP(ATTN_TIME_REG)
+#undef ATTN_TIME_REG
       }
       cudaFree(dpos);
     }

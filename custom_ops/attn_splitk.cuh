@@ -37,6 +37,8 @@ template <class T, int HD, int NW_, int NST_, int STB_, bool MMA_ = false>
 struct AttnCfg {
   static constexpr int NW = NW_, NST = NST_, STB = STB_;
   static constexpr bool MMA = MMA_;                // tensor-core warp work (attn_mma.cuh), 16-bit types
+  static constexpr bool REG = false;               // register-streamed warp work (attn_regs.cuh, AttnRegCfg)
+  static constexpr int U = 0;
   static constexpr int EPC = Elem<T>::EPC;
   static constexpr int C16 = HD / EPC;             // 16-byte chunks per row
   static constexpr int C = 16 / EPC;               // QK: chunks per lane (16 elements)
@@ -51,6 +53,17 @@ struct AttnCfg {
   static constexpr int STAGE16 = 2 * TR * C16;     // chunks per stage (K then V)
   static constexpr int SMEM = NW * NST * STB;
   static_assert(LPR >= 1 && LPR <= 32 && TR % R == 0 && R % RV == 0 && (TR * C16) % 32 == 0, "attention tile shape");
+};
+
+// The register-streamed form (attn_regs.cuh): NW warps, U warp loads of K/V rows ahead per warp, no
+// stages: shared memory holds the merge area only (for up to 4 heads per block). TR: rows per warp
+// per pass (Rows rounds a split's rows to NW * TR); the base's other members are those of a scalar tile.
+template <class T, int HD, int NW_, int U_>
+struct AttnRegCfg : AttnCfg<T, HD, NW_, 1, 4096> {
+  static constexpr bool REG = true;
+  static constexpr int U = U_;
+  static constexpr int TR = 32 / (HD / Elem<T>::EPC) * U_;
+  static constexpr int SMEM = (NW_ * 4 * HD + NW_ * 4 * 2 + 4 * HD + 4 * 2) * 4;
 };
 
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
@@ -104,6 +117,7 @@ struct RopeIn<T, HD, false> {};
 
 #include "attn_merge.cuh"
 #include "attn_mma.cuh"
+#include "attn_regs.cuh"
 
 namespace {
 
@@ -475,7 +489,18 @@ __device__ __forceinline__ void AttnWarps(const T* __restrict__ q, const T* k, c
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __shared__ float2 angles[ROPE ? HD / 2 : 1];
   __shared__ __align__(16) T patch[ROPE ? 2 * HD : 8];
-  if constexpr (Cfg::MMA) {
+  if constexpr (Cfg::REG) {
+    static_assert(!ROPE, "RopeCachedAttention streams through stages (its new rows patched in)");
+    using W = AttnRegs<T, HD, GB, Cfg>;
+    typename W::Warp w;
+    w.warp = warp;
+    w.lane = lane;
+    uint4 raw[GB];
+    W::LoadQuery(q, s, a.G, lane, raw);  // in flight together with the position
+    A::Rows(a, s);
+    W::Stream(w, k, v, s, a, [&] { W::StartWarp(w, raw, a.qscale); });
+    W::StorePartial(w, sm_acc, sm_ml);  // no stages: the merge area is free
+  } else if constexpr (Cfg::MMA) {
     using M = AttnMma<T, HD, GB, Cfg>;
     typename M::Warp w;
     w.warp = warp;

@@ -113,23 +113,30 @@ __global__ void AttnGeneric(const T* __restrict__ q, const T* __restrict__ k, co
   }
 }
 
-// The configuration per element type: 8 warps, 3 stages per warp, one block per SM (g_attn_blocks_per_sm).
+// The configuration per element type, one block per SM (g_attn_blocks_per_sm).
+// float32 with head_dim 64 or 128: the register-streamed form (attn_regs.cuh), 16 warps, 2 loads of
+// rows ahead per warp. Against the cp.async scalar form it replaced (8 warps, 3 stages of 4 KiB), at
+// head_dim 128 on an H200: 13.6 against 15.5 us at 4096 cached rows, 21.8 / 25.0 at 8192, 37.2 / 42.0
+// at 16384 (75% of the bandwidth), 66.8 / 75.2 at batch 8 x 4096; 3 loads ahead was level, 16 warps x 1
+// and 8 x 4 slower. RopeCachedAttention keeps the scalar form (it patches its new rows into the stages).
 // float16/bfloat16 with head_dim 64 or 128: the tensor-core form (attn_mma.cuh), stages of 8 KiB (16
 // rows of head_dim 128; 192 KiB per block); the scalar form spent ~475 instructions per 4 KiB and
-// capped near 3 TB/s (25-30% slower at 8192-16384 cached rows). float32 (and 16-bit head_dims other
-// than 64 and 128): the scalar form; float32 head_dim 128 with stages of 4 KiB (96 KiB per block),
-// 1-5% faster than 8 KiB stages at 4096-16384 cached rows, the others with 8 KiB (head_dim 64: 4 KiB
-// stages gained 3-5% at batch 1 x 4096-8192 rows but lost 1% at 16384 and 5% at batch 8). Measured with attn_check --sweep on an H200, caches rotated past L2:
-// benchmarks/results/attn_check_h200_sweep_20261127.json (and _20261123.json for the older sweep:
-// 4 stages, 16 warps, two blocks of 2 query heads per KV head, which read K/V twice and lost 30-40%).
+// capped near 3 TB/s (25-30% slower at 8192-16384 cached rows), the register-streamed form is 8-15%
+// slower. Other head_dims: the scalar form, stages of 8 KiB. Measured with attn_check --sweep on an
+// H200, caches rotated past L2: benchmarks/results/attn_check_h200_sweep_20261129.json (and
+// _20261127.json, _20261123.json for the older sweeps: 4 stages, 16 warps, two blocks of 2 query heads
+// per KV head, which read K/V twice and lost 30-40%).
 template <class T, int HD>
 struct DefaultCfgOf {
   static constexpr bool kMma = HD == 64 || HD == 128;
   using type = AttnCfg<T, HD, 8, 3, kMma ? 8192 : 4096, kMma>;
+  using rope = type;  // RopeCachedAttention's
 };
 template <int HD>
 struct DefaultCfgOf<float, HD> {
-  using type = AttnCfg<float, HD, 8, 3, HD == 128 ? 4096 : 8192>;
+  static constexpr bool kReg = HD == 64 || HD == 128;
+  using rope = AttnCfg<float, HD, 8, 3, HD == 128 ? 4096 : 8192>;
+  using type = std::conditional_t<kReg, AttnRegCfg<float, HD, 16, 2>, rope>;
 };
 template <class T, int HD>
 using DefaultCfg = typename DefaultCfgOf<T, HD>::type;
@@ -140,9 +147,11 @@ template <class T, int HD, int GB, class Cfg, bool ROPE = false>
 int AttnOccupancy() {
   static int occ = 0;
   if (occ <= 0) {
-    // cp.async.cg bypasses L1: give the SM's unified memory to shared memory
+    // cp.async.cg bypasses L1: give the SM's unified memory to shared memory. The register-streamed
+    // form's loads pass through L1 (lines held while in flight): as little shared memory as it needs.
     cudaFuncSetAttribute(AttnSplit<T, HD, GB, Cfg, ROPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM);
-    cudaFuncSetAttribute(AttnSplit<T, HD, GB, Cfg, ROPE>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+    cudaFuncSetAttribute(AttnSplit<T, HD, GB, Cfg, ROPE>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                         Cfg::REG ? cudaSharedmemCarveoutMaxL1 : cudaSharedmemCarveoutMaxShared);
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, AttnSplit<T, HD, GB, Cfg, ROPE>, Cfg::NW * 32, Cfg::SMEM) != cudaSuccess ||
         occ <= 0)
       occ = 1;
@@ -345,7 +354,7 @@ int LaunchRopeAttnHD(const T* q, const T* k_new, const T* v_new, T* k, T* v, T* 
                      MnPos pos, const float* inv_freq, MnScratch* scratch, cudaStream_t s) {
   RopeIn<T, HD, true> rope{k_new, v_new, k, v, {}};
   for (int j = 0; j < HD / 2; ++j) rope.inv[j] = inv_freq[j];
-  return LaunchAttnHD<T, HD, DefaultCfg<T, HD>, true>(q, k, v, out, B, T_, H, KVH, max_seq, pos, scratch, s, 0, rope);
+  return LaunchAttnHD<T, HD, typename DefaultCfgOf<T, HD>::rope, true>(q, k, v, out, B, T_, H, KVH, max_seq, pos, scratch, s, 0, rope);
 }
 
 template <class T>
