@@ -173,6 +173,8 @@ static void TimeDefaultVariants(Timer& tm, int dt, const void* q, const CacheSet
   if (L != 1 && L < 4096) return;
   g_attn_cluster_max = 0;  // the workspace and atomic-counter merge
   TimeAttnConfig<T, HD, 4, Cfg>(tm, "default no-cluster", dt, q, kv, o, B, L, max_seq, pos, peak);
+  g_attn_cluster_max = 16;  // batch 1's 16 splits too, where 16-block clusters fit (non-portable size)
+  TimeAttnConfig<T, HD, 4, Cfg>(tm, "default cluster16", dt, q, kv, o, B, L, max_seq, pos, peak);
   g_attn_cluster_max = 8;
   g_attn_blocks_per_sm = 0;  // as many blocks per SM as fit (more splits where two fit)
   TimeAttnConfig<T, HD, 4, Cfg>(tm, "default all-resident", dt, q, kv, o, B, L, max_seq, pos, peak);
