@@ -116,13 +116,15 @@ __global__ void AttnGeneric(const T* __restrict__ q, const T* __restrict__ k, co
 // The configuration per element type, one block per SM (g_attn_blocks_per_sm).
 // float32 with head_dim 64 or 128: the register-streamed form (attn_regs.cuh), 16 warps, 2 loads of
 // rows ahead per warp. Against the cp.async scalar form it replaced (8 warps, 3 stages of 4 KiB), at
-// head_dim 128 on an H200: 13.6 against 15.5 us at 4096 cached rows, 21.8 / 25.0 at 8192, 37.2 / 42.0
-// at 16384 (75% of the bandwidth), 66.8 / 75.2 at batch 8 x 4096; 3 loads ahead was level, 16 warps x 1
-// and 8 x 4 slower. RopeCachedAttention keeps the scalar form (it patches its new rows into the stages).
+// head_dim 128 on an H200: 13.6 against 15.4 us at 4096 cached rows, 21.3 / 25.0 at 8192, 37.3 / 42.2
+// at 16384 (75% of the bandwidth), 66.8 / 75.4 at batch 8 x 4096 (head_dim 64, against its 8 KiB stages:
+// 10.2 / 14.3 / 22.5 against 11.0 / 16.2 / 25.0); 3 loads ahead was level, 16 warps x 1 and 8 x 4
+// slower by 17-25%.
+// RopeCachedAttention keeps the scalar form (it patches its new rows into the stages).
 // float16/bfloat16 with head_dim 64 or 128: the tensor-core form (attn_mma.cuh), stages of 8 KiB (16
 // rows of head_dim 128; 192 KiB per block); the scalar form spent ~475 instructions per 4 KiB and
-// capped near 3 TB/s (25-30% slower at 8192-16384 cached rows), the register-streamed form is 8-15%
-// slower. Other head_dims: the scalar form, stages of 8 KiB. Measured with attn_check --sweep on an
+// capped near 3 TB/s (25-30% slower at 8192-16384 cached rows), the register-streamed form is 8-20%
+// slower. Other head_dims: the scalar form (float32 stages of 8 KiB, 16-bit 4 KiB). Measured with attn_check --sweep on an
 // H200, caches rotated past L2: benchmarks/results/attn_check_h200_sweep_20261129.json (and
 // _20261127.json, _20261123.json for the older sweeps: 4 stages, 16 warps, two blocks of 2 query heads
 // per KV head, which read K/V twice and lost 30-40%).
