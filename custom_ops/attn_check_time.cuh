@@ -94,12 +94,14 @@ static void Record(const char* op, const char* type, const char* config, int B, 
 
 // The tile configurations the sweep compares: (warps per block, pipeline stages, bytes per stage, query
 // heads per block, tensor-core form, splits merged through a cluster where they fit); the tensor-core
-// ones for 16-bit types only: the library's float32 default, the float32 default before, the 16-bit
+// ones for 16-bit types only: the float32 head_dim 128 cp.async form (RopeCachedAttention's; the
+// library's CachedAttention default before the register-streamed form), the one before it, the 16-bit
 // default (tensor cores) and the scalar one it replaced. Cluster merges of 16 splits (two 96 KiB
 // blocks per SM) and 4-warp blocks were slower (benchmarks/results/attn_check_h200_sweep_20261127.json).
 // (the results of a wider sweep, GB 2 included, are in the library's comment on DefaultCfg)
 #define ATTN_SWEEP(X) X(8, 3, 4096, 4, false, 1) X(8, 3, 8192, 4, false, 1) X(8, 3, 8192, 4, true, 1)
-// The register-streamed form's shapes (warps per block, loads of rows ahead per warp), every type.
+// The register-streamed form's shapes (warps per block, loads of rows ahead per warp), every type: the
+// first is the library's float32 default (head_dim 64 and 128).
 #define ATTN_REG_SWEEP(X) X(16, 2) X(16, 3) X(16, 1) X(8, 4)
 
 template <class T, bool MMA>
