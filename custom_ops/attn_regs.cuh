@@ -74,13 +74,7 @@ struct AttnRegs {
       float mt = sg;
 #pragma unroll
       for (int off = LPR; off < 32; off <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
-      if (mt > w.m[g]) {  // a new maximum (warp-uniform): rescale what was summed so far; rare after the first rows
-        const float corr = exp2f(w.m[g] - mt);
-        w.l[g] *= corr;
-#pragma unroll
-        for (int e = 0; e < EPC; ++e) w.acc[g][e] *= corr;
-        w.m[g] = mt;
-      }
+      RaiseMax(mt, w.m[g], w.l[g], w.acc[g]);
       p[g] = exp2f(sg - w.m[g]);  // the warp's first load has a row inside: m is finite here
       w.l[g] += p[g];
     }

@@ -66,6 +66,20 @@ struct AttnRegCfg : AttnCfg<T, HD, NW_, 1, 4096> {
   static constexpr int SMEM = (NW_ * 4 * HD + NW_ * 4 * 2 + 4 * HD + 4 * 2) * 4;
 };
 
+// Online softmax, shared by the scalar and register-streamed forms: when a new maximum mn (base 2)
+// exceeds the running one m, the sum l and the accumulators acc are rescaled by 2^(m - mn) and m takes
+// mn. Warp-uniform where m and mn are; rare after the first rows.
+template <int N>
+__device__ __forceinline__ void RaiseMax(float mn, float& m, float& l, float (&acc)[N]) {
+  if (mn > m) {
+    const float corr = exp2f(m - mn);
+    l *= corr;
+#pragma unroll
+    for (int c = 0; c < N; ++c) acc[c] *= corr;
+    m = mn;
+  }
+}
+
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
@@ -366,13 +380,7 @@ struct AttnBlock {
 #pragma unroll
       for (int off = LPR; off < 32; off <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
       const float mn = fmaxf(w.m[g], mt);
-      if (mn > w.m[g]) {  // a new maximum (warp-uniform): rescale what was summed so far; rare after the first tiles
-        const float corr = exp2f(w.m[g] - mn);
-        w.l[g] *= corr;
-#pragma unroll
-        for (int c = 0; c < AV; ++c) w.acc[g][c] *= corr;
-        w.m[g] = mn;
-      }
+      RaiseMax(mn, w.m[g], w.l[g], w.acc[g]);
       const float mu = mn == -INFINITY ? 0.f : mn;  // avoids (-inf) - (-inf)
       float ls = w.l[g];
 #pragma unroll
