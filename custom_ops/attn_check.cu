@@ -204,6 +204,10 @@ int main(int argc, char** argv) {
       // chunks far into long caches (the flash forward's key splits; uneven shares, the last tile partial)
       {1, 128, 9, 3, 64, 4096, {3968}},      {1, 16, 9, 3, 64, 4096, {4000}},         {2, 70, 8, 2, 128, 3000, {2900, 5}},
       {1, 33, 4, 1, 64, 2000, {1234}},       {1, 64, 12, 4, 32, 5000, {4936}},        {2, 24, 6, 2, 96, 1500, {1476, -1}},
+      // 16-bit head_dim 128: slices of >= 1024 rows take the register-fed form, shorter ones (the last
+      // split of 16001 rows, short sequences of a batch) the cp.async form, in one launch
+      {1, 1, 32, 8, 128, 16384, {16383}},    {1, 1, 16, 8, 128, 16384, {16000}},     {1, 1, 24, 8, 128, 16384, {16383}},
+      {2, 1, 8, 8, 128, 9000, {8999, 4500}}, {8, 1, 32, 8, 128, 4096, {4095, 0, 2047, 4000, -1, 3000, 1024, 77}},
   };
   int bad = CheckRopeAttentionCases(rng);
   for (int dt : {MN_F32, MN_F16, MN_BF16}) {

@@ -103,6 +103,8 @@ static void Record(const char* op, const char* type, const char* config, int B, 
 // The register-streamed form's shapes (warps per block, loads of rows ahead per warp), every type: the
 // first is the library's float32 default (head_dim 64 and 128).
 #define ATTN_REG_SWEEP(X) X(16, 2) X(16, 3) X(16, 1) X(8, 4)
+// The register-fed tensor-core form's shapes (warps per block, units of 8 rows ahead per warp), 16-bit types.
+#define ATTN_RMMA_SWEEP(X) X(8, 1) X(8, 2) X(16, 1) X(12, 1) X(8, 3)
 
 template <class T, bool MMA>
 constexpr bool kSweepable = !MMA || sizeof(T) == 2;
@@ -136,6 +138,18 @@ static int CheckSweep(int dt, std::mt19937& rng) {
     bad += !CheckAttention(c, dt, rng, ConfigAttention<T, HD, 4, AttnRegCfg<T, HD, nw, u>>, "regs nw" #nw " u" #u);
   ATTN_REG_SWEEP(ATTN_CHECK_REG)
 #undef ATTN_CHECK_REG
+#define ATTN_CHECK_RMMA(nw, u)                                                                                     \
+  if constexpr (sizeof(T) == 2)                                                                                   \
+    for (const AttnCase& c : cases)                                                                               \
+      bad += !CheckAttention(c, dt, rng, ConfigAttention<T, HD, 4, AttnRegMmaCfg<T, HD, nw, u>>, "regmma nw" #nw " u" #u);
+  ATTN_RMMA_SWEEP(ATTN_CHECK_RMMA)
+#undef ATTN_CHECK_RMMA
+  if constexpr (sizeof(T) == 2 && HD == 128)
+    for (const AttnCase& c : cases) {
+      bad += !CheckAttention(c, dt, rng, ConfigAttention<T, HD, 4, AttnCfg<T, HD, 8, 2, 8192, true>>, "nw8 st2 8K mma");
+      bad += !CheckAttention(c, dt, rng, ConfigAttention<T, HD, 4, AttnPairCfg<AttnCfg<T, HD, 8, 3, 8192, true>, AttnRegMmaCfg<T, HD, 8, 2>, 1024>>,
+                             "pair st3");
+    }
   return bad;
 }
 
@@ -243,6 +257,16 @@ static void TimeAttention(Timer& tm, int dt, bool sweep, double peak) {
   TimeAttnConfig<T, HD, 4, AttnRegCfg<T, HD, nw, u>>(tm, "regs nw" #nw " u" #u, dt, dq, kv, dout, B, L, max_seq, pos, peak);
         ATTN_REG_SWEEP(ATTN_TIME_REG)
 #undef ATTN_TIME_REG
+#define ATTN_TIME_RMMA(nw, u)                                                                                                  \
+  if constexpr (sizeof(T) == 2)                                                                                               \
+    TimeAttnConfig<T, HD, 4, AttnRegMmaCfg<T, HD, nw, u>>(tm, "regmma nw" #nw " u" #u, dt, dq, kv, dout, B, L, max_seq, pos, peak);
+        ATTN_RMMA_SWEEP(ATTN_TIME_RMMA)
+#undef ATTN_TIME_RMMA
+        if constexpr (sizeof(T) == 2 && HD == 128) {
+          TimeAttnConfig<T, HD, 4, AttnCfg<T, HD, 8, 2, 8192, true>>(tm, "nw8 st2 8192 mma", dt, dq, kv, dout, B, L, max_seq, pos, peak);
+          TimeAttnConfig<T, HD, 4, AttnPairCfg<AttnCfg<T, HD, 8, 3, 8192, true>, AttnRegMmaCfg<T, HD, 8, 2>, 1024>>(
+              tm, "pair st3", dt, dq, kv, dout, B, L, max_seq, pos, peak);
+        }
       }
       cudaFree(dpos);
     }

@@ -20,6 +20,7 @@ struct AttnRegs {
   static constexpr int NW = Cfg::NW, U = Cfg::U, EPC = E::EPC, C16 = HD / EPC;
   static constexpr int LPR = C16, RW = 32 / C16;  // lanes per row, rows per warp load
   static_assert((C16 == 8 || C16 == 16 || C16 == 32) && GB <= 4 && U >= 1, "register-streamed attention shape");
+  using Raw = uint4[GB];
 
   struct Warp {
     int warp, lane;

@@ -3,6 +3,7 @@
 #pragma once
 #include <type_traits>
 
+#include "attn_cfg.cuh"
 #include "cuda_common.cuh"
 
 namespace {
@@ -32,39 +33,6 @@ int g_attn_cluster_max = 8;      // splits merged through a thread-block cluster
 int g_attn_last_cluster = 0;     // the cluster size of the last launch (0: the atomic-counter merge)
 int g_attn_flash = -1;           // chunks on the flash forward: -1 where FlashForChunk says so, 0 never, 1 always (attn_check)
 int g_attn_key_splits = 0;       // the flash forward's key splits for chunks: 0 as it chooses, n > 0 at most n (attn_check)
-
-template <class T, int HD, int NW_, int NST_, int STB_, bool MMA_ = false>
-struct AttnCfg {
-  static constexpr int NW = NW_, NST = NST_, STB = STB_;
-  static constexpr bool MMA = MMA_;                // tensor-core warp work (attn_mma.cuh), 16-bit types
-  static constexpr bool REG = false;               // register-streamed warp work (attn_regs.cuh, AttnRegCfg)
-  static constexpr int U = 0;
-  static constexpr int EPC = Elem<T>::EPC;
-  static constexpr int C16 = HD / EPC;             // 16-byte chunks per row
-  static constexpr int C = 16 / EPC;               // QK: chunks per lane (16 elements)
-  static constexpr int LPR = C16 / C;              // QK: lanes per row
-  static constexpr int R = 32 / LPR;               // QK: rows per step
-  static constexpr int TR = STB / (2 * HD * (int)sizeof(T));  // rows per stage
-  static constexpr int STEPS = TR / R;
-  static constexpr int PL = C16 < 32 ? C16 : 32;   // PV: lanes per row
-  static constexpr int RV = 32 / PL;               // PV: rows in parallel
-  static constexpr int CV = C16 / PL;              // PV: chunks per lane
-  static constexpr int AV = CV * EPC;              // PV: accumulators per lane and head
-  static constexpr int STAGE16 = 2 * TR * C16;     // chunks per stage (K then V)
-  static constexpr int SMEM = NW * NST * STB;
-  static_assert(LPR >= 1 && LPR <= 32 && TR % R == 0 && R % RV == 0 && (TR * C16) % 32 == 0, "attention tile shape");
-};
-
-// The register-streamed form (attn_regs.cuh): NW warps, U warp loads of K/V rows ahead per warp, no
-// stages: shared memory holds the merge area only (for up to 4 heads per block). TR: rows per warp
-// per pass (Rows rounds a split's rows to NW * TR); the base's other members are those of a scalar tile.
-template <class T, int HD, int NW_, int U_>
-struct AttnRegCfg : AttnCfg<T, HD, NW_, 1, 4096> {
-  static constexpr bool REG = true;
-  static constexpr int U = U_;
-  static constexpr int TR = 32 / (HD / Elem<T>::EPC) * U_;
-  static constexpr int SMEM = (NW_ * 4 * HD + NW_ * 4 * 2 + 4 * HD + 4 * 2) * 4;
-};
 
 // Online softmax, shared by the scalar and register-streamed forms: when a new maximum mn (base 2)
 // exceeds the running one m, the sum l and the accumulators acc are rescaled by 2^(m - mn) and m takes
@@ -131,6 +99,7 @@ struct RopeIn<T, HD, false> {};
 
 #include "attn_merge.cuh"
 #include "attn_mma.cuh"
+#include "attn_regmma.cuh"
 #include "attn_regs.cuh"
 
 namespace {
@@ -489,7 +458,19 @@ __device__ __forceinline__ void RopeBlock(const RopeIn<T, HD, true>& rope, const
   }
 }
 
-// The warps' streaming (scalar or tensor-core form), then their partials in shared memory.
+// A register form's warp work (W: AttnRegs or AttnRegMma) once its query is loaded (raw) and the
+// block's slice is known, then its partial in shared memory (no stages: the merge area is free).
+template <class W, class T>
+__device__ __forceinline__ void RegWarp(const typename W::Raw& raw, const T* k, const T* v, const AttnArgs& a, const AttnSlice& s,
+                                        int warp, int lane, float* sm_acc, float* sm_ml) {
+  typename W::Warp w;
+  w.warp = warp;
+  w.lane = lane;
+  W::Stream(w, k, v, s, a, [&] { W::StartWarp(w, raw, a.qscale); });
+  W::StorePartial(w, sm_acc, sm_ml);
+}
+
+// The warps' streaming (scalar, tensor-core or register form), then their partials in shared memory.
 template <class T, int HD, int GB, class Cfg, bool ROPE>
 __device__ __forceinline__ void AttnWarps(const T* __restrict__ q, const T* k, const T* v, const AttnArgs& a, AttnSlice& s,
                                           const RopeIn<T, HD, ROPE>& rope, uint4* smem, float* sm_acc, float* sm_ml) {
@@ -499,15 +480,11 @@ __device__ __forceinline__ void AttnWarps(const T* __restrict__ q, const T* k, c
   __shared__ __align__(16) T patch[ROPE ? 2 * HD : 8];
   if constexpr (Cfg::REG) {
     static_assert(!ROPE, "RopeCachedAttention streams through stages (its new rows patched in)");
-    using W = AttnRegs<T, HD, GB, Cfg>;
-    typename W::Warp w;
-    w.warp = warp;
-    w.lane = lane;
-    uint4 raw[GB];
+    using W = std::conditional_t<Cfg::MMA, AttnRegMma<T, HD, GB, Cfg>, AttnRegs<T, HD, GB, Cfg>>;
+    typename W::Raw raw;
     W::LoadQuery(q, s, a.G, lane, raw);  // in flight together with the position
     A::Rows(a, s);
-    W::Stream(w, k, v, s, a, [&] { W::StartWarp(w, raw, a.qscale); });
-    W::StorePartial(w, sm_acc, sm_ml);  // no stages: the merge area is free
+    RegWarp<W>(raw, k, v, a, s, warp, lane, sm_acc, sm_ml);
   } else if constexpr (Cfg::MMA) {
     using M = AttnMma<T, HD, GB, Cfg>;
     typename M::Warp w;
@@ -517,7 +494,18 @@ __device__ __forceinline__ void AttnWarps(const T* __restrict__ q, const T* k, c
     w.t = lane % 4;
     uint32_t raw[M::KS][2];
     M::LoadQuery(q, s, a.G, w.g, w.t, raw);  // in flight together with the position
-    A::Rows(a, s);
+    if constexpr (Cfg::PAIR) {  // the register-fed form for a long slice (the query in its order too)
+      using R = AttnRegMma<T, HD, GB, typename Cfg::RegCfg>;
+      typename R::Raw rraw;
+      R::LoadQuery(q, s, a.G, lane, rraw);
+      A::Rows(a, s);
+      if (s.end - s.start >= Cfg::MIN_ROWS) {  // block-uniform
+        RegWarp<R>(rraw, k, v, a, s, warp, lane, sm_acc, sm_ml);
+        return;
+      }
+    } else {
+      A::Rows(a, s);
+    }
     auto pipe = A::MakePipe(k, v, s, a, smem, warp, lane);
     if constexpr (ROPE) {
       RopeBlock<T, HD, GB, Cfg>(rope, s, a, angles, patch, pipe);

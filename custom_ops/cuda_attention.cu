@@ -128,11 +128,18 @@ __global__ void AttnGeneric(const T* __restrict__ q, const T* __restrict__ k, co
 // H200, caches rotated past L2: benchmarks/results/attn_check_h200_sweep_20261129.json (and
 // _20261127.json, _20261123.json for the older sweeps: 4 stages, 16 warps, two blocks of 2 query heads
 // per KV head, which read K/V twice and lost 30-40%).
+// float16/bfloat16 with head_dim 128: 2 stages (128 KiB, so that L1 keeps room), paired with the
+// register-fed tensor-core form (attn_regmma.cuh, 8 warps x 2 units of 8 rows ahead), which a block
+// takes when its slice has at least 1024 rows (AttnPairCfg). Each form alone, float16, 32/8 heads: batch 8 x 4096 cached (2048 rows per block)
+// 35.9 us register-fed against 40.3 cp.async, batch 1 x 16384 (1024) 22.1 against 23.7; with fewer
+// rows per block the register-fed form lost: batch 1 x 8192 (512) 14.7 against 14.5, x 4096 (256)
+// 11.1 against 10.2 (its 234 registers leave 8 warps per SM, whose first loads wait on the position).
+// head_dim 64: the register-fed form was level or slower (attn_check_h200_sweep_20261129b.json).
 template <class T, int HD>
 struct DefaultCfgOf {
   static constexpr bool kMma = HD == 64 || HD == 128;
-  using type = AttnCfg<T, HD, 8, 3, kMma ? 8192 : 4096, kMma>;
-  using rope = type;  // RopeCachedAttention's
+  using rope = AttnCfg<T, HD, 8, 3, kMma ? 8192 : 4096, kMma>;  // RopeCachedAttention's
+  using type = std::conditional_t<HD == 128, AttnPairCfg<AttnCfg<T, HD, 8, 2, 8192, true>, AttnRegMmaCfg<T, HD, 8, 2>, 1024>, rope>;
 };
 template <int HD>
 struct DefaultCfgOf<float, HD> {
@@ -149,12 +156,16 @@ template <class T, int HD, int GB, class Cfg, bool ROPE = false>
 int AttnOccupancy() {
   static int occ = 0;
   if (occ <= 0) {
-    // cp.async.cg bypasses L1: give the SM's unified memory to shared memory. The register-streamed
-    // form's loads pass through L1, so it asks for the most L1 (on an H200 its time was the same with
-    // the most shared memory or the driver's default).
+    // cp.async.cg bypasses L1: give the SM's unified memory to shared memory. The register forms' loads
+    // pass through L1, which holds their data in flight: the register-streamed form asks for the most
+    // L1 (on an H200 its time was the same with the most shared memory or the driver's default), the
+    // pair of tensor-core forms for just the shared memory of its stages (the rest is L1).
+    int carveout = Cfg::REG ? cudaSharedmemCarveoutMaxL1 : cudaSharedmemCarveoutMaxShared;
+    int sm_bytes = 0;
+    if (Cfg::PAIR && cudaDeviceGetAttribute(&sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0) == cudaSuccess && sm_bytes > 0)
+      carveout = static_cast<int>(std::min<int64_t>(100, ((int64_t)Cfg::SMEM + 2048) * 100 / sm_bytes + 1));
     cudaFuncSetAttribute(AttnSplit<T, HD, GB, Cfg, ROPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM);
-    cudaFuncSetAttribute(AttnSplit<T, HD, GB, Cfg, ROPE>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                         Cfg::REG ? cudaSharedmemCarveoutMaxL1 : cudaSharedmemCarveoutMaxShared);
+    cudaFuncSetAttribute(AttnSplit<T, HD, GB, Cfg, ROPE>, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, AttnSplit<T, HD, GB, Cfg, ROPE>, Cfg::NW * 32, Cfg::SMEM) != cudaSuccess ||
         occ <= 0)
       occ = 1;
