@@ -121,7 +121,7 @@ __global__ void AttnGeneric(const T* __restrict__ q, const T* __restrict__ k, co
 // 10.2 / 14.3 / 22.5 against 11.0 / 16.2 / 25.0); 3 loads ahead was level, 16 warps x 1 and 8 x 4
 // slower by 17-25%.
 // RopeCachedAttention keeps the scalar form (it patches its new rows into the stages).
-// float16/bfloat16 with head_dim 64 or 128: the tensor-core form (attn_mma.cuh), stages of 8 KiB (16
+// float16/bfloat16 with head_dim 64 (and RopeCachedAttention's 128): the tensor-core form (attn_mma.cuh), stages of 8 KiB (16
 // rows of head_dim 128; 192 KiB per block); the scalar form spent ~475 instructions per 4 KiB and
 // capped near 3 TB/s (25-30% slower at 8192-16384 cached rows), the register-streamed form is 8-20%
 // slower. Other head_dims: the scalar form (float32 stages of 8 KiB, 16-bit 4 KiB). Measured with attn_check --sweep on an
@@ -130,11 +130,13 @@ __global__ void AttnGeneric(const T* __restrict__ q, const T* __restrict__ k, co
 // per KV head, which read K/V twice and lost 30-40%).
 // float16/bfloat16 with head_dim 128: 2 stages (128 KiB, so that L1 keeps room), paired with the
 // register-fed tensor-core form (attn_regmma.cuh, 8 warps x 2 units of 8 rows ahead), which a block
-// takes when its slice has at least 1024 rows (AttnPairCfg). Each form alone, float16, 32/8 heads: batch 8 x 4096 cached (2048 rows per block)
-// 35.9 us register-fed against 40.3 cp.async, batch 1 x 16384 (1024) 22.1 against 23.7; with fewer
-// rows per block the register-fed form lost: batch 1 x 8192 (512) 14.7 against 14.5, x 4096 (256)
-// 11.1 against 10.2 (its 234 registers leave 8 warps per SM, whose first loads wait on the position).
-// head_dim 64: the register-fed form was level or slower (attn_check_h200_sweep_20261129b.json).
+// takes when its slice has at least 1024 rows (AttnPairCfg). float16, 32/8 heads, the pair / the
+// register-fed form alone / the cp.async form alone with 3 stages (the default before): batch 1 x
+// 4096 cached (256 rows per block) 10.1 / 11.1 / 10.1 us, x 8192 (512) 14.3 / 14.7 / 14.4, x 16384
+// (1024) 22.5 / 22.3 / 23.5, batch 8 x 4096 (2048) 36.9 / 36.5 / 40.3. The register-fed form's 234
+// registers leave 8 warps per SM: it wins only with many rows per warp. With 3 stages (192 KiB) the
+// pair was slower than either form (24.9 us at 16384): the register form's loads wait in L1.
+// head_dim 64: the register-fed form was level or slower. attn_check_h200_sweep_20261129b.json.
 template <class T, int HD>
 struct DefaultCfgOf {
   static constexpr bool kMma = HD == 64 || HD == 128;
