@@ -72,6 +72,15 @@ __device__ __forceinline__ void CpAsync16Z(void* smem, const void* gmem, bool in
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(in ? 16 : 0) : "memory");
 }
 
+// Head g's maximum of the tile's scores (mt: this lane's) over its 4 lanes; where it rises past the
+// running maximum m, the sum l and the accumulators o are rescaled (RaiseMax). Both tensor-core forms.
+template <int NT>
+__device__ __forceinline__ void RaiseHeadMax(float mt, float& m, float& l, float (&o)[NT][2]) {
+  mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+  mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+  RaiseMax(mt, m, l, reinterpret_cast<float(&)[2 * NT]>(o));
+}
+
 template <class T, int HD, int GB, class Cfg>
 struct AttnMma {
   static constexpr int TR = Cfg::TR, C16 = Cfg::C16, NST = Cfg::NST;
@@ -169,19 +178,7 @@ struct AttnMma {
       s[nt][0] = rr < end ? c0 * qscale : -INFINITY;
       s[nt][1] = rr + 1 < end ? c1 * qscale : -INFINITY;
     }
-    float mt = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
-    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
-    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
-    if (mt > w.m) {  // a new maximum for this head (uniform over its 4 lanes): rescale what was summed
-      const float corr = exp2f(w.m - mt);
-      w.l *= corr;
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        w.o[n][0] *= corr;
-        w.o[n][1] *= corr;
-      }
-      w.m = mt;
-    }
+    RaiseHeadMax(fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1])), w.m, w.l, w.o);
     const float mu = w.m == -INFINITY ? 0.f : w.m;  // avoids (-inf) - (-inf)
     float p[2][2];
 #pragma unroll

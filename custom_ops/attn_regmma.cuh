@@ -112,19 +112,7 @@ struct AttnRegMma {
     const float c0 = c[0][0] + c[1][0], c1 = c[0][1] + c[1][1];
     const int64_t rr = r0 + t2;
     const float s0 = rr < end ? c0 * qscale : -INFINITY, s1 = rr + 1 < end ? c1 * qscale : -INFINITY;
-    float mt = fmaxf(s0, s1);
-    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
-    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
-    if (mt > w.m) {  // a new maximum for head g (uniform over its 4 lanes; finite: row r0 is inside)
-      const float corr = exp2f(w.m - mt);
-      w.l *= corr;
-#pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        w.o[n][0] *= corr;
-        w.o[n][1] *= corr;
-      }
-      w.m = mt;
-    }
+    RaiseHeadMax(fmaxf(s0, s1), w.m, w.l, w.o);  // finite: row r0 is inside the slice
     const float p0 = exp2f(s0 - w.m), p1 = exp2f(s1 - w.m);
     w.l += p0 + p1;
     const uint32_t a0 = PackPair<T>(p0, p1);

@@ -34,7 +34,7 @@ int g_attn_last_cluster = 0;     // the cluster size of the last launch (0: the 
 int g_attn_flash = -1;           // chunks on the flash forward: -1 where FlashForChunk says so, 0 never, 1 always (attn_check)
 int g_attn_key_splits = 0;       // the flash forward's key splits for chunks: 0 as it chooses, n > 0 at most n (attn_check)
 
-// Online softmax, shared by the scalar and register-streamed forms: when a new maximum mn (base 2)
+// Online softmax, shared by every form: when a new maximum mn (base 2)
 // exceeds the running one m, the sum l and the accumulators acc are rescaled by 2^(m - mn) and m takes
 // mn. Warp-uniform where m and mn are; rare after the first rows.
 template <int N>
