@@ -163,8 +163,9 @@ int AttnOccupancy() {
     // L1 (on an H200 its time was the same with the most shared memory or the driver's default), the
     // pair of tensor-core forms for just the shared memory of its stages (the rest is L1).
     int carveout = Cfg::REG ? cudaSharedmemCarveoutMaxL1 : cudaSharedmemCarveoutMaxShared;
-    int sm_bytes = 0;
-    if (Cfg::PAIR && cudaDeviceGetAttribute(&sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0) == cudaSuccess && sm_bytes > 0)
+    int dev = 0, sm_bytes = 0;
+    if (Cfg::PAIR && cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&sm_bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess && sm_bytes > 0)
       carveout = static_cast<int>(std::min<int64_t>(100, ((int64_t)Cfg::SMEM + 2048) * 100 / sm_bytes + 1));
     cudaFuncSetAttribute(AttnSplit<T, HD, GB, Cfg, ROPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::SMEM);
     cudaFuncSetAttribute(AttnSplit<T, HD, GB, Cfg, ROPE>, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
