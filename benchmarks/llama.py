@@ -16,8 +16,9 @@ Configurations (``--sides``, ``--precisions``, ``--batches``):
 - ``ours-spin`` / ``ours-nospin`` / ``ours-1thread`` (CPU): the same with ONNX Runtime's threads
   spinning between ops (``thread_spinning=True``; the runner's default is off, see ``LlamaRunner``),
   without (the default, named), or on one thread (``threads=1``: the least CPU time per token).
-- ``ours-separate``: ``ours`` with the prefill's q/k/v and gate/up products kept separate
-  (``merge_projections=False``; by default a prefill runs each group as one product).
+- ``ours-separate`` / ``ours-merged``: ``ours`` with the prefill's q/k/v and gate/up products kept separate
+  (``merge_projections=False``) or each group run as one product (``True``); by default a prefill merges
+  them on CUDA only.
 - ``ours-unfusednorm``: ``ours`` with the prefill's residual adds and RMSNorms unfused
   (``add_rms_norm=False``; by default on CUDA each is one ``AddRMSNorm``).
 - ``ours-unfusedqkv``: ``ours`` with the prefill's split of each merged q/k/v product, its ropes and cache
@@ -78,6 +79,7 @@ OURS_MODES = {
     "nospin": {"spin": False},
     "1thread": {"threads": 1},
     "separate": {"separate_projections": True},
+    "merged": {"merged_projections": True},
     "unfusednorm": {"unfused_norm": True},
     "unfusedqkv": {"unfused_qkv": True},
     "unpackedswiglu": {"unpacked_swiglu": True},
@@ -88,7 +90,7 @@ OURS_MODES = {
     "chunk64": {"greedy_chunk": 64},
 }
 """``ours-<mode>`` sides: what they change in the spec (``spin``: ``thread_spinning``, ``threads``,
-``separate_projections``: ``merge_projections=False``, ``unfused_norm``: ``add_rms_norm=False``, ``unfused_qkv``: ``qkv_rope_cache=False``, ``unpacked_swiglu``: ``swiglu_packed=False``, ``no_decode_layer``: ``decode_layer=False``,
+``separate_projections``: ``merge_projections=False``, ``merged_projections``: ``merge_projections=True``, ``unfused_norm``: ``add_rms_norm=False``, ``unfused_qkv``: ``qkv_rope_cache=False``, ``unpacked_swiglu``: ``swiglu_packed=False``, ``no_decode_layer``: ``decode_layer=False``,
 ``host_argmax``: the greedy token from the logits on the host, ``cpu_team``: ``MEGANEURA_CPU_TEAM``,
 ``greedy_chunk``: greedy steps queued per read-back, fixed, instead of ``generate``'s ``GreedyChunks``)."""
 DEFAULTS = {  # per device: what the issue asks to be shown
@@ -236,8 +238,8 @@ class Worker:
 
 def finish(entry: dict, spec: dict) -> dict:
     """Medians and spreads (min-max) of the runs, in the units of the JSON."""
-    keys = ("side", "hf_mode", "nospin", "spin", "threads", "cpu_team", "separate_projections", "unfused_norm", "unfused_qkv")
-    keys += ("unpacked_swiglu", "no_decode_layer", "precision", "batch", "cuda_graph")
+    keys = ("side", "hf_mode", "nospin", "spin", "threads", "cpu_team", "separate_projections", "merged_projections", "unfused_norm")
+    keys += ("unfused_qkv", "unpacked_swiglu", "no_decode_layer", "precision", "batch", "cuda_graph")
     entry["config"] = {k: spec.get(k) for k in keys}
     runs = entry.pop("runs", [])
     if not runs:
@@ -298,7 +300,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--sides",
         default=None,
-        help="comma-separated: ours, ours-spin, ours-nospin, ours-1thread, ours-separate, ours-unfusednorm, ours-unfusedqkv, ours-unpackedswiglu, ours-nolayer, ours-hostargmax, ours-team2, ours-chunk16, ours-chunk64, genai, hf-eager, hf-static [default: per device]",
+        help="comma-separated: ours, ours-spin, ours-nospin, ours-1thread, ours-separate, ours-merged, ours-unfusednorm, ours-unfusedqkv, ours-unpackedswiglu, ours-nolayer, ours-hostargmax, ours-team2, ours-chunk16, ours-chunk64, genai, hf-eager, hf-static [default: per device]",
     )
     ap.add_argument("--precisions", default=None, help="comma-separated: fp32, fp16, bf16 [CPU: fp32; CUDA: all]")
     ap.add_argument("--batches", default=None, help="comma-separated batch sizes [CPU: 1; CUDA: 1,8]")

@@ -14,7 +14,7 @@ and the same prompts (``B`` rows of one length), greedy, end-of-sequence ignored
 
 - ``ours``: ``LlamaRunner`` (batch 1) or ``LlamaBatchRunner`` of ``models/llama.py`` with its default
   threads (``ours-spin``: with ``thread_spinning=True``, ``ours-nospin``: ``False``, ``ours-1thread``:
-  ``threads=1``; ``ours-team2``: ``MEGANEURA_CPU_TEAM=2``; ``ours-separate``: with ``merge_projections=False``; ``ours-nolayer``: with
+  ``threads=1``; ``ours-team2``: ``MEGANEURA_CPU_TEAM=2``; ``ours-separate`` / ``ours-merged``: with ``merge_projections=False`` / ``True``; ``ours-nolayer``: with
   ``decode_layer=False``, each decoder layer as its five fused kernels on CUDA, as MatMul on the CPU;
   ``ours-hostargmax``: each greedy token chosen on the host from the logits; by default ours runs
   ``decode_greedy`` as ``generate`` does: tokens chosen and fed back on the device, in queued chunks);
@@ -91,6 +91,8 @@ SWITCHED_OFF = {
 }
 """Spec keys of the ``ours-<mode>`` sides that turn one ``LlamaRunner`` keyword off: (the keyword, what a
 branch without it lacks)."""
+SWITCHED_ON = {"merged_projections": ("merge_projections", "products are never merged")}
+"""Likewise, the spec keys that turn one keyword on."""
 
 
 def open_ours(spec: dict) -> tuple[dict, Callable]:
@@ -111,11 +113,12 @@ def open_ours(spec: dict) -> tuple[dict, Callable]:
     if spec.get("cpu_team"):  # read by the DecodeLayer kernels as the session creates them
         os.environ["MEGANEURA_CPU_TEAM"] = spec["cpu_team"]
     runner_keywords = inspect.signature(llama.LlamaRunner).parameters
-    for key, (keyword, missing) in SWITCHED_OFF.items():
-        if spec.get(key):
-            if keyword not in runner_keywords:
-                raise NotAvailable(f"LlamaRunner takes no {keyword}= ({missing} on this branch)")
-            kw[keyword] = False
+    for switches, value in ((SWITCHED_OFF, False), (SWITCHED_ON, True)):
+        for key, (keyword, missing) in switches.items():
+            if spec.get(key):
+                if keyword not in runner_keywords:
+                    raise NotAvailable(f"LlamaRunner takes no {keyword}= ({missing} on this branch)")
+                kw[keyword] = value
     cls = llama.LlamaRunner if rows == 1 else getattr(llama, "LlamaBatchRunner", None)
     if cls is None:
         raise NotAvailable("models/llama.py has no LlamaBatchRunner (batch > 1 decode)")

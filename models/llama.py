@@ -123,7 +123,8 @@ class LlamaRunner:
     44-45 ms per token and 86-88 ms CPU spinning, 42 and 74 ms not; at load 4-8, 109-300 ms against
     62-120). ``threads=1`` spends the least CPU per token (~50 ms, 48-58 ms wall). (The decode step
     as MatMul, ``decode_layer=False``.)
-    ``merge_projections``: the prefill runs q/k/v and gate/up as one product each (``build_inference_session``).
+    ``merge_projections``: the prefill runs q/k/v and gate/up as one product each (None: on CUDA;
+    ``build_inference_session``).
     ``add_rms_norm``: the prefill's residual adds and the RMSNorms after them as ``AddRMSNorm`` nodes (None:
     on CUDA; ``build_inference_session``).
     ``qkv_rope_cache``: the prefill's split of each merged q/k/v product, its ropes and cache writes as one
@@ -156,7 +157,7 @@ class LlamaRunner:
         threads: int | None = None,
         thread_spinning: bool = False,
         decode_layer: bool | None = None,
-        merge_projections: bool = True,
+        merge_projections: bool | None = None,
         add_rms_norm: bool | None = None,
         qkv_rope_cache: bool | None = None,
         swiglu_packed: bool | None = None,
@@ -192,7 +193,8 @@ class LlamaRunner:
         # precision: bf16/fp16 store the projection weights (and KV caches where the cache kernels take
         # half) in half precision; logits come back as float32.
         # merge_projections: the prefill chunk (more than 16 rows) runs q/k/v and gate/up as one product
-        # each against the weights joined in the graph; the decode step keeps its products (fused on CUDA).
+        # each against the weights joined in the graph (by default on CUDA only); the decode step keeps its
+        # products (fused on CUDA).
         common = dict(
             parameters=params,
             use_custom_ops=use_custom_ops,

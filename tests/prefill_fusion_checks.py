@@ -51,9 +51,11 @@ def assert_fused_logits_run_on_cpu_kernels(cfg, library: str, ops: dict[str, int
 
 def assert_runner_switch_keeps_the_prefill(cfg, switch: str, rule: str, fired: int, seed: int = 3) -> None:
     """``LlamaRunner(switch=False / True)``: the pass's rule fires 0 / ``fired`` times in the prefill session,
-    and the prefill's logits and the greedy token after it match."""
+    and the prefill's logits and the greedy token after it match. The projections are merged (the passes
+    read the merged products; CPU runners keep them separate by default)."""
     prompt = [int(t) for t in np.random.default_rng(seed).integers(0, cfg.vocab_size, 24)]
-    runners = {flag: llama.LlamaRunner(cfg, None, max_seq=48, prefill_chunk=24, **{switch: flag}) for flag in (False, True)}
+    kw = dict(max_seq=48, prefill_chunk=24, merge_projections=True)
+    runners = {flag: llama.LlamaRunner(cfg, None, **kw, **{switch: flag}) for flag in (False, True)}
     counts = {flag: r.prefiller.report.rules_fired.get(rule, 0) for flag, r in runners.items()}
     assert counts == {False: 0, True: fired}
     logits = {flag: r.prefill(prompt) for flag, r in runners.items()}

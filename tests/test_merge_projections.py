@@ -18,6 +18,7 @@ from meganeura_onnx.export import to_model
 from meganeura_onnx.export.precision import half_storage_inputs, lower_precision
 from meganeura_onnx.init import default_parameters
 from meganeura_onnx.reference import evaluate
+from meganeura_onnx.runtime.inference import _optimized
 from meganeura_onnx.runtime.training import build_session
 from meganeura_onnx.transforms.autodiff import gradients
 from meganeura_onnx.transforms.merge_projections import merge_projections
@@ -289,3 +290,16 @@ def test_split_gradient_is_one_cat_of_the_pieces_gradients_with_zeros_for_an_unu
     xv = np.random.default_rng(1).normal(size=(3, 8))
     want = np.concatenate([2 * xv[:, :4], np.zeros((3, 2)), np.full((3, 2), 4.0)], axis=1)
     np.testing.assert_allclose(evaluate(g, {"x": xv}, np.float64)[0], want, rtol=1e-14)
+
+
+def test_inference_merges_a_prefills_projections_by_default_on_cuda_only():
+    # On the CPU the weights' Concat per run costs more than the merged product saves (see _optimized).
+    g = llama.build_graph(CFG, "prefill", 32, 64)
+    cpu = build_inference_session(g, parameters=default_parameters(g, 5))
+    assert cpu.report.rules_fired.get("merge_projections", 0) == 0
+    forced = build_inference_session(g, parameters=default_parameters(g, 5), merge_projections=True)
+    assert forced.report.rules_fired["merge_projections"] == 2 * CFG.num_hidden_layers
+    _, cuda_report = _optimized(g, "cuda", None, None, None, True)  # the graph the CUDA session would compile
+    assert cuda_report.rules_fired["merge_projections"] == 2 * CFG.num_hidden_layers
+    _, cuda_separate = _optimized(g, "cuda", False, None, None, True)
+    assert cuda_separate.rules_fired.get("merge_projections", 0) == 0

@@ -86,7 +86,10 @@ def test_fused_prefill_session_with_the_cpu_kernels_matches_the_unfused_session(
     g = llama.build_graph(CFG, "prefill", 24, 64, batch)
     f = feeds(g, 24, batch, seed=2)
     params = default_parameters(g, 2)
-    sessions = {flag: build_inference_session(g, "cpu", parameters=params, qkv_rope_cache=flag) for flag in (False, True)}
+    # merge_projections: the fusion reads the merged q/k/v product, which CPU sessions do not make by default
+    sessions = {
+        flag: build_inference_session(g, "cpu", parameters=params, qkv_rope_cache=flag, merge_projections=True) for flag in (False, True)
+    }
     assert sessions[True].report.rules_fired.get("fuse_qkv_rope_cache_write") == LAYERS
     assert "fuse_qkv_rope_cache_write" not in sessions[False].report.rules_fired
     assert sessions[True].plan().kernels().get("QKVRopeCacheWrite") == "kernel"

@@ -44,7 +44,7 @@ def build_inference_session(
     precision: str = "fp32",
     session_config: Mapping[str, str] | None = None,
     session_options: Mapping[str, object] | None = None,
-    merge_projections: bool = True,
+    merge_projections: bool | None = None,
     add_rms_norm: bool | None = None,
     qkv_rope_cache: bool | None = None,
     swiglu_packed: bool | None = None,
@@ -65,7 +65,7 @@ def build_inference_session(
     non-finite one (it reads every buffer back: for debugging, not for speed). ``optimize`` (default
     True) runs the e-graph optimizer first, with the decode-step fusions that pay on ``device``
     (:func:`_optimized`); its report is the session's ``report`` attribute (``None`` with
-    ``optimize=False``). ``merge_projections``: a prefill's q/k/v and gate/up as one product each.
+    ``optimize=False``). ``merge_projections``: a prefill's q/k/v and gate/up as one product each (None: on CUDA).
     ``add_rms_norm``: a prefill's residual add and the RMSNorm after it as one ``AddRMSNorm``; None
     (default): on CUDA. ``qkv_rope_cache``: a prefill's split of its merged q/k/v product, its ropes and
     cache writes as one ``QKVRopeCacheWrite``; ``swiglu_packed``: its gate|up split and the SwiGLU after it as
@@ -114,7 +114,7 @@ def build_inference_session(
 def _optimized(
     graph: Graph,
     device: str,
-    merge_projections: bool,
+    merge_projections: bool | None,
     decode_layer: bool | None,
     providers,
     use_custom_ops: bool,
@@ -124,7 +124,10 @@ def _optimized(
 ):
     """(graph, report) after the inference optimizer (:mod:`meganeura_onnx.transforms.rewrite`; with
     ``merge_projections`` a prefill's (> 16 or symbolic rows) q/k/v and gate/up run as one product each,
-    :mod:`meganeura_onnx.transforms.merge_projections`; ``decode_layer``:
+    :mod:`meganeura_onnx.transforms.merge_projections`: by default on CUDA, where a prefill's time is its
+    launches; on the CPU the Concat of each group's weights, which runs every time since the weights are
+    session inputs, costs more than the one product saves (fp32 SmolLM2-135M 128-row prefill, 2-core VM,
+    three runs, medians: 213 / 210 / 186 ms separate against 235 / 222 / 206 merged); ``decode_layer``:
     :mod:`meganeura_onnx.transforms.decode_layer_fusion`). The decode-step fusions (RMSNorm + projection and
     residual GEMVs, rope + attention, whole layers) pay where launches dominate (CUDA); on the CPU, MLAS's
     products are as fast as our GEMV kernels one by one (README, decode-layer fusions), so CPU sessions keep
@@ -151,7 +154,7 @@ def _optimized(
         stage="inference",
         decode_fusion=fused,
         rope_attention=rope_attention,
-        merge_projections=merge_projections,
+        merge_projections=device == "cuda" if merge_projections is None else merge_projections,
         decode_layer=layers,
         add_rms_norm=device == "cuda" if add_rms_norm is None else add_rms_norm,
         qkv_rope_cache=(device == "cuda" or cpu_kernels) if qkv_rope_cache is None else qkv_rope_cache,
