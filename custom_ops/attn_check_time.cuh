@@ -106,6 +106,10 @@ static void Record(const char* op, const char* type, const char* config, int B, 
 // The register-fed tensor-core form's shapes (warps per block, units of 8 rows ahead per warp), 16-bit types.
 #define ATTN_RMMA_SWEEP(X) X(8, 1) X(8, 2) X(16, 1) X(12, 1) X(8, 3)
 
+// The pair of tensor-core forms with the cp.async form's 3 stages (192 KiB; the library's pair has 2).
+template <class T, int HD>
+using PairSt3 = AttnPairCfg<AttnCfg<T, HD, 8, 3, 8192, true>, AttnRegMmaCfg<T, HD, 8, 2>, 1024>;
+
 template <class T, bool MMA>
 constexpr bool kSweepable = !MMA || sizeof(T) == 2;
 
@@ -147,7 +151,7 @@ static int CheckSweep(int dt, std::mt19937& rng) {
   if constexpr (sizeof(T) == 2 && HD == 128)
     for (const AttnCase& c : cases) {
       bad += !CheckAttention(c, dt, rng, ConfigAttention<T, HD, 4, AttnCfg<T, HD, 8, 2, 8192, true>>, "nw8 st2 8K mma");
-      bad += !CheckAttention(c, dt, rng, ConfigAttention<T, HD, 4, AttnPairCfg<AttnCfg<T, HD, 8, 3, 8192, true>, AttnRegMmaCfg<T, HD, 8, 2>, 1024>>,
+      bad += !CheckAttention(c, dt, rng, ConfigAttention<T, HD, 4, PairSt3<T, HD>>,
                              "pair st3");
     }
   return bad;
@@ -264,7 +268,7 @@ static void TimeAttention(Timer& tm, int dt, bool sweep, double peak) {
 #undef ATTN_TIME_RMMA
         if constexpr (sizeof(T) == 2 && HD == 128) {
           TimeAttnConfig<T, HD, 4, AttnCfg<T, HD, 8, 2, 8192, true>>(tm, "nw8 st2 8192 mma", dt, dq, kv, dout, B, L, max_seq, pos, peak);
-          TimeAttnConfig<T, HD, 4, AttnPairCfg<AttnCfg<T, HD, 8, 3, 8192, true>, AttnRegMmaCfg<T, HD, 8, 2>, 1024>>(
+          TimeAttnConfig<T, HD, 4, PairSt3<T, HD>>(
               tm, "pair st3", dt, dq, kv, dout, B, L, max_seq, pos, peak);
         }
       }

@@ -129,10 +129,7 @@ struct AttnRegMma {
   // loads are issued. Then l summed over head g's 4 lanes.
   template <class Start>
   __device__ static void Stream(Warp& w, const T* k, const T* v, const AttnSlice& s, const AttnArgs& a, Start start) {
-    // The lane from a volatile read of %laneid: the compiler cannot re-read it inside the loop (as it
-    // does threadIdx.x, an S2R per use, to save a register).
-    unsigned lane;
-    asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+    const unsigned lane = LaneOnce();
     const int g = static_cast<int>(lane / 4), t2 = static_cast<int>(lane % 4) * 2;
     const int64_t kvw16 = (int64_t)a.KVH * C16;  // row stride in chunks
     const int64_t head = (int64_t)s.b * a.max_seq * kvw16 + (int64_t)s.kvh * C16;

@@ -93,10 +93,7 @@ struct AttnRegs {
     constexpr int64_t kStep = (int64_t)NW * RW;  // rows from one of the warp's loads to its next
     const int64_t first = s.start + (int64_t)w.warp * RW, end = s.end;  // first: the warp's first load's first row
     const int64_t mine = first + w.lane / LPR;  // this lane's row of that load
-    // The lane's bits from a volatile read of %laneid: the compiler cannot re-read it in the loop, as it
-    // does threadIdx.x (an S2R in each row's shuffle chain cost the stream 13% at 16384 rows).
-    unsigned lane;
-    asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+    const unsigned lane = LaneOnce();
     const bool hi = lane & (LPR / 2), mid = lane & (LPR / 4);
     const int base = static_cast<int>(lane & ~(LPR - 1u));
     auto load = [&](int64_t row, uint4& kx, uint4& vx) {

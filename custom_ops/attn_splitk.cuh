@@ -34,6 +34,15 @@ int g_attn_last_cluster = 0;     // the cluster size of the last launch (0: the 
 int g_attn_flash = -1;           // chunks on the flash forward: -1 where FlashForChunk says so, 0 never, 1 always (attn_check)
 int g_attn_key_splits = 0;       // the flash forward's key splits for chunks: 0 as it chooses, n > 0 at most n (attn_check)
 
+// The lane index from one volatile read of %laneid, for the register forms' loops: the compiler cannot
+// re-read it inside them, as it does threadIdx.x to save a register (an S2R in each row's shuffle chain
+// cost the register-streamed form 13% at 16384 rows).
+__device__ __forceinline__ unsigned LaneOnce() {
+  unsigned lane;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+  return lane;
+}
+
 // Online softmax, shared by every form: when a new maximum mn (base 2)
 // exceeds the running one m, the sum l and the accumulators acc are rescaled by 2^(m - mn) and m takes
 // mn. Warp-uniform where m and mn are; rare after the first rows.
